@@ -1,0 +1,1 @@
+"""Collect: sources that turn observations into samples (scrape, later probe, logs, tpu)."""

@@ -1,0 +1,1 @@
+"""Incidents: firing alerts become incidents with a timeline, stored with SQLAlchemy."""

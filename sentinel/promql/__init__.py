@@ -1,0 +1,1 @@
+"""PromQL: parse with promql-parser, check the supported subset, evaluate over a store."""

@@ -1,0 +1,1 @@
+"""Respond: what Sentinel does about an incident (notify; later diagnose, remediate)."""

@@ -1,0 +1,1 @@
+"""Notify: receivers that deliver notifications to people and their tools."""

@@ -1,0 +1,1 @@
+"""Rules: Prometheus alerting rule files, the alert state machine, promtool-format tests."""

@@ -1,0 +1,1 @@
+"""A vLLM-compatible simulator for demos and tests (`sentinel sim`)."""

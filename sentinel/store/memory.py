@@ -1,0 +1,178 @@
+"""The embedded series store: one bounded ring buffer of samples per series.
+
+Writers (the sources) get a small integer reference for a label set once and
+append to it cheaply; readers (the PromQL engine) select series by matchers
+over a time range. Memory is bounded twice: samples older than the retention
+are dropped, and the number of series is capped.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sentinel.model import METRIC_NAME, Labels, label_value
+
+DEFAULT_RETENTION_MS = 15 * 60 * 1000
+
+
+class StoreFullError(Exception):
+    """Raised when a new series would exceed the store's series limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    """A label matcher: `=`, `!=`, `=~` or `!~`, regexes fully anchored as in PromQL."""
+
+    name: str
+    op: str
+    value: str
+
+    def __post_init__(self) -> None:
+        if self.op not in ("=", "!=", "=~", "!~"):
+            raise ValueError(f"unknown matcher operator {self.op!r}")
+        if self.op in ("=~", "!~"):
+            object.__setattr__(self, "_re", re.compile(f"^(?:{self.value})$", re.DOTALL))
+
+    def matches(self, value: str) -> bool:
+        """Whether a label value (empty when the label is absent) satisfies the matcher."""
+        if self.op == "=":
+            return value == self.value
+        if self.op == "!=":
+            return value != self.value
+        hit = self._re.match(value) is not None  # type: ignore[attr-defined]
+        return hit if self.op == "=~" else not hit
+
+
+@dataclass(slots=True)
+class Series:
+    """The samples of one series in a time range, oldest first."""
+
+    labels: Labels
+    ts: list[int]
+    vs: list[float]
+
+
+class _Buffer:
+    __slots__ = ("labels", "ts", "vs")
+
+    def __init__(self, labels: Labels) -> None:
+        self.labels = labels
+        self.ts: list[int] = []
+        self.vs: list[float] = []
+
+
+class MemoryStore:
+    """In-memory series store with per-series ring buffers and a metric-name index.
+
+    Thread-safe: scrapes append from worker threads while rules read.
+    """
+
+    def __init__(
+        self, retention_ms: int = DEFAULT_RETENTION_MS, max_series: int = 1_000_000
+    ) -> None:
+        self.retention_ms = retention_ms
+        self.max_series = max_series
+        self._lock = threading.Lock()
+        self._refs: dict[Labels, int] = {}
+        self._buffers: dict[int, _Buffer] = {}
+        self._by_name: dict[str, set[int]] = {}
+        self._next_ref = 1
+
+    def ref(self, labels: Labels) -> int:
+        """A stable reference for a label set, creating the series if new."""
+        ref = self._refs.get(labels)
+        if ref is not None:
+            return ref
+        with self._lock:
+            ref = self._refs.get(labels)
+            if ref is not None:
+                return ref
+            if len(self._buffers) >= self.max_series:
+                raise StoreFullError(f"series limit {self.max_series} reached")
+            ref = self._next_ref
+            self._next_ref += 1
+            self._buffers[ref] = _Buffer(labels)
+            self._by_name.setdefault(label_value(labels, METRIC_NAME), set()).add(ref)
+            self._refs[labels] = ref
+            return ref
+
+    def append(self, ref: int, t_ms: int, value: float) -> bool:
+        """Append a sample; out-of-order samples (older than the newest) are dropped.
+
+        Returns False when the reference is unknown (its series was garbage
+        collected): the caller should take a fresh `ref()` and append again.
+        """
+        buf = self._buffers.get(ref)
+        if buf is None:
+            return False
+        ts = buf.ts
+        if ts and t_ms <= ts[-1]:
+            if t_ms == ts[-1]:
+                buf.vs[-1] = value
+            return True
+        ts.append(t_ms)
+        buf.vs.append(value)
+        # Trim in batches (a quarter of the retention at a time) so the cost of
+        # deleting a list prefix is amortised over many appends.
+        cutoff = t_ms - self.retention_ms
+        if ts[0] < cutoff - self.retention_ms // 4:
+            cut = bisect_left(ts, cutoff)
+            del ts[:cut]
+            del buf.vs[:cut]
+        return True
+
+    def add(self, labels: Labels, t_ms: int, value: float) -> None:
+        """Append one sample by label set."""
+        if not self.append(self.ref(labels), t_ms, value):
+            self.append(self.ref(labels), t_ms, value)
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[Series]:
+        """Series matching all matchers, with their samples in [start_ms, end_ms]."""
+        with self._lock:
+            candidates = self._candidates(matchers)
+            buffers = [self._buffers[r] for r in candidates if r in self._buffers]
+        out = []
+        for buf in buffers:
+            if not all(m.matches(label_value(buf.labels, m.name)) for m in matchers):
+                continue
+            ts = buf.ts
+            lo = bisect_left(ts, start_ms)
+            hi = bisect_right(ts, end_ms)
+            if lo < hi:
+                out.append(Series(buf.labels, ts[lo:hi], buf.vs[lo:hi]))
+        return out
+
+    def _candidates(self, matchers: Sequence[Matcher]) -> Iterable[int]:
+        for m in matchers:
+            if m.name == METRIC_NAME and m.op == "=":
+                return list(self._by_name.get(m.value, ()))
+        return list(self._buffers)
+
+    def gc(self, now_ms: int) -> int:
+        """Drop samples older than the retention and series left empty; returns series removed."""
+        cutoff = now_ms - self.retention_ms
+        removed = 0
+        with self._lock:
+            for ref, buf in list(self._buffers.items()):
+                cut = bisect_left(buf.ts, cutoff)
+                if cut:
+                    del buf.ts[:cut]
+                    del buf.vs[:cut]
+                if not buf.ts:
+                    del self._buffers[ref]
+                    del self._refs[buf.labels]
+                    self._by_name[label_value(buf.labels, METRIC_NAME)].discard(ref)
+                    removed += 1
+        return removed
+
+    def series_count(self) -> int:
+        """Number of series held."""
+        return len(self._buffers)
+
+    def sample_count(self) -> int:
+        """Number of samples held across all series."""
+        return sum(len(b.ts) for b in list(self._buffers.values()))
