@@ -1,0 +1,1 @@
+"""PostgreSQL fixtures for the store tests (owned by the incidents work)."""
