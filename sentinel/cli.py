@@ -1,0 +1,234 @@
+"""The `sentinel` command: parses arguments and calls the App or a service function.
+
+Nothing here decides anything; every subcommand is a few lines that hand off
+to the module that does the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sentinel import __version__
+
+DEFAULT_CONFIG = "sentinel.yaml"
+
+EPILOG = """\
+examples:
+  sentinel demo                          # scripted incident against the bundled simulator
+  sentinel run -c sentinel.yaml          # the daemon
+  sentinel check config sentinel.yaml    # validate a config file
+  sentinel rules test rules/vllm_test.yaml
+  sentinel incidents list --status open
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    p = argparse.ArgumentParser(
+        prog="sentinel",
+        description="Sentinel watches vLLM servers: scrapes /metrics, evaluates Prometheus "
+        "alerting rules, records incidents and pages on-call.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"sentinel {__version__}")
+    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the daemon",
+                         description="Run the daemon until SIGTERM/SIGINT; SIGHUP reloads rules.")
+    _config_arg(run)
+    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    run.set_defaults(func=_cmd_run)
+
+    demo = sub.add_parser("demo", help="scripted incident against the bundled simulator",
+                          description="Start the simulator and the daemon (SQLite in a temporary "
+                          "folder) on free ports, drive a queue backlog and its recovery, print "
+                          "the incident timeline as it happens. Exits 0 when the incident opened "
+                          "and resolved.")
+    demo.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    demo.set_defaults(func=_cmd_demo)
+
+    sim = sub.add_parser("sim", help="vLLM-compatible simulator server",
+                         description="Serve a vLLM-compatible API (/metrics, /health, /v1/models, "
+                         "/v1/chat/completions, /tokenize) with a control API at /sim/state.")
+    sim.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sim.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free)")
+    sim.add_argument("--model", default=None, help="served model name (default a Gemma 4 id)")
+    sim.add_argument("--max-model-len", type=int, default=16384,
+                     help="context length in tokens (default 16384)")
+    sim.add_argument("--engines", type=int, default=1,
+                     help="data-parallel engines, one series each (default 1)")
+    sim.set_defaults(func=_cmd_sim)
+
+    check = sub.add_parser("check", help="validate configuration").add_subparsers(
+        title="what", metavar="WHAT")
+    cc = check.add_parser("config", help="validate a config file and the rule files it names",
+                          description="Exit 0 when valid; otherwise every problem as FILE:LINE: KEY.")
+    cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG, help="config file (sentinel.yaml)")
+    cc.set_defaults(func=_cmd_check_config)
+
+    rules = sub.add_parser("rules", help="check or unit-test rule files").add_subparsers(
+        title="what", metavar="WHAT")
+    rc = rules.add_parser("check", help="validate rule files like `promtool check rules`")
+    rc.add_argument("files", nargs="+", metavar="FILE")
+    rc.set_defaults(func=_cmd_rules_check)
+    rt = rules.add_parser("test", help="run rule unit tests in promtool's test-file format")
+    rt.add_argument("files", nargs="+", metavar="FILE")
+    rt.set_defaults(func=_cmd_rules_test)
+
+    inc = sub.add_parser("incidents", help="query incident history").add_subparsers(
+        title="what", metavar="WHAT")
+    il = inc.add_parser("list", help="list incidents, newest first")
+    _db_args(il)
+    il.add_argument("--status", choices=["open", "resolved"], help="only this status")
+    il.add_argument("--alertname", help="only incidents of this alert")
+    il.add_argument("--target", help="only incidents of this target")
+    il.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    il.add_argument("--json", action="store_true", help="machine-readable output")
+    il.set_defaults(func=_cmd_incidents_list)
+    ish = inc.add_parser("show", help="one incident with its alerts and timeline")
+    _db_args(ish)
+    ish.add_argument("id", type=int, help="incident id")
+    ish.add_argument("--json", action="store_true", help="machine-readable output")
+    ish.set_defaults(func=_cmd_incidents_show)
+
+    db = sub.add_parser("db", help="database schema").add_subparsers(title="what", metavar="WHAT")
+    du = db.add_parser("upgrade", help="apply migrations (alembic upgrade head)")
+    _db_args(du)
+    du.set_defaults(func=_cmd_db_upgrade)
+    return p
+
+
+def _config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--config", default=None,
+                   help=f"config file (default ./{DEFAULT_CONFIG} if present, else built-in "
+                   "defaults)")
+
+
+def _db_args(p: argparse.ArgumentParser) -> None:
+    _config_arg(p)
+    p.add_argument("--database", help="database URL (overrides the config's)")
+
+
+# -- commands ---------------------------------------------------------------
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from sentinel.daemon.run import run_daemon
+
+    config = _load_config_or_exit(args.config)
+    return run_daemon(config, args.log_level)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from sentinel.demo import run_demo
+
+    return run_demo(keep=args.keep)
+
+
+def _cmd_sim(args: argparse.Namespace) -> int:
+    from sentinel.sim.server import serve_forever_cli
+
+    kwargs = {"host": args.host, "port": args.port, "max_model_len": args.max_model_len,
+              "engines": args.engines}
+    if args.model:
+        kwargs["model"] = args.model
+    serve_forever_cli(**kwargs)
+    return 0
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from sentinel.checks import check_config
+
+    return check_config(args.file, sys.stdout, sys.stderr)
+
+
+def _cmd_rules_check(args: argparse.Namespace) -> int:
+    from sentinel.rules.check import check_rule_files
+
+    return check_rule_files(args.files, sys.stdout)
+
+
+def _cmd_rules_test(args: argparse.Namespace) -> int:
+    from sentinel.rules.unittest import run_rule_tests
+
+    return run_rule_tests(args.files, sys.stdout)
+
+
+def _cmd_incidents_list(args: argparse.Namespace) -> int:
+    from sentinel.incidents import queries, render
+
+    db = _database(args)
+    items = queries.list_incidents(db, status=args.status, alertname=args.alertname,
+                                   target=args.target, limit=args.limit)
+    if args.json:
+        print(json.dumps(render.list_json(items), indent=2))
+    else:
+        print(render.render_list(items))
+    return 0
+
+
+def _cmd_incidents_show(args: argparse.Namespace) -> int:
+    from sentinel.incidents import queries, render
+
+    detail = queries.get_incident(_database(args), args.id)
+    if detail is None:
+        print(f"sentinel: no incident {args.id}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(render.detail_json(detail), indent=2))
+    else:
+        print(render.render_detail(detail))
+    return 0
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    db = _database(args, upgrade=False)
+    db.upgrade()
+    print("database schema is up to date")
+    return 0
+
+
+# -- helpers ----------------------------------------------------------------
+
+
+def _load_config_or_exit(path: str | None):  # noqa: ANN202 (sentinel.config.Config)
+    from sentinel.config import Config, ConfigError, load_config
+
+    if path is None and not Path(DEFAULT_CONFIG).exists():
+        return Config.default()
+    try:
+        return load_config(path or DEFAULT_CONFIG)
+    except ConfigError as exc:
+        print(f"sentinel: invalid configuration:\n{exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as exc:
+        print(f"sentinel: cannot read config: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _database(args: argparse.Namespace, upgrade: bool = True):  # noqa: ANN202
+    from sentinel.incidents.db import Database
+
+    url = args.database or _load_config_or_exit(args.config).database
+    db = Database(url)
+    if upgrade:
+        db.upgrade()
+    return db

@@ -1,0 +1,234 @@
+"""The App owns Sentinel's lifecycle: start, reload, stop.
+
+It builds the pipeline from a Config, schedules one job per target and per
+rule group with APScheduler, and serves /metrics and /healthz. `main` (the
+CLI) only parses arguments and calls `App.start()` / `App.stop()`.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from sentinel.collect.scrape import Scraper, ScrapeTarget
+from sentinel.config import Config
+from sentinel.daemon import systemd
+from sentinel.daemon.http import StatusServer
+from sentinel.daemon.pipeline import Pipeline
+from sentinel.daemon.receivers import build_receivers
+from sentinel.daemon.selfmetrics import SelfMetrics
+from sentinel.incidents.db import Database
+from sentinel.incidents.tracker import IncidentTracker
+from sentinel.model import labels_of
+from sentinel.promql import Engine, max_lookback_ms
+from sentinel.rules.loader import RuleGroup, load_rule_files
+from sentinel.rules.manager import RuleManager
+from sentinel.store import MemoryStore
+
+log = logging.getLogger(__name__)
+
+HOUSEKEEPING_INTERVAL_S = 30
+# Evaluation reads samples written up to one scrape interval ago; keep some
+# slack beyond the longest rule range so `rate(x[15m])` sees a full window.
+RETENTION_SLACK_MS = 60_000
+
+
+def rule_paths(config: Config) -> list[str]:
+    """The rule files named by the config's globs, relative to the config file's folder."""
+    paths: list[str] = []
+    for pattern in config.rule_files:
+        full = pattern if Path(pattern).is_absolute() else str(config.config_dir / pattern)
+        matches = sorted(glob.glob(full))
+        paths.extend(m for m in matches if not _is_rule_test_file(m))
+    return paths
+
+
+def _is_rule_test_file(path: str) -> bool:
+    # rules/*.yaml also matches promtool test files kept beside the rules.
+    return Path(path).stem.endswith("_test")
+
+
+class App:
+    """Sentinel's daemon: the pipeline, its scheduler and its status server."""
+
+    def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.metrics = SelfMetrics()
+        self.pipeline: Pipeline | None = None
+        self.engine: Engine | None = None
+        self.status: StatusServer | None = None
+        self._scheduler: BackgroundScheduler | None = None
+        self._groups: list[RuleGroup] = []
+        self._lock = threading.Lock()
+        self._not_ready: str | None = "starting"
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        """Migrate the database, load rules, restore alert state, start jobs and the status server."""
+        cfg = self.config
+        db = Database(cfg.database)
+        db.upgrade()
+        tracker = IncidentTracker(db)
+        groups = load_rule_files(rule_paths(cfg))
+        store = MemoryStore(retention_ms=self._retention_ms(groups))
+        self.engine = Engine(store)
+        rules = RuleManager(groups, self.engine)
+        rules.restore(tracker.load_alert_states())
+        self._groups = groups
+        self.pipeline = Pipeline(
+            store=store, scraper=Scraper(store), rules=rules, tracker=tracker,
+            receivers=build_receivers(cfg), metrics=self.metrics,
+        )
+        host, port = _split_listen(cfg.listen)
+        self.status = StatusServer(host, port, self.metrics.registry, self.ready)
+        self.status.start()
+        self._scheduler = self._schedule()
+        self._scheduler.start()
+        self._not_ready = None
+        systemd.notify("READY=1")
+        log.info(
+            "sentinel started: %d targets, %d rule groups, listening on %s:%d",
+            len(cfg.targets), len(groups), *self.status.address,
+        )
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop scheduling, let running jobs finish (bounded), close the status server."""
+        systemd.notify("STOPPING=1")
+        self._not_ready = "stopping"
+        if self._scheduler is not None:
+            # APScheduler's shutdown(wait=True) has no bound: wait in a helper
+            # thread so a hung job cannot hold SIGTERM hostage.
+            waiter = threading.Thread(target=self._scheduler.shutdown, kwargs={"wait": True},
+                                      name="sentinel-shutdown", daemon=True)
+            waiter.start()
+            waiter.join(timeout_s)
+            if waiter.is_alive():
+                log.warning("jobs still running after %.1fs; stopping anyway", timeout_s)
+            self._scheduler = None
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+        log.info("sentinel stopped")
+
+    def reload(self) -> bool:
+        """Reload rule files all-or-nothing; unchanged rules keep their alert state."""
+        try:
+            groups = load_rule_files(rule_paths(self.config))
+        except Exception as exc:
+            log.error("reload failed, keeping the current rules: %s", exc)
+            return False
+        assert self.pipeline is not None and self._scheduler is not None
+        with self._lock:
+            self.pipeline.rules.reload(groups)
+            self._groups = groups
+            for job in self._scheduler.get_jobs():
+                if job.id.startswith("rules:"):
+                    job.remove()
+            self._schedule_rule_groups(self._scheduler)
+        log.info("reloaded %d rule groups", len(groups))
+        return True
+
+    def ready(self) -> str | None:
+        """None when ready to serve, else why not."""
+        return self._not_ready
+
+    # -- scheduling --------------------------------------------------------
+
+    def _schedule(self) -> BackgroundScheduler:
+        workers = min(64, len(self.config.targets) + len(self._groups) + 4)
+        sched = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(max_workers=workers)},
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
+            timezone="UTC",
+        )
+        for target in self.config.targets:
+            st = self._scrape_target(target)
+            sched.add_job(
+                self._guard("scrape", self._scrape_job), "interval", args=[st],
+                seconds=st.interval_ms / 1000, id=f"scrape:{st.name}", next_run_time=_now_dt(),
+            )
+        self._schedule_rule_groups(sched)
+        sched.add_job(self._guard("housekeeping", self._housekeeping_job), "interval",
+                      seconds=HOUSEKEEPING_INTERVAL_S, id="housekeeping")
+        watchdog = systemd.watchdog_interval_s()
+        if watchdog:
+            sched.add_job(systemd.notify, "interval", args=["WATCHDOG=1"], seconds=watchdog,
+                          id="watchdog")
+        return sched
+
+    def _schedule_rule_groups(self, sched: BackgroundScheduler) -> None:
+        assert self.pipeline is not None
+        for name, interval_ms in self.pipeline.rules.groups.items():
+            interval_ms = interval_ms or self.config.evaluation_interval_ms
+            # Start on an interval boundary: evaluation timestamps are then
+            # exact multiples of the interval, so `for: 30s` fires after
+            # exactly 30 s of evaluations, whatever the scheduler's jitter.
+            sched.add_job(
+                self._guard("rules", self._evaluate_job), "interval", args=[name, interval_ms],
+                seconds=interval_ms / 1000, id=f"rules:{name}",
+                start_date=_next_boundary(self.clock(), interval_ms),
+            )
+
+    def _scrape_job(self, target: ScrapeTarget) -> None:
+        assert self.pipeline is not None
+        self.pipeline.scrape(target, int(self.clock() * 1000))
+
+    def _evaluate_job(self, group: str, interval_ms: int) -> None:
+        assert self.pipeline is not None
+        now_ms = int(self.clock() * 1000) // interval_ms * interval_ms
+        with self._lock:
+            self.pipeline.evaluate(group, now_ms)
+
+    def _housekeeping_job(self) -> None:
+        assert self.pipeline is not None
+        self.pipeline.housekeeping(int(self.clock() * 1000))
+
+    def _guard(self, name: str, job: Callable[..., None]) -> Callable[..., None]:
+        """Wrap a job so nothing escapes into the scheduler unrecorded."""
+        def run(*args: object) -> None:
+            try:
+                job(*args)
+            except Exception:
+                self.metrics.job_failures.labels(name).inc()
+                log.exception("%s job failed", name)
+        return run
+
+    # -- helpers -----------------------------------------------------------
+
+    def _scrape_target(self, target) -> ScrapeTarget:  # noqa: ANN001 (config.TargetConfig)
+        return ScrapeTarget(
+            name=target.name, url=target.url, metrics_path=target.metrics_path,
+            labels=labels_of(dict(target.labels)),
+            interval_ms=target.scrape_interval_ms, timeout_ms=target.scrape_timeout_ms,
+        )
+
+    def _retention_ms(self, groups: list[RuleGroup]) -> int:
+        longest = max(
+            (max_lookback_ms(rule.expr) for g in groups for rule in g.rules), default=0
+        )
+        return max(self.config.retention_ms, longest + RETENTION_SLACK_MS)
+
+
+def _split_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _next_boundary(now_s: float, interval_ms: int) -> datetime:
+    now_ms = int(now_s * 1000)
+    nxt = (now_ms // interval_ms + 1) * interval_ms
+    return datetime.fromtimestamp(nxt / 1000, tz=UTC)
+
+
+def _now_dt() -> datetime:
+    return datetime.now(tz=UTC)

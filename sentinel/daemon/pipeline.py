@@ -1,0 +1,99 @@
+"""One tick of each pipeline stage, as the scheduler's jobs run them.
+
+collect (scrape a target) ──► store ──► rules (evaluate a group) ──►
+incidents (open, resolve, timeline) ──► respond (notify receivers)
+
+Each method takes `now_ms` from its caller and never raises: a failing
+target, rule group or receiver is recorded and counted, and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
+from sentinel.daemon.selfmetrics import SelfMetrics
+from sentinel.incidents.tracker import IncidentTracker
+from sentinel.model import Alert, AlertState, Notification
+from sentinel.respond.notify.base import Receiver
+from sentinel.rules.manager import RuleManager
+from sentinel.store import MemoryStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Pipeline:
+    """The stages wired together; the App schedules its methods."""
+
+    store: MemoryStore
+    scraper: Scraper
+    rules: RuleManager
+    tracker: IncidentTracker
+    receivers: Sequence[Receiver]
+    metrics: SelfMetrics
+
+    def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
+        """Scrape one target into the store and count the outcome."""
+        result = self.scraper.scrape(target, now_ms)
+        outcome = "success" if result.up else "failure"
+        self.metrics.scrapes.labels(target.name, outcome).inc()
+        self.metrics.scrape_seconds.labels(target.name).observe(result.duration_s)
+        if not result.up:
+            log.warning("scrape of %s failed: %s", target.name, result.error)
+        return result
+
+    def evaluate(self, group: str, now_ms: int) -> list[Notification]:
+        """Evaluate one rule group, update incidents, send what they ask for."""
+        self.metrics.evaluations.labels(group).inc()
+        with self.metrics.evaluation_seconds.labels(group).time():
+            try:
+                alerts = self.rules.evaluate_group(group, now_ms)
+                notifications = self.tracker.process(alerts, now_ms)
+                self.tracker.save_alert_states(self.rules.active_alerts())
+            except Exception:
+                # The database may be gone for a moment: keep the rule state in
+                # memory and try again at the next evaluation.
+                self.metrics.evaluation_failures.labels(group).inc()
+                log.exception("evaluation of rule group %s failed", group)
+                return []
+        self._count_alerts()
+        for notification in notifications:
+            self.notify(notification, now_ms)
+        return notifications
+
+    def notify(self, notification: Notification, now_ms: int) -> None:
+        """Deliver one notification to every receiver and record each outcome on the incident."""
+        fingerprints = [a.fingerprint for a in notification.alerts]
+        for receiver in self.receivers:
+            try:
+                result = receiver.send(notification, now_ms)
+            except Exception as exc:  # a receiver must never stop the others
+                log.exception("receiver %s raised", receiver.name)
+                ok, detail = False, f"receiver raised {type(exc).__name__}"
+            else:
+                ok, detail = result.ok, result.detail
+            self.metrics.notifications.labels(receiver.name, "success" if ok else "failure").inc()
+            try:
+                self.tracker.record_notification(
+                    notification.incident_id, receiver.name, notification.kind, ok, detail,
+                    now_ms, fingerprints,
+                )
+            except Exception:
+                log.exception("could not record notification on incident %s",
+                              notification.incident_id)
+
+    def _count_alerts(self) -> None:
+        active: list[Alert] = self.rules.active_alerts()
+        for state in (AlertState.PENDING, AlertState.FIRING):
+            self.metrics.alerts.labels(state.value).set(
+                sum(1 for a in active if a.state == state)
+            )
+
+    def housekeeping(self, now_ms: int) -> None:
+        """Drop samples past retention and report store size."""
+        self.store.gc(now_ms)
+        self.metrics.series.set(self.store.series_count())
+        self.metrics.samples.set(self.store.sample_count())

@@ -1,0 +1,52 @@
+"""Sentinel's own metrics, served on its /metrics for the Prometheus that watches the watcher."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class SelfMetrics:
+    """Counters and gauges about Sentinel itself, on a registry of its own (not the global one)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.scrapes = Counter(
+            "sentinel_scrapes_total", "Scrapes by target and outcome.", ["target", "outcome"],
+            registry=r,
+        )
+        self.scrape_seconds = Histogram(
+            "sentinel_scrape_duration_seconds", "Time to fetch, parse and store one scrape.",
+            ["target"], registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.evaluations = Counter(
+            "sentinel_rule_group_evaluations_total", "Rule group evaluations.", ["group"],
+            registry=r,
+        )
+        self.evaluation_failures = Counter(
+            "sentinel_rule_group_evaluation_failures_total",
+            "Rule group evaluations that raised (the loop went on).", ["group"], registry=r,
+        )
+        self.evaluation_seconds = Histogram(
+            "sentinel_rule_group_duration_seconds", "Time to evaluate a rule group and record it.",
+            ["group"], registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        )
+        self.notifications = Counter(
+            "sentinel_notifications_total", "Notifications by receiver and outcome.",
+            ["receiver", "outcome"], registry=r,
+        )
+        self.alerts = Gauge(
+            "sentinel_alerts", "Active alerts by state.", ["state"], registry=r,
+        )
+        self.series = Gauge(
+            "sentinel_store_series", "Series held in the embedded store.", registry=r,
+        )
+        self.samples = Gauge(
+            "sentinel_store_samples", "Samples held in the embedded store.", registry=r,
+        )
+        self.job_failures = Counter(
+            "sentinel_job_failures_total", "Scheduled jobs that raised unexpectedly.", ["job"],
+            registry=r,
+        )
