@@ -1,0 +1,358 @@
+"""`sentinel sim`: an HTTP server that answers like vLLM's OpenAI-compatible server.
+
+vLLM paths: GET /health, /metrics, /v1/models; POST /tokenize,
+/v1/chat/completions. Control paths (always answered, even when "down"):
+GET/POST /sim/state. Standard library only (ThreadingHTTPServer), so a test
+or the demo starts one in a background thread with `start_sim()`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from sentinel.sim import openai_api, tokens
+from sentinel.sim.metrics import CONTENT_TYPE, GARBAGE_PAGE, ServedRequest, VllmMetrics
+from sentinel.sim.openai_api import ApiError, ChatRequest
+from sentinel.sim.state import SimState, SimStateError, apply_update
+
+DEFAULT_MODEL = "google/gemma-4-26B-A4B-it"
+DEFAULT_MAX_MODEL_LEN = 16384
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """What a simulated server serves; fixed for its lifetime."""
+
+    model: str = DEFAULT_MODEL
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN
+    engines: int = 1
+    legacy_metrics: bool = False
+    verbose: bool = False
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer without a traceback on stderr for every dropped client."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if self.sim.config.verbose:  # type: ignore[attr-defined]
+            super().handle_error(request, client_address)
+
+
+class SimServer:
+    """A running simulated vLLM server: `url`, `state`, `set_state(**fields)`, `stop()`."""
+
+    def __init__(self, config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config
+        self.metrics = VllmMetrics(config.model, config.max_model_len, config.engines,
+                                   legacy=config.legacy_metrics)
+        self.created = int(time.time())
+        self._lock = threading.Lock()
+        self._state = SimState()
+        self._next_engine = itertools.cycle(range(config.engines))
+        self.metrics.set_state(self._state)
+        self._httpd = _QuietServer((host, port), _Handler)
+        self._httpd.sim = self  # type: ignore[attr-defined]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def host(self) -> str:
+        """The address the server listens on."""
+        return str(self._httpd.server_address[0])
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on (the real one when started with port 0)."""
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. http://127.0.0.1:8000 (no trailing slash)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def state(self) -> SimState:
+        """The current injected state."""
+        with self._lock:
+            return self._state
+
+    def set_state(self, **fields: Any) -> SimState:
+        """Change some state fields (others unchanged); raises SimStateError on bad input."""
+        return self.update_state(fields)
+
+    def update_state(self, update: object) -> SimState:
+        """Apply a JSON-object update (as POST /sim/state does) and return the new state."""
+        with self._lock:
+            self._state = apply_update(self._state, update)
+            self.metrics.set_state(self._state)
+            return self._state
+
+    def pick_engine(self) -> int:
+        """The engine the next request lands on (round-robin, as DP load balancing spreads)."""
+        with self._lock:
+            return next(self._next_engine)
+
+    def start(self) -> SimServer:
+        """Serve in a background daemon thread; returns self."""
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.05},
+                                        name=f"sentinel-sim-{self.port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve in the calling thread until `stop()` is called from another."""
+        self._httpd.serve_forever(poll_interval=0.2)
+
+    def stop(self) -> None:
+        """Stop serving and close the listening socket."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def start_sim(host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL,
+              max_model_len: int = DEFAULT_MAX_MODEL_LEN, engines: int = 1,
+              legacy_metrics: bool = False, verbose: bool = False) -> SimServer:
+    """Start a simulated vLLM server in a background thread and return it."""
+    config = SimConfig(model, max_model_len, engines, legacy_metrics, verbose)
+    return SimServer(config, host, port).start()
+
+
+def serve_forever_cli(host: str, port: int, model: str = DEFAULT_MODEL,
+                      max_model_len: int = DEFAULT_MAX_MODEL_LEN, engines: int = 1) -> int:
+    """Run `sentinel sim` in the foreground until SIGTERM or Ctrl-C; returns the exit code."""
+    server = start_sim(host, port, model, max_model_len, engines)
+    stopping = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stopping.set())
+    print(f"sentinel sim serving {model} at {server.url}", flush=True)
+    try:
+        stopping.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.stop()
+    return 0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Routes one HTTP request to the simulator; one instance per connection."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    @property
+    def sim(self) -> SimServer:
+        return self.server.sim  # type: ignore[attr-defined,no-any-return]
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        if self.sim.config.verbose:
+            sys.stderr.write(f"sim {self.address_string()} {format % args}\n")
+
+    # -- dispatch ---------------------------------------------------------
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/sim/state":
+            self._control(method)
+            return
+        state = self.sim.state
+        if state.down:
+            # A hung or dead process: the connection closes with no answer.
+            self.close_connection = True
+            return
+        routes = _GET_ROUTES if method == "GET" else _POST_ROUTES
+        other = _POST_ROUTES if method == "GET" else _GET_ROUTES
+        handler = routes.get(path)
+        if handler is None:
+            status = HTTPStatus.METHOD_NOT_ALLOWED if path in other else HTTPStatus.NOT_FOUND
+            self._discard_body()
+            self._send_json(status, {"detail": status.phrase})
+            return
+        try:
+            handler(self, state)
+        except ApiError as exc:
+            self._send_json(exc.status, exc.body())
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _discard_body(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if 0 < length <= MAX_BODY_BYTES:
+            self.rfile.read(length)
+
+    def _read_json(self) -> object:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"request body over {MAX_BODY_BYTES} bytes")
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"JSON decode error: {exc}") from exc
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str | None) -> None:
+        self.send_response(status)
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, status: HTTPStatus, payload: object) -> None:
+        self._send(status, json.dumps(payload, separators=(",", ":")).encode(), "application/json")
+
+    def _start_stream(self) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _write_event(self, data: str) -> None:
+        payload = f"data: {data}\n\n".encode()
+        self.wfile.write(f"{len(payload):X}\r\n".encode() + payload + b"\r\n")
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    # -- control API ------------------------------------------------------
+
+    def _control(self, method: str) -> None:
+        if method == "GET":
+            self._send_json(HTTPStatus.OK, self.sim.state.to_json())
+            return
+        try:
+            new = self.sim.update_state(self._read_json())
+        except (SimStateError, ApiError) as exc:
+            message = exc.message if isinstance(exc, ApiError) else str(exc)
+            self._send_json(HTTPStatus.BAD_REQUEST, {"error": message})
+            return
+        self._send_json(HTTPStatus.OK, new.to_json())
+
+    # -- vLLM API ---------------------------------------------------------
+
+    def _health(self, state: SimState) -> None:
+        time.sleep(state.latency_s)
+        # vLLM answers 200 with an empty body, and 503 once the engine is dead.
+        self._send(HTTPStatus.OK if state.healthy else HTTPStatus.SERVICE_UNAVAILABLE, b"", None)
+
+    def _metrics(self, state: SimState) -> None:
+        time.sleep(state.latency_s)
+        body = GARBAGE_PAGE if state.garbage_metrics else self.sim.metrics.render()
+        self._send(HTTPStatus.OK, body, CONTENT_TYPE)
+
+    def _models(self, state: SimState) -> None:
+        time.sleep(state.latency_s)
+        config = self.sim.config
+        self._send_json(HTTPStatus.OK, openai_api.models_payload(
+            config.model, config.max_model_len, self.sim.created))
+
+    def _tokenize(self, state: SimState) -> None:
+        config = self.sim.config
+        body = self._read_json()
+        time.sleep(state.latency_s)
+        self._send_json(HTTPStatus.OK, openai_api.tokenize(body, config.model,
+                                                           config.max_model_len))
+
+    def _chat(self, state: SimState) -> None:
+        config = self.sim.config
+        started = time.monotonic()
+        req = openai_api.parse_chat(self._read_json(), config.model)
+        if not state.healthy:
+            raise openai_api.engine_dead_error()
+        prompt_tokens = tokens.count_chat(req.messages)
+        openai_api.check_context(prompt_tokens, req.max_tokens, config.max_model_len)
+        # The injected latency stands for time spent waiting in the scheduler queue.
+        time.sleep(state.latency_s)
+        queued = time.monotonic()
+        deltas, finish = openai_api.plan_reply(req, prompt_tokens, config.max_model_len)
+        emit = _ChatEmitter(self, req, config.model, prompt_tokens)
+        stamps = list(emit.run(deltas, finish))
+        cached = int(prompt_tokens * state.prefix_cache_hit_rate)
+        first = stamps[0] if stamps else time.monotonic()
+        self.sim.metrics.observe(ServedRequest(
+            engine=self.sim.pick_engine(), prompt_tokens=prompt_tokens,
+            generation_tokens=len(deltas), cached_tokens=cached, max_tokens=req.max_tokens,
+            n=req.n, finished_reason=finish, queue_s=queued - started,
+            prefill_s=first - queued,
+            token_gaps_s=tuple(b - a for a, b in itertools.pairwise(stamps)),
+            e2e_s=time.monotonic() - started))
+
+
+class _ChatEmitter:
+    """Writes one chat answer, streamed or whole, and yields the time each token left."""
+
+    def __init__(self, handler: _Handler, req: ChatRequest, model: str,
+                 prompt_tokens: int) -> None:
+        self.handler = handler
+        self.req = req
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.completion_id = openai_api.new_completion_id()
+        self.created = int(time.time())
+
+    def run(self, deltas: list[str], finish: str) -> Iterator[float]:
+        """Send the answer; yields a monotonic timestamp per generated token."""
+        if not self.req.stream:
+            stamp = time.monotonic()
+            for _ in deltas:
+                yield stamp
+            self.handler._send_json(HTTPStatus.OK, openai_api.chat_response(
+                self.completion_id, self.created, self.model, deltas, finish,
+                self.prompt_tokens))
+            return
+        yield from self._stream(deltas, finish)
+
+    def _event(self, payload: object) -> None:
+        self.handler._write_event(json.dumps(payload, separators=(",", ":")))
+
+    def _stream(self, deltas: list[str], finish: str) -> Iterator[float]:
+        ident = (self.completion_id, self.created, self.model)
+        self.handler._start_stream()
+        self._event(openai_api.chat_chunk(*ident, {"role": "assistant", "content": ""}))
+        for i, delta in enumerate(deltas):
+            last = i == len(deltas) - 1
+            self._event(openai_api.chat_chunk(*ident, {"content": delta},
+                                              finish if last else None))
+            yield time.monotonic()
+        if not deltas:
+            self._event(openai_api.chat_chunk(*ident, {"content": ""}, finish))
+        if self.req.include_usage:
+            self._event(openai_api.usage_chunk(*ident, self.prompt_tokens, len(deltas)))
+        self.handler._write_event("[DONE]")
+        self.handler._end_stream()
+
+
+_GET_ROUTES = {
+    "/health": _Handler._health,
+    "/metrics": _Handler._metrics,
+    "/v1/models": _Handler._models,
+}
+_POST_ROUTES = {
+    "/tokenize": _Handler._tokenize,
+    "/v1/chat/completions": _Handler._chat,
+}
