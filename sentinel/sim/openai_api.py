@@ -165,9 +165,9 @@ def usage(prompt_tokens: int, completion_tokens: int) -> JsonObject:
 def chat_response(completion_id: str, created: int, model: str, deltas: Sequence[str],
                   finish_reason: str, prompt_tokens: int) -> JsonObject:
     """A non-streaming chat.completion object."""
-    message: JsonObject = {"role": "assistant", "content": "".join(deltas), "refusal": None,
-               "annotations": None, "audio": None, "function_call": None, "tool_calls": [],
-               "reasoning_content": None}
+    message: JsonObject = {
+        "role": "assistant", "content": "".join(deltas), "refusal": None, "annotations": None,
+        "audio": None, "function_call": None, "tool_calls": [], "reasoning_content": None}
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason,
               "stop_reason": None}
     return {"id": completion_id, "object": "chat.completion", "created": created,

@@ -83,6 +83,16 @@ class SimServer:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def model(self) -> str:
+        """The served model name."""
+        return self.config.model
+
+    @property
+    def max_model_len(self) -> int:
+        """The context length the server enforces and reports."""
+        return self.config.max_model_len
+
+    @property
     def state(self) -> SimState:
         """The current injected state."""
         with self._lock:
