@@ -130,7 +130,7 @@ def run_demo(keep: bool = False) -> int:
         app.start()
         assert app.status is not None
         print("Sentinel demo: a vLLM queue backlog, detected, paged, recovered.")
-        print(f"  simulator  {sim.url}  (model {sim.state.model})")
+        print(f"  simulator  {sim.url}  (model {sim.model})")
         print(f"  sentinel   http://{':'.join(map(str, app.status.address))}/metrics")
         print(f"  database   {config.database}")
         print(f"  webhook    {sink.url}")
