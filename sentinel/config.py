@@ -46,6 +46,7 @@ from sentinel.secrets import (
     env_refs,
     expand_env,
     read_secret_file,
+    safe_url,
     url_secret_parts,
 )
 from sentinel.yamlpos import Path as YamlPath
@@ -601,19 +602,11 @@ def _receiver_doc(r: ReceiverConfig) -> dict[str, Any]:
     if r.webhook is not None:
         w = r.webhook
         doc["webhook"] = {
-            "url": _safe_url(w.url), **({"url_file": w.url_file} if w.url_file else {}),
+            "url": safe_url(w.url), **({"url_file": w.url_file} if w.url_file else {}),
             "timeout": format_duration(w.timeout_ms), "send_resolved": w.send_resolved,
             "headers": {k: "<redacted>" for k in w.headers},
         }
     return doc
-
-
-def _safe_url(url: str) -> str:
-    """scheme://host:port/<redacted>: enough to recognise the endpoint, not to use it."""
-    split = urlsplit(url)
-    host = f"{split.hostname}:{split.port}" if split.port else str(split.hostname)
-    rest = "/<redacted>" if split.path not in ("", "/") or split.query or split.username else ""
-    return f"{split.scheme}://{host}{rest}"
 
 
 def _safe_database(url: str) -> str:

@@ -154,6 +154,49 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+def safe_url(url: str) -> str:
+    """scheme://host:port plus "/<redacted>" when the URL has a path, query or credentials.
+
+    Enough to recognise an endpoint in a log, never enough to use it.
+    """
+    try:
+        split = urlsplit(url)
+        host = f"{split.hostname}:{split.port}" if split.port else str(split.hostname)
+    except ValueError:
+        return REDACTED
+    secret = split.path not in ("", "/") or split.query or split.username or split.fragment
+    return f"{split.scheme}://{host}" + ("/" + REDACTED if secret else "")
+
+
+class UrlArgsFilter(logging.Filter):
+    """Replaces URL-object arguments of log records with `safe_url(...)`.
+
+    httpx logs every request as `HTTP Request: POST <full url> ...` on the
+    "httpx" logger, token and all. This filter, attached to that logger by
+    `hide_http_client_urls()`, needs no list of secrets: any argument that is
+    an httpx/`yarl`-style URL object is reduced to its scheme and host.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite URL arguments in place; never drops the record."""
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                safe_url(str(a)) if type(a).__name__ == "URL" else a for a in record.args
+            )
+        return True
+
+
+_URL_FILTER = UrlArgsFilter()
+
+
+def hide_http_client_urls(logger_names: Iterable[str] = ("httpx",)) -> None:
+    """Attach the UrlArgsFilter to the HTTP client loggers (idempotent)."""
+    for name in logger_names:
+        logger = logging.getLogger(name)
+        if _URL_FILTER not in logger.filters:
+            logger.addFilter(_URL_FILTER)
+
+
 def install_redaction(redactor: Redactor, logger: logging.Logger | None = None) -> RedactingFilter:
     """Attach one RedactingFilter to every handler of `logger` (default: the root logger).
 

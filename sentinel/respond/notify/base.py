@@ -1,0 +1,63 @@
+"""What every receiver is: a name and `send(notification, now_ms) -> DeliveryResult`.
+
+A receiver never raises: it returns a result that says whether delivery
+worked and, when it did not, whether trying again later can help. The outbox
+retries only retryable failures (with backoff); a permanent failure (a 4xx:
+wrong URL, rejected token) is recorded and not repeated. `detail` is always
+redacted: it is stored on the incident timeline and logged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from sentinel.model import Notification
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryResult:
+    """The outcome of one delivery attempt. `status` is the HTTP status, None if none came back."""
+
+    ok: bool
+    retryable: bool
+    status: int | None
+    detail: str
+
+
+def classify(status: int | None) -> bool:
+    """Whether a failed delivery with this HTTP status is worth retrying.
+
+    None (no response: connection refused, timeout, reset) and 429 and 5xx
+    are transient; every other status is not (2xx needs no retry, 3xx and the
+    remaining 4xx will not change by themselves).
+    """
+    if status is None:
+        return True
+    return status == 429 or 500 <= status <= 599
+
+
+def is_success(status: int | None) -> bool:
+    """2xx: the receiver accepted the notification."""
+    return status is not None and 200 <= status <= 299
+
+
+def result_for_status(status: int | None, detail: str) -> DeliveryResult:
+    """The DeliveryResult for a response status (or None for no response); detail as given."""
+    ok = is_success(status)
+    return DeliveryResult(ok=ok, retryable=not ok and classify(status), status=status,
+                          detail=detail)
+
+
+@runtime_checkable
+class Receiver(Protocol):
+    """A notification destination. One file per kind implements it (webhook.py, …)."""
+
+    @property
+    def name(self) -> str:
+        """The receiver's configured name (used in metrics and on the timeline)."""
+        ...
+
+    def send(self, notification: Notification, now_ms: int) -> DeliveryResult:
+        """Deliver one notification; never raises."""
+        ...
