@@ -1,0 +1,166 @@
+"""The database handle: engine, sessions, and the Alembic upgrade that builds the schema.
+
+SQLite (the embedded default) gets WAL, foreign keys and a busy timeout on
+every connection; PostgreSQL goes through psycopg 3. The schema is created
+only by the migrations in `migrations/` (`Database.upgrade()`), never by
+`metadata.create_all`, so what tests run against is what production runs.
+
+Passwords in the URL never reach a log line or an error message: the URL is
+only ever shown through `render_as_string(hide_password=True)`, and driver
+errors are re-raised as `DatabaseError` with the password scrubbed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, exc, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+MIGRATIONS_ENV = "SENTINEL_MIGRATIONS_DIR"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Any constant works; it serialises concurrent `upgrade()` calls of several
+# daemons sharing one PostgreSQL database.
+_PG_MIGRATION_LOCK = 0x53454E54
+
+
+class DatabaseError(Exception):
+    """The database cannot be reached or migrated. The message never carries a password."""
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse a database URL; plain `postgresql://` URLs get the psycopg 3 driver."""
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError:
+        raise DatabaseError("invalid database URL (expected e.g. sqlite:///path "
+                            "or postgresql://user@host/db)") from None
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def find_migrations_dir() -> Path:
+    """Where the Alembic scripts live.
+
+    $SENTINEL_MIGRATIONS_DIR, else `<repo>/migrations` next to the package
+    source, else `./migrations`.
+    """
+    candidates = []
+    if env := os.environ.get(MIGRATIONS_ENV):
+        candidates.append(Path(env))
+    candidates.append(Path(__file__).resolve().parents[2] / "migrations")
+    candidates.append(Path.cwd() / "migrations")
+    for path in candidates:
+        if (path / "env.py").is_file():
+            return path
+    tried = ", ".join(str(p) for p in candidates)
+    raise DatabaseError(f"migrations directory not found (tried {tried}); set {MIGRATIONS_ENV}")
+
+
+class Database:
+    """One database: an engine, a session factory and `upgrade()`."""
+
+    def __init__(self, url: str | URL, *, echo: bool = False) -> None:
+        self.url = normalize_url(url)
+        self._password = self.url.password
+        self.engine = _create_engine(self.url, echo=echo)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def safe_url(self) -> str:
+        """The URL with its password masked, fit for logs and errors."""
+        return self.url.render_as_string(hide_password=True)
+
+    @property
+    def dialect(self) -> str:
+        """`sqlite` or `postgresql`."""
+        return self.engine.dialect.name
+
+    def __repr__(self) -> str:
+        return f"Database({self.safe_url!r})"
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session in one transaction: committed on success, rolled back on error."""
+        with self._translate_errors(), self._sessions() as session, session.begin():
+            yield session
+
+    def check(self) -> None:
+        """Connect and run `SELECT 1`, raising `DatabaseError` when that fails."""
+        with self._translate_errors(), self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Run `alembic upgrade <revision>` with the scripts from `find_migrations_dir()`."""
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(find_migrations_dir()))
+        with self._translate_errors(), self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    @contextmanager
+    def _translate_errors(self) -> Iterator[None]:
+        # Connection-level failures become DatabaseError with the URL shown
+        # safely; constraint violations and the like pass through unchanged.
+        try:
+            yield
+        except (exc.OperationalError, exc.InterfaceError) as e:
+            detail = _scrub(str(e.orig if e.orig is not None else e), self._password)
+            message = f"database {self.safe_url}: {detail.strip()}"
+            if self._password and self._password in str(e):
+                raise DatabaseError(message) from None
+            raise DatabaseError(message) from e
+
+
+def _scrub(message: str, secret: str | None) -> str:
+    return message.replace(secret, "***") if secret else message
+
+
+def _create_engine(url: URL, *, echo: bool) -> Engine:
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, echo=echo, pool_pre_ping=True)
+    database = url.database or ""
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+    if database in ("", ":memory:"):
+        # One shared connection, or every session would see its own empty DB.
+        kwargs["poolclass"] = StaticPool
+    elif not database.startswith("file:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, echo=echo, **kwargs)
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+    # pysqlite's own transaction handling breaks SAVEPOINT (which the tracker
+    # uses); hand transactions to SQLAlchemy instead (its documented recipe).
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+def _sqlite_begin(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN")

@@ -1,0 +1,225 @@
+"""The incident store's schema: typed SQLAlchemy 2.0 models, one module.
+
+The schema carries the invariants: check constraints on every status/state
+column, at most one OPEN incident per group key (a partial unique index, which
+SQLite and PostgreSQL both enforce), and every constraint named so SQLite's
+batch migrations can find it. Timestamps are timezone-aware UTC going in and
+coming out on both databases (`UTCDateTime`).
+
+The tables are created only by the Alembic migrations in `migrations/`; a
+drift test compares these models with the migrated database.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Names for every constraint and index, so migrations (and SQLite's batch
+# mode, which rebuilds tables) can refer to them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend.
+
+    PostgreSQL stores `timestamptz`; SQLite has no time zone type, so values are
+    converted to UTC before they are written and marked UTC when read back.
+    Naive datetimes are refused: their meaning depends on the host's zone.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: incident timestamps must be aware")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class IncidentStatus(enum.StrEnum):
+    """An incident is open while any of its alerts fires."""
+
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+class IncidentAlertState(enum.StrEnum):
+    """An alert that joined an incident fires until it resolves (and may fire again)."""
+
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
+class TimelineKind(enum.StrEnum):
+    """What a timeline event records. Adding a kind needs a migration (check constraint)."""
+
+    PENDING = "pending"
+    FIRING = "firing"
+    VALUE = "value"
+    RESOLVED = "resolved"
+    INCIDENT_RESOLVED = "incident_resolved"
+    NOTIFICATION_SENT = "notification_sent"
+    NOTIFICATION_FAILED = "notification_failed"
+    LOG_EXCERPT = "log_excerpt"
+    RUNBOOK = "runbook"
+    ACTION = "action"
+    NOTE = "note"
+
+
+def _in(column: str, values: type[enum.StrEnum]) -> str:
+    return f"{column} IN ({', '.join(repr(v.value) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    """Declarative base carrying the naming convention and type map."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+class Incident(Base):
+    """A group of alerts with the same alertname and target, with a timeline."""
+
+    __tablename__ = "incidents"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group_key: Mapped[str] = mapped_column(String)
+    alertname: Mapped[str] = mapped_column(String)
+    target: Mapped[str] = mapped_column(String)
+    status: Mapped[str] = mapped_column(String(16))
+    severity: Mapped[str] = mapped_column(String(32))
+    summary: Mapped[str] = mapped_column(Text)
+    labels: Mapped[dict[str, Any]]
+    opened_at: Mapped[datetime]
+    resolved_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (
+        CheckConstraint(_in("status", IncidentStatus), name="status"),
+        CheckConstraint(
+            "(status = 'open' AND resolved_at IS NULL)"
+            " OR (status = 'resolved' AND resolved_at IS NOT NULL)",
+            name="resolved_at_matches_status",
+        ),
+        # The invariant the tracker relies on: one open incident per key.
+        Index(
+            "uq_incidents_open_group_key",
+            "group_key",
+            unique=True,
+            sqlite_where=text("status = 'open'"),
+            postgresql_where=text("status = 'open'"),
+        ),
+        # Listing is newest first, optionally filtered by one column.
+        Index("ix_incidents_opened_at_id", "opened_at", "id"),
+        Index("ix_incidents_status_opened_at", "status", "opened_at"),
+        Index("ix_incidents_alertname_opened_at", "alertname", "opened_at"),
+        Index("ix_incidents_target_opened_at", "target", "opened_at"),
+    )
+
+
+class IncidentAlert(Base):
+    """One alert (by fingerprint) that belongs to an incident."""
+
+    __tablename__ = "incident_alerts"
+
+    incident_id: Mapped[int] = mapped_column(
+        ForeignKey("incidents.id", ondelete="CASCADE"), primary_key=True
+    )
+    fingerprint: Mapped[str] = mapped_column(String(16), primary_key=True)
+    labels: Mapped[dict[str, Any]]
+    annotations: Mapped[dict[str, Any]]
+    state: Mapped[str] = mapped_column(String(16))
+    # NULL stands for NaN: SQLite cannot store NaN.
+    value: Mapped[float | None] = mapped_column(Float)
+    value_recorded_at: Mapped[datetime | None]
+    active_at: Mapped[datetime]
+    fired_at: Mapped[datetime]
+    resolved_at: Mapped[datetime | None]
+    notified_firing_at: Mapped[datetime | None]
+    notified_resolved_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        CheckConstraint(_in("state", IncidentAlertState), name="state"),
+        CheckConstraint(
+            "(state = 'firing' AND resolved_at IS NULL)"
+            " OR (state = 'resolved' AND resolved_at IS NOT NULL)",
+            name="resolved_at_matches_state",
+        ),
+    )
+
+
+class TimelineEvent(Base):
+    """One thing that happened to an incident, at a time."""
+
+    __tablename__ = "timeline_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"))
+    at: Mapped[datetime]
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any] | None]
+
+    __table_args__ = (
+        CheckConstraint(_in("kind", TimelineKind), name="kind"),
+        Index("ix_timeline_events_incident_id_at", "incident_id", "at", "id"),
+    )
+
+
+class AlertStateRow(Base):
+    """A persisted rule-engine `Alert`, so `for` and firing state survive restarts."""
+
+    __tablename__ = "alert_states"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group_name: Mapped[str] = mapped_column(String)
+    rule: Mapped[str] = mapped_column(String)
+    fingerprint: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, Any]]
+    annotations: Mapped[dict[str, Any]]
+    state: Mapped[str] = mapped_column(String(16))
+    value: Mapped[float | None] = mapped_column(Float)
+    active_at: Mapped[datetime]
+    last_eval: Mapped[datetime]
+    fired_at: Mapped[datetime | None]
+    resolved_at: Mapped[datetime | None]
+    keep_firing_since: Mapped[datetime | None]
+
+    __table_args__ = (
+        CheckConstraint("state IN ('inactive', 'pending', 'firing')", name="state"),
+        Index("ix_alert_states_group_name_rule", "group_name", "rule"),
+    )

@@ -1,0 +1,134 @@
+"""`incidents list` / `incidents show` output: text for people, JSON for `--json`.
+
+The JSON keys are stable (sorted) and timestamps are ISO-8601 UTC strings
+with a `Z`; label sets become objects; non-finite values become Prometheus's
+strings ("NaN", "+Inf"), since JSON has no such numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sentinel.incidents.convert import format_value, iso, value_to_json
+from sentinel.incidents.queries import (
+    IncidentAlertView,
+    IncidentDetail,
+    IncidentSummary,
+    TimelineEntry,
+)
+from sentinel.model import Labels
+
+_LIST_COLUMNS = ("ID", "STATUS", "SEVERITY", "ALERT", "TARGET", "OPENED", "DURATION", "ALERTS",
+                 "SUMMARY")
+_SUMMARY_WIDTH = 60
+
+
+def render_list(items: Sequence[IncidentSummary]) -> str:
+    """A plain-text table, one incident per line, newest first as given."""
+    if not items:
+        return "no incidents"
+    rows = [_LIST_COLUMNS] + [_list_row(i) for i in items]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(_LIST_COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+             for r in rows]
+    return "\n".join(lines)
+
+
+def render_detail(detail: IncidentDetail) -> str:
+    """A header, the alerts, then one line per timeline event."""
+    i = detail.incident
+    subject = f"{i.alertname} on {i.target}" if i.target else i.alertname
+    lines = [f"Incident #{i.id}  {subject}  [{i.status}]"]
+    lines.append(f"  severity:  {i.severity or '-'}")
+    lines.append(f"  opened:    {iso(i.opened_at)}")
+    if i.resolved_at is not None:
+        lines.append(f"  resolved:  {iso(i.resolved_at)} "
+                     f"(after {_duration(i.opened_at, i.resolved_at)})")
+    if i.summary:
+        lines.append(f"  summary:   {i.summary}")
+    lines.append(f"  labels:    {_labels_text(detail.labels)}")
+    lines.append("")
+    lines.append(f"Alerts ({i.firing} firing of {i.alerts}):")
+    lines.extend(f"  {_alert_line(a)}" for a in detail.alerts)
+    lines.append("")
+    lines.append("Timeline:")
+    lines.extend(timeline_line(e) for e in detail.timeline)
+    return "\n".join(lines)
+
+
+def timeline_line(entry: TimelineEntry) -> str:
+    """`2026-11-21T10:00:05Z  firing  VLLMRequestsQueued on gemma-26b: value 4`."""
+    return f"{iso(entry.at)}  {entry.kind}  {entry.message}"
+
+
+def summary_to_json(item: IncidentSummary) -> dict[str, Any]:
+    """One incident of a listing as a JSON object."""
+    return {
+        "id": item.id, "alertname": item.alertname, "target": item.target,
+        "status": item.status, "severity": item.severity, "summary": item.summary,
+        "opened_at": iso(item.opened_at), "resolved_at": iso(item.resolved_at),
+        "updated_at": iso(item.updated_at), "alerts": item.alerts, "firing": item.firing,
+    }
+
+
+def detail_to_json(detail: IncidentDetail) -> dict[str, Any]:
+    """One incident in full as a JSON object."""
+    return {
+        **summary_to_json(detail.incident),
+        "labels": dict(detail.labels),
+        "alert_list": [_alert_to_json(a) for a in detail.alerts],
+        "timeline": [
+            {"id": e.id, "at": iso(e.at), "kind": e.kind, "message": e.message, "data": e.data}
+            for e in detail.timeline
+        ],
+    }
+
+
+def render_list_json(items: Sequence[IncidentSummary]) -> str:
+    """`incidents list --json`: an array of incident objects."""
+    return json.dumps([summary_to_json(i) for i in items], indent=2, sort_keys=True)
+
+
+def render_detail_json(detail: IncidentDetail) -> str:
+    """`incidents show --json`."""
+    return json.dumps(detail_to_json(detail), indent=2, sort_keys=True)
+
+
+def _list_row(i: IncidentSummary) -> tuple[str, ...]:
+    end = i.resolved_at
+    duration = _duration(i.opened_at, end) if end is not None else "open"
+    summary = i.summary if len(i.summary) <= _SUMMARY_WIDTH else i.summary[:57] + "..."
+    return (str(i.id), i.status, i.severity or "-", i.alertname, i.target or "-",
+            iso(i.opened_at) or "", duration, f"{i.firing}/{i.alerts}", summary)
+
+
+def _alert_line(a: IncidentAlertView) -> str:
+    when = f"since {iso(a.fired_at)}" if a.resolved_at is None else f"at {iso(a.resolved_at)}"
+    return f"{a.fingerprint}  {a.state} {when}  value {format_value(a.value)}  " \
+           f"{{{_labels_text(a.labels)}}}"
+
+
+def _alert_to_json(a: IncidentAlertView) -> dict[str, Any]:
+    return {
+        "fingerprint": a.fingerprint, "labels": dict(a.labels),
+        "annotations": dict(a.annotations), "state": a.state, "value": value_to_json(a.value),
+        "active_at": iso(a.active_at), "fired_at": iso(a.fired_at),
+        "resolved_at": iso(a.resolved_at), "notified_firing_at": iso(a.notified_firing_at),
+        "notified_resolved_at": iso(a.notified_resolved_at),
+    }
+
+
+def _labels_text(labels: Labels) -> str:
+    return ", ".join(f'{k}="{v}"' for k, v in labels)
+
+
+def _duration(start: datetime, end: datetime) -> str:
+    seconds = max(0, int((end - start).total_seconds()))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    return f"{m}m{s:02d}s" if m else f"{s}s"

@@ -1,0 +1,379 @@
+"""Alerts → incidents → notifications.
+
+`IncidentTracker.process` takes what the rule engine reported in one
+evaluation and keeps the incident store in step:
+
+- Alerts are grouped by (alertname, target). The target is the `target`
+  label, else `instance`, else empty.
+- A FIRING alert with no open incident for its key opens one; its timeline
+  gets a `pending` event backdated to `active_at` when the rule had a `for`
+  (fired_at > active_at), then `firing`. Later alerts with the same key join
+  the open incident. PENDING alerts open nothing: `active_at` alone is enough
+  to backdate the pending event once they fire.
+- Value changes of a firing alert go on the timeline only when the value
+  moved by more than 10 % (relative to the last recorded value; any change
+  from 0 or to/from NaN counts) and at least 60 s passed since the last
+  recorded value. So a noisy gauge writes at most one event a minute, and a
+  slow drift is still recorded once it adds up to 10 %.
+- An INACTIVE alert with `resolved_at_ms` resolves its row; when no alert of
+  the incident fires any more, the incident resolves.
+
+It returns at most one `Notification` per incident per call. It announces
+alerts that newly fire (and alerts that fire but were never confirmed
+delivered: `notified_firing_at` is NULL and this process has not announced
+them, i.e. after a crash between commit and delivery), and alerts that
+resolved after their firing was announced. The kind is RESOLVED when the
+incident resolved in this call, FIRING otherwise (as Alertmanager's group
+status). Alerts in a notification keep their own state (FIRING or INACTIVE).
+
+Restarts are idempotent: the rule engine restores firing alerts and reports
+them again; they find their open incident and their already-notified rows,
+so nothing new is opened or sent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import literal_column, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from sentinel.incidents import alert_states
+from sentinel.incidents.convert import (
+    dt_to_ms,
+    format_value,
+    labels_to_json,
+    ms_to_dt,
+    value_to_db,
+    value_to_json,
+)
+from sentinel.incidents.db import Database
+from sentinel.incidents.models import (
+    Incident,
+    IncidentAlert,
+    IncidentAlertState,
+    IncidentStatus,
+    TimelineEvent,
+    TimelineKind,
+)
+from sentinel.model import Alert, AlertState, Labels, Notification, NotificationKind, label_value
+
+VALUE_EVENT_MIN_INTERVAL_MS = 60_000
+VALUE_EVENT_MIN_CHANGE = 0.10
+
+# A literal, not a bound parameter: SQLite only uses the partial unique index
+# when the query's WHERE repeats the index's condition verbatim.
+_OPEN = literal_column("'open'")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    """What alerts are grouped by: one open incident per key."""
+
+    alertname: str
+    target: str
+
+    @property
+    def text(self) -> str:
+        """The stored group key; alert names cannot contain '/', so it is unambiguous."""
+        return f"{self.alertname}/{self.target}"
+
+    @property
+    def labels(self) -> Labels:
+        """The key as the notification's group labels."""
+        return tuple(sorted((k, v) for k, v in (("alertname", self.alertname),
+                                                ("target", self.target)) if v))
+
+
+def group_key(alert: Alert) -> GroupKey:
+    """The incident key of an alert: alertname and target (or instance) label."""
+    target = label_value(alert.labels, "target") or label_value(alert.labels, "instance")
+    return GroupKey(alert.name, target)
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What one incident's processing announces, and what to remember after commit."""
+
+    incident_id: int
+    key: GroupKey
+    fired: list[Alert]
+    resolved: list[Alert]
+    closed: bool
+    now: datetime
+
+
+class IncidentTracker:
+    """Turns rule-engine alerts into incidents, timelines and notifications."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        value_interval_ms: int = VALUE_EVENT_MIN_INTERVAL_MS,
+        value_change: float = VALUE_EVENT_MIN_CHANGE,
+    ) -> None:
+        self._db = db
+        self._value_interval_ms = value_interval_ms
+        self._value_change = value_change
+        # (incident_id, fingerprint, fired_at_ms) announced FIRING by this
+        # process but not yet confirmed by record_notification: not again.
+        self._announced: set[tuple[int, str, int]] = set()
+
+    def process(self, alerts: Sequence[Alert], now_ms: int) -> list[Notification]:
+        """Apply one evaluation's alerts; return the notifications to deliver."""
+        groups: dict[GroupKey, list[Alert]] = {}
+        for alert in alerts:
+            if alert.state is AlertState.FIRING or alert.resolved_at_ms is not None:
+                groups.setdefault(group_key(alert), []).append(alert)
+        now = ms_to_dt(now_ms)
+        outcomes: list[_Outcome] = []
+        with self._db.session() as s:
+            for key in sorted(groups, key=lambda k: (k.alertname, k.target)):
+                outcome = self._process_group(s, key, groups[key], now)
+                if outcome is not None:
+                    outcomes.append(outcome)
+        return [n for o in outcomes if (n := self._after_commit(o)) is not None]
+
+    def record_notification(
+        self,
+        incident_id: int,
+        receiver: str,
+        kind: NotificationKind,
+        ok: bool,
+        detail: str,
+        now_ms: int,
+        fingerprints: Iterable[str] = (),
+    ) -> None:
+        """Record a delivery attempt on the timeline; when ok, mark the alerts notified.
+
+        Of the given fingerprints, rows that fire get `notified_firing_at` and
+        resolved rows get `notified_resolved_at` (each only if not yet set).
+        """
+        now = ms_to_dt(now_ms)
+        fps = sorted(set(fingerprints))
+        with self._db.session() as s:
+            if ok and fps:
+                rows = s.scalars(select(IncidentAlert).where(
+                    IncidentAlert.incident_id == incident_id,
+                    IncidentAlert.fingerprint.in_(fps)))
+                for row in rows:
+                    _mark_notified(row, now)
+                    self._announced.discard((incident_id, row.fingerprint, dt_to_ms(row.fired_at)))
+            outcome = "sent" if ok else "failed"
+            s.add(TimelineEvent(
+                incident_id=incident_id, at=now,
+                kind=TimelineKind.NOTIFICATION_SENT if ok else TimelineKind.NOTIFICATION_FAILED,
+                message=f"{kind} notification to {receiver} {outcome}: {detail}".rstrip(": "),
+                data={"receiver": receiver, "kind": str(kind), "fingerprints": fps,
+                      "detail": detail},
+            ))
+
+    def save_alert_states(self, alerts: Sequence[Alert]) -> None:
+        """Replace the persisted rule-engine alerts with these, in one transaction."""
+        alert_states.save(self._db, alerts)
+
+    def load_alert_states(self) -> list[Alert]:
+        """The persisted rule-engine alerts, for `RuleManager.restore`."""
+        return alert_states.load(self._db)
+
+    # -- one incident -------------------------------------------------------
+
+    def _process_group(
+        self, s: Session, key: GroupKey, alerts: list[Alert], now: datetime
+    ) -> _Outcome | None:
+        firing = [a for a in alerts if a.state is AlertState.FIRING]
+        resolved = [a for a in alerts if a.state is not AlertState.FIRING]
+        incident = _open_incident(s, key)
+        if incident is None:
+            if not firing:
+                return None
+            incident = _insert_incident(s, key, firing[0], now)
+        rows = {r.fingerprint: r for r in s.scalars(
+            select(IncidentAlert).where(IncidentAlert.incident_id == incident.id))}
+        outcome = _Outcome(incident.id, key, [], [], closed=False, now=now)
+        for alert in firing:
+            if self._fire(s, incident, rows, alert, now):
+                outcome.fired.append(alert)
+        for alert in resolved:
+            if self._resolve(s, incident, rows, alert, now):
+                outcome.resolved.append(alert)
+        if resolved and rows and all(r.state == IncidentAlertState.RESOLVED for r in rows.values()):
+            _close(s, incident, list(rows.values()), now)
+            outcome.closed = True
+        return outcome
+
+    def _fire(
+        self, s: Session, incident: Incident, rows: dict[str, IncidentAlert], alert: Alert,
+        now: datetime,
+    ) -> bool:
+        """Record a firing alert; True when it is to be announced."""
+        row = rows.get(alert.fingerprint)
+        if row is None:
+            row = rows[alert.fingerprint] = _new_row(incident.id, alert, now)
+            s.add(row)
+            _fired_events(s, incident, alert, now)
+            incident.updated_at = now
+            return True
+        if row.state == IncidentAlertState.RESOLVED:
+            _refire(row, alert, now)
+            _fired_events(s, incident, alert, now)
+            incident.updated_at = now
+            return True
+        self._maybe_value_event(s, incident, row, alert, now)
+        return row.notified_firing_at is None and (
+            (incident.id, row.fingerprint, dt_to_ms(row.fired_at)) not in self._announced)
+
+    def _resolve(
+        self, s: Session, incident: Incident, rows: dict[str, IncidentAlert], alert: Alert,
+        now: datetime,
+    ) -> bool:
+        """Record a resolved alert; True when its firing had been announced."""
+        row = rows.get(alert.fingerprint)
+        if row is None or row.state == IncidentAlertState.RESOLVED:
+            return False
+        row.state = IncidentAlertState.RESOLVED
+        row.resolved_at = ms_to_dt(alert.resolved_at_ms or dt_to_ms(now))
+        _event(s, incident, row.resolved_at, TimelineKind.RESOLVED,
+               f"{_subject(incident)}: resolved", {"fingerprint": row.fingerprint})
+        incident.updated_at = now
+        announced = (incident.id, row.fingerprint, dt_to_ms(row.fired_at)) in self._announced
+        return row.notified_firing_at is not None or announced
+
+    def _maybe_value_event(
+        self, s: Session, incident: Incident, row: IncidentAlert, alert: Alert, now: datetime
+    ) -> None:
+        last_at = row.value_recorded_at or row.fired_at
+        if (now - last_at).total_seconds() * 1000 < self._value_interval_ms:
+            return
+        if not _significant(row.value, alert.value, self._value_change):
+            return
+        row.value = value_to_db(alert.value)
+        row.value_recorded_at = now
+        row.annotations = labels_to_json(alert.annotations)  # templated with $value
+        _event(s, incident, now, TimelineKind.VALUE,
+               f"{_subject(incident)}: value {format_value(alert.value)}",
+               {"fingerprint": row.fingerprint, "value": value_to_json(alert.value)})
+        incident.updated_at = now
+
+    def _after_commit(self, outcome: _Outcome) -> Notification | None:
+        if outcome.closed:
+            self._announced = {a for a in self._announced if a[0] != outcome.incident_id}
+        for alert in outcome.fired:
+            fired_ms = dt_to_ms(_fired_at(alert, outcome.now))
+            self._announced.add((outcome.incident_id, alert.fingerprint, fired_ms))
+        announced = tuple(outcome.fired + outcome.resolved)
+        if not announced:
+            return None
+        kind = NotificationKind.RESOLVED if outcome.closed else NotificationKind.FIRING
+        return Notification(outcome.incident_id, kind, announced, outcome.key.labels)
+
+
+def _open_incident(s: Session, key: GroupKey) -> Incident | None:
+    return s.scalars(select(Incident).where(
+        Incident.group_key == key.text, Incident.status == _OPEN)).one_or_none()
+
+
+def _insert_incident(s: Session, key: GroupKey, alert: Alert, now: datetime) -> Incident:
+    """Open an incident; if another writer opened one for the key meanwhile, use that."""
+    annotations = dict(alert.annotations)
+    incident = Incident(
+        group_key=key.text, alertname=key.alertname, target=key.target,
+        status=IncidentStatus.OPEN, severity=label_value(alert.labels, "severity"),
+        summary=annotations.get("summary") or annotations.get("description") or "",
+        labels=labels_to_json(alert.labels), opened_at=_fired_at(alert, now),
+        resolved_at=None, updated_at=now,
+    )
+    try:
+        with s.begin_nested():
+            s.add(incident)
+    except IntegrityError:
+        # The partial unique index caught a concurrent open (two daemons).
+        existing = _open_incident(s, key)
+        if existing is None:
+            raise
+        return existing
+    return incident
+
+
+def _new_row(incident_id: int, alert: Alert, now: datetime) -> IncidentAlert:
+    return IncidentAlert(
+        incident_id=incident_id, fingerprint=alert.fingerprint,
+        labels=labels_to_json(alert.labels), annotations=labels_to_json(alert.annotations),
+        state=IncidentAlertState.FIRING, value=value_to_db(alert.value),
+        value_recorded_at=_fired_at(alert, now), active_at=ms_to_dt(alert.active_at_ms),
+        fired_at=_fired_at(alert, now), resolved_at=None,
+        notified_firing_at=None, notified_resolved_at=None,
+    )
+
+
+def _refire(row: IncidentAlert, alert: Alert, now: datetime) -> None:
+    row.state = IncidentAlertState.FIRING
+    row.labels = labels_to_json(alert.labels)
+    row.annotations = labels_to_json(alert.annotations)
+    row.value = value_to_db(alert.value)
+    row.active_at = ms_to_dt(alert.active_at_ms)
+    row.fired_at = row.value_recorded_at = _fired_at(alert, now)
+    row.resolved_at = row.notified_firing_at = row.notified_resolved_at = None
+
+
+def _fired_events(s: Session, incident: Incident, alert: Alert, now: datetime) -> None:
+    fired_at = _fired_at(alert, now)
+    active_at = ms_to_dt(alert.active_at_ms)
+    data: dict[str, Any] = {"fingerprint": alert.fingerprint}
+    if active_at < fired_at:
+        _event(s, incident, active_at, TimelineKind.PENDING, f"{_subject(incident)}: pending",
+               data)
+    _event(s, incident, fired_at, TimelineKind.FIRING,
+           f"{_subject(incident)}: value {format_value(alert.value)}",
+           {**data, "value": value_to_json(alert.value), "labels": labels_to_json(alert.labels)})
+
+
+def _close(s: Session, incident: Incident, rows: list[IncidentAlert], now: datetime) -> None:
+    resolved_at = max(r.resolved_at or now for r in rows)
+    incident.status = IncidentStatus.RESOLVED
+    incident.resolved_at = resolved_at
+    incident.updated_at = now
+    n = len(rows)
+    _event(s, incident, resolved_at, TimelineKind.INCIDENT_RESOLVED,
+           f"incident resolved: {n} alert{'s' if n != 1 else ''} resolved", None)
+
+
+def _mark_notified(row: IncidentAlert, now: datetime) -> None:
+    # A delivery that names a resolved alert announced its resolution (the
+    # tracker only puts resolved alerts in a notification after their firing).
+    row.notified_firing_at = row.notified_firing_at or now
+    if row.state == IncidentAlertState.RESOLVED:
+        row.notified_resolved_at = row.notified_resolved_at or now
+
+
+def _event(
+    s: Session, incident: Incident, at: datetime, kind: TimelineKind, message: str,
+    data: dict[str, Any] | None,
+) -> None:
+    s.add(TimelineEvent(incident_id=incident.id, at=at, kind=kind, message=message, data=data))
+
+
+def _subject(incident: Incident) -> str:
+    """`VLLMRequestsQueued on gemma-26b`, as timeline lines start."""
+    return f"{incident.alertname} on {incident.target}" if incident.target else incident.alertname
+
+
+def _fired_at(alert: Alert, now: datetime) -> datetime:
+    return ms_to_dt(alert.fired_at_ms) if alert.fired_at_ms is not None else now
+
+
+def _significant(last: float | None, value: float, change: float) -> bool:
+    """Whether `value` differs enough from the last recorded value to note it."""
+    if last is None or math.isnan(value):
+        return (last is None) != math.isnan(value)
+    if value == last:
+        return False
+    if last == 0 or math.isinf(last):
+        return True
+    return abs(value - last) / abs(last) > change

@@ -1,0 +1,201 @@
+"""The database layer: schema from migrations, no drift, constraints, URLs and secrets."""
+
+from __future__ import annotations
+
+import socket
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect, select, text
+from sqlalchemy.exc import IntegrityError
+
+from sentinel.incidents.db import (
+    MIGRATIONS_ENV,
+    Database,
+    DatabaseError,
+    find_migrations_dir,
+    normalize_url,
+)
+from sentinel.incidents.models import Base, Incident, TimelineEvent, TimelineKind
+
+T0 = datetime(2026, 11, 21, 10, 0, 5, tzinfo=UTC)
+
+
+def _incident(key: str, status: str = "open", **kw: object) -> Incident:
+    fields: dict[str, object] = dict(
+        group_key=key, alertname=key.split("/")[0], target=key.split("/")[1], status=status,
+        severity="warning", summary="", labels={}, opened_at=T0,
+        resolved_at=None if status == "open" else T0 + timedelta(minutes=5), updated_at=T0,
+    )
+    fields.update(kw)
+    return Incident(**fields)
+
+
+def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
+    tables = set(inspect(incident_db.engine).get_table_names())
+    assert {"incidents", "incident_alerts", "timeline_events", "alert_states",
+            "alembic_version"} <= tables
+    with incident_db.engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+    incident_db.upgrade()  # idempotent
+
+
+def test_models_do_not_drift_from_migrations(incident_db: Database) -> None:
+    with incident_db.engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        diff = compare_metadata(context, Base.metadata)
+    assert diff == []
+
+
+def test_one_open_incident_per_key(incident_db: Database) -> None:
+    with incident_db.session() as s:
+        s.add(_incident("HighLatency/a"))
+    with pytest.raises(IntegrityError), incident_db.session() as s:
+        s.add(_incident("HighLatency/a"))
+    # Resolved incidents do not count: any number may share the key.
+    with incident_db.session() as s:
+        s.add_all([_incident("HighLatency/a", "resolved"), _incident("HighLatency/a", "resolved"),
+                   _incident("HighLatency/b")])
+    with incident_db.session() as s:
+        assert len(s.scalars(select(Incident)).all()) == 4
+
+
+@pytest.mark.parametrize("fields", [
+    {"status": "closed"},
+    {"status": "resolved", "resolved_at": None},
+    {"status": "open", "resolved_at": T0},
+])
+def test_incident_check_constraints(incident_db: Database, fields: dict[str, object]) -> None:
+    with pytest.raises(IntegrityError), incident_db.session() as s:
+        s.add(_incident("X/y", **fields))
+
+
+def test_timeline_kinds_match_the_check_constraint(incident_db: Database) -> None:
+    with incident_db.session() as s:
+        incident = _incident("X/y")
+        s.add(incident)
+        s.flush()
+        for kind in TimelineKind:
+            s.add(TimelineEvent(incident_id=incident.id, at=T0, kind=kind, message="m", data=None))
+    with pytest.raises(IntegrityError), incident_db.session() as s:
+        s.add(TimelineEvent(incident_id=incident.id, at=T0, kind="bogus", message="m", data=None))
+
+
+def test_foreign_keys_are_enforced(incident_db: Database) -> None:
+    with pytest.raises(IntegrityError), incident_db.session() as s:
+        s.add(TimelineEvent(incident_id=999, at=T0, kind="note", message="m", data=None))
+
+
+def test_timestamps_come_back_aware_utc(incident_db: Database) -> None:
+    plus2 = timezone(timedelta(hours=2))
+    opened = datetime(2026, 11, 21, 12, 0, 5, 123000, tzinfo=plus2)
+    with incident_db.session() as s:
+        s.add(_incident("X/y", opened_at=opened))
+    with incident_db.session() as s:
+        got = s.scalars(select(Incident)).one().opened_at
+    assert got == opened
+    assert got.tzinfo is not None and got.utcoffset() == timedelta(0)
+    assert got.hour == 10 and got.microsecond == 123000
+
+
+def test_naive_timestamps_are_refused(incident_db: Database) -> None:
+    with pytest.raises(Exception, match="naive datetime"), incident_db.session() as s:
+        s.add(_incident("X/y", opened_at=datetime(2026, 1, 1)))  # noqa: DTZ001
+
+
+def test_sqlite_pragmas_and_parent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = Database("sqlite:///state/sub/sentinel.db")
+    try:
+        with db.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+        assert (tmp_path / "state" / "sub").is_dir()
+    finally:
+        db.dispose()
+
+
+def test_in_memory_sqlite_shares_one_database() -> None:
+    db = Database("sqlite://")
+    db.upgrade()
+    with db.session() as s:
+        s.add(_incident("X/y"))
+    with db.session() as s:
+        assert len(s.scalars(select(Incident)).all()) == 1
+
+
+def test_plain_postgresql_url_gets_psycopg_driver() -> None:
+    assert normalize_url("postgresql://u:p@h/db").drivername == "postgresql+psycopg"
+    assert normalize_url("postgres://u@h/db").drivername == "postgresql+psycopg"
+    assert normalize_url("postgresql+psycopg://u@h/db").drivername == "postgresql+psycopg"
+    assert normalize_url("sqlite:///x.db").drivername == "sqlite"
+
+
+def test_invalid_url_is_a_clear_error() -> None:
+    with pytest.raises(DatabaseError, match="invalid database URL"):
+        Database("not a url")
+
+
+def test_safe_url_hides_password() -> None:
+    db = Database("postgresql://sentinel:hunter2-secret@127.0.0.1:1/incidents")
+    assert "hunter2-secret" not in db.safe_url
+    assert "hunter2-secret" not in repr(db)
+    assert "***" in db.safe_url
+
+
+def test_password_never_in_connection_error_refused() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    db = Database(f"postgresql://sentinel:s3cr3t-pw-xyz@127.0.0.1:{port}/incidents"
+                  "?connect_timeout=5")
+    with pytest.raises(DatabaseError) as info:
+        db.upgrade()
+    _assert_no_secret(info.value, "s3cr3t-pw-xyz")
+    assert f"127.0.0.1:{port}" in str(info.value)
+
+
+def test_password_never_in_authentication_error(postgres_url: str) -> None:
+    url = normalize_url(postgres_url).set(password="wr0ng-pw-secret")
+    db = Database(url)
+    with pytest.raises(DatabaseError) as info:
+        db.check()
+    _assert_no_secret(info.value, "wr0ng-pw-secret")
+    assert "password authentication failed" in str(info.value)
+    with pytest.raises(DatabaseError) as info2, db.session() as s:
+        s.execute(text("SELECT 1"))
+    _assert_no_secret(info2.value, "wr0ng-pw-secret")
+
+
+def _assert_no_secret(error: BaseException, secret: str) -> None:
+    seen: BaseException | None = error
+    while seen is not None:
+        assert secret not in str(seen)
+        assert secret not in repr(seen)
+        seen = seen.__cause__ or seen.__context__
+
+
+def test_migrations_dir_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "env.py").write_text("")
+    monkeypatch.setenv(MIGRATIONS_ENV, str(tmp_path))
+    assert find_migrations_dir() == tmp_path
+
+
+def test_migrations_dir_default_is_next_to_the_package() -> None:
+    assert find_migrations_dir() == Path(__file__).resolve().parents[1] / "migrations"
+
+
+def test_missing_migrations_dir_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sentinel.incidents.db as dbmod
+
+    monkeypatch.setenv(MIGRATIONS_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setattr(dbmod, "__file__", str(tmp_path / "a" / "b" / "c" / "db.py"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatabaseError, match="migrations directory not found.*SENTINEL_MIG"):
+        find_migrations_dir()
