@@ -1,0 +1,204 @@
+"""Aggregation operators, step for step as Prometheus 2.42's evaluator.aggregation.
+
+Summation order and the topk/bottomk heap follow Prometheus exactly, so
+results (and which series win ties) are bit-for-bit the same.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
+from sentinel.promql import floatops as f
+from sentinel.promql.errors import PromQLError
+from sentinel.promql.functions import _LABEL_NAME
+from sentinel.promql.histogram import quantile
+
+_MAX_INT64 = 9223372036854774784.0
+_MIN_INT64 = -9223372036854775808.0
+
+
+class _Group:
+    __slots__ = ("labels", "value", "mean", "count", "heap", "values")
+
+    def __init__(self, labels: Labels, first: InstantSample) -> None:
+        self.labels = labels
+        self.value = first.value
+        self.mean = first.value
+        self.count = 1
+        self.heap: list[InstantSample] = [first]
+        self.values: list[float] = [first.value]
+
+
+def _key_and_labels(
+    labels: Labels, grouping: frozenset[str], without: bool
+) -> tuple[Labels, Labels]:
+    if without:
+        kept = tuple(kv for kv in labels if kv[0] not in grouping and kv[0] != METRIC_NAME)
+    else:
+        kept = tuple(kv for kv in labels if kv[0] in grouping)
+    return kept, kept
+
+
+def format_value_label(v: float) -> str:
+    """strconv.FormatFloat(v, 'f', -1, 64): shortest round-trip digits, never an exponent."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    text = format(Decimal(repr(v)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def aggregate(
+    op: str, vec: Vector, grouping: tuple[str, ...], without: bool, param: float | str | None
+) -> Vector:
+    """Apply aggregation `op` to `vec` grouped `by` (or `without`) the labels."""
+    k = 0
+    if op in ("topk", "bottomk"):
+        assert isinstance(param, float)
+        if not _MIN_INT64 <= param <= _MAX_INT64:
+            raise PromQLError(f"Scalar value {param} overflows int64")
+        k = int(param)
+        if k < 1:
+            return []
+    names = frozenset(grouping)
+    if op == "count_values":
+        assert isinstance(param, str)
+        if not _LABEL_NAME.fullmatch(param):
+            raise PromQLError(f'invalid label name "{param}"')
+        if not without:
+            names = names | {param}
+        vec = [
+            InstantSample(
+                labels_of([*(kv for kv in s.labels if kv[0] != param),
+                           (param, format_value_label(s.value))]),
+                s.value,
+            )
+            for s in vec
+        ]  # fmt: skip
+    groups: dict[Labels, _Group] = {}
+    for s in vec:
+        key, labels = _key_and_labels(s.labels, names, without)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = _Group(labels, s)
+            if op in ("stddev", "stdvar"):
+                groups[key].value = 0.0
+            elif op == "group":
+                groups[key].value = 1.0
+            continue
+        _accumulate(op, group, s, k)
+    return _results(op, groups.values(), param)
+
+
+def _accumulate(op: str, g: _Group, s: InstantSample, k: int) -> None:
+    v = s.value
+    if op == "sum":
+        g.value += v
+    elif op == "avg":
+        g.count += 1
+        if math.isinf(g.mean):
+            if math.isinf(v) and (g.mean > 0) == (v > 0):
+                return
+            if not math.isinf(v) and not math.isnan(v):
+                return
+        g.mean += v / g.count - g.mean / g.count
+    elif op == "max":
+        if g.value < v or math.isnan(g.value):
+            g.value = v
+    elif op == "min":
+        if g.value > v or math.isnan(g.value):
+            g.value = v
+    elif op in ("count", "count_values"):
+        g.count += 1
+    elif op in ("stddev", "stdvar"):
+        g.count += 1
+        d = v - g.mean
+        g.mean += d / g.count
+        g.value += d * (v - g.mean)
+    elif op == "topk":
+        _heap_offer(g.heap, s, k, _less_top)
+    elif op == "bottomk":
+        _heap_offer(g.heap, s, k, _less_bottom)
+    elif op == "quantile":
+        g.values.append(v)
+
+
+def _results(op: str, groups: object, param: float | str | None) -> Vector:
+    out: Vector = []
+    for g in groups:  # type: ignore[attr-defined]
+        if op in ("topk", "bottomk"):
+            desc = op == "topk"
+            out.extend(sorted(g.heap, key=lambda s: s.value, reverse=desc))
+            continue
+        if op == "avg":
+            value = g.mean
+        elif op in ("count", "count_values"):
+            value = float(g.count)
+        elif op == "stdvar":
+            value = g.value / g.count
+        elif op == "stddev":
+            value = f.sqrt(g.value / g.count)
+        elif op == "quantile":
+            assert isinstance(param, float)
+            value = quantile(param, g.values)
+        else:
+            value = g.value
+        out.append(InstantSample(g.labels, value))
+    return out
+
+
+def _less_top(a: InstantSample, b: InstantSample) -> bool:
+    return math.isnan(a.value) or a.value < b.value
+
+
+def _less_bottom(a: InstantSample, b: InstantSample) -> bool:
+    return math.isnan(a.value) or a.value > b.value
+
+
+def _heap_offer(heap: list[InstantSample], s: InstantSample, k: int, less: object) -> None:
+    """Prometheus's topk/bottomk step on a Go container/heap (its tie-breaking included)."""
+    top = heap[0].value
+    beats = s.value < top if less is _less_bottom else top < s.value
+    if len(heap) < k or beats or math.isnan(top):
+        if len(heap) == k:
+            if k == 1:
+                heap[0] = s
+                return
+            _pop(heap, less)
+        heap.append(s)
+        _up(heap, len(heap) - 1, less)
+
+
+def _up(h: list[InstantSample], j: int, less: object) -> None:
+    while True:
+        i = (j - 1) // 2
+        if j <= 0 or i == j or not less(h[j], h[i]):  # type: ignore[operator]
+            break
+        h[i], h[j] = h[j], h[i]
+        j = i
+
+
+def _down(h: list[InstantSample], i0: int, n: int, less: object) -> None:
+    i = i0
+    while True:
+        j1 = 2 * i + 1
+        if j1 >= n:
+            break
+        j = j1
+        j2 = j1 + 1
+        if j2 < n and less(h[j2], h[j1]):  # type: ignore[operator]
+            j = j2
+        if not less(h[j], h[i]):  # type: ignore[operator]
+            break
+        h[i], h[j] = h[j], h[i]
+        i = j
+
+
+def _pop(h: list[InstantSample], less: object) -> None:
+    n = len(h) - 1
+    h[0], h[n] = h[n], h[0]
+    _down(h, 0, n, less)
+    h.pop()

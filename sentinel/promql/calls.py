@@ -1,0 +1,149 @@
+"""Evaluation of function calls: argument evaluation, name dropping, absent()."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
+from sentinel.promql import functions as fn
+from sentinel.promql import nodes as n
+from sentinel.promql.errors import PromQLError
+from sentinel.promql.rangefuncs import RANGE_FUNCTIONS, Window
+
+
+@dataclass(frozen=True, slots=True)
+class RangeSeries:
+    """One series of a range vector: its labels and non-stale samples."""
+
+    labels: Labels
+    ts: list[int]
+    vs: list[float]
+
+
+class Evaluator(Protocol):
+    """The part of the engine's evaluator that calls need."""
+
+    at_ms: int
+
+    def eval(self, e: n.Expr) -> object:
+        """Evaluate any sub-expression."""
+        ...
+
+    def scalar(self, e: n.Expr) -> float:
+        """Evaluate a scalar sub-expression."""
+        ...
+
+    def vector(self, e: n.Expr) -> Vector:
+        """Evaluate an instant-vector sub-expression."""
+        ...
+
+    def instant(self, sel: n.VectorSelector) -> list[tuple[Labels, int, float]]:
+        """Labels, timestamp and value of each series an instant selector picks."""
+        ...
+
+    def matrix(self, e: n.MatrixSelector) -> list[RangeSeries]:
+        """The series of a range selector."""
+        ...
+
+
+def check_unique(vec: Vector) -> Vector:
+    """Prometheus refuses a vector in which two samples have the same labels."""
+    if len({s.labels for s in vec}) != len(vec):
+        raise PromQLError("vector cannot contain metrics with the same labelset")
+    return vec
+
+
+def absent_labels(arg: n.Expr) -> Labels:
+    """The labels absent() reports: those fixed by one equality matcher each (not the name)."""
+    arg = n.unwrap_parens(arg)
+    if isinstance(arg, n.MatrixSelector):
+        arg = arg.selector
+    if not isinstance(arg, n.VectorSelector):
+        return ()
+    found: dict[str, str] = {}
+    ambiguous: set[str] = set()
+    for m in arg.matchers:
+        if m.name == METRIC_NAME:
+            continue
+        if m.op == "=" and m.name not in found:
+            found[m.name] = m.value
+        else:
+            ambiguous.add(m.name)
+    return labels_of({k: v for k, v in found.items() if k not in ambiguous})
+
+
+def evaluate_call(ev: Evaluator, e: n.Call) -> float | Vector:
+    """The value of a function call."""
+    name = e.func
+    if name in RANGE_FUNCTIONS:
+        return check_unique(_range_call(ev, e))
+    if name == "absent_over_time":
+        matrix = ev.matrix(_matrix_arg(e))
+        return [] if matrix else [InstantSample(absent_labels(e.args[0]), 1.0)]
+    if name == "absent":
+        vec = ev.vector(e.args[0])
+        return [] if vec else [InstantSample(absent_labels(e.args[0]), 1.0)]
+    if name == "time":
+        return ev.at_ms / 1000
+    if name == "scalar":
+        vec = ev.vector(e.args[0])
+        return vec[0].value if len(vec) == 1 else fn.f.NAN
+    if name == "vector":
+        return [InstantSample((), ev.scalar(e.args[0]))]
+    if name == "timestamp":
+        return check_unique(_timestamp(ev, e.args[0]))
+    return check_unique(_instant_call(ev, e))
+
+
+def _matrix_arg(e: n.Call) -> n.MatrixSelector:
+    for arg in e.args:
+        inner = n.unwrap_parens(arg)
+        if isinstance(inner, n.MatrixSelector):
+            return inner
+    raise PromQLError(f"{e.func}() needs a range vector selector")
+
+
+def _range_call(ev: Evaluator, e: n.Call) -> Vector:
+    sel = _matrix_arg(e)
+    scalars = tuple(ev.scalar(a) for a in e.args if n.value_type(a) == n.SCALAR)
+    window = Window(ev.at_ms, sel.range_ms, sel.selector.offset_ms, scalars)
+    func = RANGE_FUNCTIONS[e.func]
+    keep_name = e.func == "last_over_time"
+    out = []
+    for s in ev.matrix(sel):
+        value = func(s.ts, s.vs, window)
+        if value is not None:
+            out.append(InstantSample(s.labels if keep_name else fn.drop_name(s.labels), value))
+    return out
+
+
+def _timestamp(ev: Evaluator, arg: n.Expr) -> Vector:
+    inner = n.unwrap_parens(arg)
+    if isinstance(inner, n.VectorSelector):
+        # Of a selector, timestamp() reports when each sample was taken.
+        return [InstantSample(fn.drop_name(lb), t / 1000) for lb, t, _ in ev.instant(inner)]
+    return [InstantSample(fn.drop_name(s.labels), ev.at_ms / 1000) for s in ev.vector(arg)]
+
+
+def _instant_call(ev: Evaluator, e: n.Call) -> Vector:
+    args = [ev.eval(a) for a in e.args]
+    name = e.func
+    vec = args[0]
+    if name in fn.SIMPLE:
+        return fn.simple(name, vec)  # type: ignore[arg-type]
+    if name == "histogram_quantile":
+        return fn.histogram_quantile(args[0], args[1])  # type: ignore[arg-type]
+    handlers = {
+        "round": fn.round_,
+        "clamp": fn.clamp,
+        "clamp_min": fn.clamp_min,
+        "clamp_max": fn.clamp_max,
+        "sort": fn.sort,
+        "sort_desc": fn.sort_desc,
+        "label_replace": fn.label_replace,
+        "label_join": fn.label_join,
+    }
+    if name not in handlers:
+        raise PromQLError(f"function {name}() is not supported")
+    return handlers[name](*args)  # type: ignore[operator]

@@ -1,0 +1,185 @@
+"""Compile PromQL text into Sentinel's syntax tree, rejecting what the engine cannot do.
+
+promql-parser (a Rust binding) does the parsing and type checking; this
+module walks its objects once and builds `nodes`. The binding reports no
+positions, so the position of an unsupported construct is found by looking
+for its token in the text, with string literals masked out.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from functools import lru_cache
+
+import promql_parser as pp
+
+from sentinel.model import METRIC_NAME
+from sentinel.promql import nodes as n
+from sentinel.promql.errors import PromQLError
+
+# Functions the engine evaluates (see the table in sentinel/promql/__init__.py).
+SUPPORTED_FUNCTIONS = frozenset(
+    {
+        "rate", "irate", "increase", "delta", "idelta",
+        "avg_over_time", "min_over_time", "max_over_time", "sum_over_time",
+        "count_over_time", "last_over_time", "present_over_time",
+        "quantile_over_time", "stddev_over_time", "stdvar_over_time",
+        "absent", "absent_over_time", "changes", "resets", "histogram_quantile",
+        "clamp", "clamp_min", "clamp_max", "abs", "ceil", "floor", "round",
+        "exp", "sqrt", "ln", "log2", "log10", "sgn",
+        "time", "timestamp", "vector", "scalar", "label_replace", "label_join",
+        "sort", "sort_desc", "deriv", "predict_linear",
+    }
+)  # fmt: skip
+
+SUPPORTED_AGGREGATIONS = frozenset(
+    {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar",
+     "topk", "bottomk", "quantile", "count_values"}
+)  # fmt: skip
+
+# The binding's enums do not hash: key by their printed names.
+_MATCH_OPS = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
+_CARDINALITY = {
+    "OneToOne": "one-to-one",
+    "ManyToOne": "many-to-one",
+    "OneToMany": "one-to-many",
+    "ManyToMany": "many-to-many",
+}
+
+
+def _enum_name(value: object) -> str:
+    return str(value).rsplit(".", 1)[-1]
+
+
+_STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`|#[^\n]*')
+
+
+def compile_expr(text: str) -> n.Expr:
+    """Parse and check a PromQL expression; PromQLError(message, position) when it cannot run.
+
+    The result must be an instant vector or a scalar, as rule expressions are.
+    """
+    return _compile_cached(text)
+
+
+@lru_cache(maxsize=1024)
+def _compile_cached(text: str) -> n.Expr:
+    try:
+        parsed = pp.parse(text)
+    except ValueError as exc:
+        raise PromQLError(f"parse error: {exc}", _parse_error_position(text, str(exc))) from None
+    expr = _Compiler(text).convert(parsed)
+    kind = n.value_type(expr)
+    if kind not in (n.VECTOR, n.SCALAR):
+        raise PromQLError(f"expression must return an instant vector or a scalar, not a {kind}", 0)
+    return expr
+
+
+def _masked(text: str) -> str:
+    """The text with string literals and comments blanked, so token searches skip them."""
+    return _STRING_LITERAL.sub(lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 1), text)
+
+
+def _find(text: str, pattern: str) -> int | None:
+    m = re.search(pattern, _masked(text))
+    return m.start() if m else None
+
+
+def _parse_error_position(text: str, message: str) -> int | None:
+    m = re.search(r"unknown function with name '([A-Za-z_:][A-Za-z0-9_:]*)'", message)
+    if m:
+        return _find(text, rf"\b{re.escape(m.group(1))}\s*\(")
+    return None
+
+
+def _ms(delta: timedelta | None) -> int:
+    if delta is None:
+        return 0
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+class _Compiler:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def reject(self, what: str, pattern: str) -> PromQLError:
+        position = _find(self.text, pattern)
+        return PromQLError(f"{what} is not supported by Sentinel's engine", position)
+
+    def convert(self, e: object) -> n.Expr:
+        if isinstance(e, pp.NumberLiteral):
+            return n.NumberLiteral(float(e.val))
+        if isinstance(e, pp.StringLiteral):
+            return n.StringLiteral(e.val)
+        if isinstance(e, pp.ParenExpr):
+            return n.Paren(self.convert(e.expr))
+        if isinstance(e, pp.UnaryExpr):
+            return n.Negate(self.convert(e.expr))
+        if isinstance(e, pp.VectorSelector):
+            return self.selector(e)
+        if isinstance(e, pp.MatrixSelector):
+            return n.MatrixSelector(self.selector(e.vector_selector), _ms(e.range))
+        if isinstance(e, pp.Call):
+            return self.call(e)
+        if isinstance(e, pp.AggregateExpr):
+            return self.aggregate(e)
+        if isinstance(e, pp.BinaryExpr):
+            return self.binary(e)
+        if isinstance(e, pp.SubqueryExpr):
+            raise self.reject("a subquery", r"\[[^\[\]]*:[^\[\]]*\]")
+        raise PromQLError(f"unsupported expression {type(e).__name__}", None)
+
+    def selector(self, e: pp.VectorSelector) -> n.VectorSelector:
+        if e.at is not None:
+            raise self.reject("the @ modifier", r"@")
+        if e.matchers.or_matchers:
+            raise self.reject("`or` inside a label selector", r"\{[^}]*?\bor\b")
+        matchers = []
+        if e.name:
+            matchers.append(n.LabelMatcher.of(METRIC_NAME, "=", e.name))
+        for m in e.matchers.matchers:
+            try:
+                matchers.append(n.LabelMatcher.of(m.name, _MATCH_OPS[_enum_name(m.op)], m.value))
+            except re.error as exc:
+                position = _find(self.text, re.escape(m.value))
+                message = f"invalid regular expression {m.value!r}: {exc}"
+                raise PromQLError(message, position) from None
+        return n.VectorSelector(tuple(matchers), _ms(e.offset))
+
+    def call(self, e: pp.Call) -> n.Call:
+        name = e.func.name
+        if name not in SUPPORTED_FUNCTIONS:
+            raise self.reject(f"function {name}()", rf"\b{re.escape(name)}\s*\(")
+        returns = n.SCALAR if e.func.return_type == pp.ValueType.Scalar else n.VECTOR
+        return n.Call(name, tuple(self.convert(a) for a in e.args), returns)
+
+    def aggregate(self, e: pp.AggregateExpr) -> n.Aggregate:
+        op = str(e.op)
+        if op not in SUPPORTED_AGGREGATIONS:
+            raise self.reject(f"aggregation {op}", rf"\b{re.escape(op)}\b")
+        grouping: tuple[str, ...] = ()
+        without = False
+        if e.modifier is not None:
+            grouping = tuple(e.modifier.labels)
+            without = e.modifier.type == pp.AggModifierType.Without
+        param = self.convert(e.param) if e.param is not None else None
+        return n.Aggregate(op, self.convert(e.expr), param, grouping, without)
+
+    def binary(self, e: pp.BinaryExpr) -> n.Binary:
+        op = str(e.op)
+        if op == "atan2":
+            raise self.reject("the atan2 operator", r"\batan2\b")
+        mod = e.modifier
+        if mod is None:
+            card = "many-to-many" if op in ("and", "or", "unless") else "one-to-one"
+            matching = n.Matching(card, False, ())
+            return n.Binary(op, self.convert(e.lhs), self.convert(e.rhs), False, matching)
+        fill = mod.fill_values
+        if fill is not None and (fill.lhs is not None or fill.rhs is not None):
+            raise self.reject("fill modifiers", r"\bfill(_left|_right)?\b")
+        on = mod.matching is not None and mod.matching.type == pp.LabelModifierType.Include
+        labels = tuple(mod.matching.labels) if mod.matching is not None else ()
+        include = tuple(mod.group_labels or ())
+        matching = n.Matching(_CARDINALITY[_enum_name(mod.card)], on, labels, include)
+        return n.Binary(op, self.convert(e.lhs), self.convert(e.rhs), mod.return_bool, matching)

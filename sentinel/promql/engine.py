@@ -1,0 +1,189 @@
+"""Instant evaluation of compiled PromQL over the series store.
+
+Semantics are Prometheus 2.42's for an instant query at `at_ms`:
+
+- an instant selector takes each series' newest sample in the closed window
+  [t - offset - lookback, t - offset]; when that sample is a staleness
+  marker the series is absent;
+- a range selector takes the samples in the closed window
+  [t - offset - range, t - offset], staleness markers skipped;
+- series come out sorted by label set, as Prometheus's storage returns
+  them, so floating-point sums run in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from sentinel.model import InstantSample, Labels, Vector, is_stale
+from sentinel.promql import functions as fn
+from sentinel.promql import nodes as n
+from sentinel.promql.aggregate import aggregate
+from sentinel.promql.binary import scalar_op, set_op, vector_scalar, vector_vector
+from sentinel.promql.calls import RangeSeries, check_unique, evaluate_call
+from sentinel.promql.compile import compile_expr
+from sentinel.promql.errors import PromQLError
+from sentinel.store.memory import Matcher, Series
+
+DEFAULT_LOOKBACK_MS = 300_000
+
+
+class SeriesSource(Protocol):
+    """What the engine needs from a store (MemoryStore implements it)."""
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[Series]:
+        """Series matching all matchers, with their samples in [start_ms, end_ms]."""
+        ...
+
+
+Value = float | Vector | list[RangeSeries] | str
+
+
+class Engine:
+    """Evaluates PromQL expressions over a series store at a given time."""
+
+    def __init__(self, store: SeriesSource, lookback_ms: int = DEFAULT_LOOKBACK_MS) -> None:
+        self.store = store
+        self.lookback_ms = lookback_ms
+
+    def query(self, expr: str | n.Expr, at_ms: int) -> Vector | float:
+        """The expression's value at `at_ms`: a Vector, or a float for a scalar result.
+
+        Raises PromQLError for expressions that do not compile and for
+        evaluation errors (e.g. many-to-many matching).
+        """
+        node = compile_expr(expr) if isinstance(expr, str) else expr
+        result = _Evaluator(self.store, self.lookback_ms, at_ms).eval(node)
+        if isinstance(result, float | list):
+            return result  # type: ignore[return-value]
+        raise PromQLError("expression must return an instant vector or a scalar")
+
+    def max_lookback_ms(self, expr: str | n.Expr) -> int:
+        """How far back from the evaluation time the expression reads data."""
+        return max_lookback_ms(expr, self.lookback_ms)
+
+
+def max_lookback_ms(expr: str | n.Expr, lookback_ms: int = DEFAULT_LOOKBACK_MS) -> int:
+    """The oldest data an expression reads, in ms before the evaluation time."""
+    node = compile_expr(expr) if isinstance(expr, str) else expr
+    return max(0, _reach(node, lookback_ms))
+
+
+def _reach(e: n.Expr, lookback_ms: int) -> int:
+    if isinstance(e, n.VectorSelector):
+        return e.offset_ms + lookback_ms
+    if isinstance(e, n.MatrixSelector):
+        return e.selector.offset_ms + e.range_ms
+    children: tuple[n.Expr | None, ...] = ()
+    if isinstance(e, n.Call):
+        children = e.args
+    elif isinstance(e, n.Aggregate):
+        children = (e.expr, e.param)
+    elif isinstance(e, n.Binary):
+        children = (e.lhs, e.rhs)
+    elif isinstance(e, n.Negate | n.Paren):
+        children = (e.expr,)
+    return max((_reach(c, lookback_ms) for c in children if c is not None), default=0)
+
+
+class _Evaluator:
+    def __init__(self, store: SeriesSource, lookback_ms: int, at_ms: int) -> None:
+        self.store = store
+        self.lookback_ms = lookback_ms
+        self.at_ms = at_ms
+
+    def eval(self, e: n.Expr) -> Value:
+        if isinstance(e, n.NumberLiteral):
+            return e.value
+        if isinstance(e, n.StringLiteral):
+            return e.value
+        if isinstance(e, n.Paren):
+            return self.eval(e.expr)
+        if isinstance(e, n.VectorSelector):
+            return [InstantSample(labels, v) for labels, _, v in self.instant(e)]
+        if isinstance(e, n.MatrixSelector):
+            return self.matrix(e)
+        if isinstance(e, n.Negate):
+            return self.negate(e)
+        if isinstance(e, n.Aggregate):
+            return self.aggregate(e)
+        if isinstance(e, n.Binary):
+            return self.binary(e)
+        return self.call(e)
+
+    def scalar(self, e: n.Expr) -> float:
+        value = self.eval(e)
+        assert isinstance(value, float)
+        return value
+
+    def vector(self, e: n.Expr) -> Vector:
+        value = self.eval(e)
+        assert isinstance(value, list)
+        return value  # type: ignore[return-value]
+
+    def select(self, sel: n.VectorSelector, start_ms: int, end_ms: int) -> list[Series]:
+        # Plain matchers go to the store (its name index serves `__name__="x"`);
+        # regex matchers are applied here with the compiled patterns.
+        plain = [Matcher(m.name, m.op, m.value) for m in sel.matchers if m.regex is None]
+        regex = [m for m in sel.matchers if m.regex is not None]
+        found = self.store.select(plain, start_ms, end_ms)
+        if regex:
+            found = [
+                s for s in found if all(m.matches(dict(s.labels).get(m.name, "")) for m in regex)
+            ]
+        found.sort(key=lambda s: s.labels)
+        return found
+
+    def instant(self, sel: n.VectorSelector) -> list[tuple[Labels, int, float]]:
+        ref = self.at_ms - sel.offset_ms
+        out = []
+        for s in self.select(sel, ref - self.lookback_ms, ref):
+            if not is_stale(s.vs[-1]):
+                out.append((s.labels, s.ts[-1], s.vs[-1]))
+        return out
+
+    def matrix(self, e: n.MatrixSelector) -> list[RangeSeries]:
+        end = self.at_ms - e.selector.offset_ms
+        out = []
+        for s in self.select(e.selector, end - e.range_ms, end):
+            keep = [i for i, v in enumerate(s.vs) if not is_stale(v)]
+            if len(keep) != len(s.vs):
+                s.ts = [s.ts[i] for i in keep]
+                s.vs = [s.vs[i] for i in keep]
+            if s.ts:
+                out.append(RangeSeries(s.labels, s.ts, s.vs))
+        return out
+
+    def negate(self, e: n.Negate) -> Value:
+        value = self.eval(e.expr)
+        if isinstance(value, float):
+            return -value
+        vec = [InstantSample(fn.drop_name(s.labels), -s.value) for s in value]  # type: ignore[union-attr]
+        return check_unique(vec)
+
+    def aggregate(self, e: n.Aggregate) -> Vector:
+        param: float | str | None = None
+        if e.param is not None:
+            p = self.eval(e.param)
+            assert isinstance(p, float | str)
+            param = p
+        vec = self.vector(e.expr)
+        return check_unique(aggregate(e.op, vec, e.grouping, e.without, param))
+
+    def binary(self, e: n.Binary) -> Value:
+        lhs, rhs = self.eval(e.lhs), self.eval(e.rhs)
+        if isinstance(lhs, float) and isinstance(rhs, float):
+            return scalar_op(e.op, lhs, rhs)
+        if isinstance(rhs, float):
+            out = vector_scalar(e.op, lhs, rhs, False, e.return_bool)  # type: ignore[arg-type]
+        elif isinstance(lhs, float):
+            out = vector_scalar(e.op, rhs, lhs, True, e.return_bool)  # type: ignore[arg-type]
+        elif e.op in ("and", "or", "unless"):
+            out = set_op(e.op, lhs, rhs, e.matching)  # type: ignore[arg-type]
+        else:
+            out = vector_vector(e.op, lhs, rhs, e.matching, e.return_bool)  # type: ignore[arg-type]
+        return check_unique(out)
+
+    def call(self, e: n.Call) -> Value:
+        return evaluate_call(self, e)

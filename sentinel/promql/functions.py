@@ -1,0 +1,192 @@
+"""Functions over instant vectors and scalars (the range-vector ones are in rangefuncs)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, label_value, labels_of
+from sentinel.promql import floatops as f
+from sentinel.promql.errors import PromQLError
+from sentinel.promql.histogram import bucket_quantile
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_TEMPLATE = re.compile(r"\$(\$|\{(\w+)\}|(\w+))")
+
+
+def drop_name(labels: Labels) -> Labels:
+    """The label set without `__name__`."""
+    if labels and any(k == METRIC_NAME for k, _ in labels):
+        return tuple(kv for kv in labels if kv[0] != METRIC_NAME)
+    return labels
+
+
+def go_max(a: float, b: float) -> float:
+    """Go's math.Max (NaN wins over finite numbers, +Inf over NaN)."""
+    if a == math.inf or b == math.inf:
+        return math.inf
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    if a == 0 and b == 0:
+        return b if math.copysign(1, a) < 0 else a
+    return a if a > b else b
+
+
+def go_min(a: float, b: float) -> float:
+    """Go's math.Min (NaN wins over finite numbers, -Inf over NaN)."""
+    if a == -math.inf or b == -math.inf:
+        return -math.inf
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    if a == 0 and b == 0:
+        return a if math.copysign(1, a) < 0 else b
+    return a if a < b else b
+
+
+def _sgn(v: float) -> float:
+    if v < 0:
+        return -1.0
+    if v > 0:
+        return 1.0
+    return v
+
+
+SIMPLE: dict[str, Callable[[float], float]] = {
+    "abs": abs,
+    "ceil": f.ceil,
+    "floor": f.floor,
+    "exp": f.exp,
+    "sqrt": f.sqrt,
+    "ln": f.log,
+    "log2": lambda v: f.log(v, 2),
+    "log10": lambda v: f.log(v, 10),
+    "sgn": _sgn,
+}
+
+
+def simple(name: str, vec: Vector) -> Vector:
+    """A one-argument math function applied to each sample; drops the metric name."""
+    fn = SIMPLE[name]
+    return [InstantSample(drop_name(s.labels), fn(s.value)) for s in vec]
+
+
+def round_(vec: Vector, to_nearest: float = 1.0) -> Vector:
+    """round(v, to_nearest): ties round up."""
+    inverse = f.div(1.0, to_nearest)
+    return [
+        InstantSample(drop_name(s.labels), f.div(f.floor(s.value * inverse + 0.5), inverse))
+        for s in vec
+    ]
+
+
+def clamp(vec: Vector, lo: float, hi: float) -> Vector:
+    """Values limited to [lo, hi]; empty when hi < lo."""
+    if hi < lo:
+        return []
+    return [InstantSample(drop_name(s.labels), go_max(lo, go_min(hi, s.value))) for s in vec]
+
+
+def clamp_min(vec: Vector, lo: float) -> Vector:
+    """Values raised to at least lo."""
+    return [InstantSample(drop_name(s.labels), go_max(lo, s.value)) for s in vec]
+
+
+def clamp_max(vec: Vector, hi: float) -> Vector:
+    """Values lowered to at most hi."""
+    return [InstantSample(drop_name(s.labels), go_min(hi, s.value)) for s in vec]
+
+
+def _sort_key(s: InstantSample) -> tuple[bool, float]:
+    return (math.isnan(s.value), 0.0 if math.isnan(s.value) else s.value)
+
+
+def sort(vec: Vector) -> Vector:
+    """Ascending by value, NaN last."""
+    return sorted(vec, key=_sort_key)
+
+
+def sort_desc(vec: Vector) -> Vector:
+    """Descending by value, NaN last."""
+    nans = [s for s in vec if math.isnan(s.value)]
+    rest = sorted((s for s in vec if not math.isnan(s.value)), key=lambda s: -s.value)
+    return rest + nans
+
+
+def _expand(template: str, match: re.Match[str]) -> str:
+    """Go's regexp.Expand: $1, ${1}, $name, ${name}, $$; unknown groups expand to ''."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) == "$":
+            return "$"
+        name = m.group(2) or m.group(3)
+        if name.isascii() and name.isdigit():
+            if len(name) > 1 and name[0] == "0":
+                return ""
+            num = int(name)
+            if num > (match.re.groups or 0):
+                return ""
+            return match.group(num) or ""
+        if name in match.re.groupindex:
+            return match.group(name) or ""
+        return ""
+
+    return _TEMPLATE.sub(one, template)
+
+
+def label_replace(vec: Vector, dst: str, repl: str, src: str, regex: str) -> Vector:
+    """Set `dst` from `repl` expanded against `src` when the anchored `regex` matches."""
+    try:
+        rx = re.compile(f"^(?:{regex})$")
+    except re.error:
+        raise PromQLError(f"invalid regular expression in label_replace(): {regex}") from None
+    if not _LABEL_NAME.fullmatch(dst):
+        raise PromQLError(f"invalid destination label name in label_replace(): {dst}")
+    out = []
+    for s in vec:
+        m = rx.fullmatch(label_value(s.labels, src))
+        if m is None:
+            out.append(s)
+            continue
+        res = _expand(repl, m)
+        rest = [kv for kv in s.labels if kv[0] != dst]
+        out.append(InstantSample(labels_of([*rest, (dst, res)]), s.value))
+    return out
+
+
+def label_join(vec: Vector, dst: str, sep: str, *srcs: str) -> Vector:
+    """Set `dst` to the values of `srcs` joined by `sep` (removed when empty)."""
+    for name in (*srcs, dst):
+        if not _LABEL_NAME.fullmatch(name):
+            raise PromQLError(f"invalid label name in label_join(): {name}")
+    out = []
+    for s in vec:
+        joined = sep.join(label_value(s.labels, name) for name in srcs)
+        rest = [kv for kv in s.labels if kv[0] != dst]
+        out.append(InstantSample(labels_of([*rest, (dst, joined)]), s.value))
+    return out
+
+
+def _parse_bound(text: str) -> float | None:
+    try:
+        return float(text) if "_" not in text else None
+    except ValueError:
+        return None
+
+
+def histogram_quantile(q: float, vec: Vector) -> Vector:
+    """φ-quantile of classic histograms: series grouped by all labels but `le`."""
+    groups: dict[Labels, tuple[Labels, list[tuple[float, float]]]] = {}
+    for s in vec:
+        bound = _parse_bound(label_value(s.labels, "le"))
+        if bound is None:
+            continue
+        # The metric name stays in the key so two histograms with the same
+        # labels are not merged (prometheus#9910), though it leaves the output.
+        key = tuple(kv for kv in s.labels if kv[0] != "le")
+        group = groups.get(key)
+        if group is None:
+            out_labels = tuple(kv for kv in key if kv[0] != METRIC_NAME)
+            group = groups[key] = (out_labels, [])
+        group[1].append((bound, s.value))
+    return [InstantSample(labels, bucket_quantile(q, b)) for labels, b in groups.values()]

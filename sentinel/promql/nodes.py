@@ -1,0 +1,168 @@
+"""Sentinel's own PromQL syntax tree: small frozen dataclasses.
+
+The compiler turns promql-parser's objects into these, so evaluation never
+depends on the binding's types, and a compiled expression can be shared
+between threads and cached.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+SCALAR = "scalar"
+VECTOR = "vector"
+MATRIX = "matrix"
+STRING = "string"
+
+
+@dataclass(frozen=True, slots=True)
+class LabelMatcher:
+    """`name op "value"`.
+
+    Regexes are fully anchored and `.` does not match a newline, as in Prometheus 2.x.
+    """
+
+    name: str
+    op: str  # = != =~ !~
+    value: str
+    regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+
+    @staticmethod
+    def of(name: str, op: str, value: str) -> LabelMatcher:
+        """A matcher with its regex compiled once."""
+        rx = re.compile(value) if op in ("=~", "!~") else None
+        return LabelMatcher(name, op, value, rx)
+
+    def matches(self, value: str) -> bool:
+        """Whether a label value (empty when absent) satisfies the matcher."""
+        if self.op == "=":
+            return value == self.value
+        if self.op == "!=":
+            return value != self.value
+        assert self.regex is not None
+        hit = self.regex.fullmatch(value) is not None
+        return hit if self.op == "=~" else not hit
+
+
+@dataclass(frozen=True, slots=True)
+class NumberLiteral:
+    """A float literal."""
+
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class StringLiteral:
+    """A string literal (only as a function argument)."""
+
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class VectorSelector:
+    """`name{matchers} offset D`; the metric name is one of the matchers."""
+
+    matchers: tuple[LabelMatcher, ...]
+    offset_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixSelector:
+    """`selector[range]`."""
+
+    selector: VectorSelector
+    range_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A function call; `returns` is SCALAR or VECTOR."""
+
+    func: str
+    args: tuple[Expr, ...]
+    returns: str
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """`op [by|without (labels)] ([param,] expr)`."""
+
+    op: str
+    expr: Expr
+    param: Expr | None
+    grouping: tuple[str, ...]
+    without: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Matching:
+    """Vector matching of a binary operation between two vectors."""
+
+    card: str  # one-to-one, many-to-one, one-to-many, many-to-many
+    on: bool
+    labels: tuple[str, ...]
+    include: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Binary:
+    """`lhs op [bool] [on|ignoring (...)] [group_left|group_right (...)] rhs`."""
+
+    op: str
+    lhs: Expr
+    rhs: Expr
+    return_bool: bool
+    matching: Matching
+
+
+@dataclass(frozen=True, slots=True)
+class Negate:
+    """Unary minus."""
+
+    expr: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Paren:
+    """Parentheses (kept because absent() and timestamp() look through them)."""
+
+    expr: Expr
+
+
+Expr = (
+    NumberLiteral
+    | StringLiteral
+    | VectorSelector
+    | MatrixSelector
+    | Call
+    | Aggregate
+    | Binary
+    | Negate
+    | Paren
+)
+
+
+def value_type(expr: Expr) -> str:
+    """SCALAR, VECTOR, MATRIX or STRING: what the expression evaluates to."""
+    if isinstance(expr, NumberLiteral):
+        return SCALAR
+    if isinstance(expr, StringLiteral):
+        return STRING
+    if isinstance(expr, VectorSelector | Aggregate):
+        return VECTOR
+    if isinstance(expr, MatrixSelector):
+        return MATRIX
+    if isinstance(expr, Call):
+        return expr.returns
+    if isinstance(expr, Binary):
+        both_scalar = value_type(expr.lhs) == SCALAR and value_type(expr.rhs) == SCALAR
+        return SCALAR if both_scalar else VECTOR
+    return value_type(expr.expr)
+
+
+def unwrap_parens(expr: Expr) -> Expr:
+    """The expression inside any number of parentheses."""
+    while isinstance(expr, Paren):
+        expr = expr.expr
+    return expr

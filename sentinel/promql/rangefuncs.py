@@ -1,0 +1,258 @@
+"""Functions over one series' samples in a range, as Prometheus 2.42 computes them.
+
+Each takes the sample timestamps and values inside the closed range
+[t - offset - range, t - offset] (stale markers already removed) and a
+`Window`, and returns the value or None when the series yields no output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sentinel.promql import floatops as f
+from sentinel.promql.histogram import quantile
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Where the range sits, and the call's scalar arguments."""
+
+    eval_ms: int
+    range_ms: int
+    offset_ms: int
+    scalars: tuple[float, ...] = ()
+
+
+RangeFunc = Callable[[Sequence[int], Sequence[float], Window], "float | None"]
+
+
+def _extrapolated_rate(
+    ts: Sequence[int], vs: Sequence[float], w: Window, is_counter: bool, is_rate: bool
+) -> float | None:
+    if len(vs) < 2:
+        return None
+    range_start = w.eval_ms - (w.range_ms + w.offset_ms)
+    range_end = w.eval_ms - w.offset_ms
+    result = vs[-1] - vs[0]
+    if is_counter:
+        last = 0.0
+        for v in vs:
+            if v < last:
+                result += last
+            last = v
+    to_start = (ts[0] - range_start) / 1000
+    to_end = (range_end - ts[-1]) / 1000
+    sampled = (ts[-1] - ts[0]) / 1000
+    avg_step = sampled / (len(vs) - 1)
+    if is_counter and result > 0 and vs[0] >= 0:
+        # A counter cannot go below zero: do not extrapolate past its zero point.
+        to_zero = sampled * (vs[0] / result)
+        if to_zero < to_start:
+            to_start = to_zero
+    threshold = avg_step * 1.1
+    interval = sampled
+    interval += to_start if to_start < threshold else avg_step / 2
+    interval += to_end if to_end < threshold else avg_step / 2
+    result = result * (interval / sampled)
+    if is_rate:
+        result = f.div(result, w.range_ms / 1000)
+    return result
+
+
+def rate(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Per-second increase of a counter, extrapolated to the range."""
+    return _extrapolated_rate(ts, vs, w, True, True)
+
+
+def increase(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Increase of a counter over the range, extrapolated."""
+    return _extrapolated_rate(ts, vs, w, True, False)
+
+
+def delta(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Change of a gauge over the range, extrapolated."""
+    return _extrapolated_rate(ts, vs, w, False, False)
+
+
+def _instant_value(ts: Sequence[int], vs: Sequence[float], is_rate: bool) -> float | None:
+    if len(vs) < 2:
+        return None
+    last, prev = vs[-1], vs[-2]
+    result = last if is_rate and last < prev else last - prev
+    interval = ts[-1] - ts[-2]
+    if interval == 0:
+        return None
+    return result / (interval / 1000) if is_rate else result
+
+
+def irate(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Per-second rate from the last two samples."""
+    return _instant_value(ts, vs, True)
+
+
+def idelta(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Difference of the last two samples."""
+    return _instant_value(ts, vs, False)
+
+
+def avg_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Mean, computed incrementally with compensation as Prometheus does."""
+    mean = count = c = 0.0
+    for v in vs:
+        count += 1
+        if math.isinf(mean):
+            if math.isinf(v) and (mean > 0) == (v > 0):
+                continue
+            if not math.isinf(v) and not math.isnan(v):
+                continue
+        mean, c = f.kahan_inc(v / count - mean / count, mean, c)
+    return mean if math.isinf(mean) else mean + c
+
+
+def sum_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Compensated sum."""
+    total = c = 0.0
+    for v in vs:
+        total, c = f.kahan_inc(v, total, c)
+    return total if math.isinf(total) else total + c
+
+
+def min_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Smallest value (NaN only if all are NaN)."""
+    lo = vs[0]
+    for v in vs:
+        if v < lo or math.isnan(lo):
+            lo = v
+    return lo
+
+
+def max_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Largest value (NaN only if all are NaN)."""
+    hi = vs[0]
+    for v in vs:
+        if v > hi or math.isnan(hi):
+            hi = v
+    return hi
+
+
+def count_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Number of samples."""
+    return float(len(vs))
+
+
+def last_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """The newest value."""
+    return vs[-1]
+
+
+def present_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """1 for any series with a sample in the range."""
+    return 1.0
+
+
+def _variance(vs: Sequence[float]) -> float:
+    count = mean = c_mean = aux = c_aux = 0.0
+    for v in vs:
+        count += 1
+        d = v - (mean + c_mean)
+        mean, c_mean = f.kahan_inc(d / count, mean, c_mean)
+        aux, c_aux = f.kahan_inc(d * (v - (mean + c_mean)), aux, c_aux)
+    return (aux + c_aux) / count
+
+
+def stdvar_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Population variance."""
+    return _variance(vs)
+
+
+def stddev_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Population standard deviation."""
+    return f.sqrt(_variance(vs))
+
+
+def quantile_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """φ-quantile of the values (φ is the first scalar argument)."""
+    return quantile(w.scalars[0], list(vs))
+
+
+def changes(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """How often the value changed (NaN to NaN is no change)."""
+    count = 0
+    prev = vs[0]
+    for cur in vs[1:]:
+        if cur != prev and not (math.isnan(cur) and math.isnan(prev)):
+            count += 1
+        prev = cur
+    return float(count)
+
+
+def resets(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """How often the value decreased (counter resets)."""
+    count = 0
+    prev = vs[0]
+    for cur in vs[1:]:
+        if cur < prev:
+            count += 1
+        prev = cur
+    return float(count)
+
+
+def _linear_regression(
+    ts: Sequence[int], vs: Sequence[float], intercept_ms: int
+) -> tuple[float, float]:
+    const_y = all(v == vs[0] for v in vs[1:])
+    if const_y:
+        return (f.NAN, f.NAN) if math.isinf(vs[0]) else (0.0, vs[0])
+    n = sx = cx = sy = cy = sxy = cxy = sx2 = cx2 = 0.0
+    for t, v in zip(ts, vs, strict=True):
+        n += 1
+        x = (t - intercept_ms) / 1e3
+        sx, cx = f.kahan_inc(x, sx, cx)
+        sy, cy = f.kahan_inc(v, sy, cy)
+        sxy, cxy = f.kahan_inc(x * v, sxy, cxy)
+        sx2, cx2 = f.kahan_inc(x * x, sx2, cx2)
+    sx, sy, sxy, sx2 = sx + cx, sy + cy, sxy + cxy, sx2 + cx2
+    cov = sxy - sx * sy / n
+    var = sx2 - sx * sx / n
+    slope = f.div(cov, var)
+    return slope, sy / n - slope * sx / n
+
+
+def deriv(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """Per-second slope of a least-squares line through the samples."""
+    if len(vs) < 2:
+        return None
+    return _linear_regression(ts, vs, ts[0])[0]
+
+
+def predict_linear(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
+    """The least-squares line's value `scalars[0]` seconds after the evaluation time."""
+    if len(vs) < 2:
+        return None
+    slope, intercept = _linear_regression(ts, vs, w.eval_ms)
+    return slope * w.scalars[0] + intercept
+
+
+RANGE_FUNCTIONS: dict[str, RangeFunc] = {
+    "rate": rate,
+    "increase": increase,
+    "delta": delta,
+    "irate": irate,
+    "idelta": idelta,
+    "avg_over_time": avg_over_time,
+    "sum_over_time": sum_over_time,
+    "min_over_time": min_over_time,
+    "max_over_time": max_over_time,
+    "count_over_time": count_over_time,
+    "last_over_time": last_over_time,
+    "present_over_time": present_over_time,
+    "stddev_over_time": stddev_over_time,
+    "stdvar_over_time": stdvar_over_time,
+    "quantile_over_time": quantile_over_time,
+    "changes": changes,
+    "resets": resets,
+    "deriv": deriv,
+    "predict_linear": predict_linear,
+}
