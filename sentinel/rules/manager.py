@@ -1,0 +1,175 @@
+"""Rule groups evaluated on demand: the rule stage of the pipeline.
+
+The daemon schedules one job per group (`groups`: name → interval) and calls
+`evaluate_group(name, now_ms)`; the returned alerts go to the incident stage.
+Rules of a group are evaluated in file order at the same `now_ms`, as in
+Prometheus. Nothing here reads the clock except to time evaluations for
+`rule_health()`; nothing raises out of an evaluation.
+
+Thread safety: groups may be evaluated from scheduler threads while the
+daemon reloads or snapshots; one lock guards the group table and each
+group has its own evaluation lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sentinel.model import Alert, AlertState, Vector
+from sentinel.rules.alerting import AlertingRuleState, RuleHealth, TemplateContext
+from sentinel.rules.loader import AlertingRule, RuleGroup
+
+DEFAULT_INTERVAL_MS = 60_000
+
+
+class QueryEngine(Protocol):
+    """What the manager needs from PromQL: an instant query at a given time."""
+
+    def query(self, expr: Any, at_ms: int) -> Vector | float:
+        """Evaluate `expr` at `at_ms`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RuleStatus:
+    """One rule's health for /metrics and `sentinel rules`."""
+
+    group: str
+    rule: str
+    health: RuleHealth
+    last_error: str
+    last_eval_ms: int | None
+    last_duration_s: float
+    pending: int
+    firing: int
+
+
+@dataclass
+class _Group:
+    spec: RuleGroup
+    interval_ms: int
+    rules: list[AlertingRuleState]
+    lock: threading.Lock
+    durations: dict[int, float]
+
+
+def _rule_key(r: AlertingRule) -> tuple[str, str, int, tuple[tuple[str, str], ...]]:
+    """What must be unchanged for a rule to keep its alerts across a reload."""
+    return (r.name, r.expr, r.for_ms, r.labels)
+
+
+class RuleManager:
+    """Evaluates rule groups against a query engine and holds their alert state."""
+
+    def __init__(
+        self,
+        groups: Iterable[RuleGroup],
+        engine: QueryEngine,
+        *,
+        default_interval_ms: int = DEFAULT_INTERVAL_MS,
+        external_labels: Mapping[str, str] | None = None,
+        external_url: str = "",
+    ) -> None:
+        self.engine = engine
+        self.default_interval_ms = default_interval_ms
+        self.context = TemplateContext(dict(external_labels or {}), external_url)
+        self._lock = threading.Lock()
+        self._groups: dict[str, _Group] = {}
+        self.reload(groups)
+
+    @property
+    def groups(self) -> dict[str, int]:
+        """Group name → evaluation interval in ms, in file order."""
+        with self._lock:
+            return {name: g.interval_ms for name, g in self._groups.items()}
+
+    def evaluate_group(self, name: str, now_ms: int) -> list[Alert]:
+        """Evaluate every rule of a group: active alerts plus those resolved now.
+
+        A rule whose query fails keeps its alerts unchanged (they are returned
+        as they were) and reports health "err"; the other rules still run.
+        KeyError for an unknown group name.
+        """
+        with self._lock:
+            group = self._groups[name]
+        out: list[Alert] = []
+        with group.lock:
+            for i, rule in enumerate(group.rules):
+                start = time.perf_counter()
+                out += rule.eval(self.engine.query, now_ms, self.context, group.spec.limit)
+                group.durations[i] = time.perf_counter() - start
+        return out
+
+    def restore(self, alerts: Iterable[Alert]) -> int:
+        """Put persisted PENDING/FIRING alerts back into their rules; returns how many.
+
+        Matched by group, rule name and labels being producible by the rule
+        (its alertname); alerts of rules that no longer exist are ignored.
+        A firing alert comes back firing, with no new transition to report.
+        """
+        with self._lock:
+            by_rule = {(g.spec.name, r.rule.name): r for g in self._groups.values()
+                       for r in g.rules}
+        n = 0
+        for a in alerts:
+            rule = by_rule.get((a.group, a.rule))
+            if rule is not None and rule.restore(a):
+                n += 1
+        return n
+
+    def active_alerts(self) -> list[Alert]:
+        """All pending and firing alerts of all groups."""
+        with self._lock:
+            groups = list(self._groups.values())
+        return [a for g in groups for r in g.rules for a in r.active_alerts()]
+
+    def reload(self, groups: Iterable[RuleGroup]) -> None:
+        """Swap in a new, already validated rule set, keeping the state of unchanged rules.
+
+        A rule keeps its alerts when its group, name, expression, `for` and
+        labels are unchanged (annotations refresh at the next evaluation).
+        """
+        new: dict[str, _Group] = {}
+        with self._lock:
+            for spec in groups:
+                if spec.name in new:
+                    raise ValueError(f'duplicate rule group name "{spec.name}"')
+                old = self._groups.get(spec.name)
+                pool: dict[Any, list[AlertingRuleState]] = {}
+                for r in old.rules if old else []:
+                    pool.setdefault(_rule_key(r.rule), []).append(r)
+                states = []
+                for rule in spec.rules:
+                    state = AlertingRuleState(rule, spec.name)
+                    same = pool.get(_rule_key(rule))
+                    if same:
+                        state.adopt(same.pop(0))
+                    states.append(state)
+                interval = spec.interval_ms or self.default_interval_ms
+                lock = old.lock if old else threading.Lock()
+                new[spec.name] = _Group(spec, interval, states, lock, {})
+            self._groups = new
+
+    def rule_health(self) -> list[RuleStatus]:
+        """Health, last error and alert counts of every rule."""
+        with self._lock:
+            groups = list(self._groups.values())
+        out = []
+        for g in groups:
+            for i, r in enumerate(g.rules):
+                states = [a.state for a in r.active.values()]
+                out.append(RuleStatus(
+                    group=g.spec.name,
+                    rule=r.rule.name,
+                    health=r.health,
+                    last_error=r.last_error,
+                    last_eval_ms=r.last_eval_ms,
+                    last_duration_s=g.durations.get(i, 0.0),
+                    pending=states.count(AlertState.PENDING),
+                    firing=states.count(AlertState.FIRING),
+                ))
+        return out
