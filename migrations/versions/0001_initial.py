@@ -60,11 +60,15 @@ def upgrade() -> None:
         sqlite_where=OPEN, postgresql_where=OPEN,
     )
     op.create_index(op.f("ix_incidents_opened_at_id"), "incidents", ["opened_at", "id"])
-    op.create_index(op.f("ix_incidents_status_opened_at"), "incidents", ["status", "opened_at"])
     op.create_index(
-        op.f("ix_incidents_alertname_opened_at"), "incidents", ["alertname", "opened_at"]
+        op.f("ix_incidents_status_opened_at_id"), "incidents", ["status", "opened_at", "id"]
     )
-    op.create_index(op.f("ix_incidents_target_opened_at"), "incidents", ["target", "opened_at"])
+    op.create_index(
+        op.f("ix_incidents_alertname_opened_at_id"), "incidents", ["alertname", "opened_at", "id"]
+    )
+    op.create_index(
+        op.f("ix_incidents_target_opened_at_id"), "incidents", ["target", "opened_at", "id"]
+    )
 
     op.create_table(
         "incident_alerts",
@@ -144,8 +148,8 @@ def downgrade() -> None:
     op.drop_table("timeline_events")
     op.drop_table("incident_alerts")
     for name in (
-        "ix_incidents_target_opened_at", "ix_incidents_alertname_opened_at",
-        "ix_incidents_status_opened_at", "ix_incidents_opened_at_id",
+        "ix_incidents_target_opened_at_id", "ix_incidents_alertname_opened_at_id",
+        "ix_incidents_status_opened_at_id", "ix_incidents_opened_at_id",
         "uq_incidents_open_group_key",
     ):
         op.drop_index(op.f(name), table_name="incidents")

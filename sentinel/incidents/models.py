@@ -145,9 +145,9 @@ class Incident(Base):
         ),
         # Listing is newest first, optionally filtered by one column.
         Index("ix_incidents_opened_at_id", "opened_at", "id"),
-        Index("ix_incidents_status_opened_at", "status", "opened_at"),
-        Index("ix_incidents_alertname_opened_at", "alertname", "opened_at"),
-        Index("ix_incidents_target_opened_at", "target", "opened_at"),
+        Index("ix_incidents_status_opened_at_id", "status", "opened_at", "id"),
+        Index("ix_incidents_alertname_opened_at_id", "alertname", "opened_at", "id"),
+        Index("ix_incidents_target_opened_at_id", "target", "opened_at", "id"),
     )
 
 

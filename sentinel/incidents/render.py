@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sentinel.incidents.convert import format_value, iso, value_to_json
@@ -43,9 +43,9 @@ def render_detail(detail: IncidentDetail) -> str:
     subject = f"{i.alertname} on {i.target}" if i.target else i.alertname
     lines = [f"Incident #{i.id}  {subject}  [{i.status}]"]
     lines.append(f"  severity:  {i.severity or '-'}")
-    lines.append(f"  opened:    {iso(i.opened_at)}")
+    lines.append(f"  opened:    {_when(i.opened_at)}")
     if i.resolved_at is not None:
-        lines.append(f"  resolved:  {iso(i.resolved_at)} "
+        lines.append(f"  resolved:  {_when(i.resolved_at)} "
                      f"(after {_duration(i.opened_at, i.resolved_at)})")
     if i.summary:
         lines.append(f"  summary:   {i.summary}")
@@ -61,7 +61,7 @@ def render_detail(detail: IncidentDetail) -> str:
 
 def timeline_line(entry: TimelineEntry) -> str:
     """`2026-11-21T10:00:05Z  firing  VLLMRequestsQueued on gemma-26b: value 4`."""
-    return f"{iso(entry.at)}  {entry.kind}  {entry.message}"
+    return f"{_when(entry.at)}  {entry.kind}  {entry.message}"
 
 
 def summary_to_json(item: IncidentSummary) -> dict[str, Any]:
@@ -102,11 +102,14 @@ def _list_row(i: IncidentSummary) -> tuple[str, ...]:
     duration = _duration(i.opened_at, end) if end is not None else "open"
     summary = i.summary if len(i.summary) <= _SUMMARY_WIDTH else i.summary[:57] + "..."
     return (str(i.id), i.status, i.severity or "-", i.alertname, i.target or "-",
-            iso(i.opened_at) or "", duration, f"{i.firing}/{i.alerts}", summary)
+            _when(i.opened_at), duration, f"{i.firing}/{i.alerts}", summary)
 
 
 def _alert_line(a: IncidentAlertView) -> str:
-    when = f"since {iso(a.fired_at)}" if a.resolved_at is None else f"at {iso(a.resolved_at)}"
+    if a.resolved_at is None:
+        when = f"since {_when(a.fired_at)}"
+    else:
+        when = f"at {_when(a.resolved_at)}"
     return f"{a.fingerprint}  {a.state} {when}  value {format_value(a.value)}  " \
            f"{{{_labels_text(a.labels)}}}"
 
@@ -119,6 +122,11 @@ def _alert_to_json(a: IncidentAlertView) -> dict[str, Any]:
         "resolved_at": iso(a.resolved_at), "notified_firing_at": iso(a.notified_firing_at),
         "notified_resolved_at": iso(a.notified_resolved_at),
     }
+
+
+def _when(dt: datetime | None) -> str:
+    # Text output is for people: whole seconds keep the columns aligned.
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if dt is not None else "-"
 
 
 def _labels_text(labels: Labels) -> str:
