@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate configuration").add_subparsers(
         title="what", metavar="WHAT")
     cc = check.add_parser("config", help="validate a config file and the rule files it names",
-                          description="Exit 0 when valid; otherwise every problem as FILE:LINE: KEY.")
+                          description="Exit 0 when valid; else every problem as FILE:LINE: KEY.")
     cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG, help="config file (sentinel.yaml)")
     cc.set_defaults(func=_cmd_check_config)
 

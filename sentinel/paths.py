@@ -22,4 +22,6 @@ def bundled_dir(name: str) -> Path:
         if path.is_dir():
             return path
     looked = ", ".join(str(p) for p in candidates)
-    raise FileNotFoundError(f"cannot find the {name}/ folder (looked in {looked}); set SENTINEL_HOME")
+    raise FileNotFoundError(
+        f"cannot find the {name}/ folder (looked in {looked}); set SENTINEL_HOME"
+    )

@@ -7,13 +7,11 @@ CLI) only parses arguments and calls `App.start()` / `App.stop()`.
 
 from __future__ import annotations
 
-import glob
 import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -42,18 +40,12 @@ RETENTION_SLACK_MS = 60_000
 
 
 def rule_paths(config: Config) -> list[str]:
-    """The rule files named by the config's globs, relative to the config file's folder."""
-    paths: list[str] = []
-    for pattern in config.rule_files:
-        full = pattern if Path(pattern).is_absolute() else str(config.config_dir / pattern)
-        matches = sorted(glob.glob(full))
-        paths.extend(m for m in matches if not _is_rule_test_file(m))
-    return paths
+    """The rule files named by the config's globs, without promtool test files.
 
-
-def _is_rule_test_file(path: str) -> bool:
-    # rules/*.yaml also matches promtool test files kept beside the rules.
-    return Path(path).stem.endswith("_test")
+    `rules/*.yaml` also matches the `*_test.yaml` unit tests kept beside the
+    rules, which are not rule files.
+    """
+    return [str(p) for p in config.rule_paths() if not p.stem.endswith("_test")]
 
 
 class App:
@@ -74,7 +66,7 @@ class App:
     # -- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        """Migrate the database, load rules, restore alert state, start jobs and the status server."""
+        """Migrate the database, load rules, restore alert state, start jobs and serving."""
         cfg = self.config
         db = Database(cfg.database)
         db.upgrade()

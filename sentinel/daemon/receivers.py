@@ -12,9 +12,5 @@ def build_receivers(config: Config) -> list[Receiver]:
     out: list[Receiver] = []
     for rc in config.receivers:
         if rc.webhook is not None:
-            out.append(WebhookReceiver(
-                name=rc.name, url=rc.webhook.url, timeout_s=rc.webhook.timeout_ms / 1000,
-                headers=dict(rc.webhook.headers), send_resolved=rc.webhook.send_resolved,
-                external_url=config.external_url,
-            ))
+            out.append(WebhookReceiver.from_config(rc.name, rc.webhook, config.external_url))
     return out

@@ -9,7 +9,7 @@ import threading
 
 from sentinel.config import Config
 from sentinel.daemon.app import App
-from sentinel.secrets import Redactor, RedactingFilter
+from sentinel.secrets import Redactor, hide_http_client_urls, install_redaction
 
 log = logging.getLogger("sentinel")
 
@@ -20,9 +20,10 @@ def setup_logging(level: str, config: Config) -> None:
     """Log to stderr (journald and `docker logs` pick it up) with every known secret redacted."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(RedactingFilter(Redactor(config.secrets())))
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    install_redaction(Redactor(config.secrets()))
+    hide_http_client_urls()
     root.setLevel(level.upper())
     # APScheduler logs every job run at INFO: far too chatty for a daemon's log.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)

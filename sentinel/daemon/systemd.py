@@ -11,7 +11,7 @@ import socket
 
 
 def notify(state: str) -> bool:
-    """Send `state` ("READY=1", "STOPPING=1", "WATCHDOG=1", ...) to systemd; False if not under it."""
+    """Send a state ("READY=1", "STOPPING=1", "WATCHDOG=1") to systemd; False if not under it."""
     path = os.environ.get("NOTIFY_SOCKET")
     if not path:
         return False

@@ -1,0 +1,179 @@
+"""End to end on loopback: simulator → scrape → rules → incident → webhook, real daemon."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fixtures_e2e import bodies_with_status, wait_for, write_config
+
+from sentinel.config import load_config
+from sentinel.daemon.app import App
+from sentinel.incidents import queries
+from sentinel.incidents.db import Database
+
+pytestmark = pytest.mark.integration
+
+FOR_S = 2.0
+EVAL_S = 1.0
+KV_RULE = f"""\
+groups:
+  - name: e2e
+    rules:
+      - alert: KVCacheHigh
+        expr: max by (target) (vllm:kv_cache_usage_perc) > 0.85
+        for: {int(FOR_S)}s
+        labels: {{severity: page}}
+        annotations:
+          summary: "KV cache {{{{ $value | humanizePercentage }}}} on {{{{ $labels.target }}}}"
+"""
+
+
+def _start_app(config_path: Path) -> App:
+    app = App(load_config(config_path))
+    app.start()
+    return app
+
+
+def test_condition_pages_within_for_plus_one_interval_and_resolves(tmp_path, sim, sink):
+    cfg = write_config(tmp_path, [("gemma", sim.url)], sink.url, KV_RULE)
+    app = _start_app(cfg)
+    try:
+        wait_for(lambda: _up(app, "gemma") == 1.0, 5, "first scrape")
+        started = time.monotonic()
+        sim.set_state(kv_cache_usage=0.93)
+        firing = wait_for(lambda: bodies_with_status(sink, "firing"), FOR_S + EVAL_S + 3,
+                          "the firing webhook")
+        arrived, body = firing[0]
+        assert arrived - started <= FOR_S + EVAL_S + 0.5, f"late by {arrived - started:.2f}s"
+        assert arrived - started >= FOR_S, "fired before `for` elapsed"
+        _assert_alertmanager_body(body, "firing")
+        assert body["alerts"][0]["annotations"]["summary"] == "KV cache 93% on gemma"
+
+        sim.set_state(kv_cache_usage=0.20)
+        resolved = wait_for(lambda: bodies_with_status(sink, "resolved"), EVAL_S + 3,
+                            "the resolved webhook")
+        _assert_alertmanager_body(resolved[0][1], "resolved")
+        assert resolved[0][1]["alerts"][0]["endsAt"] != "0001-01-01T00:00:00Z"
+
+        incidents = queries.list_incidents(app.pipeline.tracker.db)
+        assert len(incidents) == 1 and incidents[0].status == "resolved"
+        detail = queries.get_incident(app.pipeline.tracker.db, incidents[0].id)
+        kinds = [e.kind for e in detail.timeline]
+        for expected in ("pending", "firing", "resolved"):
+            assert expected in kinds, kinds
+        assert any(k.startswith("notification") for k in kinds), kinds
+    finally:
+        app.stop(2)
+
+
+def _up(app: App, target: str) -> float | None:
+    vec = app.engine.query(f'up{{target="{target}"}}', int(time.time() * 1000))
+    return vec[0].value if vec else None
+
+
+def _assert_alertmanager_body(body: dict, status: str) -> None:
+    assert body["version"] == "4"
+    assert body["status"] == status
+    assert body["receiver"] == "oncall"
+    for key in ("groupKey", "groupLabels", "commonLabels", "commonAnnotations", "externalURL",
+                "truncatedAlerts"):
+        assert key in body, key
+    alert = body["alerts"][0]
+    assert alert["status"] == status
+    assert alert["labels"]["alertname"] == "KVCacheHigh"
+    assert alert["labels"]["target"] == "gemma"
+    assert alert["labels"]["severity"] == "page"
+    assert len(alert["fingerprint"]) == 16
+    assert alert["startsAt"].endswith("Z")
+
+
+def _sentinel(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sentinel", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def test_kill_9_while_firing_does_not_repage_or_duplicate(tmp_path, sim, sink):
+    cfg = write_config(tmp_path, [("gemma", sim.url)], sink.url, KV_RULE)
+    sim.set_state(kv_cache_usage=0.95)
+    proc = _sentinel("run", "-c", str(cfg))
+    try:
+        wait_for(lambda: bodies_with_status(sink, "firing"), 15, "the first firing webhook")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(5)
+        proc = _sentinel("run", "-c", str(cfg))
+        # Several evaluations after the restart: the alert is still firing
+        # (restored), but nobody is paged a second time.
+        time.sleep(FOR_S + 3 * EVAL_S)
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        assert len(bodies_with_status(sink, "firing")) == 1
+        sim.set_state(kv_cache_usage=0.1)
+        wait_for(lambda: bodies_with_status(sink, "resolved"), 10, "the resolved webhook")
+        db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
+        incidents = queries.list_incidents(db)
+        assert len(incidents) == 1, incidents
+        wait_for(lambda: queries.list_incidents(db)[0].status == "resolved", 5, "resolution")
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+def test_sigterm_stops_within_seconds(tmp_path, sim):
+    cfg = write_config(tmp_path, [("gemma", sim.url)], None, KV_RULE)
+    proc = _sentinel("run", "-c", str(cfg))
+    try:
+        db_file = tmp_path / "sentinel.db"
+        wait_for(db_file.exists, 10, "the daemon to start")
+        time.sleep(1)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(10)
+        assert code == 0, proc.stdout.read() if proc.stdout else ""
+        assert time.monotonic() - started < 6
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_bad_targets_are_down_and_never_stall_the_good_one(tmp_path, sim, bad_target):
+    targets = [("good", sim.url), ("garbage", bad_target("garbage")),
+               ("hang", bad_target("hang")), ("close", bad_target("close")),
+               ("refused", "http://127.0.0.1:9")]
+    cfg = write_config(tmp_path, targets, None, KV_RULE, scrape_interval="200ms")
+    app = _start_app(cfg)
+    try:
+        for name in ("garbage", "hang", "close", "refused"):
+            wait_for(lambda n=name: _up(app, n) == 0.0, 5, f"up=0 for {name}")
+        # The good target keeps being scraped at its interval while the hanging
+        # one times out over and over.
+        first = _scrapes(app, "good")
+        time.sleep(2)
+        assert _scrapes(app, "good") - first >= 6
+        assert _up(app, "good") == 1.0
+        host, port = app.status.address
+        metrics = httpx.get(f"http://{host}:{port}/metrics").text
+        assert 'sentinel_scrapes_total{outcome="failure",target="garbage"}' in metrics
+        assert httpx.get(f"http://{host}:{port}/healthz").status_code == 200
+        assert httpx.get(f"http://{host}:{port}/readyz").status_code == 200
+    finally:
+        app.stop(2)
+
+
+def _scrapes(app: App, target: str) -> float:
+    return app.metrics.scrapes.labels(target, "success")._value.get()
+
+
+def test_demo_opens_and_resolves_an_incident():
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    out = subprocess.run([sys.executable, "-m", "sentinel", "demo"], capture_output=True,
+                         text=True, timeout=90, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "opened" in out.stdout and "resolved" in out.stdout
+    assert "webhook received: status=firing" in out.stdout
+    assert "webhook received: status=resolved" in out.stdout
