@@ -6,8 +6,10 @@ import json
 import math
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 
 from sentinel.incidents import Database, IncidentTracker, get_incident, list_incidents
 from sentinel.incidents.convert import ms_to_dt
@@ -170,3 +172,29 @@ def test_alert_states_round_trip(incident_db: Database) -> None:
     assert tracker.load_alert_states() == alerts[2:3]
     tracker.save_alert_states([])
     assert tracker.load_alert_states() == []
+
+
+@pytest.mark.parametrize("filters", [
+    {}, {"status": "open"}, {"alertname": "X"}, {"target": "t"}, {"since": 0},
+    {"status": "resolved", "since": 0},
+])
+def test_listing_is_an_index_scan_without_sort(filters: dict, tmp_path: Path) -> None:
+    # The million-incident target rests on this: every listing walks an
+    # index in order and stops at LIMIT, never sorting the table.
+    db = Database(f"sqlite:///{tmp_path / 'plan.db'}")
+    db.upgrade()
+    statements: list[tuple[str, tuple]] = []
+
+    def capture(conn, cursor, statement, params, context, many):  # type: ignore[no-untyped-def]
+        if statement.startswith("SELECT") and "FROM incidents" in statement:
+            statements.append((statement, params))
+
+    event.listen(db.engine, "before_cursor_execute", capture)
+    list_incidents(db, **filters)
+    event.remove(db.engine, "before_cursor_execute", capture)
+    [(sql, params)] = statements
+    with db.engine.connect() as conn:
+        plan = " | ".join(r[-1] for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params))
+    db.dispose()
+    assert "USING INDEX ix_incidents_" in plan
+    assert "TEMP B-TREE" not in plan

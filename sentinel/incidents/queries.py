@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session
 
 from sentinel.incidents.convert import labels_from_json, ms_to_dt, value_from_db
 from sentinel.incidents.db import Database
@@ -133,7 +134,7 @@ def get_incident(db: Database, incident_id: int) -> IncidentDetail | None:
     )
 
 
-def _alert_counts(s: Any, ids: list[int]) -> dict[int, tuple[int, int]]:
+def _alert_counts(s: Session, ids: list[int]) -> dict[int, tuple[int, int]]:
     if not ids:
         return {}
     firing = func.sum(case((IncidentAlert.state == IncidentAlertState.FIRING.value, 1), else_=0))

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import literal_column, select
+from sqlalchemy import ColumnClause, String, literal_column, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -68,7 +68,7 @@ VALUE_EVENT_MIN_CHANGE = 0.10
 
 # A literal, not a bound parameter: SQLite only uses the partial unique index
 # when the query's WHERE repeats the index's condition verbatim.
-_OPEN = literal_column("'open'")
+_OPEN: ColumnClause[str] = literal_column("'open'", String())
 
 
 @dataclass(frozen=True, slots=True)
