@@ -158,7 +158,7 @@ def _format_one(verb: str, flags: str, prec: str | None, arg: Any) -> str:
     if verb == "s" and isinstance(arg, str):
         return arg if prec is None else arg[: int(prec or 0)]
     if verb == "q" and isinstance(arg, str):
-        return _go_quote(arg)
+        return go_quote(arg)
     if verb == "q" and is_int:
         return "'" + chr(arg) + "'"
     if verb == "t" and isinstance(arg, bool):
@@ -193,7 +193,7 @@ def _pad(text: str, flags: str, width: str | None, verb: str, arg: Any) -> str:
     return text.rjust(n)
 
 
-def _go_quote(s: str) -> str:
+def go_quote(s: str) -> str:
     out = ['"']
     for ch in s:
         if ch in '"\\':

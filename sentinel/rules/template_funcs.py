@@ -82,6 +82,14 @@ def humanize1024(value: Any) -> str:
     return _g4(v) + prefix
 
 
+def _trunc_div(a: int, b: int) -> int:
+    return -(-a // b) if a < 0 else a // b
+
+
+def _trunc_rem(a: int, b: int) -> int:
+    return a - b * _trunc_div(a, b)
+
+
 def humanize_duration(value: Any) -> str:
     """Seconds as "1d 2h 3m 4s", or "930ms" below one second."""
     v = _float(value)
@@ -92,9 +100,10 @@ def humanize_duration(value: Any) -> str:
     if abs(v) >= 1:
         sign = "-" if v < 0 else ""
         v = abs(v)
-        whole = int(v)
-        seconds, minutes = whole % 60, (whole // 60) % 60
-        hours, days = (whole // 3600) % 24, whole // 86400
+        # Go's int64(v): out-of-range floats become MinInt64 on amd64; / and % truncate.
+        whole = int(v) if v < 2**63 else -(2**63)
+        seconds, minutes = _trunc_rem(whole, 60), _trunc_rem(_trunc_div(whole, 60), 60)
+        hours, days = _trunc_rem(_trunc_div(whole, 3600), 24), _trunc_div(whole, 86400)
         if days:
             return f"{sign}{days}d {hours}h {minutes}m {seconds}s"
         if hours:
