@@ -1,1 +1,53 @@
-"""PromQL: parse with promql-parser, check the supported subset, evaluate over a store."""
+"""PromQL: parse with promql-parser, check the supported subset, evaluate over a store.
+
+    from sentinel.promql import Engine, compile_expr, PromQLError
+    Engine(store).query('sum by (target) (rate(x_total[5m]))', at_ms=now_ms)
+
+Results agree bit for bit with Prometheus 2.42 (checked against promtool in
+tests/test_promql_oracle.py). Instant queries only, as alerting rules need.
+
+Supported subset:
+
+| family          | supported                                                       |
+|-----------------|-----------------------------------------------------------------|
+| selectors       | `m{l="v"}`, `!=`, `=~`, `!~` (`__name__` too), `[5m]` ranges,   |
+|                 | `offset` (negative too); 5m lookback; staleness markers         |
+| literals        | numbers (`1`, `1e3`, `Inf`, `NaN`), strings as arguments;       |
+|                 | parentheses; unary `-`                                          |
+| arithmetic      | `+ - * / % ^`: scalar/scalar, vector/scalar, vector/vector      |
+| comparison      | `== != > < >= <=`, filtering or with `bool`                     |
+| vector matching | one-to-one, `on`, `ignoring`, `group_left`, `group_right`       |
+| set operators   | `and`, `or`, `unless` (with `on`/`ignoring`)                    |
+| aggregations    | `sum avg min max count group stddev stdvar topk bottomk`        |
+|                 | `quantile count_values`, with `by` / `without`                  |
+| counters        | `rate irate increase resets`                                    |
+| gauges          | `delta idelta changes deriv predict_linear`                     |
+| over time       | `avg_ min_ max_ sum_ count_ last_ present_ quantile_`           |
+|                 | `stddev_ stdvar_over_time`                                      |
+| histograms      | `histogram_quantile` over classic `le` buckets                  |
+| absence         | `absent`, `absent_over_time`                                    |
+| math            | `abs ceil floor round clamp clamp_min clamp_max exp sqrt ln`    |
+|                 | `log2 log10 sgn`                                                |
+| labels          | `label_replace`, `label_join`                                   |
+| other           | `time timestamp vector scalar sort sort_desc`                   |
+| NOT supported   | subqueries `x[5m:1m]`, `@`, `atan2`, native histograms, other   |
+|                 | functions (`holt_winters`, trigonometry, dates, ...): rejected  |
+|                 | when compiled, with the position of the construct               |
+"""
+
+from sentinel.promql.compile import compile_expr
+from sentinel.promql.engine import DEFAULT_LOOKBACK_MS, Engine, max_lookback_ms
+from sentinel.promql.errors import PromQLError
+from sentinel.promql.nodes import Expr
+from sentinel.promql.series_notation import expand_values, parse_series
+
+__all__ = [
+    "DEFAULT_LOOKBACK_MS",
+    "Engine",
+    "Expr",
+    "PromQLError",
+    "compile_expr",
+    "expand_values",
+    "max_lookback_ms",
+    "parse_series",
+]

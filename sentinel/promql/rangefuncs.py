@@ -55,10 +55,10 @@ def _extrapolated_rate(
     interval = sampled
     interval += to_start if to_start < threshold else avg_step / 2
     interval += to_end if to_end < threshold else avg_step / 2
-    result = result * (interval / sampled)
+    factor = interval / sampled
     if is_rate:
-        result = f.div(result, w.range_ms / 1000)
-    return result
+        factor = f.div(factor, w.range_ms / 1000)
+    return result * factor
 
 
 def rate(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
