@@ -214,6 +214,7 @@ class SeriesCache:
     def retain(self, keep: set[int]) -> None:
         """Forget every series text whose slot is not in `keep` (bounds memory under churn)."""
         self._slots = {k: s for k, s in self._slots.items() if s in keep}
+        self._comments.clear()
 
     def parse(self, text: str) -> Page:
         """Parse a page; raises ExpositionError (nothing is partially returned)."""

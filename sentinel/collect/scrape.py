@@ -112,29 +112,54 @@ class Scraper:
         state = self._state(target, now_ms)
         with state.lock:
             start = self._clock()
-            samples = 0
             try:
                 text, openmetrics = self._fetch(target, start)
+            except (httpx.HTTPError, ScrapeError, UnicodeDecodeError) as e:
+                return self._finish(state, now_ms, start, "", False, _describe(e, target))
+            except Exception as e:  # a bug, not the target: record it, keep the loop alive
+                log.exception("scrape of %s failed unexpectedly", target.name)
+                return self._finish(state, now_ms, start, "", False, _internal(e))
+            return self._finish(state, now_ms, start, text, openmetrics, None)
+
+    def ingest(
+        self, target: ScrapeTarget, text: str, now_ms: int, openmetrics: bool = False
+    ) -> ScrapeResult:
+        """Everything `scrape` does after the HTTP GET, for a page already in hand; never raises.
+
+        Parses and stores `text` as `target`'s page at `now_ms`, with
+        staleness and the `up`/`scrape_*` series. Used by the ingest benchmark
+        and by sources that obtain exposition text another way.
+        """
+        state = self._state(target, now_ms)
+        with state.lock:
+            return self._finish(state, now_ms, self._clock(), text, openmetrics, None)
+
+    def _finish(
+        self, state: _TargetState, now_ms: int, start: float, text: str, openmetrics: bool,
+        error: str | None,
+    ) -> ScrapeResult:
+        """Parse and store the page unless the fetch failed, then record the scrape's health."""
+        samples = stale = 0
+        if error is None:
+            try:
                 state.cache.openmetrics = openmetrics
                 page = state.cache.parse(text)
                 stale = state.store_page(page, now_ms)
                 samples = len(page.values)
-                error = None
-            except (httpx.HTTPError, ScrapeError, ExpositionError, StoreFullError,
-                    UnicodeDecodeError) as e:
-                error = _describe(e, target)
-                stale = state.mark_all_stale(now_ms)
+            except (ExpositionError, StoreFullError) as e:
+                error = _describe(e, state.target)
             except Exception as e:  # a bug, not the target: record it, keep the loop alive
-                log.exception("scrape of %s failed unexpectedly", target.name)
-                error = f"internal error: {type(e).__name__}: {e}"
-                stale = state.mark_all_stale(now_ms)
-            duration = self._clock() - start
-            state.report(now_ms, error is None, duration, samples)
-            if error != state.last_error:
-                if error is not None:
-                    log.warning("scrape of %s failed: %s", target.name, error)
-                state.last_error = error
-        return ScrapeResult(target, error is None, duration, samples, stale, error)
+                log.exception("storing the page of %s failed unexpectedly", state.target.name)
+                error = _internal(e)
+        if error is not None:
+            stale = state.mark_all_stale(now_ms)
+        duration = self._clock() - start
+        state.report(now_ms, error is None, duration, samples)
+        if error != state.last_error:
+            if error is not None:
+                log.warning("scrape of %s failed: %s", state.target.name, error)
+            state.last_error = error
+        return ScrapeResult(state.target, error is None, duration, samples, stale, error)
 
     def forget(self, name: str, now_ms: int) -> int:
         """Stop tracking a target: mark all its series (and its report series) stale.
@@ -195,6 +220,10 @@ class Scraper:
                 raise ScrapeError(f"scrape timed out after {timeout_s:g}s (body incomplete)")
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _internal(e: Exception) -> str:
+    return f"internal error: {type(e).__name__}: {e}"
 
 
 def _describe(e: Exception, target: ScrapeTarget) -> str:
