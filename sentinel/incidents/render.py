@@ -74,7 +74,12 @@ def summary_to_json(item: IncidentSummary) -> dict[str, Any]:
     }
 
 
-def detail_to_json(detail: IncidentDetail) -> dict[str, Any]:
+def list_json(items: Sequence[IncidentSummary]) -> list[dict[str, Any]]:
+    """A listing as JSON-ready objects (for `--json` and the HTTP API)."""
+    return [summary_to_json(i) for i in items]
+
+
+def detail_json(detail: IncidentDetail) -> dict[str, Any]:
     """One incident in full as a JSON object."""
     return {
         **summary_to_json(detail.incident),
@@ -89,12 +94,12 @@ def detail_to_json(detail: IncidentDetail) -> dict[str, Any]:
 
 def render_list_json(items: Sequence[IncidentSummary]) -> str:
     """`incidents list --json`: an array of incident objects."""
-    return json.dumps([summary_to_json(i) for i in items], indent=2, sort_keys=True)
+    return json.dumps(list_json(items), indent=2, sort_keys=True)
 
 
 def render_detail_json(detail: IncidentDetail) -> str:
     """`incidents show --json`."""
-    return json.dumps(detail_to_json(detail), indent=2, sort_keys=True)
+    return json.dumps(detail_json(detail), indent=2, sort_keys=True)
 
 
 def _list_row(i: IncidentSummary) -> tuple[str, ...]:

@@ -118,7 +118,7 @@ class IncidentTracker:
         value_interval_ms: int = VALUE_EVENT_MIN_INTERVAL_MS,
         value_change: float = VALUE_EVENT_MIN_CHANGE,
     ) -> None:
-        self._db = db
+        self.db = db  # public: the daemon's incident API reads through it
         self._value_interval_ms = value_interval_ms
         self._value_change = value_change
         # (incident_id, fingerprint, fired_at_ms) announced FIRING by this
@@ -133,7 +133,7 @@ class IncidentTracker:
                 groups.setdefault(group_key(alert), []).append(alert)
         now = ms_to_dt(now_ms)
         outcomes: list[_Outcome] = []
-        with self._db.session() as s:
+        with self.db.session() as s:
             for key in sorted(groups, key=lambda k: (k.alertname, k.target)):
                 outcome = self._process_group(s, key, groups[key], now)
                 if outcome is not None:
@@ -157,7 +157,7 @@ class IncidentTracker:
         """
         now = ms_to_dt(now_ms)
         fps = sorted(set(fingerprints))
-        with self._db.session() as s:
+        with self.db.session() as s:
             if ok and fps:
                 rows = s.scalars(select(IncidentAlert).where(
                     IncidentAlert.incident_id == incident_id,
@@ -176,11 +176,11 @@ class IncidentTracker:
 
     def save_alert_states(self, alerts: Sequence[Alert]) -> None:
         """Replace the persisted rule-engine alerts with these, in one transaction."""
-        alert_states.save(self._db, alerts)
+        alert_states.save(self.db, alerts)
 
     def load_alert_states(self) -> list[Alert]:
         """The persisted rule-engine alerts, for `RuleManager.restore`."""
-        return alert_states.load(self._db)
+        return alert_states.load(self.db)
 
     # -- one incident -------------------------------------------------------
 
