@@ -203,3 +203,12 @@ def test_cache_stops_at_eof():
     cache, _ = _cache()
     page = cache.parse("a 1\n# EOF\n")
     assert page.values == [1.0]
+
+
+def test_cache_non_strict_drops_later_duplicates():
+    cache, slots = _cache()
+    page = cache.parse("a 1\nb 2 77\na 3\nb 4\nc 5 99\n", strict=False)
+    assert page.slots == [slots[L("a")], slots[L("b")], slots[L("c")]]
+    assert page.values == [1.0, 2.0, 5.0]
+    assert page.timestamps == {1: 77, 2: 99}
+    assert page.duplicates == 2

@@ -383,11 +383,13 @@ def test_full_store_is_a_scrape_error(target):
     assert ts == 2_000 and is_stale(v)
 
 
-def test_duplicate_series_fail_the_scrape(target, store, scraper):
-    target.serve(b"a 1\na 2\n")
+def test_duplicate_series_keep_the_first_sample(target, store, scraper, caplog):
+    target.serve(b'a 1\nb 2\na 3\nc{x="1",y="2"} 4\nc{y="2",x="1"} 5\n')
     result = scraper.scrape(_target(target), 1_000)
-    assert not result.up and "duplicate series" in result.error
-    assert _series(store, "a") == []
+    assert result.up and result.samples == 3  # Prometheus drops the duplicates, stays up
+    assert _values(store, "a") == [(1_000, 1.0)]
+    assert _values(store, "c") == [(1_000, 4.0)]
+    assert "2 duplicate samples" in caplog.text
 
 
 def test_forget_marks_everything_stale(target, store, scraper):
@@ -448,3 +450,30 @@ def test_deadline_clips_every_socket_operation(target):
             client.get(target.url + "/metrics")
         with deadline(time.monotonic() + 30):
             assert client.get(target.url + "/metrics").text == "a 1\n"
+
+
+def test_ingest_without_http(store):
+    scraper = Scraper(store)
+    t = ScrapeTarget("pushed", "http://10.0.0.7:8000")
+    assert scraper.ingest(t, "a 1\n", 1_000).up
+    bad = scraper.ingest(t, "a x\n", 2_000)
+    scraper.close()
+    assert not bad.up and "line 1" in bad.error
+    [series] = _series(store, "a")
+    assert dict(series.labels)["instance"] == "10.0.0.7:8000"
+    assert series.ts == [1_000, 2_000] and is_stale(series.vs[-1])
+
+
+def test_scrape_the_vllm_simulator(store, scraper):
+    from sentinel.sim.server import start_sim
+
+    sim = start_sim()
+    try:
+        result = scraper.scrape(ScrapeTarget("sim", sim.url, timeout_ms=5_000), 1_000)
+    finally:
+        sim.stop()
+    assert result.up, result.error
+    assert result.samples > 100
+    for name in ("vllm:kv_cache_usage_perc", "vllm:num_requests_waiting"):
+        [series] = _series(store, name, target="sim")
+        assert series.ts == [1_000]

@@ -183,12 +183,14 @@ class Page:
     """A parsed page as the caller's slots: `values[i]` belongs to `slots[i]`.
 
     `timestamps` holds only the positions whose line carried an explicit
-    timestamp (rare), mapped to milliseconds.
+    timestamp (rare), mapped to milliseconds. `duplicates` counts samples
+    dropped because their series already appeared (non-strict parsing).
     """
 
     slots: list[int]
     values: list[float]
     timestamps: dict[int, int]
+    duplicates: int = 0
 
 
 class SeriesCache:
@@ -216,8 +218,13 @@ class SeriesCache:
         self._slots = {k: s for k, s in self._slots.items() if s in keep}
         self._comments.clear()
 
-    def parse(self, text: str) -> Page:
-        """Parse a page; raises ExpositionError (nothing is partially returned)."""
+    def parse(self, text: str, strict: bool = True) -> Page:
+        """Parse a page; raises ExpositionError (nothing is partially returned).
+
+        A series that appears twice is an error when `strict`; otherwise the
+        first sample is kept and later ones are dropped and counted, as
+        Prometheus's scrape does ("duplicate sample for timestamp").
+        """
         slots: list[int] = []
         values: list[float] = []
         stamps: dict[int, int] = {}
@@ -245,7 +252,9 @@ class SeriesCache:
                     continue
             self._slow(line, lines, slots, values, stamps)
         if len(set(slots)) != len(slots):
-            self._raise_duplicate(text)
+            if strict:
+                self._raise_duplicate(text)
+            return _first_of_each(slots, values, stamps)
         return Page(slots, values, stamps)
 
     def _comment(self, line: str, lines: list[str]) -> bool:
@@ -284,3 +293,20 @@ class SeriesCache:
     def _raise_duplicate(self, text: str) -> None:
         parse_exposition(text, self.openmetrics)  # raises with the line number
         raise ExpositionError(0, "duplicate series", "")
+
+
+def _first_of_each(slots: list[int], values: list[float], stamps: dict[int, int]) -> Page:
+    """The page without repeated series, keeping each series' first sample."""
+    seen: set[int] = set()
+    kept_slots: list[int] = []
+    kept_values: list[float] = []
+    kept_stamps: dict[int, int] = {}
+    for i, slot in enumerate(slots):
+        if slot in seen:
+            continue
+        seen.add(slot)
+        if i in stamps:
+            kept_stamps[len(kept_values)] = stamps[i]
+        kept_slots.append(slot)
+        kept_values.append(values[i])
+    return Page(kept_slots, kept_values, kept_stamps, len(slots) - len(kept_slots))

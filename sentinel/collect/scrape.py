@@ -6,7 +6,9 @@ with the target's labels, write `up`, `scrape_duration_seconds` and
 `scrape_samples_scraped`, and write staleness markers for the series that
 disappeared since the previous scrape. A failed scrape (HTTP error, timeout,
 bad page, full store) stores nothing from the page, writes `up 0` and marks
-every series of the target stale. `scrape` never raises.
+every series of the target stale. `scrape` never raises. A series repeated
+within a page is not a failure: as in Prometheus, its first sample is kept
+and the others are dropped (and logged).
 
 Thread-safety: the daemon runs one scrape job per target in a thread pool.
 Each target has its own state and lock; the store and the HTTP client are
@@ -143,9 +145,13 @@ class Scraper:
         if error is None:
             try:
                 state.cache.openmetrics = openmetrics
-                page = state.cache.parse(text)
+                page = state.cache.parse(text, strict=False)
                 stale = state.store_page(page, now_ms)
                 samples = len(page.values)
+                if page.duplicates and page.duplicates != state.last_duplicates:
+                    log.warning("%s exposes %d duplicate samples; kept the first of each",
+                                state.target.name, page.duplicates)
+                state.last_duplicates = page.duplicates
             except (ExpositionError, StoreFullError) as e:
                 error = _describe(e, state.target)
             except Exception as e:  # a bug, not the target: record it, keep the loop alive
@@ -256,6 +262,7 @@ class _TargetState:
         self.target = target
         self.lock = threading.Lock()
         self.last_error: str | None = None
+        self.last_duplicates = 0
         self.base = {"target": target.name, "instance": target.instance, **dict(target.labels)}
         self.refs: dict[int, int] = {}
         self.labels: dict[int, Labels] = {}
