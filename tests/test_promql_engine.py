@@ -274,3 +274,14 @@ def test_stale_marker_constant_is_recognised_in_values() -> None:
     assert values[0] == 1.0
     assert values[1] is not None and math.isnan(values[1])
     assert str(STALE_NAN) == "nan"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(math.nan, "NaN"), (math.inf, "+Inf"), (-math.inf, "-Inf"), (0.1, "0.1"),
+     (1e22, "1" + "0" * 22), (1e-7, "0.0000001"), (-0.0, "-0"), (42.0, "42")],
+)  # fmt: skip
+def test_format_float_as_prometheus(value: float, text: str) -> None:
+    from sentinel.promql import format_float
+
+    assert format_float(value) == text

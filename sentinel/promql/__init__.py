@@ -38,6 +38,7 @@ Supported subset:
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.engine import DEFAULT_LOOKBACK_MS, Engine, max_lookback_ms
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.floatops import format_float
 from sentinel.promql.nodes import Expr
 from sentinel.promql.series_notation import expand_values, parse_series
 
@@ -48,6 +49,7 @@ __all__ = [
     "PromQLError",
     "compile_expr",
     "expand_values",
+    "format_float",
     "max_lookback_ms",
     "parse_series",
 ]

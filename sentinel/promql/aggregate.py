@@ -7,7 +7,6 @@ results (and which series win ties) are bit-for-bit the same.
 from __future__ import annotations
 
 import math
-from decimal import Decimal
 
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql import floatops as f
@@ -41,16 +40,6 @@ def _key_and_labels(
     return kept, kept
 
 
-def format_value_label(v: float) -> str:
-    """strconv.FormatFloat(v, 'f', -1, 64): shortest round-trip digits, never an exponent."""
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    text = format(Decimal(repr(v)), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
 def aggregate(
     op: str, vec: Vector, grouping: tuple[str, ...], without: bool, param: float | str | None
 ) -> Vector:
@@ -73,7 +62,7 @@ def aggregate(
         vec = [
             InstantSample(
                 labels_of([*(kv for kv in s.labels if kv[0] != param),
-                           (param, format_value_label(s.value))]),
+                           (param, f.format_float(s.value))]),
                 s.value,
             )
             for s in vec

@@ -113,16 +113,16 @@ def vector_vector(
     out = []
     for ls in lhs:
         sig = signature(ls.labels, matching)
-        rs = one_side.get(sig)
-        if rs is None:
+        match = one_side.get(sig)
+        if match is None:
             continue
-        lv, rv = (rs.value, ls.value) if swapped else (ls.value, rs.value)
+        lv, rv = (match.value, ls.value) if swapped else (ls.value, match.value)
         value, keep = _elem(op, lv, rv)
         if return_bool:
             value = 1.0 if keep else 0.0
         elif not keep:
             continue
-        labels = _result_labels(ls.labels, rs.labels, op, matching)
+        labels = _result_labels(ls.labels, match.labels, op, matching)
         if return_bool:
             labels = drop_name(labels)
         _check_unique(matched, sig, labels, matching)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 INF = math.inf
 NAN = math.nan
@@ -92,3 +93,16 @@ def kahan_inc(inc: float, total: float, c: float) -> tuple[float, float]:
 def is_nan(x: float) -> bool:
     """math.IsNaN (for readability beside the other helpers)."""
     return x != x
+
+
+def format_float(v: float) -> str:
+    """A value as Prometheus prints it (API, count_values): shortest digits, no exponent.
+
+    Go's strconv.FormatFloat(v, 'f', -1, 64): "NaN", "+Inf", "-Inf", "0.1", "1000000".
+    """
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    text = format(Decimal(repr(v)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
