@@ -8,7 +8,7 @@ as root the binaries run as the `postgres` user. Without the binaries the
 PostgreSQL tests are skipped, unless CI=true, where that is a failure.
 
 `db_url` runs a test on both backends: a SQLite file in tmp_path, and a fresh
-database on the PostgreSQL server (dropped afterwards). `incident_db` is a
+schema on the PostgreSQL server (dropped afterwards). `incident_db` is a
 `Database` on it, already upgraded by the migrations.
 """
 
@@ -131,7 +131,12 @@ def postgres_url() -> Iterator[str]:
 
 @pytest.fixture
 def fresh_postgres_url(postgres_url: str) -> Iterator[str]:
-    """A new, empty database on the test server; dropped after the test."""
+    """The test server with a new, empty schema first on the search_path; dropped afterwards.
+
+    A schema rather than a database: CREATE DATABASE costs ~0.3 s a test,
+    CREATE SCHEMA a millisecond, and everything (alembic_version included)
+    lands in the schema all the same.
+    """
     admin_url = make_url(postgres_url)
     if admin_url.drivername in ("postgresql", "postgres"):
         admin_url = admin_url.set(drivername="postgresql+psycopg")
@@ -139,17 +144,18 @@ def fresh_postgres_url(postgres_url: str) -> Iterator[str]:
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield admin_url.set(database=name).render_as_string(hide_password=False)
+            conn.execute(text(f'CREATE SCHEMA "{name}"'))
+        url = admin_url.update_query_dict({"options": f"-csearch_path={name}"})
+        yield url.render_as_string(hide_password=False)
         with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
     finally:
         admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database URL, once per backend: a SQLite file, and a fresh PostgreSQL database."""
+    """A database URL, once per backend: a SQLite file, and a fresh PostgreSQL schema."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'sentinel.db'}"
     return str(request.getfixturevalue("fresh_postgres_url"))
