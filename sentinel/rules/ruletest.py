@@ -287,7 +287,8 @@ def _run_expr_tests(tg: TestGroup, engine: Engine) -> list[str]:
         except Exception as e:  # any query failure is a test failure, reported like promtool
             errors.append(f'    expr: {go_quote(x.expr)}, time: {when}, err: {e}')
             continue
-        got = [((), res)] if isinstance(res, float) else [(s.labels, s.value) for s in res]
+        got: list[tuple[Labels, float]] = (
+            [((), res)] if isinstance(res, float) else [(s.labels, s.value) for s in res])
         try:
             exp = [(_parse_metric(lbl), v) for lbl, v in x.expected]
         except ValueError as e:
