@@ -192,10 +192,14 @@ def test_migrations_dir_default_is_next_to_the_package() -> None:
 def test_missing_migrations_dir_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sentinel.incidents.db as dbmod
+    import sentinel.paths
 
     monkeypatch.setenv(MIGRATIONS_ENV, str(tmp_path / "nowhere"))
-    monkeypatch.setattr(dbmod, "__file__", str(tmp_path / "a" / "b" / "c" / "db.py"))
+    with pytest.raises(DatabaseError, match="migrations directory not found.*SENTINEL_MIG"):
+        find_migrations_dir()
+    monkeypatch.delenv(MIGRATIONS_ENV)
+    monkeypatch.setenv("SENTINEL_HOME", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(sentinel.paths, "_SOURCE_ROOT", tmp_path / "a")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DatabaseError, match="migrations directory not found.*SENTINEL_MIG"):
         find_migrations_dir()

@@ -110,6 +110,8 @@ class App:
         if self.status is not None:
             self.status.stop()
             self.status = None
+        if self.pipeline is not None:
+            self.pipeline.scraper.close()
         log.info("sentinel stopped")
 
     def reload(self) -> bool:

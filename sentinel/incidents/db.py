@@ -23,6 +23,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from sentinel.paths import bundled_dir
+
 MIGRATIONS_ENV = "SENTINEL_MIGRATIONS_DIR"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Any constant works; it serialises concurrent `upgrade()` calls of several
@@ -47,21 +49,24 @@ def normalize_url(url: str | URL) -> URL:
 
 
 def find_migrations_dir() -> Path:
-    """Where the Alembic scripts live.
+    """Where the Alembic scripts live: $SENTINEL_MIGRATIONS_DIR, else the bundled migrations/.
 
-    $SENTINEL_MIGRATIONS_DIR, else `<repo>/migrations` next to the package
-    source, else `./migrations`.
+    The bundled folder is found by `sentinel.paths.bundled_dir` ($SENTINEL_HOME,
+    beside the package source, or the working directory).
     """
-    candidates = []
-    if env := os.environ.get(MIGRATIONS_ENV):
-        candidates.append(Path(env))
-    candidates.append(Path(__file__).resolve().parents[2] / "migrations")
-    candidates.append(Path.cwd() / "migrations")
-    for path in candidates:
-        if (path / "env.py").is_file():
-            return path
-    tried = ", ".join(str(p) for p in candidates)
-    raise DatabaseError(f"migrations directory not found (tried {tried}); set {MIGRATIONS_ENV}")
+    env = os.environ.get(MIGRATIONS_ENV)
+    if env:
+        if not (Path(env) / "env.py").is_file():
+            raise DatabaseError(f"migrations directory not found: {MIGRATIONS_ENV}={env} "
+                                "has no env.py")
+        return Path(env)
+    try:
+        path = bundled_dir("migrations")
+    except FileNotFoundError as exc:
+        raise DatabaseError(f"migrations directory not found: {exc} or {MIGRATIONS_ENV}") from None
+    if not (path / "env.py").is_file():
+        raise DatabaseError(f"{path} has no env.py; set {MIGRATIONS_ENV}")
+    return path
 
 
 class Database:

@@ -12,7 +12,7 @@ import re
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sentinel.model import METRIC_NAME, Labels, label_value
 
@@ -30,12 +30,13 @@ class Matcher:
     name: str
     op: str
     value: str
+    _re: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.op not in ("=", "!=", "=~", "!~"):
             raise ValueError(f"unknown matcher operator {self.op!r}")
         if self.op in ("=~", "!~"):
-            object.__setattr__(self, "_re", re.compile(f"^(?:{self.value})$", re.DOTALL))
+            object.__setattr__(self, "_re", re.compile(self.value))
 
     def matches(self, value: str) -> bool:
         """Whether a label value (empty when the label is absent) satisfies the matcher."""
@@ -43,7 +44,9 @@ class Matcher:
             return value == self.value
         if self.op == "!=":
             return value != self.value
-        hit = self._re.match(value) is not None  # type: ignore[attr-defined]
+        assert self._re is not None
+        # fullmatch, not ^...$: "$" would also match before a trailing newline.
+        hit = self._re.fullmatch(value) is not None
         return hit if self.op == "=~" else not hit
 
 

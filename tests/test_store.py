@@ -1,0 +1,62 @@
+"""The embedded series store: refs, appends, retention, selection by matchers."""
+
+from __future__ import annotations
+
+import pytest
+
+from sentinel.model import STALE_NAN, is_stale, labels_of
+from sentinel.store import Matcher, MemoryStore, StoreFullError
+
+
+def _labels(name: str, **kv: str):
+    return labels_of({"__name__": name, **kv})
+
+
+def test_select_by_all_four_matchers():
+    store = MemoryStore()
+    for target in ("a", "b", "ab"):
+        store.add(_labels("up", target=target), 1000, 1.0)
+    def names(*ms):
+        return sorted(dict(s.labels)["target"] for s in store.select(
+            [Matcher("__name__", "=", "up"), *ms], 0, 2000))
+    assert names(Matcher("target", "=", "a")) == ["a"]
+    assert names(Matcher("target", "!=", "a")) == ["ab", "b"]
+    assert names(Matcher("target", "=~", "a.*")) == ["a", "ab"]
+    assert names(Matcher("target", "!~", "a|b")) == ["ab"]
+    # Anchored on both ends, and "$" must not match before a trailing newline.
+    assert names(Matcher("target", "=~", "b")) == ["b"]
+    store.add(_labels("up", target="c\n"), 1000, 1.0)
+    assert names(Matcher("target", "=~", "c")) == []
+
+
+def test_range_is_inclusive_and_out_of_order_samples_are_dropped():
+    store = MemoryStore()
+    ref = store.ref(_labels("x"))
+    for t in (1000, 2000, 3000):
+        assert store.append(ref, t, t / 1000)
+    store.append(ref, 1500, 99.0)  # older than the newest: dropped
+    store.append(ref, 3000, 3.5)   # same timestamp: replaces
+    (series,) = store.select([Matcher("__name__", "=", "x")], 2000, 3000)
+    assert series.ts == [2000, 3000] and series.vs == [2.0, 3.5]
+
+
+def test_retention_bounds_memory_and_gc_drops_empty_series():
+    store = MemoryStore(retention_ms=10_000)
+    ref = store.ref(_labels("x"))
+    for t in range(0, 100_000, 1000):
+        store.append(ref, t, 1.0)
+    assert store.sample_count() <= 10 + 10 * 1.25 + 1
+    assert store.gc(200_000) == 1
+    assert store.series_count() == 0
+    assert store.append(ref, 200_000, 1.0) is False  # the ref died with its series
+    store.add(_labels("x"), 200_000, 1.0)
+    assert store.series_count() == 1
+
+
+def test_series_limit_and_stale_markers():
+    store = MemoryStore(max_series=1)
+    store.add(_labels("x"), 1, STALE_NAN)
+    (s,) = store.select([Matcher("__name__", "=", "x")], 0, 10)
+    assert is_stale(s.vs[0]) and not is_stale(float("nan"))
+    with pytest.raises(StoreFullError):
+        store.ref(_labels("y"))
