@@ -167,7 +167,7 @@ def _cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules_test(args: argparse.Namespace) -> int:
-    from sentinel.rules.unittest import run_rule_tests
+    from sentinel.rules.ruletest import run_rule_tests
 
     return run_rule_tests(args.files, sys.stdout)
 

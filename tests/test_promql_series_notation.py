@@ -11,8 +11,10 @@ from sentinel.promql.series_notation import expand_values, parse_series
 
 
 def test_plain_values_and_special_floats() -> None:
-    values = expand_values("1 -2.5 1e3 0x10 Inf -Inf")
-    assert values == [1.0, -2.5, 1000.0, 16.0, math.inf, -math.inf]
+    values = expand_values("1 -2.5 1e3 Inf -Inf")
+    assert values == [1.0, -2.5, 1000.0, math.inf, -math.inf]
+    # No hex in series notation: "0x10" is zero repeated ten more times, as in promtool.
+    assert expand_values("0x10") == [0.0] * 11
     (nan,) = expand_values("NaN")
     assert nan is not None and math.isnan(nan) and not is_stale(nan)
 

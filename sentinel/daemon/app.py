@@ -74,7 +74,8 @@ class App:
         groups = load_rule_files(rule_paths(cfg))
         store = MemoryStore(retention_ms=self._retention_ms(groups))
         self.engine = Engine(store)
-        rules = RuleManager(groups, self.engine)
+        rules = RuleManager(groups, self.engine, default_interval_ms=cfg.evaluation_interval_ms,
+                            external_url=cfg.external_url)
         rules.restore(tracker.load_alert_states())
         self._groups = groups
         self.pipeline = Pipeline(

@@ -22,19 +22,17 @@ import promql_parser as pp
 
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, labels_of
 
-_NUMBER = r"[-+]?(?:0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[iI]nf|NaN|nan)"
+# No hex: Prometheus's lexer turns it off in series descriptions because
+# "0x3" means "0 repeated 3 times" there.
+_NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[iI]nf|NaN|nan)"
 _ITEM = re.compile(
     rf"^(?:(?P<blank>_)(?:x(?P<blank_n>\d+))?"
     rf"|(?P<stale>stale)"
-    rf"|(?P<start>{_NUMBER})(?:(?P<step>[-+](?:0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[iI]nf|NaN))?x(?P<n>\d+))?)$"
+    rf"|(?P<start>{_NUMBER})(?:(?P<step>[-+](?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[iI]nf|NaN))?x(?P<n>\d+))?)$"
 )
 
 
 def _number(text: str) -> float:
-    body = text.lstrip("+-")
-    if body[:2].lower() == "0x":
-        value = float(int(body, 16))
-        return -value if text.startswith("-") else value
     return float(text)
 
 
