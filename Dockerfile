@@ -11,7 +11,7 @@ COPY migrations ./migrations
 COPY rules ./rules
 RUN pip install --no-cache-dir '.[postgres]' \
     && useradd --system --uid 10001 --home-dir /var/lib/sentinel --create-home sentinel \
-    && mkdir -p /etc/sentinel && cp /app/rules/*.yaml /etc/sentinel/ 2>/dev/null; true
+    && mkdir -p /etc/sentinel && cp -r /app/rules /etc/sentinel/rules
 
 USER sentinel
 WORKDIR /var/lib/sentinel

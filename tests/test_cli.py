@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +19,10 @@ COMMANDS = [
 ]
 
 
-def sentinel(*args: str, cwd: Path | None = None, timeout: float = 60):
+def sentinel(*args: str, cwd: Path | None = None, timeout: float = 60, env: dict | None = None):
     return subprocess.run([sys.executable, "-m", "sentinel", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=timeout)
+                          text=True, cwd=cwd, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "sentinel")
@@ -47,10 +50,17 @@ def test_check_config_names_file_line_and_key_for_every_typo(tmp_path):
     assert f"{cfg}:6" in out.stderr and "rule_file" in out.stderr
 
 
-def test_check_config_accepts_the_example(tmp_path):
-    out = sentinel("check", "config", str(ROOT / "deploy" / "sentinel.example.yaml"))
+def test_check_config_accepts_the_example_and_hides_its_secrets(tmp_path):
+    secrets = {"ONCALL_HOOK": "https://hooks.example.invalid/T0/s3cr3t-path",
+               "ONCALL_TOKEN": "tok-9f8e7d"}
+    # Laid out as in /etc/sentinel: the config with the shipped rules/ beside it.
+    shutil.copy(ROOT / "deploy" / "sentinel.example.yaml", tmp_path / "sentinel.yaml")
+    shutil.copytree(ROOT / "rules", tmp_path / "rules")
+    out = sentinel("check", "config", str(tmp_path / "sentinel.yaml"), env=secrets)
     assert out.returncode == 0, out.stderr
     assert "SUCCESS" in out.stdout
+    assert "s3cr3t-path" not in out.stdout + out.stderr
+    assert "tok-9f8e7d" not in out.stdout + out.stderr
 
 
 def test_run_with_bad_config_exits_2_with_the_problem(tmp_path):
