@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sentinel import __version__
@@ -32,12 +33,19 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from sentinel.incidents.db import DatabaseError
+
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except (DatabaseError, ValueError) as exc:
+        # Bad arguments or an unreachable database: one clear line, no traceback
+        # (DatabaseError never carries the password).
+        print(f"sentinel: {exc}", file=sys.stderr)
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,7 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     il.add_argument("--status", choices=["open", "resolved"], help="only this status")
     il.add_argument("--alertname", help="only incidents of this alert")
     il.add_argument("--target", help="only incidents of this target")
-    il.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    il.add_argument("--since", type=_since, metavar="WHEN",
+                    help="only incidents opened since WHEN: a duration ago (1h, 7d) or an "
+                    "ISO-8601 time")
+    il.add_argument("--limit", type=int, default=50, help="at most this many, 1-1000 (default 50)")
     il.add_argument("--json", action="store_true", help="machine-readable output")
     il.set_defaults(func=_cmd_incidents_list)
     ish = inc.add_parser("show", help="one incident with its alerts and timeline")
@@ -177,7 +188,7 @@ def _cmd_incidents_list(args: argparse.Namespace) -> int:
 
     db = _database(args)
     items = queries.list_incidents(db, status=args.status, alertname=args.alertname,
-                                   target=args.target, limit=args.limit)
+                                   target=args.target, since=args.since, limit=args.limit)
     if args.json:
         print(json.dumps(render.list_json(items), indent=2))
     else:
@@ -207,6 +218,22 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 # -- helpers ----------------------------------------------------------------
+
+
+def _since(text: str) -> datetime:
+    """`--since`: a Prometheus duration ago, or an ISO-8601 time (UTC when no zone is given)."""
+    from sentinel.durations import parse_duration
+
+    try:
+        return datetime.now(tz=UTC) - timedelta(milliseconds=parse_duration(text))
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a duration (1h, 7d) or ISO-8601 time: {text!r}") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _load_config_or_exit(path: str | None):  # noqa: ANN202 (sentinel.config.Config)

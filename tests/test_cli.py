@@ -90,3 +90,25 @@ def test_db_upgrade_then_empty_incident_queries(tmp_path):
     missing = sentinel("incidents", "show", "42", "--database", url)
     assert missing.returncode == 1
     assert "no incident 42" in missing.stderr
+
+
+def test_incidents_list_filters_and_errors(tmp_path):
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    ok = sentinel("incidents", "list", "--database", url, "--since", "1h", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout) == []
+    iso = sentinel("incidents", "list", "--database", url, "--since", "2026-01-01T00:00:00Z")
+    assert iso.returncode == 0, iso.stderr
+    bad_since = sentinel("incidents", "list", "--database", url, "--since", "yesterday")
+    assert bad_since.returncode == 2 and "not a duration" in bad_since.stderr
+    bad_limit = sentinel("incidents", "list", "--database", url, "--limit", "0")
+    assert bad_limit.returncode == 1 and "limit" in bad_limit.stderr
+    assert "Traceback" not in bad_limit.stderr
+
+
+def test_unreachable_database_is_one_line_without_the_password():
+    out = sentinel("incidents", "list", "--database",
+                   "postgresql://sentinel:hunter2-secret@127.0.0.1:9/sentinel")
+    assert out.returncode == 1
+    assert "hunter2-secret" not in out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.startswith("sentinel: ")
