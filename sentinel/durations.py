@@ -14,7 +14,9 @@ _UNITS_MS = {
     "ms": 1,
 }
 # Units must appear largest first and at most once each, as in prometheus/common.
-_DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+_DURATION = re.compile(
+    r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$"
+)
 _ORDER = ("y", "w", "d", "h", "m", "s", "ms")
 
 
