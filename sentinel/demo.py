@@ -38,7 +38,7 @@ class WebhookSink:
     headers) of every delivery for tests that measure when a page arrived.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.bodies: queue.Queue[dict[str, Any]] = queue.Queue()
         self.received: list[tuple[float, dict[str, Any], dict[str, str]]] = []
         sink = self
@@ -60,14 +60,14 @@ class WebhookSink:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         """Where to POST."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/hook"
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}/hook"
 
     def start(self) -> WebhookSink:
         """Serve in a background thread."""
