@@ -17,6 +17,7 @@ import promql_parser as pp
 from sentinel.model import METRIC_NAME
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
+from sentinel.store.memory import Matcher
 
 # Functions the engine evaluates (see the table in sentinel/promql/__init__.py).
 SUPPORTED_FUNCTIONS = frozenset(
@@ -137,10 +138,10 @@ class _Compiler:
             raise self.reject("`or` inside a label selector", r"\{[^}]*?\bor\b")
         matchers = []
         if e.name:
-            matchers.append(n.LabelMatcher.of(METRIC_NAME, "=", e.name))
+            matchers.append(Matcher(METRIC_NAME, "=", e.name))
         for m in e.matchers.matchers:
             try:
-                matchers.append(n.LabelMatcher.of(m.name, _MATCH_OPS[_enum_name(m.op)], m.value))
+                matchers.append(Matcher(m.name, _MATCH_OPS[_enum_name(m.op)], m.value))
             except re.error as exc:
                 position = _find(self.text, re.escape(m.value))
                 message = f"invalid regular expression {m.value!r}: {exc}"

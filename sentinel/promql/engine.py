@@ -123,15 +123,7 @@ class _Evaluator:
         return value  # type: ignore[return-value]
 
     def select(self, sel: n.VectorSelector, start_ms: int, end_ms: int) -> list[Series]:
-        # Plain matchers go to the store (its name index serves `__name__="x"`);
-        # regex matchers are applied here with the compiled patterns.
-        plain = [Matcher(m.name, m.op, m.value) for m in sel.matchers if m.regex is None]
-        regex = [m for m in sel.matchers if m.regex is not None]
-        found = self.store.select(plain, start_ms, end_ms)
-        if regex:
-            found = [
-                s for s in found if all(m.matches(dict(s.labels).get(m.name, "")) for m in regex)
-            ]
+        found = self.store.select(sel.matchers, start_ms, end_ms)
         found.sort(key=lambda s: s.labels)
         return found
 

@@ -2,47 +2,20 @@
 
 The compiler turns promql-parser's objects into these, so evaluation never
 depends on the binding's types, and a compiled expression can be shared
-between threads and cached.
+between threads and cached. Label matchers are the store's own `Matcher`
+(regex compiled once, fully anchored), so selectors go to the store as they are.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from sentinel.store.memory import Matcher
 
 SCALAR = "scalar"
 VECTOR = "vector"
 MATRIX = "matrix"
 STRING = "string"
-
-
-@dataclass(frozen=True, slots=True)
-class LabelMatcher:
-    """`name op "value"`.
-
-    Regexes are fully anchored and `.` does not match a newline, as in Prometheus 2.x.
-    """
-
-    name: str
-    op: str  # = != =~ !~
-    value: str
-    regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
-
-    @staticmethod
-    def of(name: str, op: str, value: str) -> LabelMatcher:
-        """A matcher with its regex compiled once."""
-        rx = re.compile(value) if op in ("=~", "!~") else None
-        return LabelMatcher(name, op, value, rx)
-
-    def matches(self, value: str) -> bool:
-        """Whether a label value (empty when absent) satisfies the matcher."""
-        if self.op == "=":
-            return value == self.value
-        if self.op == "!=":
-            return value != self.value
-        assert self.regex is not None
-        hit = self.regex.fullmatch(value) is not None
-        return hit if self.op == "=~" else not hit
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +36,7 @@ class StringLiteral:
 class VectorSelector:
     """`name{matchers} offset D`; the metric name is one of the matchers."""
 
-    matchers: tuple[LabelMatcher, ...]
+    matchers: tuple[Matcher, ...]
     offset_ms: int = 0
 
 
