@@ -105,6 +105,11 @@ def test_kill_9_while_firing_does_not_repage_or_duplicate(tmp_path, sim, sink):
     proc = _sentinel("run", "-c", str(cfg))
     try:
         wait_for(lambda: bodies_with_status(sink, "firing"), 15, "the first firing webhook")
+        # Kill once the page is on record. (Killed in the milliseconds between the
+        # receiver's 200 and that commit, Sentinel pages again on start: delivery
+        # is at-least-once, and receivers de-duplicate on groupKey/fingerprint.)
+        db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
+        wait_for(lambda: _notification_recorded(db), 5, "the notification on the timeline")
         proc.send_signal(signal.SIGKILL)
         proc.wait(5)
         proc = _sentinel("run", "-c", str(cfg))
@@ -115,13 +120,20 @@ def test_kill_9_while_firing_does_not_repage_or_duplicate(tmp_path, sim, sink):
         assert len(bodies_with_status(sink, "firing")) == 1
         sim.set_state(kv_cache_usage=0.1)
         wait_for(lambda: bodies_with_status(sink, "resolved"), 10, "the resolved webhook")
-        db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
         incidents = queries.list_incidents(db)
         assert len(incidents) == 1, incidents
         wait_for(lambda: queries.list_incidents(db)[0].status == "resolved", 5, "resolution")
     finally:
         proc.kill()
         proc.wait(5)
+
+
+def _notification_recorded(db: Database) -> bool:
+    incidents = queries.list_incidents(db)
+    if not incidents:
+        return False
+    detail = queries.get_incident(db, incidents[0].id)
+    return detail is not None and any(e.kind == "notification_sent" for e in detail.timeline)
 
 
 def test_sigterm_stops_within_seconds(tmp_path, sim):
