@@ -1,0 +1,255 @@
+"""Loading a config file: YAML with line numbers, `${VAR}` expansion, every problem at once.
+
+`load_config(path)` reads the file keeping each key's line (`yamlpos`),
+expands `${VAR}` from the environment, validates with the models of
+`sentinel.configmodel`, and raises one `ConfigError` listing every problem
+as `FILE:LINE: key.path: message`. Secrets never appear in messages.
+`config_summary` prints the effective configuration with secrets redacted.
+Import these through `sentinel.config`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from sentinel.configmodel import (
+    Config,
+    ReceiverConfig,
+    TargetConfig,
+    duplicate_message,
+    inherit_defaults,
+    timeout_message,
+    try_duration,
+)
+from sentinel.durations import format_duration
+from sentinel.secrets import MissingEnvVar, Redactor, env_refs, expand_env, safe_url
+from sentinel.yamlpos import Path as YamlPath
+from sentinel.yamlpos import YamlSyntaxError, load_positioned
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """One problem: file, 1-based line (None when unknown), dotted key path, message."""
+
+    file: str
+    line: int | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; str() lists every problem, one per line."""
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(map(str, problems)))
+
+
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
+    """Load and validate one YAML config file; ConfigError lists every problem.
+
+    OSError propagates when the file itself cannot be read.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        doc = load_positioned(text)
+    except YamlSyntaxError as exc:
+        raise ConfigError([ConfigProblem(str(path), exc.line or None, "", exc.message)]) from None
+    problems: list[tuple[YamlPath, int | None, str]] = [
+        (p.path, p.line, p.message) for p in doc.problems]
+    data = {} if doc.data is None else doc.data
+    if not isinstance(data, dict):
+        raise ConfigError([ConfigProblem(str(path), 1, "", "the file must hold a YAML mapping")])
+    config_dir = Path(path).resolve().parent
+    return _build(data, str(path), config_dir, environ, problems, doc.line_of)
+
+
+def parse_config(
+    data: Mapping[str, Any], *, source: str = "<config>", config_dir: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Validate a config given as a mapping (as YAML would load it); ConfigError without lines."""
+    base = Path(config_dir) if config_dir is not None else Path.cwd()
+    return _build(dict(data), source, base, environ, [], None)
+
+
+def _build(data: dict[str, Any], source: str, config_dir: Path, environ: Mapping[str, str] | None,
+           problems: list[tuple[YamlPath, int | None, str]], line_of: Any) -> Config:
+    expanded: list[str] = []
+    data = inherit_defaults(_expand(data, (), environ, problems, expanded))
+    seen = {p for p, _, _ in problems}  # a missing variable's error says enough about its key
+    config: Config | None = None
+    try:
+        config = Config.model_validate(data, context={"config_dir": config_dir})
+    except ValidationError as exc:
+        # pydantic skips cross-field checks of an item that has other errors;
+        # the raw checks still report them, so one run lists everything.
+        found = [_describe(err) for err in exc.errors()] + _raw_cross_checks(data)
+        for path, message in found:
+            if path not in seen:
+                seen.add(path)
+                problems.append((path, None, message))
+    if not problems and config is not None:
+        return config
+    redactor = Redactor(expanded)
+    out = [ConfigProblem(source, line if line else (line_of(p) if line_of else None),
+                         _format_path(p), redactor.redact(msg)) for p, line, msg in problems]
+    out.sort(key=lambda p: p.line or 0)
+    raise ConfigError(out)
+
+
+def _raw_cross_checks(data: dict[str, Any]) -> list[tuple[YamlPath, str]]:
+    """Duplicate names and timeout > interval, on the raw mapping (as the validators check)."""
+    out: list[tuple[YamlPath, str]] = []
+    for section in ("targets", "receivers"):
+        items = data.get(section)
+        seen: dict[str, int] = {}
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            name = item.get("name") if isinstance(item, dict) else None
+            if isinstance(name, str) and name in seen:
+                out.append(((section, i, "name"), duplicate_message(name, section, seen[name])))
+            elif isinstance(name, str):
+                seen[name] = i
+    targets = data.get("targets")
+    for i, t in enumerate(targets if isinstance(targets, list) else []):
+        if isinstance(t, dict):
+            interval = try_duration(t.get("scrape_interval"), 0)
+            timeout = try_duration(t.get("scrape_timeout"), 0)
+            if 0 < interval < timeout:
+                out.append((("targets", i, "scrape_timeout"), timeout_message(timeout, interval)))
+    return out
+
+
+def _expand(value: Any, path: YamlPath, environ: Mapping[str, str] | None,
+            problems: list[tuple[YamlPath, int | None, str]], expanded: list[str]) -> Any:
+    """Expand `${VAR}` in every string value, recording missing variables."""
+    if isinstance(value, dict):
+        return {k: _expand(v, path + (k,), environ, problems, expanded) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, path + (i,), environ, problems, expanded) for i, v in enumerate(value)]
+    if isinstance(value, str) and "$" in value:
+        try:
+            result = expand_env(value, environ)
+        except MissingEnvVar as exc:
+            problems.append((path, None, str(exc)))
+            return value
+        if env_refs(value):
+            expanded.append(result)
+        return result
+    return value
+
+
+def _describe(err: Mapping[str, Any]) -> tuple[YamlPath, str]:
+    """A pydantic error as (YAML path, human message)."""
+    loc: YamlPath = tuple(err["loc"])
+    ctx = err.get("ctx") or {}
+    if err["type"] == "config":
+        return loc + tuple(ctx.get("path", ())), str(ctx["message"])
+    if err["type"] == "extra_forbidden":
+        return loc, "unknown key" + _suggest(loc)
+    if err["type"] == "missing":
+        return loc, "required key is missing"
+    msg = str(err["msg"])
+    return loc, msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+def _suggest(loc: YamlPath) -> str:
+    model = _model_at(loc[:-1])
+    if model is None or not isinstance(loc[-1], str):
+        return ""
+    keys = [f.alias or name for name, f in model.model_fields.items()]
+    close = difflib.get_close_matches(loc[-1], keys, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else f" (expected one of: {', '.join(keys)})"
+
+
+def _model_at(path: YamlPath) -> type[BaseModel] | None:
+    """The model class that validates the mapping at `path`, if one does."""
+    ann: Any = Config
+    for part in path:
+        ann = _unwrap_optional(ann)
+        if isinstance(part, int) and get_origin(ann) in (tuple, list):
+            ann = get_args(ann)[0]
+        elif isinstance(part, str) and isinstance(ann, type) and issubclass(ann, BaseModel):
+            field = next((f for n, f in ann.model_fields.items() if (f.alias or n) == part), None)
+            if field is None:
+                return None
+            ann = field.annotation
+        else:
+            return None
+    ann = _unwrap_optional(ann)
+    return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+
+
+def _unwrap_optional(ann: Any) -> Any:
+    if get_origin(ann) in (Union, types.UnionType):
+        rest = [a for a in get_args(ann) if a is not type(None)]
+        return rest[0] if len(rest) == 1 else ann
+    return ann
+
+
+def _format_path(path: YamlPath) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+# -- summary -----------------------------------------------------------------------------
+
+
+def config_summary(config: Config) -> str:
+    """The effective configuration as YAML, secrets redacted (for `sentinel check config`)."""
+    doc = {
+        "config_dir": str(config.config_dir),
+        "database": _safe_database(config.database),
+        "listen": config.listen,
+        "external_url": config.external_url,
+        "rule_files": list(config.rule_files),
+        "evaluation_interval": format_duration(config.evaluation_interval_ms),
+        "scrape_interval": format_duration(config.scrape_interval_ms),
+        "scrape_timeout": format_duration(config.scrape_timeout_ms),
+        "retention": format_duration(config.retention_ms),
+        "targets": [_target_doc(t) for t in config.targets],
+        "receivers": [_receiver_doc(r) for r in config.receivers],
+    }
+    text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    return Redactor(config.secrets()).redact(text)
+
+
+def _target_doc(t: TargetConfig) -> dict[str, Any]:
+    return {"name": t.name, "url": t.url, "metrics_path": t.metrics_path,
+            "scrape_interval": format_duration(t.scrape_interval_ms),
+            "scrape_timeout": format_duration(t.scrape_timeout_ms), "labels": dict(t.labels)}
+
+
+def _receiver_doc(r: ReceiverConfig) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": r.name}
+    if r.webhook is not None:
+        w = r.webhook
+        doc["webhook"] = {
+            "url": safe_url(w.url), **({"url_file": w.url_file} if w.url_file else {}),
+            "timeout": format_duration(w.timeout_ms), "send_resolved": w.send_resolved,
+            "headers": {k: "<redacted>" for k in w.headers},
+        }
+    return doc
+
+
+def _safe_database(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "<redacted>"

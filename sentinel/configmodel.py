@@ -1,0 +1,381 @@
+"""Sentinel's configuration models: pydantic classes that validate one config mapping.
+
+Models forbid unknown keys and are frozen. Durations are Prometheus
+durations in YAML and integer milliseconds in Python (`scrape_interval` →
+`scrape_interval_ms`). Validators raise `PydanticCustomError("config", ...)`
+with a key path below the model; `sentinel.configload` turns those into
+`file:line: key: message` problems. Import these through `sentinel.config`.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from sentinel.durations import format_duration, parse_duration
+from sentinel.secrets import read_secret_file, url_secret_parts
+
+DEFAULT_DATABASE = "sqlite:///sentinel.db"
+DEFAULT_LISTEN = "127.0.0.1:9465"
+DEFAULT_INTERVAL_MS = 5_000
+DEFAULT_TIMEOUT_MS = 4_000
+DEFAULT_RETENTION_MS = 15 * 60_000
+DEFAULT_WEBHOOK_TIMEOUT_MS = 10_000
+
+_NAME = r"^[a-zA-Z0-9_.-]+$"
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+def _problem(message: str, *path: str | int) -> PydanticCustomError:
+    """A validation error placed at `path` below the model that raises it."""
+    return PydanticCustomError("config", "{message}", {"message": message, "path": path})
+
+
+def _duration_ms(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise PydanticCustomError("config", "{message}", {"message": "expected a duration like 5s"})
+    try:
+        return parse_duration(str(value))
+    except ValueError as exc:
+        raise PydanticCustomError("config", "{message}", {"message": str(exc)}) from None
+
+
+def _positive(ms: int) -> int:
+    if ms <= 0:
+        raise PydanticCustomError("config", "{message}", {"message": "must be greater than 0"})
+    return ms
+
+
+Duration = Annotated[int, BeforeValidator(_duration_ms)]
+PositiveDuration = Annotated[int, BeforeValidator(_duration_ms), AfterValidator(_positive)]
+
+
+def _http_url(value: str, *, what: str = "URL") -> str:
+    """Check an http(s) URL without ever echoing it (it may hold a token)."""
+    try:
+        split = urlsplit(value)
+        split.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError:
+        raise _problem(f"not a valid {what}") from None
+    if split.scheme not in ("http", "https"):
+        raise _problem(f"{what} must start with http:// or https://")
+    if not split.hostname:
+        raise _problem(f"{what} has no host")
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+
+class WebhookConfig(_Strict):
+    """A generic webhook receiving Alertmanager's JSON payload (version 4)."""
+
+    url: str = Field("", repr=False)  # secret: tokens live in webhook URLs
+    url_file: str | None = None
+    timeout_ms: PositiveDuration = Field(DEFAULT_WEBHOOK_TIMEOUT_MS, alias="timeout")
+    send_resolved: bool = True
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_url_file(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data
+        has_url, url_file = bool(data.get("url")), data.get("url_file")
+        if has_url and url_file is not None:
+            raise _problem("set either url or url_file, not both", "url_file")
+        if url_file is None:
+            if not has_url:
+                raise _problem("url or url_file is required", "url")
+            return data
+        if not isinstance(url_file, str):
+            return data  # the field's type check reports it
+        path = Path(url_file)
+        if not path.is_absolute():
+            path = Path((info.context or {}).get("config_dir", ".")) / path
+        try:
+            content = read_secret_file(path)
+        except OSError as exc:
+            raise _problem(f"cannot read {path}: {exc.strerror}", "url_file") from None
+        return {**data, "url": content}
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        return _http_url(v, what="webhook URL")
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not _HEADER_NAME.match(name):
+                raise _problem("not a valid HTTP header name", name)
+            if "\n" in value or "\r" in value:
+                raise _problem("header values must not contain newlines", name)
+        return v
+
+
+class ReceiverConfig(_Strict):
+    """A named destination for notifications; exactly one kind (today: webhook)."""
+
+    name: str = Field(pattern=_NAME)
+    webhook: WebhookConfig | None = None
+
+    @model_validator(mode="after")
+    def _has_kind(self) -> ReceiverConfig:
+        if self.webhook is None:
+            raise _problem("receiver has no kind: add a webhook: section")
+        return self
+
+
+class TargetConfig(_Strict):
+    """One vLLM server to scrape. Intervals are inherited from the global ones when unset."""
+
+    name: str = Field(pattern=_NAME)
+    url: str
+    metrics_path: str = "/metrics"
+    scrape_interval_ms: PositiveDuration = Field(alias="scrape_interval")
+    scrape_timeout_ms: PositiveDuration = Field(alias="scrape_timeout")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        _http_url(v, what="target URL")
+        if urlsplit(v).query or urlsplit(v).fragment:
+            raise _problem("target URL must not have a query or fragment")
+        return v
+
+    @field_validator("metrics_path")
+    @classmethod
+    def _check_path(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise _problem("must start with /")
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _check_labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not _LABEL_NAME.match(name):
+                raise _problem("not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*)", name)
+            if name.startswith("__"):
+                raise _problem("label names starting with __ are reserved", name)
+        return v
+
+    @model_validator(mode="after")
+    def _timeout_within_interval(self) -> TargetConfig:
+        if self.scrape_timeout_ms > self.scrape_interval_ms:
+            raise _problem(timeout_message(self.scrape_timeout_ms, self.scrape_interval_ms),
+                           "scrape_timeout")
+        return self
+
+    @property
+    def metrics_url(self) -> str:
+        """The URL to scrape: url + metrics_path."""
+        return self.url.rstrip("/") + self.metrics_path
+
+
+def timeout_message(timeout_ms: int, interval_ms: int) -> str:
+    """The error for a scrape_timeout longer than its scrape_interval."""
+    return (f"scrape_timeout ({format_duration(timeout_ms)}) must not exceed "
+            f"scrape_interval ({format_duration(interval_ms)})")
+
+
+class Config(_Strict):
+    """The whole configuration. Build with `load_config`, `parse_config` or `Config.default()`."""
+
+    database: str = Field(DEFAULT_DATABASE, repr=False)  # may hold a password
+    listen: str = DEFAULT_LISTEN
+    external_url: str = ""
+    rule_files: tuple[str, ...] = ()
+    evaluation_interval_ms: PositiveDuration = Field(
+        DEFAULT_INTERVAL_MS, alias="evaluation_interval")
+    scrape_interval_ms: PositiveDuration = Field(DEFAULT_INTERVAL_MS, alias="scrape_interval")
+    scrape_timeout_ms: PositiveDuration = Field(DEFAULT_TIMEOUT_MS, alias="scrape_timeout")
+    retention_ms: PositiveDuration = Field(DEFAULT_RETENTION_MS, alias="retention")
+    targets: tuple[TargetConfig, ...] = ()
+    receivers: tuple[ReceiverConfig, ...] = ()
+
+    _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    def model_post_init(self, context: Any) -> None:
+        """Remember the folder relative paths are resolved against (from the validation context)."""
+        if isinstance(context, Mapping) and context.get("config_dir") is not None:
+            self._config_dir = Path(context["config_dir"])
+
+    @property
+    def config_dir(self) -> Path:
+        """The config file's folder: rule_files and url_file paths are relative to it."""
+        return self._config_dir
+
+    @classmethod
+    def default(cls) -> Config:
+        """The built-in defaults: no targets, no receivers, SQLite in the working directory."""
+        return cls.model_validate(inherit_defaults({}), context={"config_dir": Path.cwd()})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_inherited(cls, data: Any) -> Any:
+        return inherit_defaults(data) if isinstance(data, dict) else data
+
+    @field_validator("database")
+    @classmethod
+    def _check_database(cls, v: str) -> str:
+        try:
+            driver = make_url(v).drivername
+        except (ArgumentError, ValueError):
+            raise _problem("not a valid database URL (sqlite:///file.db, postgresql://…)") from None
+        if driver.split("+")[0] not in ("sqlite", "postgresql"):
+            raise _problem(f"unsupported database {driver!r} (use sqlite or postgresql)")
+        return v
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, v: str) -> str:
+        if _split_listen(v) is None:
+            raise _problem("expected host:port, e.g. 127.0.0.1:9465")
+        return v
+
+    @field_validator("external_url")
+    @classmethod
+    def _check_external_url(cls, v: str) -> str:
+        return _http_url(v, what="external URL").rstrip("/")
+
+    @field_validator("rule_files")
+    @classmethod
+    def _check_rule_files(cls, v: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        base = Path((info.context or {}).get("config_dir", "."))
+        for i, pattern in enumerate(v):
+            full = pattern if Path(pattern).is_absolute() else str(base / pattern)
+            # A glob may match nothing yet; a plain file name that is missing is a typo.
+            if not _GLOB_CHARS.search(pattern) and not glob.glob(full):
+                raise _problem("rule file not found", i)
+        return v
+
+    @field_validator("targets", "receivers")
+    @classmethod
+    def _unique_names(cls, v: tuple[Any, ...], info: ValidationInfo) -> tuple[Any, ...]:
+        seen: dict[str, int] = {}
+        for i, item in enumerate(v):
+            if item.name in seen:
+                raise _problem(duplicate_message(item.name, str(info.field_name),
+                                                  seen[item.name]), i, "name")
+            seen[item.name] = i
+        return v
+
+    @model_validator(mode="after")
+    def _global_timeout(self) -> Config:
+        if self.scrape_timeout_ms > self.scrape_interval_ms:
+            raise _problem(timeout_message(self.scrape_timeout_ms, self.scrape_interval_ms),
+                           "scrape_timeout")
+        return self
+
+    def rule_paths(self) -> list[Path]:
+        """The rule files the globs match now, sorted, relative globs under `config_dir`."""
+        out: set[Path] = set()
+        for pattern in self.rule_files:
+            full = pattern if Path(pattern).is_absolute() else str(self.config_dir / pattern)
+            out.update(Path(p) for p in glob.glob(full))
+        return sorted(out)
+
+    def receiver(self, name: str) -> ReceiverConfig | None:
+        """The receiver named `name`, if any."""
+        return next((r for r in self.receivers if r.name == name), None)
+
+    def secrets(self) -> list[str]:
+        """Every secret-bearing resolved value, for the Redactor."""
+        out: list[str] = []
+        password = _database_password(self.database)
+        if password:
+            out += [self.database, password]
+        for r in self.receivers:
+            if r.webhook is not None:
+                out += url_secret_parts(r.webhook.url)
+                out += list(r.webhook.headers.values())
+        return out
+
+
+def _database_password(url: str) -> str | None:
+    try:
+        return make_url(url).password  # type: ignore[return-value]
+    except (ArgumentError, ValueError):
+        return None
+
+
+def _split_listen(listen: str) -> tuple[str, int] | None:
+    host, sep, port = str(listen).rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def try_duration(value: Any, fallback: int) -> int:
+    """`value` as a duration in ms, or `fallback` when it is not a valid one."""
+    try:
+        return parse_duration(str(value)) if isinstance(value, str | int) else fallback
+    except ValueError:
+        return fallback
+
+
+def inherit_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """Fill what is derived from other keys: external_url, scrape_timeout, per-target intervals.
+
+    As in Prometheus, an unset scrape_timeout is the global one capped at the
+    interval. A malformed global value falls back to the built-in default here,
+    so its error is reported once, at the global key, not again per target.
+    """
+    data = dict(data)
+    interval = try_duration(data.get("scrape_interval"), DEFAULT_INTERVAL_MS)
+    timeout = try_duration(data.get("scrape_timeout"), DEFAULT_TIMEOUT_MS)
+    if "scrape_timeout" not in data:
+        timeout = min(timeout, interval)
+        data["scrape_timeout"] = format_duration(timeout)
+    if "external_url" not in data:
+        hp = _split_listen(data.get("listen", DEFAULT_LISTEN))
+        if hp is not None:
+            host = hp[0] if hp[0] not in ("", "0.0.0.0", "::") else socket.gethostname()
+            host = f"[{host}]" if ":" in host else host
+            data["external_url"] = f"http://{host}:{hp[1]}"
+    targets = data.get("targets")
+    if isinstance(targets, list):
+        data["targets"] = [_inherit_target(t, interval, timeout) for t in targets]
+    return data
+
+
+def _inherit_target(t: Any, interval: int, timeout: int) -> Any:
+    if not isinstance(t, dict):
+        return t
+    t = dict(t)
+    own = try_duration(t.get("scrape_interval"), interval)
+    t.setdefault("scrape_interval", format_duration(interval))
+    t.setdefault("scrape_timeout", format_duration(min(timeout, own)))
+    return t
+
+
+def duplicate_message(name: str, section: str, first: int) -> str:
+    """The error for a target or receiver name used twice."""
+    return f"duplicate name {name!r} (also {section}[{first}])"
