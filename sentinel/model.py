@@ -153,3 +153,30 @@ class Notification:
     kind: NotificationKind
     alerts: tuple[Alert, ...]
     group_labels: Labels = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One log line (or one Cloud Logging entry's text) from a log source, for a target."""
+
+    target: str
+    source: str  # e.g. "file:/var/log/vllm.log", "cloud-logging", "docker:vllm", "journal:vllm"
+    t_ms: int  # when the line was written, as the source says; else when it was read
+    text: str
+    line_no: int | None = None  # position in a file, where the source has one
+    insert_id: str | None = None  # Cloud Logging's insertId, for de-duplication
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """A crash signature matched in a log: what, where, when, and the excerpt that shows it."""
+
+    target: str
+    source: str
+    signature: str
+    category: str
+    severity: str
+    t_ms: int
+    line_no: int | None
+    excerpt: tuple[str, ...]  # context before, the matched line(s), context after
+    runbook: str = ""
