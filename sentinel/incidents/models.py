@@ -223,3 +223,42 @@ class AlertStateRow(Base):
         CheckConstraint("state IN ('inactive', 'pending', 'firing')", name="state"),
         Index("ix_alert_states_group_name_rule", "group_name", "rule"),
     )
+
+
+class LogCursorRow(Base):
+    """Where one log source stopped reading, so a restart neither misses nor repeats entries.
+
+    For Cloud Logging: the timestamp of the last entry read and the insertIds
+    already read at exactly that timestamp (the next query asks for
+    `timestamp >= at` and drops those ids).
+    """
+
+    __tablename__ = "log_cursors"
+
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    at: Mapped[datetime]
+    insert_ids: Mapped[list[str]] = mapped_column(JSON)
+    updated_at: Mapped[datetime]
+
+
+class LogEventRow(Base):
+    """A crash signature matched in a target's log, with the excerpt that shows it."""
+
+    __tablename__ = "log_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    target: Mapped[str] = mapped_column(String)
+    source: Mapped[str] = mapped_column(String)
+    signature: Mapped[str] = mapped_column(String)
+    category: Mapped[str] = mapped_column(String(64))
+    severity: Mapped[str] = mapped_column(String(32))
+    at: Mapped[datetime]
+    line_no: Mapped[int | None] = mapped_column(Integer)
+    excerpt: Mapped[list[str]] = mapped_column(JSON)
+    runbook: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+
+    __table_args__ = (
+        # Timelines ask for one target's recent events.
+        Index("ix_log_events_target_at_id", "target", "at", "id"),
+    )
