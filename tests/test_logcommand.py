@@ -208,11 +208,13 @@ def test_backoff_doubles_while_the_command_keeps_failing(tmp_path: Path) -> None
 def test_close_kills_a_command_that_ignores_sigterm(tmp_path: Path) -> None:
     tool = Standin(tmp_path, "docker", lines=[docker_line(1, "hello")], ignore_term=True)
     src = docker_logs("t", "vllm", env=tool.env, close_timeout_s=0.2)
-    poll_until(src, 1)
-    wait_for(lambda: tool.followed() == 1)
-    pid = src.pid
-    assert pid is not None and pid == tool.runs()[0]["pid"]
-    src.close()
+    try:
+        poll_until(src, 1)
+        wait_for(lambda: tool.followed() == 1)
+        pid = src.pid
+        assert pid is not None and pid == tool.runs()[0]["pid"]
+    finally:
+        src.close()
     assert src.pid is None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # killed and reaped
@@ -269,3 +271,29 @@ def test_journal_record_edge_cases() -> None:
     assert (lines, cursor, error) == ([], None, None)  # not bytes: no message, no crash
     lines, _, _ = parse_journal_json(json.dumps({"MESSAGE": "x", "__REALTIME_TIMESTAMP": "?"}), T)
     assert lines == [ParsedLine(T, "x")]
+
+
+def test_close_also_stops_what_the_command_started(tmp_path: Path) -> None:
+    # A wrapper whose child keeps the pipes open after the wrapper itself is gone.
+    code = (
+        "import subprocess, sys; "
+        "p = subprocess.Popen([sys.executable, '-c', "
+        "'import os, time; print(os.getpid(), flush=True); time.sleep(3600)']); "
+        "p.wait()"
+    )
+    src = CommandLogSource("t", [sys.executable, "-c", code], close_timeout_s=0.2)
+    try:
+        (line,) = poll_until(src, 1)
+        grandchild = int(line.text)
+    finally:
+        src.close()
+    wait_for(lambda: not alive(grandchild))
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting for an init that may never reap it."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status

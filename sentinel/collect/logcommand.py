@@ -39,6 +39,7 @@ BACKOFF_MS = (1_000, 60_000)
 _HEALTHY_RUN_MS = 60_000
 _STDERR_TAIL_LINES = 10
 _READ_BYTES = 65_536
+_READER_GRACE_S = 0.5
 
 
 class CommandLogSource:
@@ -121,16 +122,14 @@ class CommandLogSource:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        _signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(self._close_timeout_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
-            proc.wait()
-        _signal_group(proc, signal.SIGKILL)  # anything it left behind holding our pipes
-        for t in self._readers:
-            t.join(self._close_timeout_s)
-        self._readers = []
+        if proc.poll() is None:  # not reaped yet, so its pid is still our group's id
+            _signal_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(self._close_timeout_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+        self._join_readers(proc)
 
     # -- the process -------------------------------------------------------------------
 
@@ -163,9 +162,18 @@ class CommandLogSource:
 
     def _reap(self) -> None:
         assert self._proc is not None
-        _signal_group(self._proc, signal.SIGKILL)  # a child still holding the pipes open
+        self._join_readers(self._proc)
+
+    def _join_readers(self, proc: subprocess.Popen[bytes]) -> None:
+        """Wait for the readers to reach end of file (the exited command's last lines)."""
         for t in self._readers:
-            t.join(self._close_timeout_s)
+            t.join(_READER_GRACE_S)
+        if any(t.is_alive() for t in self._readers):
+            # A child of the command still holds the pipes open, so the group still has
+            # members and its id is still ours: kill it, or the readers never finish.
+            _signal_group(proc, signal.SIGKILL)
+            for t in self._readers:
+                t.join(self._close_timeout_s)
         self._readers = []
 
     def _exited(self, now_ms: int) -> None:
