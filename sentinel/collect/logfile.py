@@ -1,0 +1,338 @@
+"""Follow a log file like `tail -F`: across rotation and truncation, no line lost or read twice.
+
+What each poll does, and why:
+
+- The open file is read from the offset reached so far to its end (at most
+  `max_read_bytes` per poll, so one burst cannot stall the loop; the rest is
+  read by the next polls). Complete lines are handed out; a partial last line
+  waits for its newline.
+- Truncation (copytruncate): the file is smaller than our offset, or the
+  few bytes just before our offset changed (truncated and already written
+  past our offset again). Reading restarts at 0.
+- Rotation (rename, then a new file at the path): only once the open file
+  has been read to its end is the path looked at again. A different inode
+  there means rotation: the old file is kept open ("retired") and drained
+  once more on the next poll, because writers often append a few lines to
+  it between the rename and reopening (logrotate's postrotate HUP); then it
+  is closed and its unterminated last line handed out. The new file is read
+  from its start.
+- A missing path is recorded in `health`; the file is picked up from its
+  start when it appears.
+
+Guarantees and limits. Every byte of a file this source has opened is read
+exactly once (we hold the descriptor, so renames do not matter). Lost, by
+nature of the rotation scheme: a file that was created and rotated away
+again between two polls (rotated twice between polls) is never opened;
+with copytruncate, lines written after our last poll and before the
+truncation are only in the copy; lines a writer appends to a rotated file
+after the poll that closed it. Line numbers count lines within the current
+file (None where the file was joined at an offset too far in to count).
+
+Restart: with a `PositionStore`, the (device, inode, offset, line number) of
+the last line handed out is saved after each poll that moved it. On start,
+the same inode resumes at the offset; a different inode means rotation
+while we were down, and the old inode is looked for beside the path (e.g.
+`vllm.log.1`) and drained from the saved offset first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Protocol
+
+from sentinel.collect.linesplit import DEFAULT_MAX_LINE_BYTES, LineSplitter, RawLine, decode_line
+from sentinel.collect.logsource import SourceHealth
+from sentinel.model import LogEntry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_READ_BYTES = 8 * 1024 * 1024
+_CHUNK = 1024 * 1024
+_TAIL_CHECK_BYTES = 64
+_MAX_RETIRED = 4
+_MAX_COUNT_BYTES = 256 * 1024 * 1024  # joining a file at its end: count lines up to here
+
+
+@dataclass(frozen=True, slots=True)
+class FilePosition:
+    """Where reading a file stopped: just past the last line handed out."""
+
+    dev: int
+    inode: int
+    offset: int
+    line_no: int | None  # lines handed out from this file so far; None where unknown
+
+
+class PositionStore(Protocol):
+    """Persists a `FilePosition` per path so a restart resumes where it stopped."""
+
+    def load(self, path: str) -> FilePosition | None:
+        """The saved position for `path`, or None."""
+        ...
+
+    def save(self, path: str, position: FilePosition) -> None:
+        """Remember `position` for `path`."""
+        ...
+
+
+class MemoryPositionStore:
+    """A `PositionStore` in memory: survives re-creating the source, not the process."""
+
+    def __init__(self) -> None:
+        self.positions: dict[str, FilePosition] = {}
+
+    def load(self, path: str) -> FilePosition | None:
+        """The saved position for `path`, or None."""
+        return self.positions.get(path)
+
+    def save(self, path: str, position: FilePosition) -> None:
+        """Remember `position` for `path`."""
+        self.positions[path] = position
+
+
+class _OpenFile:
+    """One open descriptor being followed, with its line splitter and line count."""
+
+    def __init__(self, fd: int, offset: int, line_no: int | None, max_line_bytes: int) -> None:
+        st = os.fstat(fd)
+        self.fd = fd
+        self.id = (st.st_dev, st.st_ino)
+        self.lines = LineSplitter(max_line_bytes, offset)
+        self.line_no = line_no
+        n = min(offset, _TAIL_CHECK_BYTES)
+        self.tail = os.pread(fd, n, offset - n)  # what must stay before our offset
+
+    def rewritten(self) -> bool:
+        """Whether the file was truncated: smaller, or the bytes before our offset changed."""
+        offset = self.lines.offset
+        if os.fstat(self.fd).st_size < offset:
+            return True
+        n = len(self.tail)
+        return n > 0 and os.pread(self.fd, n, offset - n) != self.tail
+
+    def restart(self) -> None:
+        """Read again from the start (after truncation); the partial line is dropped with it."""
+        self.lines.reset(0)
+        self.line_no = 0
+        self.tail = b""
+
+    def read(self, budget: int) -> tuple[list[RawLine], int, bool]:
+        """Read up to `budget` bytes: (complete lines, bytes read, reached end of file)."""
+        out: list[RawLine] = []
+        n = 0
+        while n < budget:
+            chunk = os.pread(self.fd, min(_CHUNK, budget - n), self.lines.offset)
+            if not chunk:
+                return out, n, True
+            n += len(chunk)
+            self.tail = (self.tail + chunk[-_TAIL_CHECK_BYTES:])[-_TAIL_CHECK_BYTES:]
+            out.extend(self.lines.feed(chunk))
+        return out, n, False
+
+    def position(self) -> FilePosition:
+        """The position to persist: the partial line, if any, is read again after a restart."""
+        return FilePosition(self.id[0], self.id[1], self.lines.line_start, self.line_no)
+
+    def close(self) -> None:
+        """Close the descriptor."""
+        os.close(self.fd)
+
+
+class LogFileSource:
+    """A `LogSource` that follows one file by path (see the module docstring)."""
+
+    def __init__(
+        self,
+        target: str,
+        path: str | os.PathLike[str],
+        start_at_end: bool = True,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        offset_store: PositionStore | None = None,
+        max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.name = f"file:{self.path}"
+        self.target = target
+        self.health = SourceHealth()
+        self.start_at_end = start_at_end
+        self.max_line_bytes = max_line_bytes
+        self.max_read_bytes = max_read_bytes
+        self._store: PositionStore = (
+            offset_store if offset_store is not None else MemoryPositionStore()
+        )
+        self._current: _OpenFile | None = None
+        self._retired: list[_OpenFile] = []  # rotated away, drained until a poll finds nothing
+        self._joined = False  # first open done: a file appearing later is read from its start
+        self._saved: FilePosition | None = None
+
+    def poll(self, now_ms: int) -> list[LogEntry]:
+        """New complete lines since the last poll; never raises (errors go to `health`)."""
+        out: list[LogEntry] = []
+        try:
+            if self._poll(now_ms, out):
+                self.health = SourceHealth(True, None, now_ms)
+        except Exception as e:  # one bad file never stops the loop
+            self._failed(f"{self.path}: {type(e).__name__}: {e}")
+        return out
+
+    def close(self) -> None:
+        """Close every open descriptor; the saved position stays where the last poll left it."""
+        for f in self._retired:
+            f.close()
+        self._retired = []
+        if self._current is not None:
+            self._current.close()
+            self._current = None
+
+    def _poll(self, now_ms: int, out: list[LogEntry]) -> bool:
+        if self._current is None:
+            self._current = self._open_first()
+            if self._current is None:
+                self._failed(f"{self.path}: no such file (waiting for it to appear)")
+                return False
+        budget = self.max_read_bytes
+        budget -= self._drain_retired(now_ms, out, budget)
+        cur = self._current
+        if cur.rewritten():
+            log.info("log file %s was truncated; reading it again from the start", self.path)
+            cur.restart()
+        lines, n, eof = cur.read(budget)
+        self._emit(cur, lines, now_ms, out)
+        if eof and (new := self._rotated_to(cur)) is not None:
+            self._retire(cur, now_ms, out)
+            self._current = new
+            lines, _, _ = new.read(budget - n)
+            self._emit(new, lines, now_ms, out)
+        self._save()
+        return True
+
+    def _open_first(self) -> _OpenFile | None:
+        """Open the path the first time (or after it was missing); None if it does not exist."""
+        fd = _open(self.path)
+        if fd is None:
+            self._joined = True
+            return None
+        saved = self._store.load(self.path)
+        st = os.fstat(fd)
+        offset: int = 0
+        line_no: int | None = 0
+        if saved is not None and (saved.dev, saved.inode) == (st.st_dev, st.st_ino):
+            if saved.offset <= st.st_size:
+                offset, line_no = saved.offset, saved.line_no  # else truncated while we were down
+        elif saved is not None:
+            self._resume_rotated(saved)
+        elif self.start_at_end and not self._joined:
+            offset, line_no = _join_at_end(fd, st.st_size, self.max_line_bytes)
+        self._joined = True
+        return _OpenFile(fd, offset, line_no, self.max_line_bytes)
+
+    def _resume_rotated(self, saved: FilePosition) -> None:
+        """Rotated while we were down: drain the saved inode first if it is beside the path."""
+        directory = os.path.dirname(self.path) or "."
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.inode() != saved.inode or not entry.is_file(follow_symlinks=False):
+                    continue
+                fd = _open(entry.path)
+                if fd is None:
+                    return
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) != (saved.dev, saved.inode) or st.st_size < saved.offset:
+                    os.close(fd)
+                    return
+                log.info("%s was rotated while stopped; draining %s", self.path, entry.path)
+                old = _OpenFile(fd, saved.offset, saved.line_no, self.max_line_bytes)
+                self._retired.append(old)
+                return
+
+    def _rotated_to(self, cur: _OpenFile) -> _OpenFile | None:
+        """The file now at the path if it is not `cur` (rotation), else None."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None  # between the rename and the new file: keep following the old one
+        if (st.st_dev, st.st_ino) == cur.id:
+            return None
+        fd = _open(self.path)
+        if fd is None:
+            return None
+        log.info("log file %s was rotated; following the new file", self.path)
+        return _OpenFile(fd, 0, 0, self.max_line_bytes)
+
+    def _retire(self, f: _OpenFile, now_ms: int, out: list[LogEntry]) -> None:
+        self._retired.append(f)
+        while len(self._retired) > _MAX_RETIRED:
+            self._close_retired(self._retired.pop(0), now_ms, out)
+
+    def _drain_retired(self, now_ms: int, out: list[LogEntry], budget: int) -> int:
+        """Read late writes to rotated files; close each at the first poll that finds none."""
+        used = 0
+        keep: list[_OpenFile] = []
+        for f in self._retired:
+            lines, n, eof = f.read(budget - used)
+            used += n
+            self._emit(f, lines, now_ms, out)
+            if eof and n == 0:
+                self._close_retired(f, now_ms, out)
+            else:
+                keep.append(f)
+        self._retired = keep
+        return used
+
+    def _close_retired(self, f: _OpenFile, now_ms: int, out: list[LogEntry]) -> None:
+        last = f.lines.flush()
+        if last is not None:
+            self._emit(f, [last], now_ms, out)
+        f.close()
+
+    def _emit(self, f: _OpenFile, lines: list[RawLine], now_ms: int, out: list[LogEntry]) -> None:
+        for raw in lines:
+            if f.line_no is not None:
+                f.line_no += 1
+            out.append(LogEntry(self.target, self.name, now_ms, decode_line(raw), f.line_no))
+
+    def _save(self) -> None:
+        if self._current is None:
+            return
+        position = self._current.position()
+        if position != self._saved:
+            self._store.save(self.path, position)
+            self._saved = position
+
+    def _failed(self, error: str) -> None:
+        if error != self.health.last_error:
+            log.warning("log source %s: %s", self.name, error)
+        self.health = SourceHealth(False, error, self.health.last_success_ms)
+
+
+def _open(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+
+
+def _join_at_end(fd: int, size: int, max_line_bytes: int) -> tuple[int, int | None]:
+    """Where to start when joining an existing file at its end: after its last complete line.
+
+    Returns (offset, lines before it); the count is None for files too big to count cheaply.
+    """
+    window = min(size, max_line_bytes)
+    tail = os.pread(fd, window, size - window)
+    nl = tail.rfind(b"\n")
+    if nl >= 0:
+        offset = size - window + nl + 1
+    else:  # one partial line: all of it if it is all there, else skip the giant line's rest
+        offset = 0 if window == size else size
+    if offset > _MAX_COUNT_BYTES:
+        return offset, None
+    count, pos = 0, 0
+    while pos < offset:
+        chunk = os.pread(fd, min(_CHUNK, offset - pos), pos)
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        pos += len(chunk)
+    return offset, count
