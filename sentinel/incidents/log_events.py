@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from sentinel.collect.logcursor import LogCursor
 from sentinel.incidents.db import Database
+from sentinel.incidents.evidence import attach_new
 from sentinel.incidents.models import LogCursorRow, LogEventRow
 from sentinel.model import LogEvent
 
@@ -55,6 +56,7 @@ def record_log_events(
         for key, cursor in cursors.items():
             _put_cursor(session, key, cursor, created)
         session.flush()
+        attach_new(session, rows)
         return [row.id for row in rows]
 
 

@@ -55,8 +55,22 @@ def render_detail(detail: IncidentDetail) -> str:
     lines.extend(f"  {_alert_line(a)}" for a in detail.alerts)
     lines.append("")
     lines.append("Timeline:")
-    lines.extend(timeline_line(e) for e in detail.timeline)
+    for entry in detail.timeline:
+        lines.append(timeline_line(entry))
+        lines.extend(_excerpt_lines(entry))
     return "\n".join(lines)
+
+
+def _excerpt_lines(entry: TimelineEntry, limit: int = 40) -> list[str]:
+    """The log excerpt under a log_excerpt event, indented; long ones keep head and tail."""
+    excerpt = (entry.data or {}).get("excerpt") if entry.kind == "log_excerpt" else None
+    if not excerpt:
+        return []
+    lines = [str(x) for x in excerpt]
+    if len(lines) > limit:
+        half = limit // 2
+        lines = [*lines[:half], f"... {len(lines) - limit} lines ...", *lines[-half:]]
+    return [f"    | {line}" for line in lines]
 
 
 def timeline_line(entry: TimelineEntry) -> str:

@@ -53,6 +53,7 @@ from sentinel.incidents.convert import (
     value_to_json,
 )
 from sentinel.incidents.db import Database
+from sentinel.incidents.evidence import attach_recent
 from sentinel.incidents.models import (
     Incident,
     IncidentAlert,
@@ -194,6 +195,8 @@ class IncidentTracker:
             if not firing:
                 return None
             incident = _insert_incident(s, key, firing[0], now)
+            s.flush()
+            attach_recent(s, incident, key.target, ms_to_dt(firing[0].active_at_ms))
         rows = {r.fingerprint: r for r in s.scalars(
             select(IncidentAlert).where(IncidentAlert.incident_id == incident.id))}
         outcome = _Outcome(incident.id, key, [], [], closed=False, now=now)
