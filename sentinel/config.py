@@ -14,6 +14,7 @@ loading, error reporting and the summary in `sentinel.configload`.
 
 from __future__ import annotations
 
+from sentinel.configbase import Duration, PositiveDuration
 from sentinel.configload import (
     ConfigError,
     ConfigProblem,
@@ -29,8 +30,6 @@ from sentinel.configmodel import (
     DEFAULT_TIMEOUT_MS,
     DEFAULT_WEBHOOK_TIMEOUT_MS,
     Config,
-    Duration,
-    PositiveDuration,
     ReceiverConfig,
     TargetConfig,
     WebhookConfig,

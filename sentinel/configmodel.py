@@ -14,24 +14,25 @@ import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from sentinel.configbase import (
+    PositiveDuration,
+    Strict,
+    http_url,
+    problem,
+)
 from sentinel.durations import format_duration, parse_duration
 from sentinel.secrets import read_secret_file, url_secret_parts
 
@@ -48,49 +49,7 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
-def _problem(message: str, *path: str | int) -> PydanticCustomError:
-    """A validation error placed at `path` below the model that raises it."""
-    return PydanticCustomError("config", "{message}", {"message": message, "path": path})
-
-
-def _duration_ms(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise PydanticCustomError("config", "{message}", {"message": "expected a duration like 5s"})
-    try:
-        return parse_duration(str(value))
-    except ValueError as exc:
-        raise PydanticCustomError("config", "{message}", {"message": str(exc)}) from None
-
-
-def _positive(ms: int) -> int:
-    if ms <= 0:
-        raise PydanticCustomError("config", "{message}", {"message": "must be greater than 0"})
-    return ms
-
-
-Duration = Annotated[int, BeforeValidator(_duration_ms)]
-PositiveDuration = Annotated[int, BeforeValidator(_duration_ms), AfterValidator(_positive)]
-
-
-def _http_url(value: str, *, what: str = "URL") -> str:
-    """Check an http(s) URL without ever echoing it (it may hold a token)."""
-    try:
-        split = urlsplit(value)
-        split.port  # noqa: B018 (raises ValueError on a bad port)
-    except ValueError:
-        raise _problem(f"not a valid {what}") from None
-    if split.scheme not in ("http", "https"):
-        raise _problem(f"{what} must start with http:// or https://")
-    if not split.hostname:
-        raise _problem(f"{what} has no host")
-    return value
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
-
-
-class WebhookConfig(_Strict):
+class WebhookConfig(Strict):
     """A generic webhook receiving Alertmanager's JSON payload (version 4)."""
 
     url: str = Field("", repr=False)  # secret: tokens live in webhook URLs
@@ -106,10 +65,10 @@ class WebhookConfig(_Strict):
             return data
         has_url, url_file = bool(data.get("url")), data.get("url_file")
         if has_url and url_file is not None:
-            raise _problem("set either url or url_file, not both", "url_file")
+            raise problem("set either url or url_file, not both", "url_file")
         if url_file is None:
             if not has_url:
-                raise _problem("url or url_file is required", "url")
+                raise problem("url or url_file is required", "url")
             return data
         if not isinstance(url_file, str):
             return data  # the field's type check reports it
@@ -119,26 +78,26 @@ class WebhookConfig(_Strict):
         try:
             content = read_secret_file(path)
         except OSError as exc:
-            raise _problem(f"cannot read {path}: {exc.strerror}", "url_file") from None
+            raise problem(f"cannot read {path}: {exc.strerror}", "url_file") from None
         return {**data, "url": content}
 
     @field_validator("url")
     @classmethod
     def _check_url(cls, v: str) -> str:
-        return _http_url(v, what="webhook URL")
+        return http_url(v, what="webhook URL")
 
     @field_validator("headers")
     @classmethod
     def _check_headers(cls, v: dict[str, str]) -> dict[str, str]:
         for name, value in v.items():
             if not _HEADER_NAME.match(name):
-                raise _problem("not a valid HTTP header name", name)
+                raise problem("not a valid HTTP header name", name)
             if "\n" in value or "\r" in value:
-                raise _problem("header values must not contain newlines", name)
+                raise problem("header values must not contain newlines", name)
         return v
 
 
-class ReceiverConfig(_Strict):
+class ReceiverConfig(Strict):
     """A named destination for notifications; exactly one kind (today: webhook)."""
 
     name: str = Field(pattern=_NAME)
@@ -147,11 +106,11 @@ class ReceiverConfig(_Strict):
     @model_validator(mode="after")
     def _has_kind(self) -> ReceiverConfig:
         if self.webhook is None:
-            raise _problem("receiver has no kind: add a webhook: section")
+            raise problem("receiver has no kind: add a webhook: section")
         return self
 
 
-class TargetConfig(_Strict):
+class TargetConfig(Strict):
     """One vLLM server to scrape. Intervals are inherited from the global ones when unset."""
 
     name: str = Field(pattern=_NAME)
@@ -164,16 +123,16 @@ class TargetConfig(_Strict):
     @field_validator("url")
     @classmethod
     def _check_url(cls, v: str) -> str:
-        _http_url(v, what="target URL")
+        http_url(v, what="target URL")
         if urlsplit(v).query or urlsplit(v).fragment:
-            raise _problem("target URL must not have a query or fragment")
+            raise problem("target URL must not have a query or fragment")
         return v
 
     @field_validator("metrics_path")
     @classmethod
     def _check_path(cls, v: str) -> str:
         if not v.startswith("/"):
-            raise _problem("must start with /")
+            raise problem("must start with /")
         return v
 
     @field_validator("labels")
@@ -181,15 +140,15 @@ class TargetConfig(_Strict):
     def _check_labels(cls, v: dict[str, str]) -> dict[str, str]:
         for name in v:
             if not _LABEL_NAME.match(name):
-                raise _problem("not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*)", name)
+                raise problem("not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*)", name)
             if name.startswith("__"):
-                raise _problem("label names starting with __ are reserved", name)
+                raise problem("label names starting with __ are reserved", name)
         return v
 
     @model_validator(mode="after")
     def _timeout_within_interval(self) -> TargetConfig:
         if self.scrape_timeout_ms > self.scrape_interval_ms:
-            raise _problem(timeout_message(self.scrape_timeout_ms, self.scrape_interval_ms),
+            raise problem(timeout_message(self.scrape_timeout_ms, self.scrape_interval_ms),
                            "scrape_timeout")
         return self
 
@@ -205,7 +164,7 @@ def timeout_message(timeout_ms: int, interval_ms: int) -> str:
             f"scrape_interval ({format_duration(interval_ms)})")
 
 
-class Config(_Strict):
+class Config(Strict):
     """The whole configuration. Build with `load_config`, `parse_config` or `Config.default()`."""
 
     database: str = Field(DEFAULT_DATABASE, repr=False)  # may hold a password
@@ -248,22 +207,22 @@ class Config(_Strict):
         try:
             driver = make_url(v).drivername
         except (ArgumentError, ValueError):
-            raise _problem("not a valid database URL (sqlite:///file.db, postgresql://…)") from None
+            raise problem("not a valid database URL (sqlite:///file.db, postgresql://…)") from None
         if driver.split("+")[0] not in ("sqlite", "postgresql"):
-            raise _problem(f"unsupported database {driver!r} (use sqlite or postgresql)")
+            raise problem(f"unsupported database {driver!r} (use sqlite or postgresql)")
         return v
 
     @field_validator("listen")
     @classmethod
     def _check_listen(cls, v: str) -> str:
         if _split_listen(v) is None:
-            raise _problem("expected host:port, e.g. 127.0.0.1:9465")
+            raise problem("expected host:port, e.g. 127.0.0.1:9465")
         return v
 
     @field_validator("external_url")
     @classmethod
     def _check_external_url(cls, v: str) -> str:
-        return _http_url(v, what="external URL").rstrip("/")
+        return http_url(v, what="external URL").rstrip("/")
 
     @field_validator("rule_files")
     @classmethod
@@ -273,7 +232,7 @@ class Config(_Strict):
             full = pattern if Path(pattern).is_absolute() else str(base / pattern)
             # A glob may match nothing yet; a plain file name that is missing is a typo.
             if not _GLOB_CHARS.search(pattern) and not glob.glob(full):
-                raise _problem("rule file not found", i)
+                raise problem("rule file not found", i)
         return v
 
     @field_validator("targets", "receivers")
@@ -282,7 +241,7 @@ class Config(_Strict):
         seen: dict[str, int] = {}
         for i, item in enumerate(v):
             if item.name in seen:
-                raise _problem(duplicate_message(item.name, str(info.field_name),
+                raise problem(duplicate_message(item.name, str(info.field_name),
                                                   seen[item.name]), i, "name")
             seen[item.name] = i
         return v
@@ -290,7 +249,7 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _global_timeout(self) -> Config:
         if self.scrape_timeout_ms > self.scrape_interval_ms:
-            raise _problem(timeout_message(self.scrape_timeout_ms, self.scrape_interval_ms),
+            raise problem(timeout_message(self.scrape_timeout_ms, self.scrape_interval_ms),
                            "scrape_timeout")
         return self
 
