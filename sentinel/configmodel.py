@@ -33,6 +33,7 @@ from sentinel.configbase import (
     http_url,
     problem,
 )
+from sentinel.configsources import LogsConfig, TpuConfig
 from sentinel.durations import format_duration, parse_duration
 from sentinel.secrets import read_secret_file, url_secret_parts
 
@@ -119,6 +120,9 @@ class TargetConfig(Strict):
     scrape_interval_ms: PositiveDuration = Field(alias="scrape_interval")
     scrape_timeout_ms: PositiveDuration = Field(alias="scrape_timeout")
     labels: dict[str, str] = Field(default_factory=dict)
+    logs: LogsConfig = LogsConfig.model_validate({})
+    tpu: TpuConfig | None = None
+    xla_cache_path: str | None = None
 
     @field_validator("url")
     @classmethod
@@ -178,6 +182,8 @@ class Config(Strict):
     retention_ms: PositiveDuration = Field(DEFAULT_RETENTION_MS, alias="retention")
     targets: tuple[TargetConfig, ...] = ()
     receivers: tuple[ReceiverConfig, ...] = ()
+    # Crash signatures for log sources; default: the bundled rules/signatures.yaml.
+    signatures: str | None = None
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
