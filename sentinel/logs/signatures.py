@@ -69,16 +69,29 @@ class SignatureSet:
             for i, s in enumerate(self.signatures)
         ]
         self._combined = re.compile("|".join(alternatives)) if alternatives else None
+        # Per-signature regexes, highest priority first: used only on lines that
+        # already matched, to let a root cause later in the line outrank a
+        # symptom earlier in it ("compile permanent error. Ran out of memory").
+        self._ranked = sorted(
+            ((s, re.compile("|".join(f"(?:{p})" for p in s.patterns))) for s in self.signatures),
+            key=lambda pair: -pair[0].priority,
+        )
         self.max_before = max((s.context_before for s in self.signatures), default=0)
 
     def match_line(self, line: str) -> Signature | None:
-        """The signature matching `line` (the leftmost match wins), or None."""
+        """The signature matching `line` (the highest priority among several), or None."""
         if self._combined is None:
             return None
         m = self._combined.search(line)
         if m is None or m.lastgroup is None:
             return None
-        return self.signatures[int(m.lastgroup[1:])]
+        found = self.signatures[int(m.lastgroup[1:])]
+        for sig, rx in self._ranked:  # rare: only lines that matched get here
+            if sig.priority <= found.priority:
+                break
+            if rx.search(line):
+                return sig
+        return found
 
     def has_anchor(self, line: str) -> bool:
         """Whether `line` contains any anchor (a line without one cannot match)."""
