@@ -60,7 +60,8 @@ def healthy_line(rng: random.Random, t: int) -> str:
                 f'"GET /metrics HTTP/1.1" 200 OK')
     return (f"(APIServer pid=1) INFO 05-14 {ts} [logger.py:43] Received request "
             f"chatcmpl-{rng.getrandbits(64):016x}: prompt: None, params: SamplingParams(n=1, "
-            f"temperature=0.7, top_p=0.95, max_tokens={rng.randint(16, 4096)}), lora_request: None.")
+            f"temperature=0.7, top_p=0.95, max_tokens={rng.randint(16, 4096)}), "
+            "lora_request: None.")
 
 
 def generate(path: Path, lines: int, crash_every: int) -> None:
@@ -142,7 +143,7 @@ def main() -> None:
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, grep too
-    sigs = load_signature_file(ROOT / "rules" / "signatures.yaml")
+    sigs = load_signature_file(ROOT / "rules" / "signatures" / "vllm.yaml")
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         path = args.file or tmp / "mixed.log"

@@ -125,10 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
         title="what", metavar="WHAT")
     lc = logs.add_parser(
         "classify", help="run the crash signatures over log files and print the events",
-        description="Run the crash signatures (rules/signatures.yaml) over log files or "
-        "stdin. Prints one line per event: CATEGORY SIGNATURE LINE (with the file name first "
-        "when several files are given). A multi-line traceback is one event. Exit status: 0 "
-        "when every file was read (whether or not events were found), 2 when a file could "
+        description="Run the crash signatures (rules/signatures/vllm.yaml) over log files\n"
+        "or stdin. "
+        "Prints one line per event: CATEGORY SIGNATURE LINE (the file name first when\n"
+        "several files are given); a multi-line traceback is one event.\n"
+        "Exit status: 0 when every file was read (events or not), 2 when a file could\n"
         "not be read or the signature file is invalid.",
         epilog="examples:\n  sentinel logs classify /var/log/vllm.log\n"
         "  docker logs vllm 2>&1 | sentinel logs classify -\n"
@@ -139,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print a JSON array of objects (file, line, category, signature, "
                     "severity, excerpt)")
     lc.add_argument("--signatures", metavar="FILE",
-                    help="signature file (default: the bundled rules/signatures.yaml)")
+                    help="signature file (default: the bundled rules/signatures/vllm.yaml)")
     lc.set_defaults(func=_cmd_logs_classify)
 
     db = sub.add_parser("db", help="database schema").add_subparsers(title="what", metavar="WHAT")

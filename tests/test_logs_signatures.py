@@ -13,7 +13,7 @@ from sentinel.logs.anchors import choose_anchors, required_literals
 from sentinel.logs.signatures import SignatureSet
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLED = ROOT / "rules" / "signatures.yaml"
+BUNDLED = ROOT / "rules" / "signatures" / "vllm.yaml"
 
 # Real-world lines (from vLLM, tpu-inference, JAX/XLA, PyTorch, NCCL, kernel,
 # docker, systemd issue reports), each with the signature it must raise.
@@ -133,7 +133,8 @@ def test_candidate_lines_agree_with_a_naive_scan(sigs: SignatureSet) -> None:
 
 
 def test_anchors_are_required_literals() -> None:
-    assert required_literals(r"CUDA out of memory\. Tried [0-9]+") == [["CUDA out of memory. Tried "]]
+    literals = required_literals(r"CUDA out of memory\. Tried [0-9]+")
+    assert literals == [["CUDA out of memory. Tried "]]
     assert required_literals("abcd|efgh") == [["abcd"], ["efgh"]]
     anchors = choose_anchors(("CUDA out of memory", "Out of memory: Killed"))
     assert len(anchors) == 1 and all(a in "CUDA out of memory" for a in anchors)

@@ -20,8 +20,8 @@ import re
 from functools import lru_cache
 
 try:  # Python 3.11+: the parser moved; sre_parse still works but warns.
-    from re import _parser as sre_parse  # type: ignore[attr-defined]
     from re import _constants as sre_constants  # type: ignore[attr-defined]
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover
     import sre_constants  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
