@@ -23,6 +23,7 @@ examples:
   sentinel check config sentinel.yaml    # validate a config file
   sentinel rules test rules/vllm_test.yaml
   sentinel incidents list --status open
+  sentinel logs classify /var/log/vllm.log   # crash signatures in a log file
 """
 
 
@@ -120,6 +121,28 @@ def build_parser() -> argparse.ArgumentParser:
     ish.add_argument("--json", action="store_true", help="machine-readable output")
     ish.set_defaults(func=_cmd_incidents_show)
 
+    logs = sub.add_parser("logs", help="crash signatures in logs").add_subparsers(
+        title="what", metavar="WHAT")
+    lc = logs.add_parser(
+        "classify", help="run the crash signatures over log files and print the events",
+        description="Run the crash signatures (rules/signatures/vllm.yaml) over log files\n"
+        "or stdin. "
+        "Prints one line per event: CATEGORY SIGNATURE LINE (the file name first when\n"
+        "several files are given); a multi-line traceback is one event.\n"
+        "Exit status: 0 when every file was read (events or not), 2 when a file could\n"
+        "not be read or the signature file is invalid.",
+        epilog="examples:\n  sentinel logs classify /var/log/vllm.log\n"
+        "  docker logs vllm 2>&1 | sentinel logs classify -\n"
+        "  sentinel logs classify --json a.log b.log",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    lc.add_argument("files", nargs="+", metavar="FILE", help="log file, or - for stdin")
+    lc.add_argument("--json", action="store_true",
+                    help="print a JSON array of objects (file, line, category, signature, "
+                    "severity, excerpt)")
+    lc.add_argument("--signatures", metavar="FILE",
+                    help="signature file (default: the bundled rules/signatures/vllm.yaml)")
+    lc.set_defaults(func=_cmd_logs_classify)
+
     db = sub.add_parser("db", help="database schema").add_subparsers(title="what", metavar="WHAT")
     du = db.add_parser("upgrade", help="apply migrations (alembic upgrade head)")
     _db_args(du)
@@ -181,6 +204,12 @@ def _cmd_rules_test(args: argparse.Namespace) -> int:
     from sentinel.rules.ruletest import run_rule_tests
 
     return run_rule_tests(args.files, sys.stdout)
+
+
+def _cmd_logs_classify(args: argparse.Namespace) -> int:
+    from sentinel.logs.cli import classify_files
+
+    return classify_files(args.files, args.json, sys.stdout, signatures=args.signatures)
 
 
 def _cmd_incidents_list(args: argparse.Namespace) -> int:

@@ -1,0 +1,176 @@
+"""Log signature benchmark: lines/s of crash-signature matching, against `grep -E`.
+
+Run: `python bench/logs.py [--lines 1000000] [--file LOG]`. Without --file a
+realistic mixed vLLM log is generated (healthy serving lines: throughput
+stats, access-log lines, request logs; one crash traceback from
+tests/data/logs every --crash-every lines). Measures, on one core, in one run:
+
+  (a) matching: SignatureSet.candidate_lines over chunks + match_line on the
+      candidates (what decides whether a line matches a signature);
+  (b) the whole Classifier (feed_many + flush: grouping, excerpts, events),
+      on LogEntry batches built beforehand;
+  (c) `grep -c -E -f patterns.txt FILE` with the same patterns (translated
+      to POSIX ERE), timed as a subprocess.
+
+Design target (issue 3): (a) at least 500,000 lines/s and at least (c).
+The matching-line counts of (a) and (c) are printed too: they must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sentinel.logs import Classifier, SignatureSet, load_signature_file  # noqa: E402
+from sentinel.model import LogEntry  # noqa: E402
+
+CHUNK = 8192
+CRASHES = ["tpu_hbm_oom.log", "gpu_cuda_oom.log"]
+
+
+def healthy_line(rng: random.Random, t: int) -> str:
+    """One healthy vLLM serving line, with varying numbers."""
+    ts = f"{(t // 3600) % 24:02d}:{(t // 60) % 60:02d}:{t % 60:02d}"
+    kind = rng.random()
+    if kind < 0.55:
+        return (f'(APIServer pid=1) INFO:     10.128.{rng.randint(0, 255)}.{rng.randint(1, 254)}:'
+                f'{rng.randint(1024, 65535)} - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+    if kind < 0.75:
+        return (f"(APIServer pid=1) INFO 05-14 {ts} [loggers.py:127] Engine 000: Avg prompt "
+                f"throughput: {rng.uniform(0, 9000):.1f} tokens/s, Avg generation throughput: "
+                f"{rng.uniform(0, 9000):.1f} tokens/s, Running: {rng.randint(0, 256)} reqs, "
+                f"Waiting: {rng.randint(0, 40)} reqs, GPU KV cache usage: "
+                f"{rng.uniform(0, 99):.1f}%, Prefix cache hit rate: {rng.uniform(0, 90):.1f}%")
+    if kind < 0.9:
+        return (f"(APIServer pid=1) INFO 05-14 {ts} [async_llm.py:270] Added request "
+                f"chatcmpl-{rng.getrandbits(128):032x}.")
+    if kind < 0.97:
+        return (f'(APIServer pid=1) INFO:     10.128.0.7:{rng.randint(1024, 65535)} - '
+                f'"GET /metrics HTTP/1.1" 200 OK')
+    return (f"(APIServer pid=1) INFO 05-14 {ts} [logger.py:43] Received request "
+            f"chatcmpl-{rng.getrandbits(64):016x}: prompt: None, params: SamplingParams(n=1, "
+            f"temperature=0.7, top_p=0.95, max_tokens={rng.randint(16, 4096)}), "
+            "lora_request: None.")
+
+
+def generate(path: Path, lines: int, crash_every: int) -> None:
+    """Write a mixed log of about `lines` lines."""
+    rng = random.Random(42)
+    crashes = [(ROOT / "tests/data/logs" / c).read_text().splitlines() for c in CRASHES]
+    out: list[str] = []
+    while len(out) < lines:
+        if out and len(out) % crash_every == 0:
+            out.extend(crashes[(len(out) // crash_every) % len(crashes)])
+        out.append(healthy_line(rng, len(out)))
+    path.write_text("\n".join(out[:lines]) + "\n")
+
+
+def to_ere(pattern: str) -> str:
+    """A Python pattern (the subset signatures.yaml uses) as POSIX ERE for grep -E."""
+    for py, ere in ((r"(?:", "("), (r"\d", "[0-9]"), (r"\s", "[[:space:]]"),
+                    (r"\S", "[^[:space:]]"), (r"\w", "[[:alnum:]_]")):
+        pattern = pattern.replace(py, ere)
+    return pattern
+
+
+def bench_match(sigs: SignatureSet, text: str) -> tuple[float, int, int]:
+    """Seconds, lines and matching lines for prefilter + combined regex over the text."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    blocks = ["\n".join(lines[i:i + CHUNK]) for i in range(0, len(lines), CHUNK)]
+    chunk_lines = [lines[i:i + CHUNK] for i in range(0, len(lines), CHUNK)]
+    matched = 0
+    start = time.perf_counter()
+    for block, chunk in zip(blocks, chunk_lines, strict=True):
+        for index in sigs.candidate_lines(block):
+            if sigs.match_line(chunk[index]) is not None:
+                matched += 1
+    return time.perf_counter() - start, len(lines), matched
+
+
+def bench_classifier(sigs: SignatureSet, text: str) -> tuple[float, int]:
+    """Seconds and events for the whole Classifier over the text."""
+    entries = [LogEntry("bench", "file:bench", 0, line, n)
+               for n, line in enumerate(text.splitlines(), start=1)]
+    batches = [entries[i:i + CHUNK] for i in range(0, len(entries), CHUNK)]
+    classifier = Classifier(sigs)
+    events = 0
+    start = time.perf_counter()
+    for batch in batches:
+        events += len(classifier.feed_many(batch))
+    events += len(classifier.flush())
+    return time.perf_counter() - start, events
+
+
+def bench_grep(sigs: SignatureSet, path: Path, tmp: Path) -> tuple[float, int] | None:
+    """Seconds and matching-line count of `grep -c -E -f`, or None without grep."""
+    grep = shutil.which("grep")
+    if grep is None:
+        return None
+    patterns = tmp / "patterns.txt"
+    patterns.write_text("\n".join(to_ere(p) for s in sigs.signatures for p in s.patterns) + "\n")
+    best = None
+    for _ in range(3):
+        start = time.perf_counter()
+        done = subprocess.run([grep, "-c", "-E", "-f", str(patterns), str(path)],
+                              capture_output=True, text=True, check=False)
+        took = time.perf_counter() - start
+        if done.returncode not in (0, 1):
+            print(f"grep failed: {done.stderr.strip()}")
+            return None
+        best = took if best is None else min(best, took)
+    return best or 0.0, int(done.stdout.strip() or 0)
+
+
+def main() -> None:
+    """Generate (or read) the log, run the three measurements, print lines/s."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--crash-every", type=int, default=50_000)
+    ap.add_argument("--file", type=Path, help="use this log instead of generating one")
+    args = ap.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, grep too
+    sigs = load_signature_file(ROOT / "rules" / "signatures" / "vllm.yaml")
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        path = args.file or tmp / "mixed.log"
+        if args.file is None:
+            generate(path, args.lines, args.crash_every)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        mb = len(text.encode()) / 1e6
+        print(f"log: {path.name if args.file else 'generated'}, {mb:.1f} MB, "
+              f"{len(sigs.signatures)} signatures, {len(sigs.anchors)} anchors")
+        seconds, lines, matched = min((bench_match(sigs, text) for _ in range(3)),
+                                      key=lambda r: r[0])
+        print(f"(a) sentinel matching : {lines / seconds:12,.0f} lines/s "
+              f"({seconds * 1000:.0f} ms, {matched} matching lines)")
+        cseconds, events = min((bench_classifier(sigs, text) for _ in range(3)),
+                               key=lambda r: r[0])
+        print(f"(b) sentinel classifier: {lines / cseconds:11,.0f} lines/s "
+              f"({cseconds * 1000:.0f} ms, {events} events)")
+        grep = bench_grep(sigs, path, tmp)
+        if grep is None:
+            print("(c) grep -E            : unavailable")
+            return
+        gseconds, gmatched = grep
+        print(f"(c) grep -c -E -f      : {lines / gseconds:12,.0f} lines/s "
+              f"({gseconds * 1000:.0f} ms, {gmatched} matching lines)")
+        print(f"(a)/(c) = {gseconds / seconds:.2f}x; matching lines agree: {matched == gmatched}")
+
+
+if __name__ == "__main__":
+    re.purge()
+    main()

@@ -1,0 +1,244 @@
+"""Turn a stream of log lines into crash events, each with its excerpt.
+
+One `Classifier` per log stream (per source of a target): context lines only
+make sense within one stream. `feed(entry)` takes one entry, `feed_many`
+a batch (the fast path: the prefilter runs over the whole batch at once and
+quiet lines are never looked at one by one), `flush()` ends the stream.
+
+An event is a *group* of lines: it opens on a line that matches a signature
+or starts a traceback, keeps the traceback together (see `tracebacks.py`),
+absorbs a traceback that follows within the context-after window (vLLM
+prints the engine's traceback, then the API server's EngineDeadError), and
+closes once `context_after` quiet lines have passed. Within a group the hit
+of the highest priority names the event and each signature counts once;
+a traceback that matches no signature produces no event. A different
+signature on a plain line closes the group and opens a new one.
+
+Excerpts are capped (lines and bytes, keeping head and tail); lines longer
+than `max_line_chars` are truncated before matching and the truncation is
+recorded in the line itself and in `stats`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sentinel.logs.signatures import TRACEBACK, Signature, SignatureSet
+from sentinel.logs.tracebacks import TracebackTracker
+from sentinel.model import LogEntry, LogEvent
+
+MAX_LINE_CHARS = 65_536
+MAX_EXCERPT_LINES = 200
+MAX_EXCERPT_CHARS = 65_536
+MAX_GROUP_LINES = 5_000  # a group this long is closed regardless (a runaway traceback)
+_TRACEBACK_AFTER = 3  # context after a traceback that matched nothing yet
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifierStats:
+    """Counters since the classifier was created."""
+
+    lines: int
+    truncated_lines: int
+    events: int
+
+
+@dataclass(slots=True)
+class _Hit:
+    signature: Signature
+    entry: LogEntry
+    line_no: int | None
+
+
+@dataclass(slots=True)
+class _Group:
+    """The lines of one event being assembled."""
+
+    before: list[str]
+    head: list[str] = field(default_factory=list)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_EXCERPT_LINES // 2))
+    omitted: int = 0
+    size: int = 0
+    hits: list[_Hit] = field(default_factory=list)
+    traceback: TracebackTracker | None = None
+    after_left: int = 0
+
+    def add(self, line: str) -> None:
+        self.size += 1
+        if len(self.head) < MAX_EXCERPT_LINES // 2:
+            self.head.append(line)
+            return
+        if len(self.tail) == self.tail.maxlen:
+            self.omitted += 1
+        self.tail.append(line)
+
+    def hit(self, signature: Signature, entry: LogEntry, line_no: int | None) -> None:
+        if all(h.signature is not signature for h in self.hits):  # each signature once
+            self.hits.append(_Hit(signature, entry, line_no))
+        self.after_left = max(self.after_left, signature.context_after)
+
+    def window(self) -> int:
+        """Context-after lines owed once the matched lines end."""
+        if not self.hits:
+            return _TRACEBACK_AFTER
+        return max(h.signature.context_after for h in self.hits)
+
+
+class Classifier:
+    """Matches log entries against signatures and assembles `LogEvent`s with excerpts."""
+
+    def __init__(self, signatures: SignatureSet, *, max_line_chars: int = MAX_LINE_CHARS,
+                 max_excerpt_lines: int = MAX_EXCERPT_LINES,
+                 max_excerpt_chars: int = MAX_EXCERPT_CHARS) -> None:
+        self.signatures = signatures
+        self.max_line_chars = max_line_chars
+        self.max_excerpt_lines = max_excerpt_lines
+        self.max_excerpt_chars = max_excerpt_chars
+        self._ring: deque[str] = deque(maxlen=max(signatures.max_before, 1))
+        self._group: _Group | None = None
+        self._lines = 0
+        self._truncated = 0
+        self._events = 0
+
+    @property
+    def stats(self) -> ClassifierStats:
+        """Lines seen, lines truncated, events emitted."""
+        return ClassifierStats(self._lines, self._truncated, self._events)
+
+    def feed(self, entry: LogEntry) -> list[LogEvent]:
+        """Classify one entry (several lines when its text has newlines); return closed events."""
+        events: list[LogEvent] = []
+        for offset, line in enumerate(entry.text.split("\n")):
+            line_no = None if entry.line_no is None else entry.line_no + offset
+            events.extend(self._step(entry, self._clean(line), line_no, True))
+        return events
+
+    def feed_many(self, entries: Sequence[LogEntry]) -> list[LogEvent]:
+        """Classify a batch; same result as feeding one by one, much faster on quiet logs."""
+        texts = [e.text for e in entries]
+        if not texts:
+            return []
+        block = "\n".join(texts)
+        if block.count("\n") != len(texts) - 1 or max(map(len, texts)) > self.max_line_chars:
+            return [ev for e in entries for ev in self.feed(e)]  # multi-line or huge: slow path
+        events: list[LogEvent] = []
+        i = 0
+        for hit in [*self.signatures.candidate_lines(block), len(texts)]:
+            while i < hit and self._group is not None:  # an open group needs every line
+                events.extend(self._step(entries[i], texts[i].rstrip("\r"), entries[i].line_no,
+                                         False))
+                i += 1
+            if i < hit:  # quiet stretch: only the ring and the counter change
+                self._ring.extend(texts[max(i, hit - (self._ring.maxlen or 1)):hit])
+                self._lines += hit - i
+                i = hit
+            if hit < len(texts):
+                events.extend(self._step(entries[hit], texts[hit].rstrip("\r"),
+                                         entries[hit].line_no, True))
+                i = hit + 1
+        return events
+
+    def flush(self) -> list[LogEvent]:
+        """End of stream: close the open group, if any."""
+        return self._close()
+
+    def _clean(self, line: str) -> str:
+        """Drop a trailing CR; truncate a line past max_line_chars, saying so."""
+        line = line.rstrip("\r")
+        if len(line) > self.max_line_chars:
+            self._truncated += 1
+            cut = len(line) - self.max_line_chars
+            line = f"{line[: self.max_line_chars]} … [truncated {cut} chars]"
+        return line
+
+    def _step(self, entry: LogEntry, line: str, line_no: int | None,
+              maybe: bool) -> list[LogEvent]:
+        """Advance the state machine by one line. `maybe`: the line may contain an anchor."""
+        self._lines += 1
+        anchored = maybe and self.signatures.has_anchor(line)
+        signature = self.signatures.match_line(line) if anchored else None
+        starts_tb = anchored and TRACEBACK in line
+        events: list[LogEvent] = []
+        group = self._group
+        if group is not None:
+            if self._continue(group, entry, line, line_no, signature, starts_tb):
+                self._ring.append(line)
+                if group.size >= MAX_GROUP_LINES:
+                    events.extend(self._close())
+                return events
+            events.extend(self._close())
+        if signature is not None or starts_tb:
+            self._open(entry, line, line_no, signature, starts_tb)
+        self._ring.append(line)
+        return events
+
+    def _continue(self, group: _Group, entry: LogEntry, line: str, line_no: int | None,
+                  signature: Signature | None, starts_tb: bool) -> bool:
+        """Add `line` to the open group if it belongs there; False means close the group."""
+        if group.traceback is not None:
+            if group.traceback.accepts(line):
+                group.add(line)
+                if signature is not None:
+                    group.hit(signature, entry, line_no)
+                return True
+            group.traceback = None
+            group.after_left = group.window()
+        if starts_tb and group.after_left > 0:
+            group.traceback = TracebackTracker.start(line)
+            group.add(line)
+            if signature is not None:
+                group.hit(signature, entry, line_no)
+            return True
+        if signature is not None:
+            if any(h.signature is signature for h in group.hits):  # a repeat of the same error
+                group.add(line)
+                group.after_left = group.window()
+                return True
+            return False
+        if group.after_left <= 0:
+            return False
+        group.add(line)
+        group.after_left -= 1
+        return True
+
+    def _open(self, entry: LogEntry, line: str, line_no: int | None,
+              signature: Signature | None, starts_tb: bool) -> None:
+        group = _Group(before=list(self._ring))
+        group.add(line)
+        if starts_tb:
+            group.traceback = TracebackTracker.start(line)
+        if signature is not None:
+            group.hit(signature, entry, line_no)
+        else:
+            group.after_left = _TRACEBACK_AFTER
+        self._group = group
+
+    def _close(self) -> list[LogEvent]:
+        group, self._group = self._group, None
+        if group is None or not group.hits:
+            return []
+        # Root causes outrank symptoms; among equals the first hit names the event.
+        best = max(group.hits, key=lambda h: h.signature.priority)
+        sig = best.signature
+        before = group.before[-sig.context_before:] if sig.context_before else []
+        body = group.head + ([f"… [{group.omitted} lines omitted] …"] if group.omitted else [])
+        body += list(group.tail)
+        self._events += 1
+        return [LogEvent(
+            target=best.entry.target, source=best.entry.source, signature=sig.name,
+            category=sig.category, severity=sig.severity, t_ms=best.entry.t_ms,
+            line_no=best.line_no, excerpt=self._cap(before + body), runbook=sig.runbook,
+        )]
+
+    def _cap(self, lines: list[str]) -> tuple[str, ...]:
+        """Keep the excerpt within max lines and chars, keeping head and tail."""
+        if len(lines) > self.max_excerpt_lines:
+            half = self.max_excerpt_lines // 2
+            cut = len(lines) - 2 * half
+            lines = lines[:half] + [f"… [{cut} lines omitted] …"] + lines[-half:]
+        if sum(len(x) for x in lines) > self.max_excerpt_chars:
+            per_line = max(80, self.max_excerpt_chars // max(len(lines), 1))
+            lines = [x if len(x) <= per_line else x[:per_line] + " …" for x in lines]
+        return tuple(lines)

@@ -1,0 +1,269 @@
+"""Crash signatures: load and validate rules/signatures/vllm.yaml, compile one combined matcher.
+
+A `SignatureSet` matches a line against every signature in one pass: a
+literal prefilter (see `anchors.py`) throws away lines that cannot match, and
+one regex — an alternation of one named group per signature — says which
+signature matched. `candidate_lines(block)` runs the prefilter over a whole
+chunk of text at once, which is what makes scanning fast.
+
+Validation reports every problem at once as `file:line: key: message`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sentinel.logs.anchors import AnchorError, choose_anchors, pattern_units
+from sentinel.yamlpos import Positioned, YamlSyntaxError, load_positioned
+
+CATEGORIES = (
+    "hbm_oom", "cuda_oom", "host_oom_killed", "engine_dead", "startup_failure",
+    "compile_failure", "context_length_exceeded", "interconnect_failure", "other",
+)
+SEVERITIES = ("critical", "error", "warning", "info")
+TRACEBACK = "Traceback (most recent call last):"
+
+_KEYS = {"name", "category", "severity", "patterns", "context_before", "context_after",
+         "priority", "runbook"}
+_REQUIRED = ("name", "category", "severity", "patterns", "runbook")
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+MAX_CONTEXT = 50
+
+
+class SignatureFileError(Exception):
+    """A signature file is unreadable or invalid; `problems` holds every `file:line: ...`."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = tuple(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """One crash signature: what to look for and what it means."""
+
+    name: str
+    category: str
+    severity: str
+    patterns: tuple[str, ...]
+    runbook: str
+    context_before: int = 3
+    context_after: int = 3
+    priority: int = 50
+
+
+class SignatureSet:
+    """Compiled signatures: one combined regex behind a literal prefilter."""
+
+    def __init__(self, signatures: Sequence[Signature]) -> None:
+        self.signatures = tuple(signatures)
+        patterns = tuple(p for s in self.signatures for p in s.patterns)
+        # The traceback marker is an anchor too: the classifier must see where tracebacks start.
+        self.anchors = tuple(sorted(set(choose_anchors(patterns)) | {TRACEBACK}))
+        alternatives = [
+            f"(?P<s{i}>" + "|".join(f"(?:{p})" for p in s.patterns) + ")"
+            for i, s in enumerate(self.signatures)
+        ]
+        self._combined = re.compile("|".join(alternatives)) if alternatives else None
+        # Per-signature regexes, highest priority first: used only on lines that
+        # already matched, to let a root cause later in the line outrank a
+        # symptom earlier in it ("compile permanent error. Ran out of memory").
+        self._ranked = sorted(
+            ((s, re.compile("|".join(f"(?:{p})" for p in s.patterns))) for s in self.signatures),
+            key=lambda pair: -pair[0].priority,
+        )
+        self.max_before = max((s.context_before for s in self.signatures), default=0)
+
+    def match_line(self, line: str) -> Signature | None:
+        """The signature matching `line` (the highest priority among several), or None."""
+        if self._combined is None:
+            return None
+        m = self._combined.search(line)
+        if m is None or m.lastgroup is None:
+            return None
+        found = self.signatures[int(m.lastgroup[1:])]
+        for sig, rx in self._ranked:  # rare: only lines that matched get here
+            if sig.priority <= found.priority:
+                break
+            if rx.search(line):
+                return sig
+        return found
+
+    def has_anchor(self, line: str) -> bool:
+        """Whether `line` contains any anchor (a line without one cannot match)."""
+        return any(a in line for a in self.anchors)
+
+    def candidate_lines(self, block: str) -> list[int]:
+        """Indexes (0-based) of the lines of `block` that contain an anchor, ascending.
+
+        One `str.find` pass per anchor over the whole block; each hit skips to
+        the end of its line, so a noisy line costs one hit per anchor.
+        """
+        starts: set[int] = set()
+        for anchor in self.anchors:
+            find = block.find
+            i = find(anchor)
+            while i != -1:
+                starts.add(block.rfind("\n", 0, i) + 1)
+                end = find("\n", i)
+                if end == -1:
+                    break
+                i = find(anchor, end)
+        indexes = []
+        line_no = 0
+        previous = 0
+        for start in sorted(starts):
+            line_no += block.count("\n", previous, start)
+            previous = start
+            indexes.append(line_no)
+        return indexes
+
+
+def load_signature_file(path: str | Path) -> SignatureSet:
+    """Load, validate and compile a signature file; raise SignatureFileError with every problem."""
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SignatureFileError([f"{name}: cannot read: {exc}"]) from None
+    return SignatureSet(parse_signatures(text, name))
+
+
+def parse_signatures(text: str, filename: str = "<signatures>") -> list[Signature]:
+    """Validate the YAML text of a signature file; raise SignatureFileError listing all problems."""
+    try:
+        doc = load_positioned(text)
+    except YamlSyntaxError as exc:
+        raise SignatureFileError([f"{filename}:{exc.line}: {exc.message}"]) from None
+    problems = [f"{filename}:{p.line}: {_key(p.path)}: {p.message}" for p in doc.problems]
+    data = doc.data
+    items: Any = data.get("signatures") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(items, list):
+        problems.append(f"{filename}:1: signatures: expected a mapping with a list `signatures`")
+        raise SignatureFileError(problems)
+    for key in data:
+        if key != "signatures":
+            problems.append(f"{filename}:{doc.line_of((key,))}: {key}: unknown key")
+    out: list[Signature] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        checker = _ItemChecker(doc, filename, ("signatures", index))
+        sig = checker.check(item)
+        problems.extend(checker.problems)
+        if sig is None:
+            continue
+        line = doc.line_of(("signatures", index, "name"))
+        if sig.name in seen:
+            problems.append(f"{filename}:{line}: signatures[{index}].name: duplicate "
+                            f"signature {sig.name!r} (first on line {seen[sig.name]})")
+            continue
+        seen[sig.name] = line
+        out.append(sig)
+    if problems:
+        raise SignatureFileError(problems)
+    return out
+
+
+def _key(path: tuple[str | int, ...]) -> str:
+    """`("signatures", 2, "patterns", 0)` -> `signatures[2].patterns[0]`."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text or "(root)"
+
+
+class _ItemChecker:
+    """Validates one signature entry, collecting problems instead of stopping at the first."""
+
+    def __init__(self, doc: Positioned, filename: str, path: tuple[str | int, ...]) -> None:
+        self.doc, self.filename, self.path = doc, filename, path
+        self.problems: list[str] = []
+
+    def _problem(self, key: tuple[str | int, ...], message: str) -> None:
+        full = self.path + key
+        self.problems.append(f"{self.filename}:{self.doc.line_of(full)}: {_key(full)}: {message}")
+
+    def check(self, item: Any) -> Signature | None:
+        if not isinstance(item, dict):
+            self._problem((), "expected a mapping")
+            return None
+        for key in item:
+            if key not in _KEYS:
+                self._problem((key,), f"unknown key (allowed: {', '.join(sorted(_KEYS))})")
+        for key in _REQUIRED:
+            if key not in item:
+                self._problem((), f"missing required key {key!r}")
+        name = self._string(item, "name")
+        if name is not None and not _NAME.match(name):
+            self._problem(("name",), "must be lower_snake_case ([a-z][a-z0-9_]*)")
+        category = self._choice(item, "category", CATEGORIES)
+        severity = self._choice(item, "severity", SEVERITIES)
+        runbook = self._string(item, "runbook")
+        before = self._int(item, "context_before", 3, 0, MAX_CONTEXT)
+        after = self._int(item, "context_after", 3, 0, MAX_CONTEXT)
+        priority = self._int(item, "priority", 50, 0, 100)
+        patterns = self._patterns(item)
+        if self.problems or None in (name, category, severity, runbook) or not patterns:
+            return None
+        return Signature(str(name), str(category), str(severity), tuple(patterns),
+                         str(runbook).strip(), before, after, priority)
+
+    def _string(self, item: dict[str, Any], key: str) -> str | None:
+        value = item.get(key)
+        if key in item and (not isinstance(value, str) or not value.strip()):
+            self._problem((key,), "must be a non-empty string")
+            return None
+        return value
+
+    def _choice(self, item: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str | None:
+        value = self._string(item, key)
+        if value is not None and value not in allowed:
+            self._problem((key,), f"{value!r} is not one of {', '.join(allowed)}")
+            return None
+        return value
+
+    def _int(self, item: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+        value = item.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self._problem((key,), f"must be an integer from {low} to {high}")
+            return default
+        return value
+
+    def _patterns(self, item: dict[str, Any]) -> list[str]:
+        value = item.get("patterns")
+        if "patterns" not in item:
+            return []
+        if not isinstance(value, list) or not value:
+            self._problem(("patterns",), "must be a non-empty list of regular expressions")
+            return []
+        good = []
+        for i, pattern in enumerate(value):
+            message = _pattern_problem(pattern)
+            if message:
+                self._problem(("patterns", i), message)
+            else:
+                good.append(pattern)
+        return good
+
+
+def _pattern_problem(pattern: Any) -> str | None:
+    """Why `pattern` cannot be used, or None."""
+    if not isinstance(pattern, str) or not pattern:
+        return "must be a non-empty string"
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        return f"invalid regular expression: {exc}"
+    if compiled.groupindex:
+        return "named groups are not allowed (the combined matcher names its own)"
+    if compiled.match(""):
+        return "matches the empty string (it would match every line)"
+    try:
+        pattern_units(pattern)
+    except AnchorError as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,74 @@
+"""`sentinel logs classify` as a subprocess: text, --json, stdin, unreadable files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "logs"
+
+
+def sentinel(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "sentinel", "logs", "classify", *args],
+                          input=stdin, capture_output=True, env=env, timeout=60, check=False)
+
+
+def test_text_output_one_line_per_event() -> None:
+    done = sentinel(str(DATA / "tpu_hbm_oom.log"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == "hbm_oom xla_hbm_oom 13\n"
+
+
+def test_healthy_log_exits_zero_with_no_output() -> None:
+    done = sentinel(str(DATA / "healthy_tpu.log"))
+    assert (done.returncode, done.stdout) == (0, b"")
+
+
+def test_several_files_are_named_and_json_has_the_fields() -> None:
+    a, b = str(DATA / "gpu_cuda_oom.log"), str(DATA / "healthy_gpu.log")
+    assert sentinel(a, b).stdout.decode() == f"{a} cuda_oom cuda_oom 13\n"
+    done = sentinel("--json", a, b)
+    assert done.returncode == 0
+    events = json.loads(done.stdout)
+    assert len(events) == 1
+    ev = events[0]
+    assert {k: ev[k] for k in ("file", "line", "category", "signature", "severity")} == {
+        "file": a, "line": 13, "category": "cuda_oom", "signature": "cuda_oom",
+        "severity": "critical"}
+    assert any("CUDA out of memory" in line for line in ev["excerpt"])
+
+
+def test_stdin_with_invalid_utf8_and_binary_junk() -> None:
+    log = (b"\xff\xfe\x00garbage\x80\x81\n" + bytes(range(256)) + b"\n"
+           + (DATA / "gpu_cuda_oom.log").read_bytes())
+    done = sentinel("--json", "-", stdin=log)
+    assert done.returncode == 0, done.stderr
+    events = json.loads(done.stdout)
+    # bytes(range(256)) holds a newline, so the crash starts two lines later than in the file
+    assert [(e["file"], e["line"], e["signature"]) for e in events] == [("-", 16, "cuda_oom")]
+
+
+def test_empty_stdin_is_an_empty_json_array() -> None:
+    done = sentinel("--json", "-", stdin=b"")
+    assert (done.returncode, json.loads(done.stdout)) == (0, [])
+
+
+def test_unreadable_file_exits_2_with_a_clear_message(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.log"
+    done = sentinel(str(missing), str(DATA / "tpu_hbm_oom.log"))
+    assert done.returncode == 2
+    assert f"cannot read {missing}" in done.stderr.decode()
+    assert b"xla_hbm_oom" in done.stdout  # the readable file was still classified
+
+
+def test_invalid_signature_file_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "sig.yaml"
+    bad.write_text("signatures:\n  - name: x\n    category: nope\n")
+    done = sentinel("--signatures", str(bad), str(DATA / "healthy_tpu.log"))
+    assert done.returncode == 2
+    assert f"{bad}:3: signatures[0].category" in done.stderr.decode()
