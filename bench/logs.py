@@ -143,7 +143,7 @@ def main() -> None:
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, grep too
-    sigs = load_signature_file(ROOT / "rules" / "signatures" / "vllm.yaml")
+    sigs = load_signature_file(ROOT / "rules" / "signatures.yaml")
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         path = args.file or tmp / "mixed.log"

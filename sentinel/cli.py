@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         title="what", metavar="WHAT")
     lc = logs.add_parser(
         "classify", help="run the crash signatures over log files and print the events",
-        description="Run the crash signatures (rules/signatures/vllm.yaml) over log files\n"
+        description="Run the crash signatures (rules/signatures.yaml) over log files\n"
         "or stdin. "
         "Prints one line per event: CATEGORY SIGNATURE LINE (the file name first when\n"
         "several files are given); a multi-line traceback is one event.\n"
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print a JSON array of objects (file, line, category, signature, "
                     "severity, excerpt)")
     lc.add_argument("--signatures", metavar="FILE",
-                    help="signature file (default: the bundled rules/signatures/vllm.yaml)")
+                    help="signature file (default: the bundled rules/signatures.yaml)")
     lc.set_defaults(func=_cmd_logs_classify)
 
     db = sub.add_parser("db", help="database schema").add_subparsers(title="what", metavar="WHAT")

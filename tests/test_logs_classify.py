@@ -16,7 +16,7 @@ DATA = ROOT / "tests" / "data" / "logs"
 
 @pytest.fixture(scope="module")
 def sigs() -> SignatureSet:
-    return load_signature_file(ROOT / "rules" / "signatures" / "vllm.yaml")
+    return load_signature_file(ROOT / "rules" / "signatures.yaml")
 
 
 def entries(lines: list[str], t0: int = 1_000) -> list[LogEntry]:

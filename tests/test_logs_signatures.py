@@ -13,7 +13,7 @@ from sentinel.logs.anchors import choose_anchors, required_literals
 from sentinel.logs.signatures import SignatureSet
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLED = ROOT / "rules" / "signatures" / "vllm.yaml"
+BUNDLED = ROOT / "rules" / "signatures.yaml"
 
 # Real-world lines (from vLLM, tpu-inference, JAX/XLA, PyTorch, NCCL, kernel,
 # docker, systemd issue reports), each with the signature it must raise.

@@ -40,12 +40,13 @@ RETENTION_SLACK_MS = 60_000
 
 
 def rule_paths(config: Config) -> list[str]:
-    """The rule files named by the config's globs, without promtool test files.
+    """The rule files named by the config's globs, without the other files kept beside them.
 
-    `rules/*.yaml` also matches the `*_test.yaml` unit tests kept beside the
-    rules, which are not rule files.
+    `rules/*.yaml` also matches the promtool unit tests (`*_test.yaml`) and the
+    crash signatures (`signatures.yaml`), which are not alerting rule files.
     """
-    return [str(p) for p in config.rule_paths() if not p.stem.endswith("_test")]
+    return [str(p) for p in config.rule_paths()
+            if not p.stem.endswith("_test") and p.stem != "signatures"]
 
 
 class App:

@@ -1,6 +1,6 @@
 """Crash signatures in logs: load the signature file, classify lines into `LogEvent`s.
 
-    signatures = load_signature_file("rules/signatures/vllm.yaml")   # SignatureSet
+    signatures = load_signature_file("rules/signatures.yaml")   # SignatureSet
     classifier = Classifier(signatures)                           # one per log stream
     events = classifier.feed_many(source.poll(now_ms))            # or feed(entry)
     events += classifier.flush()                                  # at end of stream

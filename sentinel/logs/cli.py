@@ -23,10 +23,10 @@ _BATCH = 8192
 
 
 def default_signature_file() -> Path:
-    """rules/signatures/vllm.yaml from the bundled rules folder."""
+    """rules/signatures.yaml from the bundled rules folder."""
     from sentinel.paths import bundled_dir
 
-    return bundled_dir("rules") / "signatures" / "vllm.yaml"
+    return bundled_dir("rules") / "signatures.yaml"
 
 
 def classify_files(paths: Sequence[str], as_json: bool, out: TextIO,

@@ -1,4 +1,4 @@
-"""Crash signatures: load and validate rules/signatures/vllm.yaml, compile one combined matcher.
+"""Crash signatures: load and validate rules/signatures.yaml, compile one combined matcher.
 
 A `SignatureSet` matches a line against every signature in one pass: a
 literal prefilter (see `anchors.py`) throws away lines that cannot match, and
