@@ -23,6 +23,7 @@ from sentinel.daemon.http import StatusServer
 from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.receivers import build_receivers
 from sentinel.daemon.selfmetrics import SelfMetrics
+from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.incidents.db import Database
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import labels_of
@@ -58,6 +59,7 @@ class App:
         self.metrics = SelfMetrics()
         self.pipeline: Pipeline | None = None
         self.engine: Engine | None = None
+        self.sources: SourceJobs | None = None
         self.status: StatusServer | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._groups: list[RuleGroup] = []
@@ -83,6 +85,7 @@ class App:
             store=store, scraper=Scraper(store), rules=rules, tracker=tracker,
             receivers=build_receivers(cfg), metrics=self.metrics,
         )
+        self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         host, port = _split_listen(cfg.listen)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready)
         self.status.start()
@@ -114,6 +117,8 @@ class App:
             self.status = None
         if self.pipeline is not None:
             self.pipeline.scraper.close()
+        if self.sources is not None:
+            self.sources.close()
         log.info("sentinel stopped")
 
     def reload(self) -> bool:
@@ -141,7 +146,8 @@ class App:
     # -- scheduling --------------------------------------------------------
 
     def _schedule(self) -> BackgroundScheduler:
-        workers = min(64, len(self.config.targets) + len(self._groups) + 4)
+        assert self.sources is not None
+        workers = min(64, len(self.config.targets) + len(self._groups) + self.sources.count() + 4)
         sched = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=workers)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
@@ -154,6 +160,8 @@ class App:
                 seconds=st.interval_ms / 1000, id=f"scrape:{st.name}", next_run_time=_now_dt(),
             )
         self._schedule_rule_groups(sched)
+        assert self.sources is not None
+        self.sources.schedule(sched, self._guard, _now_dt())
         sched.add_job(self._guard("housekeeping", self._housekeeping_job), "interval",
                       seconds=HOUSEKEEPING_INTERVAL_S, id="housekeeping")
         watchdog = systemd.watchdog_interval_s()
@@ -174,6 +182,9 @@ class App:
                 seconds=interval_ms / 1000, id=f"rules:{name}",
                 start_date=_next_boundary(self.clock(), interval_ms),
             )
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
 
     def _scrape_job(self, target: ScrapeTarget) -> None:
         assert self.pipeline is not None

@@ -46,6 +46,14 @@ class SelfMetrics:
         self.samples = Gauge(
             "sentinel_store_samples", "Samples held in the embedded store.", registry=r,
         )
+        self.log_source_up = Gauge(
+            "sentinel_log_source_up", "Whether a log source's last poll worked.",
+            ["target", "source"], registry=r,
+        )
+        self.log_events = Counter(
+            "sentinel_log_events_total", "Crash signatures matched in logs.",
+            ["target", "category"], registry=r,
+        )
         self.job_failures = Counter(
             "sentinel_job_failures_total", "Scheduled jobs that raised unexpectedly.", ["job"],
             registry=r,

@@ -1,0 +1,88 @@
+"""Scheduled jobs for the non-scrape sources: logs, TPU node state, XLA cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from apscheduler.schedulers.base import BaseScheduler
+
+from sentinel.collect.xla_cache import xla_cache_samples
+from sentinel.config import Config
+from sentinel.daemon.logwatch import LogWatch
+from sentinel.daemon.selfmetrics import SelfMetrics
+from sentinel.daemon.sources import (
+    PolledLogSource,
+    XlaCacheWatch,
+    build_log_sources,
+    build_tpu_sources,
+    build_xla_cache_watches,
+)
+from sentinel.incidents.db import Database
+from sentinel.logs.signatures import load_signature_file
+from sentinel.paths import bundled_dir
+from sentinel.store import MemoryStore
+
+Clock = Callable[[], int]
+Guard = Callable[[str, Callable[..., None]], Callable[..., None]]
+
+
+class SourceJobs:
+    """Owns the log, TPU and XLA-cache sources of a config and their scheduler jobs."""
+
+    def __init__(self, config: Config, store: MemoryStore, db: Database,
+                 metrics: SelfMetrics, now_ms: Clock) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.now_ms = now_ms
+        sig_path = config.config_dir / config.signatures if config.signatures else \
+            bundled_dir("rules") / "signatures.yaml"
+        self.log_sources = build_log_sources(config, db)
+        self.watch = LogWatch(store, db, load_signature_file(sig_path)) \
+            if self.log_sources else None
+        self.tpu_sources = build_tpu_sources(config)
+        self.xla_watches = build_xla_cache_watches(config)
+
+    def count(self) -> int:
+        """How many jobs `schedule` adds."""
+        return len(self.log_sources) + len(self.tpu_sources) + len(self.xla_watches)
+
+    def schedule(self, sched: BaseScheduler, guard: Guard, first_run: Any) -> None:
+        """Add one interval job per source."""
+        for p in self.log_sources:
+            sched.add_job(guard("logs", self._poll_log), "interval", args=[p],
+                          seconds=p.interval_ms / 1000, next_run_time=first_run,
+                          id=f"logs:{p.source.target}:{p.source.name}")
+        for source, interval_ms in self.tpu_sources:
+            sched.add_job(guard("tpu", self._poll_tpu), "interval", args=[source],
+                          seconds=interval_ms / 1000, next_run_time=first_run,
+                          id=f"tpu:{source.target}")
+        for w in self.xla_watches:
+            sched.add_job(guard("xla_cache", self._scan_xla), "interval", args=[w],
+                          seconds=w.interval_ms / 1000, next_run_time=first_run,
+                          id=f"xla_cache:{w.target}")
+
+    def _poll_log(self, p: PolledLogSource) -> None:
+        assert self.watch is not None
+        events = self.watch.poll(p.source, self.now_ms())
+        health = p.source.health
+        self.metrics.log_source_up.labels(p.source.target, p.source.name).set(int(health.ok))
+        for e in events:
+            self.metrics.log_events.labels(e.target, e.category).inc()
+
+    def _poll_tpu(self, source: Any) -> None:
+        now = self.now_ms()
+        for labels, value in source.poll(now):
+            self.store.add(labels, now, value)
+
+    def _scan_xla(self, w: XlaCacheWatch) -> None:
+        now = self.now_ms()
+        for labels, value in xla_cache_samples(w.target, w.path, now):
+            self.store.add(labels, now, value)
+
+    def close(self) -> None:
+        """Close files, subprocesses and API clients."""
+        if self.watch is not None:
+            self.watch.close(p.source for p in self.log_sources)
+        for source, _ in self.tpu_sources:
+            source.close()

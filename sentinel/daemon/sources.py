@@ -1,0 +1,87 @@
+"""Build the log, TPU and XLA-cache sources a config names, one set per target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.auth.credentials import AnonymousCredentials
+
+from sentinel.collect.cloud_logging import CloudLoggingSource, default_filter, make_client
+from sentinel.collect.logcommand import docker_logs, journal_logs
+from sentinel.collect.logfile import LogFileSource
+from sentinel.collect.logsource import LogSource
+from sentinel.collect.tpu import TpuNodeSource, make_tpu_client
+from sentinel.config import Config, TargetConfig
+from sentinel.configsources import DEFAULT_XLA_CACHE_POLL_MS
+from sentinel.incidents.db import Database
+from sentinel.incidents.log_events import DbCursorStore
+
+
+@dataclass(frozen=True)
+class PolledLogSource:
+    """A log source and how often to poll it."""
+
+    source: LogSource
+    interval_ms: int
+
+
+@dataclass(frozen=True)
+class XlaCacheWatch:
+    """A target's XLA compilation cache directory, checked every `interval_ms`."""
+
+    target: str
+    path: str
+    interval_ms: int = DEFAULT_XLA_CACHE_POLL_MS
+
+
+def build_log_sources(config: Config, db: Database) -> list[PolledLogSource]:
+    """Every log source of every target."""
+    out: list[PolledLogSource] = []
+    for t in config.targets:
+        every = t.logs.poll_interval_ms
+        out += [PolledLogSource(LogFileSource(t.name, path), every) for path in t.logs.files]
+        out += [PolledLogSource(docker_logs(t.name, c), every) for c in t.logs.docker]
+        out += [PolledLogSource(journal_logs(t.name, u), every) for u in t.logs.journal]
+        if t.logs.cloud_logging is not None:
+            out.append(_cloud_logging(t, db))
+    return out
+
+
+def _cloud_logging(t: TargetConfig, db: Database) -> PolledLogSource:
+    cl = t.logs.cloud_logging
+    assert cl is not None
+    creds = AnonymousCredentials() if cl.credentials == "anonymous" else None
+
+    def client() -> object:
+        return make_client(cl.project, api_endpoint=cl.api_endpoint, credentials=creds)
+
+    # auto_commit off: the cursor is saved in the same transaction as the
+    # events it led to (LogWatch), so a restart neither misses nor recounts.
+    source = CloudLoggingSource(
+        t.name, cl.project, cursor_store=DbCursorStore(db), client_factory=client,
+        filter=cl.filter or default_filter(cl.node_id), auto_commit=False,
+    )
+    return PolledLogSource(source, cl.poll_interval_ms)
+
+
+def build_tpu_sources(config: Config) -> list[tuple[TpuNodeSource, int]]:
+    """A TPU node source, with its poll interval, for each target on a Cloud TPU."""
+    out = []
+    for t in config.targets:
+        if t.tpu is None:
+            continue
+        tpu = t.tpu
+        creds = AnonymousCredentials() if tpu.credentials == "anonymous" else None
+
+        def client(tpu=tpu, creds=creds) -> object:  # noqa: ANN001 (bind per target)
+            return make_tpu_client(api_endpoint=tpu.api_endpoint, credentials=creds)
+
+        source = TpuNodeSource(t.name, tpu.node_name, queued_resource=tpu.queued_resource_name,
+                               client_factory=client)
+        out.append((source, tpu.poll_interval_ms))
+    return out
+
+
+def build_xla_cache_watches(config: Config) -> list[XlaCacheWatch]:
+    """One watch for each target that names its XLA cache directory."""
+    return [XlaCacheWatch(t.name, t.xla_cache_path) for t in config.targets if t.xla_cache_path]
