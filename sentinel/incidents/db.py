@@ -168,4 +168,8 @@ def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN")
+    # IMMEDIATE takes the write lock up front, waiting up to busy_timeout. A
+    # plain BEGIN that later upgrades to a write fails at once with "database
+    # is locked" when another thread (a log job beside a rule evaluation)
+    # holds it: SQLite cannot wait there without risking a deadlock.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
