@@ -6,6 +6,8 @@ from typing import TextIO
 
 from sentinel.config import ConfigError, config_summary, load_config
 from sentinel.daemon.app import rule_paths
+from sentinel.daemon.sources import has_log_sources, signatures_path
+from sentinel.logs.signatures import SignatureFileError, load_signature_file
 from sentinel.rules.loader import RuleFileError, load_rule_files
 
 
@@ -28,6 +30,12 @@ def check_config(path: str, out: TextIO, err: TextIO) -> int:
     except RuleFileError as exc:
         print(f"{path}: invalid rule files:\n{exc}", file=err)
         return 1
+    if has_log_sources(config):
+        try:
+            load_signature_file(signatures_path(config))
+        except SignatureFileError as exc:
+            print(f"{path}: invalid crash signatures:\n{exc}", file=err)
+            return 1
     rules = sum(len(g.rules) for g in groups)
     print(config_summary(config), file=out)
     print(f"SUCCESS: {path} is valid ({len(paths)} rule files, {len(groups)} groups, "

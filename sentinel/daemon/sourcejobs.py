@@ -17,10 +17,10 @@ from sentinel.daemon.sources import (
     build_log_sources,
     build_tpu_sources,
     build_xla_cache_watches,
+    signatures_path,
 )
 from sentinel.incidents.db import Database
 from sentinel.logs.signatures import load_signature_file
-from sentinel.paths import bundled_dir
 from sentinel.store import MemoryStore
 
 Clock = Callable[[], int]
@@ -35,10 +35,8 @@ class SourceJobs:
         self.store = store
         self.metrics = metrics
         self.now_ms = now_ms
-        sig_path = config.config_dir / config.signatures if config.signatures else \
-            bundled_dir("rules") / "signatures.yaml"
         self.log_sources = build_log_sources(config, db)
-        self.watch = LogWatch(store, db, load_signature_file(sig_path)) \
+        self.watch = LogWatch(store, db, load_signature_file(signatures_path(config))) \
             if self.log_sources else None
         self.tpu_sources = build_tpu_sources(config)
         self.xla_watches = build_xla_cache_watches(config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from google.auth.credentials import AnonymousCredentials
 
@@ -15,6 +16,7 @@ from sentinel.config import Config, TargetConfig
 from sentinel.configsources import DEFAULT_XLA_CACHE_POLL_MS
 from sentinel.incidents.db import Database
 from sentinel.incidents.log_events import DbCursorStore
+from sentinel.paths import bundled_dir
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,19 @@ class XlaCacheWatch:
     target: str
     path: str
     interval_ms: int = DEFAULT_XLA_CACHE_POLL_MS
+
+
+def signatures_path(config: Config) -> Path:
+    """The crash-signature file: the config's `signatures`, else the bundled one."""
+    if config.signatures:
+        return config.config_dir / config.signatures
+    return bundled_dir("rules") / "signatures.yaml"
+
+
+def has_log_sources(config: Config) -> bool:
+    """Whether any target reads logs (and so needs the signatures)."""
+    return any(t.logs.files or t.logs.docker or t.logs.journal or t.logs.cloud_logging
+               for t in config.targets)
 
 
 def build_log_sources(config: Config, db: Database) -> list[PolledLogSource]:
