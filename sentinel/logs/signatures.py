@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sentinel.logs.anchors import AnchorError, choose_anchors, pattern_units
+from sentinel.logs.hsfilter import build_hyperscan_filter
 from sentinel.yamlpos import Positioned, YamlSyntaxError, load_positioned
 
 CATEGORIES = (
@@ -25,6 +26,7 @@ CATEGORIES = (
     "compile_failure", "context_length_exceeded", "interconnect_failure", "other",
 )
 SEVERITIES = ("critical", "error", "warning", "info")
+ENGINES = ("auto", "hyperscan", "literal")  # the prefilter: auto = hyperscan where installed
 TRACEBACK = "Traceback (most recent call last):"
 
 _KEYS = {"name", "category", "severity", "patterns", "context_before", "context_after",
@@ -59,11 +61,18 @@ class Signature:
 class SignatureSet:
     """Compiled signatures: one combined regex behind a literal prefilter."""
 
-    def __init__(self, signatures: Sequence[Signature]) -> None:
+    def __init__(self, signatures: Sequence[Signature], engine: str = "auto") -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"unknown prefilter engine {engine!r} (one of {', '.join(ENGINES)})")
         self.signatures = tuple(signatures)
         patterns = tuple(p for s in self.signatures for p in s.patterns)
         # The traceback marker is an anchor too: the classifier must see where tracebacks start.
         self.anchors = tuple(sorted(set(choose_anchors(patterns)) | {TRACEBACK}))
+        self._hyperscan = (None if engine == "literal" or not patterns
+                           else build_hyperscan_filter([*patterns, re.escape(TRACEBACK)]))
+        if engine == "hyperscan" and self._hyperscan is None:
+            raise ValueError("the hyperscan prefilter is unavailable for these signatures")
+        self.engine = "hyperscan" if self._hyperscan is not None else "literal"
         alternatives = [
             f"(?P<s{i}>" + "|".join(f"(?:{p})" for p in s.patterns) + ")"
             for i, s in enumerate(self.signatures)
@@ -98,11 +107,17 @@ class SignatureSet:
         return any(a in line for a in self.anchors)
 
     def candidate_lines(self, block: str) -> list[int]:
-        """Indexes (0-based) of the lines of `block` that contain an anchor, ascending.
+        """Indexes (0-based) of the lines of `block` that may match or start a traceback.
 
-        One `str.find` pass per anchor over the whole block; each hit skips to
-        the end of its line, so a noisy line costs one hit per anchor.
+        A superset of the matching lines, ascending. With Hyperscan an ASCII
+        block takes one scan; otherwise one `str.find` pass per anchor (each hit
+        skips to the end of its line, so a noisy line costs one hit per anchor).
         """
+        if self._hyperscan is not None and block.isascii():
+            return self._hyperscan.candidate_lines(block)
+        return self._literal_candidates(block)
+
+    def _literal_candidates(self, block: str) -> list[int]:
         starts: set[int] = set()
         for anchor in self.anchors:
             find = block.find

@@ -1,0 +1,152 @@
+"""A Hyperscan prefilter: one SIMD pass over a block finds the lines that may match.
+
+Hyperscan (Intel's multi-pattern regex engine) compiles every signature
+pattern into one database and scans a whole block at once, at several GB/s;
+the literal prefilter in `anchors.py` needs one `str.find` pass per anchor.
+Hyperscan is optional: where it is not installed (it ships wheels for x86-64
+Linux only) or cannot take a pattern, `build_hyperscan_filter` returns None
+and the literal prefilter is used.
+
+It is only ever a prefilter. Patterns are compiled with HS_FLAG_PREFILTER (a
+superset of the matches, never fewer) and every candidate line is confirmed
+by Python's `re`, so the two engines' dialects need agree only on which lines
+*can* match. To keep that true:
+
+- only pure-ASCII blocks are scanned (`str.isascii` is O(1)); a block with any
+  other character takes the literal path, so Unicode classes and case folding
+  never come into it;
+- Python's `{,n}` is a quantifier and PCRE's is text, so it becomes `{0,n}`;
+- Python's `\\s` also matches \\x1c-\\x1f and PCRE's does not, so `\\s` and `\\S`
+  are widened; `\\A` and `\\Z` become `^` and `$` (one line is one string);
+- `re.compile` flags other than IGNORECASE, MULTILINE, DOTALL and VERBOSE, and
+  any construct Hyperscan rejects, make the whole set fall back.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+try:
+    import hyperscan
+except ImportError:  # pragma: no cover - depends on the platform
+    hyperscan = None  # type: ignore[assignment]
+
+_PY_SPACE = r"\s\x1c-\x1f"  # what Python's \s matches in ASCII, as class members
+_OPEN_MIN = re.compile(r"\{,[0-9]+\}")
+
+
+class HyperscanFilter:
+    """Candidate lines of an ASCII block, by one Hyperscan scan."""
+
+    def __init__(self, database: Any) -> None:
+        self._db = database
+        self._local = threading.local()  # a scratch may serve one scan at a time
+
+    def candidate_lines(self, block: str) -> list[int]:
+        """0-based indexes of the lines of `block` (ASCII) that may match, ascending."""
+        data = block.encode("ascii")
+        ends: list[int] = []
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self._db)
+        self._db.scan(data, match_event_handler=_collect, context=ends, scratch=scratch)
+        if not ends:
+            return []
+        out: list[int] = []
+        line = 0
+        previous = 0
+        for end in sorted(set(ends)):
+            # A match ending just after a newline (a class like \s took it) ends on that line.
+            at = end - 1 if end > 0 and data[end - 1] == 10 else end
+            line += data.count(b"\n", previous, at)
+            previous = at
+            if not out or out[-1] != line:
+                out.append(line)
+        return out
+
+
+def _collect(_id: int, _start: int, end: int, _flags: int, ends: list[int]) -> None:
+    ends.append(end)
+
+
+def build_hyperscan_filter(patterns: Sequence[str]) -> HyperscanFilter | None:
+    """A filter for these Python patterns, or None when Hyperscan cannot serve them all."""
+    if hyperscan is None or not patterns:
+        return None
+    expressions: list[bytes] = []
+    flags: list[int] = []
+    for pattern in patterns:
+        translated = translate(pattern)
+        if translated is None:
+            log.debug("pattern %r stays on the literal prefilter", pattern)
+            return None
+        source, caseless = translated
+        expressions.append(source.encode("ascii", "backslashreplace"))
+        flags.append(hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_MULTILINE
+                     | (hyperscan.HS_FLAG_CASELESS if caseless else 0))
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    try:
+        db.compile(expressions=expressions, ids=list(range(len(expressions))), flags=flags)
+    except hyperscan.error as exc:
+        log.info("Hyperscan cannot compile the signatures (%s); using the literal prefilter", exc)
+        return None
+    return HyperscanFilter(db)
+
+
+_ALLOWED_FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE | re.UNICODE
+
+
+def translate(pattern: str) -> tuple[str, bool] | None:
+    """Pattern source Hyperscan reads with Python's meaning on ASCII, and its caseless flag."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error:
+        return None
+    if compiled.flags & ~_ALLOWED_FLAGS or not pattern.isascii():
+        return None
+    out: list[str] = []
+    in_class = False
+    class_start = 0
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            esc = pattern[i + 1]
+            if esc == "s":
+                out.append(_PY_SPACE if in_class else f"[{_PY_SPACE}]")
+            elif esc == "S":
+                if in_class:
+                    return None  # a negated class inside a class: keep it simple, fall back
+                out.append(f"[^{_PY_SPACE}]")
+            elif esc == "A" and not in_class:
+                out.append("^")
+            elif esc == "Z" and not in_class:
+                out.append("$")
+            elif esc in "uUN":
+                return None  # Python-only escapes (\u00e9, \N{...}): PCRE reads them otherwise
+            else:
+                out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            # "]" right after "[" or "[^" is a literal member, not the end.
+            if c == "]" and i > class_start:
+                in_class = False
+        elif c == "{" and _OPEN_MIN.match(pattern, i):
+            out.append("{0")  # Python's {,n} is {0,n}; PCRE reads "{,n}" as literal text
+            i += 1
+            continue
+        elif c == "[":
+            in_class = True
+            class_start = i + 1
+            if pattern.startswith("^", class_start):
+                class_start += 1
+        out.append(c)
+        i += 1
+    return "".join(out), bool(compiled.flags & re.IGNORECASE)
