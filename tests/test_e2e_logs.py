@@ -129,3 +129,39 @@ def test_file_log_crash_line_reaches_the_timeline(tmp_path, sim, sink):
         assert excerpt.data["line"] is not None
     finally:
         app.stop(2)
+
+
+def _file_events(app: App) -> list:
+    db = app.pipeline.tracker.db
+    return [e for e in recent_log_events(db, "tpu-a", since_ms=0, limit=100)
+            if e.source.startswith("file:")]
+
+
+def test_file_lines_written_while_sentinel_is_down_are_read_once_after_restart(
+        tmp_path, sim, sink):
+    log_file = tmp_path / "vllm.log"
+    log_file.write_text("".join(f"{line}\n" for line in CRASH_LOG[:2]))  # healthy lines
+    cfg = _config(tmp_path, sim.url, sink.url,
+                  f"      files: ['{log_file}']\n      poll_interval: 200ms\n")
+    crash = "".join(f"{line}\n" for line in CRASH_LOG[2:]) + "INFO healthy again\n"
+    app = _start(cfg)
+    try:
+        time.sleep(0.5)  # joined at the end
+        with log_file.open("a") as f:
+            f.write(crash)
+        wait_for(lambda: len(_file_events(app)) == 1, 15, "the first crash recorded")
+        time.sleep(0.6)  # a few more polls: the position of the quiet end is on record
+    finally:
+        app.stop(2)
+    with log_file.open("a") as f:  # Sentinel is down: the same crash happens again
+        f.write(crash)
+    app = _start(cfg)
+    try:
+        events = wait_for(lambda: len(_file_events(app)) >= 2 and _file_events(app), 15,
+                          "the crash written while down")
+        time.sleep(1.0)  # more polls: nothing read before the stop comes back
+        events = _file_events(app)
+        assert len(events) == 2, events
+        assert events[1].line_no is not None and events[1].line_no > events[0].line_no
+    finally:
+        app.stop(2)

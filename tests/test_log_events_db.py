@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 import pytest
 
 from sentinel.collect.logcursor import LogCursor
+from sentinel.collect.logfile import FilePosition
 from sentinel.incidents.db import Database
 from sentinel.incidents.log_events import (
     DbCursorStore,
+    DbPositionStore,
     load_cursor,
     recent_log_events,
     record_log_events,
@@ -65,3 +67,15 @@ def test_events_and_cursor_commit_together(incident_db: Database) -> None:
     with pytest.raises(Exception):  # noqa: B017 - the driver's DataError
         record_log_events(incident_db, [bad], cursors={"k": LogCursor(at, frozenset())})
     assert load_cursor(incident_db, "k") == LogCursor(at, frozenset({"i1"}))
+
+
+def test_file_positions_round_trip_with_64_bit_inodes(incident_db: Database) -> None:
+    store = DbPositionStore(incident_db)
+    assert store.load("file:a:/var/log/vllm.log") is None
+    big = FilePosition(dev=2**64 - 3, inode=2**63 + 5, offset=10_000_000_000, line_no=None)
+    store.save("file:a:/var/log/vllm.log", big)
+    assert store.load("file:a:/var/log/vllm.log") == big
+    small = FilePosition(dev=2049, inode=12, offset=7, line_no=3)
+    record_log_events(incident_db, [_event("a", T0)], positions={"file:a:/var/log/vllm.log": small})
+    assert store.load("file:a:/var/log/vllm.log") == small
+    assert store.load("file:b:/var/log/vllm.log") is None

@@ -249,7 +249,8 @@ def test_restart_resumes_at_the_saved_position(tmp_path: Path) -> None:
     assert texts(src) == ["a1"]
     src.close()
     st = os.stat(log)
-    assert store.load(str(log)) == FilePosition(st.st_dev, st.st_ino, len("before\na1\n"), 2)
+    expected = FilePosition(st.st_dev, st.st_ino, len("before\na1\n"), 2)
+    assert store.load(src.position_key) == expected
     write(log, "ial\na2\n")
     again = LogFileSource("t", log, offset_store=store)
     assert [(e.text, e.line_no) for e in again.poll(T)] == [("partial", 3), ("a2", 4)]

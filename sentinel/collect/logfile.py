@@ -29,7 +29,9 @@ after the poll that closed it. Line numbers count lines within the current
 file (None where the file was joined at an offset too far in to count).
 
 Restart: with a `PositionStore`, the (device, inode, offset, line number) of
-the last line handed out is saved after each poll that moved it. On start,
+the last line handed out is saved after each poll that moved it (or, with
+`auto_commit=False`, the caller saves `position` under `position_key` in the
+same transaction as the events those lines led to, as the daemon does). On start,
 the same inode resumes at the offset; a different inode means rotation
 while we were down, and the old inode is looked for beside the path (e.g.
 `vllm.log.1`) and drained from the saved offset first.
@@ -66,14 +68,14 @@ class FilePosition:
 
 
 class PositionStore(Protocol):
-    """Persists a `FilePosition` per path so a restart resumes where it stopped."""
+    """Persists a `FilePosition` per source key so a restart resumes where it stopped."""
 
-    def load(self, path: str) -> FilePosition | None:
-        """The saved position for `path`, or None."""
+    def load(self, key: str) -> FilePosition | None:
+        """The saved position for `key`, or None."""
         ...
 
-    def save(self, path: str, position: FilePosition) -> None:
-        """Remember `position` for `path`."""
+    def save(self, key: str, position: FilePosition) -> None:
+        """Remember `position` for `key`."""
         ...
 
 
@@ -83,13 +85,13 @@ class MemoryPositionStore:
     def __init__(self) -> None:
         self.positions: dict[str, FilePosition] = {}
 
-    def load(self, path: str) -> FilePosition | None:
-        """The saved position for `path`, or None."""
-        return self.positions.get(path)
+    def load(self, key: str) -> FilePosition | None:
+        """The saved position for `key`, or None."""
+        return self.positions.get(key)
 
-    def save(self, path: str, position: FilePosition) -> None:
-        """Remember `position` for `path`."""
-        self.positions[path] = position
+    def save(self, key: str, position: FilePosition) -> None:
+        """Remember `position` for `key`."""
+        self.positions[key] = position
 
 
 class _OpenFile:
@@ -151,9 +153,11 @@ class LogFileSource:
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         offset_store: PositionStore | None = None,
         max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
+        auto_commit: bool = True,
     ) -> None:
         self.path = os.fspath(path)
         self.name = f"file:{self.path}"
+        self.position_key = f"file:{target}:{self.path}"  # the key in the PositionStore
         self.target = target
         self.health = SourceHealth()
         self.start_at_end = start_at_end
@@ -166,6 +170,8 @@ class LogFileSource:
         self._retired: list[_OpenFile] = []  # rotated away, drained until a poll finds nothing
         self._joined = False  # first open done: a file appearing later is read from its start
         self._saved: FilePosition | None = None
+        self._auto_commit = auto_commit
+        self.position: FilePosition | None = None  # after the last poll that opened the file
 
     def poll(self, now_ms: int) -> list[LogEntry]:
         """New complete lines since the last poll; never raises (errors go to `health`)."""
@@ -214,7 +220,7 @@ class LogFileSource:
         if fd is None:
             self._joined = True
             return None
-        saved = self._store.load(self.path)
+        saved = self._store.load(self.position_key)
         st = os.fstat(fd)
         offset: int = 0
         line_no: int | None = 0
@@ -296,9 +302,9 @@ class LogFileSource:
     def _save(self) -> None:
         if self._current is None:
             return
-        position = self._current.position()
-        if position != self._saved:
-            self._store.save(self.path, position)
+        position = self.position = self._current.position()
+        if self._auto_commit and position != self._saved:
+            self._store.save(self.position_key, position)
             self._saved = position
 
     def _failed(self, error: str) -> None:

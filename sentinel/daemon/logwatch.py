@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from sentinel.collect.logsource import LogSource
 from sentinel.incidents.db import Database
@@ -32,6 +33,7 @@ class LogWatch:
         self.signatures = signatures
         self._classifiers: dict[str, Classifier] = {}  # one per stream: context is per stream
         self._counts: dict[str, dict[tuple[str, str], int]] = {}  # target → (sig, cat) → n
+        self._recorded: dict[str, object] = {}  # checkpoint key → the cursor/position on record
 
     def poll(self, source: LogSource, now_ms: int) -> list[LogEvent]:
         """One poll of one source; never raises for bad lines (the classifier bounds them)."""
@@ -41,16 +43,25 @@ class LogWatch:
         if not entries:
             # The stream went quiet: emit what waited for context-after lines.
             events += classifier.flush()
-        cursor = getattr(source, "cursor", None)
-        cursor_key = getattr(source, "cursor_key", None)
-        if events or cursor is not None:
-            cursors = {cursor_key: cursor} if cursor is not None and cursor_key else {}
-            record_log_events(self.db, events, cursors=cursors, now_ms=now_ms)
+        # Where the source stands is saved with the events it led to, and only when it moved.
+        cursors = self._moved(getattr(source, "cursor_key", None), getattr(source, "cursor", None))
+        positions = self._moved(getattr(source, "position_key", None),
+                                getattr(source, "position", None))
+        if events or cursors or positions:
+            record_log_events(self.db, events, cursors=cursors, positions=positions,
+                              now_ms=now_ms)
+            self._recorded.update(cursors)
+            self._recorded.update(positions)
         self._count(source.target, events, now_ms)
         for event in events:
             log.warning("%s: %s %s in %s", event.target, event.category, event.signature,
                         event.source)
         return events
+
+    def _moved(self, key: str | None, checkpoint: Any) -> dict[str, Any]:
+        if key is None or checkpoint is None or self._recorded.get(key) == checkpoint:
+            return {}
+        return {key: checkpoint}
 
     def _count(self, target: str, events: Iterable[LogEvent], now_ms: int) -> None:
         counts = self._counts.get(target)

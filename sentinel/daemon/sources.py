@@ -15,7 +15,7 @@ from sentinel.collect.tpu import TpuNodeSource, make_tpu_client
 from sentinel.config import Config, TargetConfig
 from sentinel.configsources import DEFAULT_XLA_CACHE_POLL_MS
 from sentinel.incidents.db import Database
-from sentinel.incidents.log_events import DbCursorStore
+from sentinel.incidents.log_events import DbCursorStore, DbPositionStore
 from sentinel.paths import bundled_dir
 
 
@@ -54,7 +54,10 @@ def build_log_sources(config: Config, db: Database) -> list[PolledLogSource]:
     out: list[PolledLogSource] = []
     for t in config.targets:
         every = t.logs.poll_interval_ms
-        out += [PolledLogSource(LogFileSource(t.name, path), every) for path in t.logs.files]
+        # auto_commit off: LogWatch saves the position with the events, as for Cloud Logging.
+        out += [PolledLogSource(LogFileSource(t.name, path, offset_store=DbPositionStore(db),
+                                              auto_commit=False), every)
+                for path in t.logs.files]
         out += [PolledLogSource(docker_logs(t.name, c), every) for c in t.logs.docker]
         out += [PolledLogSource(journal_logs(t.name, u), every) for u in t.logs.journal]
         if t.logs.cloud_logging is not None:

@@ -14,12 +14,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from sentinel.collect.logcursor import LogCursor
+from sentinel.collect.logfile import FilePosition
 from sentinel.incidents.db import Database
 from sentinel.incidents.evidence import attach_new
-from sentinel.incidents.models import LogCursorRow, LogEventRow
+from sentinel.incidents.models import LogCursorRow, LogEventRow, LogFilePositionRow
 from sentinel.model import LogEvent
 
 _NO_CURSORS: Mapping[str, LogCursor] = {}
+_NO_POSITIONS: Mapping[str, FilePosition] = {}
+_U64 = 1 << 64  # dev and inode are unsigned 64-bit; BIGINT is signed
 
 
 def _dt(t_ms: int) -> datetime:
@@ -39,9 +42,13 @@ def record_log_events(
     events: Sequence[LogEvent],
     *,
     cursors: Mapping[str, LogCursor] = _NO_CURSORS,
+    positions: Mapping[str, FilePosition] = _NO_POSITIONS,
     now_ms: int | None = None,
 ) -> list[int]:
-    """Insert the events (and save `cursors` in the same transaction); their new ids in order."""
+    """Insert the events (and save `cursors` and file `positions` in the same transaction).
+
+    Returns the events' new ids in order.
+    """
     created = _now(now_ms)
     rows = [
         LogEventRow(
@@ -55,6 +62,8 @@ def record_log_events(
         session.add_all(rows)
         for key, cursor in cursors.items():
             _put_cursor(session, key, cursor, created)
+        for key, position in positions.items():
+            _put_position(session, key, position, created)
         session.flush()
         attach_new(session, rows)
         return [row.id for row in rows]
@@ -118,3 +127,51 @@ class DbCursorStore:
     def save(self, key: str, cursor: LogCursor) -> None:
         """Insert or replace the cursor."""
         save_cursor(self.db, key, cursor)
+
+
+def _signed(n: int) -> int:
+    return n - _U64 if n >= _U64 // 2 else n
+
+
+def _unsigned(n: int) -> int:
+    return n + _U64 if n < 0 else n
+
+
+def load_position(db: Database, key: str) -> FilePosition | None:
+    """The saved position of a followed log file, or None."""
+    with db.session() as session:
+        row = session.get(LogFilePositionRow, key)
+        if row is None:
+            return None
+        return FilePosition(_unsigned(row.dev), _unsigned(row.inode), row.offset, row.line_no)
+
+
+def save_position(db: Database, key: str, position: FilePosition, *,
+                  now_ms: int | None = None) -> None:
+    """Insert or replace the position of a followed log file."""
+    with db.session() as session:
+        _put_position(session, key, position, _now(now_ms))
+
+
+def _put_position(session: Session, key: str, p: FilePosition, now: datetime) -> None:
+    row = session.get(LogFilePositionRow, key)
+    if row is None:
+        row = LogFilePositionRow(key=key)
+        session.add(row)
+    row.dev, row.inode, row.offset = _signed(p.dev), _signed(p.inode), p.offset
+    row.line_no, row.updated_at = p.line_no, now
+
+
+class DbPositionStore:
+    """A `PositionStore` over the database (`log_file_positions`)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def load(self, key: str) -> FilePosition | None:
+        """The saved position, or None."""
+        return load_position(self.db, key)
+
+    def save(self, key: str, position: FilePosition) -> None:
+        """Save the position in its own transaction."""
+        save_position(self.db, key, position)

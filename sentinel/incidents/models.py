@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     CheckConstraint,
     DateTime,
     Dialect,
@@ -238,6 +239,20 @@ class LogCursorRow(Base):
     key: Mapped[str] = mapped_column(String, primary_key=True)
     at: Mapped[datetime]
     insert_ids: Mapped[list[str]] = mapped_column(JSON)
+    updated_at: Mapped[datetime]
+
+
+class LogFilePositionRow(Base):
+    """Where a followed log file stopped: its device and inode, and the offset past the last
+    line handed out, so a restart resumes there (or drains the rotated file first)."""
+
+    __tablename__ = "log_file_positions"
+
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    dev: Mapped[int] = mapped_column(BigInteger)
+    inode: Mapped[int] = mapped_column(BigInteger)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    line_no: Mapped[int | None] = mapped_column(BigInteger)
     updated_at: Mapped[datetime]
 
 
