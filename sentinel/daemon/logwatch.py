@@ -7,6 +7,7 @@ with its excerpt is stored, where incidents of the target pick it up.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 
@@ -16,9 +17,14 @@ from sentinel.incidents.log_events import record_log_events
 from sentinel.logs.classify import Classifier
 from sentinel.logs.signatures import SignatureSet
 from sentinel.model import LogEvent, labels_of
+from sentinel.secretpatterns import PromptRedactor
 from sentinel.store import MemoryStore
 
 log = logging.getLogger(__name__)
+
+# Crash logs carry other people's credentials (tokens in download errors,
+# keys in environment dumps): excerpts are redacted before they are stored.
+_REDACTOR = PromptRedactor()
 
 MATCHES = "sentinel_log_signature_matches_total"
 
@@ -41,6 +47,7 @@ class LogWatch:
         if not entries:
             # The stream went quiet: emit what waited for context-after lines.
             events += classifier.flush()
+        events = [dataclasses.replace(e, excerpt=_REDACTOR.lines(e.excerpt)) for e in events]
         cursor = getattr(source, "cursor", None)
         cursor_key = getattr(source, "cursor_key", None)
         if events or cursor is not None:
