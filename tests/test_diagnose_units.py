@@ -154,3 +154,18 @@ def test_a_5mb_log_against_a_small_context_is_accepted_by_the_simulator(incident
         assert "RESOURCE_EXHAUSTED" in body["messages"][-1]["content"]
     finally:
         sim.stop()
+
+
+def test_config_reads_the_api_key_file_and_treats_it_as_a_secret(tmp_path) -> None:
+    from sentinel.config import ConfigError, parse_config
+
+    (tmp_path / "key").write_text("sk-local-key-123\n")
+    cfg = parse_config({"diagnosis": {"endpoints": [
+        {"name": "m", "url": "http://127.0.0.1:1/v1", "api_key_file": "key"}]}},
+        config_dir=tmp_path)
+    assert cfg.diagnosis is not None and cfg.diagnosis.endpoints[0].api_key == "sk-local-key-123"
+    assert "sk-local-key-123" in cfg.secrets()
+    assert "sk-local-key-123" not in repr(cfg)
+    with pytest.raises(ConfigError, match="structured_output"):
+        parse_config({"diagnosis": {"endpoints": [{"name": "m", "url": "http://h"}],
+                                    "structured_output": "xml"}})

@@ -252,3 +252,21 @@ def test_a_reply_proposing_a_listed_action_records_it_only(incident_db) -> None:
     assert data["validated"] is True and data["proposed_action"] == "docker_restart"
     assert data["counted_by"] == "estimate"  # the fake has no /tokenize
     assert not [e for e in timeline(incident_db, incident) if e.kind == "action"]
+
+
+def test_webhook_annotations_come_from_the_newest_runbook(incident_db, model) -> None:
+    from sentinel.model import Notification, NotificationKind
+    from sentinel.respond.diagnose.annotations import annotate, runbook_annotations
+
+    incident = open_incident(incident_db)
+    # Before any diagnosis: the static runbook from the excerpt; the rule's summary stays.
+    assert runbook_annotations(incident_db, incident) == {"runbook": STATIC}
+    _worker(incident_db, model.url).tick(T0)
+    extra = runbook_annotations(incident_db, incident)
+    book = runbooks(incident_db, incident)[-1]["runbook"]
+    assert extra["summary"] == book["summary"] and "Steps:" in extra["runbook"]
+    from sentinel.model import Alert, AlertState, labels_of
+    alert = Alert("g", "R", labels_of({"alertname": "R"}), labels_of({"summary": "rule"}),
+                  AlertState.FIRING, 1.0, T0, T0, T0)
+    out = annotate(Notification(incident, NotificationKind.FIRING, (alert,)), extra)
+    assert dict(out.alerts[0].annotations)["summary"] == book["summary"]
