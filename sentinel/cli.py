@@ -24,6 +24,7 @@ examples:
   sentinel rules test rules/vllm_test.yaml
   sentinel incidents list --status open
   sentinel logs classify /var/log/vllm.log   # crash signatures in a log file
+  sentinel diagnose 42                   # ask the model for a runbook of incident 42
 """
 
 
@@ -142,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("--signatures", metavar="FILE",
                     help="signature file (default: the bundled rules/signatures.yaml)")
     lc.set_defaults(func=_cmd_logs_classify)
+
+    from sentinel.respond.diagnose.cli import add_parser as add_diagnose
+
+    add_diagnose(sub, _config_arg)
 
     db = sub.add_parser("db", help="database schema").add_subparsers(title="what", metavar="WHAT")
     du = db.add_parser("upgrade", help="apply migrations (alembic upgrade head)")

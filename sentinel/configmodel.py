@@ -27,6 +27,7 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from sentinel.config_diagnosis import DiagnosisConfig
 from sentinel.configbase import (
     PositiveDuration,
     Strict,
@@ -184,6 +185,8 @@ class Config(Strict):
     receivers: tuple[ReceiverConfig, ...] = ()
     # Crash signatures for log sources; default: the bundled rules/signatures.yaml.
     signatures: str | None = None
+    # Runbooks from a self-hosted model (sentinel/respond/diagnose); off when absent.
+    diagnosis: DiagnosisConfig | None = None
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
@@ -281,6 +284,8 @@ class Config(Strict):
             if r.webhook is not None:
                 out += url_secret_parts(r.webhook.url)
                 out += list(r.webhook.headers.values())
+        if self.diagnosis is not None:
+            out += self.diagnosis.secrets()
         return out
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -28,6 +29,9 @@ from sentinel.incidents.db import Database
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import labels_of
 from sentinel.promql import Engine, max_lookback_ms
+from sentinel.respond.diagnose.annotations import runbook_annotations
+from sentinel.respond.diagnose.gather import store_series
+from sentinel.respond.diagnose.worker import DiagnosisWorker
 from sentinel.rules.loader import RuleGroup, load_rule_files
 from sentinel.rules.manager import RuleManager
 from sentinel.store import MemoryStore
@@ -60,6 +64,7 @@ class App:
         self.pipeline: Pipeline | None = None
         self.engine: Engine | None = None
         self.sources: SourceJobs | None = None
+        self.diagnosis: DiagnosisWorker | None = None
         self.status: StatusServer | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._groups: list[RuleGroup] = []
@@ -85,6 +90,9 @@ class App:
             store=store, scraper=Scraper(store), rules=rules, tracker=tracker,
             receivers=build_receivers(cfg), metrics=self.metrics,
         )
+        if cfg.diagnosis is not None:
+            self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
+            self.pipeline.annotations = partial(runbook_annotations, db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         host, port = _split_listen(cfg.listen)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready)
@@ -119,6 +127,8 @@ class App:
             self.pipeline.scraper.close()
         if self.sources is not None:
             self.sources.close()
+        if self.diagnosis is not None:
+            self.diagnosis.close()
         log.info("sentinel stopped")
 
     def reload(self) -> bool:
@@ -147,7 +157,7 @@ class App:
 
     def _schedule(self) -> BackgroundScheduler:
         assert self.sources is not None
-        workers = min(64, len(self.config.targets) + len(self._groups) + self.sources.count() + 4)
+        workers = min(64, len(self.config.targets) + len(self._groups) + self.sources.count() + 5)
         sched = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=workers)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
@@ -162,6 +172,10 @@ class App:
         self._schedule_rule_groups(sched)
         assert self.sources is not None
         self.sources.schedule(sched, self._guard, _now_dt())
+        if self.diagnosis is not None:
+            sched.add_job(self._guard("diagnose", self._diagnose_job), "interval",
+                          seconds=self.diagnosis.settings.interval_ms / 1000, id="diagnose",
+                          next_run_time=_now_dt())
         sched.add_job(self._guard("housekeeping", self._housekeeping_job), "interval",
                       seconds=HOUSEKEEPING_INTERVAL_S, id="housekeeping")
         watchdog = systemd.watchdog_interval_s()
@@ -195,6 +209,10 @@ class App:
         now_ms = int(self.clock() * 1000) // interval_ms * interval_ms
         with self._lock:
             self.pipeline.evaluate(group, now_ms)
+
+    def _diagnose_job(self) -> None:
+        assert self.diagnosis is not None
+        self.diagnosis.tick(self._now_ms())
 
     def _housekeeping_job(self) -> None:
         assert self.pipeline is not None

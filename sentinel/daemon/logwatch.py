@@ -7,6 +7,7 @@ with its excerpt is stored, where incidents of the target pick it up.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -17,9 +18,14 @@ from sentinel.incidents.log_events import record_log_events
 from sentinel.logs.classify import Classifier
 from sentinel.logs.signatures import SignatureSet
 from sentinel.model import LogEvent, labels_of
+from sentinel.secretpatterns import PromptRedactor
 from sentinel.store import MemoryStore
 
 log = logging.getLogger(__name__)
+
+# Crash logs carry other people's credentials (tokens in download errors,
+# keys in environment dumps): excerpts are redacted before they are stored.
+_REDACTOR = PromptRedactor()
 
 MATCHES = "sentinel_log_signature_matches_total"
 
@@ -43,6 +49,7 @@ class LogWatch:
         if not entries:
             # The stream went quiet: emit what waited for context-after lines.
             events += classifier.flush()
+        events = [dataclasses.replace(e, excerpt=_REDACTOR.lines(e.excerpt)) for e in events]
         # Where the source stands is saved with the events it led to, and only when it moved.
         cursors = self._moved(getattr(source, "cursor_key", None), getattr(source, "cursor", None))
         positions = self._moved(getattr(source, "position_key", None),

@@ -10,13 +10,14 @@ target, rule group or receiver is recorded and counted, and the loop goes on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import Alert, AlertState, Notification
+from sentinel.respond.diagnose.annotations import annotate
 from sentinel.respond.notify.base import Receiver
 from sentinel.rules.manager import RuleManager
 from sentinel.store import MemoryStore
@@ -34,6 +35,8 @@ class Pipeline:
     tracker: IncidentTracker
     receivers: Sequence[Receiver]
     metrics: SelfMetrics
+    # Extra annotations for an incident's notifications (the runbook), when diagnosis is on.
+    annotations: Callable[[int], dict[str, str]] | None = None
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
         """Scrape one target into the store and count the outcome."""
@@ -67,6 +70,7 @@ class Pipeline:
     def notify(self, notification: Notification, now_ms: int) -> None:
         """Deliver one notification to every receiver and record each outcome on the incident."""
         fingerprints = [a.fingerprint for a in notification.alerts]
+        notification = self._annotated(notification)
         for receiver in self.receivers:
             try:
                 result = receiver.send(notification, now_ms)
@@ -84,6 +88,16 @@ class Pipeline:
             except Exception:
                 log.exception("could not record notification on incident %s",
                               notification.incident_id)
+
+    def _annotated(self, notification: Notification) -> Notification:
+        if self.annotations is None:
+            return notification
+        try:
+            return annotate(notification, self.annotations(notification.incident_id))
+        except Exception:  # a missing runbook must never hold a page back
+            log.exception("runbook annotations for incident %s failed",
+                          notification.incident_id)
+            return notification
 
     def _count_alerts(self) -> None:
         active: list[Alert] = self.rules.active_alerts()

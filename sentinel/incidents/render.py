@@ -19,6 +19,7 @@ from sentinel.incidents.queries import (
     IncidentSummary,
     TimelineEntry,
 )
+from sentinel.incidents.runbook_text import runbook_lines
 from sentinel.model import Labels
 
 _LIST_COLUMNS = ("ID", "STATUS", "SEVERITY", "ALERT", "TARGET", "OPENED", "DURATION", "ALERTS",
@@ -58,6 +59,8 @@ def render_detail(detail: IncidentDetail) -> str:
     for entry in detail.timeline:
         lines.append(timeline_line(entry))
         lines.extend(_excerpt_lines(entry))
+        if entry.kind == "runbook" and entry.data:
+            lines.extend(f"    > {line}" for line in runbook_lines(entry.data))
     return "\n".join(lines)
 
 

@@ -14,13 +14,14 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sentinel.sim import openai_api, tokens
+from sentinel.sim import openai_api, structured, tokens
 from sentinel.sim.metrics import CONTENT_TYPE, GARBAGE_PAGE, ServedRequest, VllmMetrics
 from sentinel.sim.openai_api import ApiError, ChatRequest
 from sentinel.sim.state import SimState, SimStateError, apply_update
@@ -28,6 +29,9 @@ from sentinel.sim.state import SimState, SimStateError, apply_update
 DEFAULT_MODEL = "google/gemma-4-26B-A4B-it"
 DEFAULT_MAX_MODEL_LEN = 16384
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# How long a chat request hangs under the "timeout" fault (or until the server stops).
+CHAT_TIMEOUT_S = 30.0
+KEPT_CHAT_REQUESTS = 100
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,9 @@ class SimServer:
         self._httpd = _QuietServer((host, port), _Handler)
         self._httpd.sim = self  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        # The bodies of the latest chat requests, so tests can see what a client sent.
+        self.chat_requests: deque[object] = deque(maxlen=KEPT_CHAT_REQUESTS)
 
     @property
     def host(self) -> str:
@@ -109,6 +116,16 @@ class SimServer:
             self.metrics.set_state(self._state)
             return self._state
 
+    def take_chat_fault(self) -> str:
+        """The fault this chat request meets ("" for none), counting down `chat_fault_count`."""
+        with self._lock:
+            state = self._state
+            if state.chat_fault and state.chat_fault_count > 0:
+                left = state.chat_fault_count - 1
+                self._state = apply_update(state, {"chat_fault_count": left,
+                                                   **({"chat_fault": ""} if not left else {})})
+            return state.chat_fault
+
     def pick_engine(self) -> int:
         """The engine the next request lands on (round-robin, as DP load balancing spreads)."""
         with self._lock:
@@ -128,6 +145,7 @@ class SimServer:
 
     def stop(self) -> None:
         """Stop serving and close the listening socket."""
+        self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:
@@ -291,16 +309,27 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self, state: SimState) -> None:
         config = self.sim.config
         started = time.monotonic()
-        req = openai_api.parse_chat(self._read_json(), config.model)
+        body = self._read_json()
+        req = openai_api.parse_chat(body, config.model)
+        schema = structured.requested_schema(body)  # type: ignore[arg-type]
+        self.sim.chat_requests.append(body)
         if not state.healthy:
             raise openai_api.engine_dead_error()
         prompt_tokens = tokens.count_chat(req.messages)
         openai_api.check_context(prompt_tokens, req.max_tokens, config.max_model_len)
+        fault = self.sim.take_chat_fault()
+        _raise_fault(fault, self.sim)
         # The injected latency stands for time spent waiting in the scheduler queue.
         time.sleep(state.latency_s)
         queued = time.monotonic()
-        deltas, finish = openai_api.plan_reply(req, prompt_tokens, config.max_model_len)
-        emit = _ChatEmitter(self, req, config.model, prompt_tokens)
+        if schema is not None or fault == "invalid_json":
+            room = config.max_model_len - prompt_tokens
+            deltas, finish = structured.plan_answer(
+                None if fault == "invalid_json" else schema, req.max_tokens, room)
+        else:
+            deltas, finish = openai_api.plan_reply(req, prompt_tokens, config.max_model_len)
+        emit = _ChatEmitter(self, req, config.model, prompt_tokens,
+                            truncate=fault == "truncated_stream")
         stamps = list(emit.run(deltas, finish))
         cached = int(prompt_tokens * state.prefix_cache_hit_rate)
         first = stamps[0] if stamps else time.monotonic()
@@ -313,11 +342,29 @@ class _Handler(BaseHTTPRequestHandler):
             e2e_s=time.monotonic() - started))
 
 
+def _raise_fault(fault: str, sim: SimServer) -> None:
+    """Answer a chat request the way an injected fault says (hang, 400, 500)."""
+    if fault == "timeout":
+        sim._stopping.wait(CHAT_TIMEOUT_S)
+        raise ApiError(HTTPStatus.INTERNAL_SERVER_ERROR, "simulated timeout elapsed")
+    if fault == "http_400":
+        raise ApiError(HTTPStatus.BAD_REQUEST, "simulated bad request (chat_fault=http_400)")
+    if fault == "http_500":
+        raise ApiError(HTTPStatus.INTERNAL_SERVER_ERROR,
+                       "simulated server error (chat_fault=http_500)")
+
+
 class _ChatEmitter:
-    """Writes one chat answer, streamed or whole, and yields the time each token left."""
+    """Writes one chat answer, streamed or whole, and yields the time each token left.
+
+    With `truncate`, the connection drops halfway through the answer: a stream
+    ends without its last chunks and `[DONE]`, a whole answer without the rest
+    of its announced body.
+    """
 
     def __init__(self, handler: _Handler, req: ChatRequest, model: str,
-                 prompt_tokens: int) -> None:
+                 prompt_tokens: int, truncate: bool = False) -> None:
+        self.truncate = truncate
         self.handler = handler
         self.req = req
         self.model = model
@@ -331,9 +378,12 @@ class _ChatEmitter:
             stamp = time.monotonic()
             for _ in deltas:
                 yield stamp
-            self.handler._send_json(HTTPStatus.OK, openai_api.chat_response(
-                self.completion_id, self.created, self.model, deltas, finish,
-                self.prompt_tokens))
+            payload = openai_api.chat_response(self.completion_id, self.created, self.model,
+                                               deltas, finish, self.prompt_tokens)
+            if self.truncate:
+                self._send_half(json.dumps(payload).encode())
+                return
+            self.handler._send_json(HTTPStatus.OK, payload)
             return
         yield from self._stream(deltas, finish)
 
@@ -345,6 +395,10 @@ class _ChatEmitter:
         self.handler._start_stream()
         self._event(openai_api.chat_chunk(*ident, {"role": "assistant", "content": ""}))
         for i, delta in enumerate(deltas):
+            if self.truncate and i >= len(deltas) // 2:
+                self.handler.close_connection = True
+                self.handler.wfile.flush()
+                return
             last = i == len(deltas) - 1
             self._event(openai_api.chat_chunk(*ident, {"content": delta},
                                               finish if last else None))
@@ -355,6 +409,17 @@ class _ChatEmitter:
             self._event(openai_api.usage_chunk(*ident, self.prompt_tokens, len(deltas)))
         self.handler._write_event("[DONE]")
         self.handler._end_stream()
+
+
+    def _send_half(self, body: bytes) -> None:
+        handler = self.handler
+        handler.send_response(HTTPStatus.OK)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body[:len(body) // 2])
+        handler.wfile.flush()
+        handler.close_connection = True
 
 
 _GET_ROUTES = {

@@ -31,6 +31,12 @@ class SimState:
     down: True closes every connection without an answer (process hung or gone).
     latency_s: extra delay before every answer (and before the first streamed token).
     garbage_metrics: serve a malformed /metrics page.
+    chat_fault: how chat completions fail, for tests of model clients: "" (none),
+        "timeout" (no answer for CHAT_TIMEOUT_S), "http_400", "http_500",
+        "truncated_stream" (the connection drops mid-answer), "invalid_json"
+        (a structured-output request gets text that is not JSON).
+    chat_fault_count: how many chat requests the fault hits before it clears
+        itself; 0 keeps it until it is changed.
     """
 
     kv_cache_usage: float = 0.0
@@ -42,6 +48,8 @@ class SimState:
     down: bool = False
     latency_s: float = 0.0
     garbage_metrics: bool = False
+    chat_fault: str = ""
+    chat_fault_count: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The state as a JSON object (what GET /sim/state answers)."""
@@ -49,20 +57,21 @@ class SimState:
 
 
 # Annotations are strings under `from __future__ import annotations`; map them back.
-_TYPES_BY_NAME: dict[str, type] = {"float": float, "int": int, "bool": bool}
+_TYPES_BY_NAME: dict[str, type] = {"float": float, "int": int, "bool": bool, "str": str}
 _FIELD_TYPES: dict[str, type] = {
     f.name: _TYPES_BY_NAME[str(f.type)] for f in dataclasses.fields(SimState)
 }
 
 _FRACTIONS = ("kv_cache_usage", "prefix_cache_hit_rate")
+CHAT_FAULTS = ("", "timeout", "http_400", "http_500", "truncated_stream", "invalid_json")
 
 
 def _coerce(name: str, value: object) -> object:
     """The value checked against the field's type; ints are accepted for floats."""
     want = _FIELD_TYPES[name]
     # bool is a subclass of int in Python; JSON true must not pass as a count.
-    if want is bool:
-        if isinstance(value, bool):
+    if want is bool or want is str:
+        if isinstance(value, want):
             return value
     elif want is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -75,6 +84,8 @@ def _coerce(name: str, value: object) -> object:
 
 
 def _check_range(name: str, value: object, current: SimState) -> None:
+    if name == "chat_fault" and value not in CHAT_FAULTS:
+        raise SimStateError(f"chat_fault: must be one of {', '.join(map(repr, CHAT_FAULTS))}")
     if name in _FRACTIONS and not 0.0 <= value <= 1.0:  # type: ignore[operator]
         raise SimStateError(f"{name}: must be between 0 and 1, got {value!r}")
     if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:

@@ -1,0 +1,157 @@
+"""The scheduled diagnosis job: open incidents with crash evidence get a runbook.
+
+Each tick looks at open incidents that have a log excerpt and no model
+runbook. It asks the Diagnoser; when no endpoint answers, the signature's
+static runbook is stored at once and the model is asked again with backoff,
+until the incident resolves or `deadline` after it opened, when a NOTE says
+the diagnosis gave up. A model runbook that arrives later is added to the
+timeline as its own event.
+
+Nothing here acts on a reply: a proposed remediation is recorded as data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from sentinel.config import Config
+from sentinel.incidents.convert import dt_to_ms, ms_to_dt
+from sentinel.incidents.db import Database
+from sentinel.incidents.models import TimelineKind
+from sentinel.respond.diagnose import records
+from sentinel.respond.diagnose.gather import SeriesReader, gather, target_pairs
+from sentinel.respond.diagnose.service import Diagnoser, ModelAnswer, NoAnswer
+from sentinel.secretpatterns import PromptRedactor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Backoff:
+    next_ms: int
+    delay_ms: int
+
+
+class DiagnosisWorker:
+    """Finds incidents that need a runbook and stores what the model (or the signature) says."""
+
+    def __init__(self, db: Database, config: Config, series: SeriesReader | None = None,
+                 diagnoser: Diagnoser | None = None) -> None:
+        assert config.diagnosis is not None, "diagnosis is not configured"
+        self.db = db
+        self.config = config
+        self.settings = config.diagnosis
+        self.series = series
+        self.diagnoser = diagnoser or Diagnoser(self.settings, config.targets)
+        self.redactor = PromptRedactor(config.secrets())
+        self._backoff: dict[int, _Backoff] = {}
+
+    def close(self) -> None:
+        """Close the endpoints' connections."""
+        self.diagnoser.close()
+
+    def tick(self, now_ms: int) -> list[int]:
+        """One pass over pending incidents; the ids that got a model runbook."""
+        done = []
+        for p in records.pending(self.db):
+            if now_ms - dt_to_ms(p.opened_at) > self.settings.deadline_ms:
+                self._give_up(p.incident_id, now_ms, p.has_static, ())
+                continue
+            backoff = self._backoff.get(p.incident_id)
+            if backoff is not None and now_ms < backoff.next_ms:
+                continue
+            try:
+                if self.diagnose(p.incident_id, now_ms, has_static=p.has_static):
+                    done.append(p.incident_id)
+            except Exception:  # one incident never stops the others
+                log.exception("diagnosis of incident %d failed", p.incident_id)
+        open_ids = {p.incident_id for p in records.pending(self.db)}
+        self._backoff = {k: v for k, v in self._backoff.items() if k in open_ids}
+        return done
+
+    def diagnose(self, incident_id: int, now_ms: int, *, has_static: bool = False,
+                 retry: bool = True) -> bool:
+        """Diagnose one incident now; True when a model runbook was stored."""
+        ev = gather(self.db, incident_id, self.redactor, self.series)
+        if ev is None:
+            raise ValueError(f"no incident {incident_id}")
+        target = next((t for t in self.config.targets if t.name == ev.target), None)
+        if target is not None:
+            ev = dataclasses.replace(ev, target_config=target_pairs(target, self.redactor))
+        answer = self.diagnoser.diagnose(ev)
+        if isinstance(answer, ModelAnswer):
+            self._store_model(incident_id, now_ms, answer)
+            self._backoff.pop(incident_id, None)
+            return True
+        if not has_static and ev.static_runbook:
+            self._store_static(incident_id, now_ms, ev.static_runbook, ev.signature, answer)
+        if not retry:  # by hand: say why, and leave the daemon's retries alone
+            records.add_event(self.db, incident_id, ms_to_dt(now_ms), TimelineKind.NOTE,
+                              "model diagnosis failed: " + "; ".join(
+                                  f"{e}: {m}" for e, m in self._errors(answer.errors))[:500],
+                              {"diagnosis": "failed", "errors": self._errors(answer.errors)})
+        elif answer.retryable:
+            self._schedule_retry(incident_id, now_ms)
+        else:
+            self._give_up(incident_id, now_ms, True, answer.errors)
+        return False
+
+    def _schedule_retry(self, incident_id: int, now_ms: int) -> None:
+        prev = self._backoff.get(incident_id)
+        delay = self.settings.retry_ms if prev is None else min(
+            prev.delay_ms * 2, self.settings.retry_max_ms)
+        self._backoff[incident_id] = _Backoff(now_ms + delay, delay)
+
+    def _store_model(self, incident_id: int, now_ms: int, a: ModelAnswer) -> None:
+        chat, validated = a.chat, a.runbook is not None
+        data = {
+            "source": "model", "endpoint": a.endpoint, "model": a.model,
+            "latency_ms": chat.latency_ms, "prompt_tokens": chat.prompt_tokens,
+            "completion_tokens": chat.completion_tokens, "finish_reason": chat.finish_reason,
+            "validated": validated, "attempts": a.attempts,
+            "prompt_tokens_counted": a.fitted.prompt_tokens, "counted_by": a.fitted.counted_by,
+            "max_tokens": a.fitted.max_tokens, "trim_level": a.fitted.level,
+            # The prompt was built from redacted evidence; redact again in case a
+            # config secret reached it some other way.
+            "prompt": self.redactor.redact(a.fitted.messages[-1]["content"]),
+        }
+        if a.runbook is not None:
+            data["runbook"] = a.runbook.to_json()
+            data["proposed_action"] = a.runbook.remediation
+            what = a.runbook.summary
+        else:
+            data["raw"] = self.redactor.redact(a.raw)
+            data["invalid_reason"] = a.invalid_reason
+            data["proposed_action"] = None
+            what = f"unvalidated answer ({a.invalid_reason})"
+        message = (f"runbook from {a.model} via {a.endpoint} ({chat.latency_ms} ms, "
+                   f"{chat.prompt_tokens}+{chat.completion_tokens} tokens): {what}")
+        records.add_event(self.db, incident_id, ms_to_dt(now_ms), TimelineKind.RUNBOOK,
+                          message[:1000], data)
+        log.info("incident %d: model runbook stored (%s, validated=%s)", incident_id,
+                 a.endpoint, validated)
+
+    def _store_static(self, incident_id: int, now_ms: int, text: str, signature: str,
+                      answer: NoAnswer) -> None:
+        data = {"source": "static", "signature": signature, "text": text, "validated": True,
+                "model_errors": self._errors(answer.errors),
+                "skipped_endpoints": list(answer.skipped)}
+        records.add_event(self.db, incident_id, ms_to_dt(now_ms), TimelineKind.RUNBOOK,
+                          f"static runbook of {signature} (no model endpoint answered)", data)
+        log.warning("incident %d: no model endpoint answered; static runbook stored",
+                    incident_id)
+
+    def _give_up(self, incident_id: int, now_ms: int, has_static: bool,
+                 errors: tuple[tuple[str, str], ...]) -> None:
+        records.add_event(self.db, incident_id, ms_to_dt(now_ms), TimelineKind.NOTE,
+                          "model diagnosis gave up: " + ("; ".join(
+                              f"{e}: {m}" for e, m in self._errors(errors))
+                              or "deadline passed")[:500],
+                          {"diagnosis": records.GAVE_UP, "errors": self._errors(errors),
+                           "static_runbook": has_static})
+        self._backoff.pop(incident_id, None)
+
+    def _errors(self, errors: tuple[tuple[str, str], ...]) -> list[list[str]]:
+        return [[e, self.redactor.redact(m)] for e, m in errors]
