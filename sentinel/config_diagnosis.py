@@ -22,7 +22,7 @@ diagnosis:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -44,22 +44,21 @@ class ModelEndpointConfig(Strict):
     api_key_file: str | None = None
     timeout_ms: PositiveDuration = Field(DEFAULT_MODEL_TIMEOUT_MS, alias="timeout")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _read_key_file(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict) or data.get("api_key_file") is None:
-            return data
-        if data.get("api_key"):
+    @model_validator(mode="after")
+    def _read_key_file(self, info: ValidationInfo) -> ModelEndpointConfig:
+        # After the fields: a typo elsewhere in the endpoint is reported too.
+        if self.api_key_file is None:
+            return self
+        if self.api_key:
             raise problem("set either api_key or api_key_file, not both", "api_key_file")
-        if not isinstance(data["api_key_file"], str):
-            return data  # the field's type check reports it
-        path = Path(data["api_key_file"])
+        path = Path(self.api_key_file)
         if not path.is_absolute():
             path = Path((info.context or {}).get("config_dir", ".")) / path
         try:
-            return {**data, "api_key": read_secret_file(path)}
+            key = read_secret_file(path)
         except OSError as exc:
             raise problem(f"cannot read {path}: {exc.strerror}", "api_key_file") from None
+        return self.model_copy(update={"api_key": key})
 
     @field_validator("url")
     @classmethod
@@ -70,7 +69,7 @@ class ModelEndpointConfig(Strict):
 class DiagnosisConfig(Strict):
     """Runbooks from a self-hosted model for incidents with crash evidence."""
 
-    endpoints: tuple[ModelEndpointConfig, ...] = Field(min_length=1)
+    endpoints: tuple[ModelEndpointConfig, ...]
     max_tokens: int = Field(1024, ge=64, le=32768)
     structured_output: StructuredOutput = "response_format"
     temperature: float = Field(0.0, ge=0, le=2)
@@ -82,6 +81,8 @@ class DiagnosisConfig(Strict):
     @field_validator("endpoints")
     @classmethod
     def _unique(cls, v: tuple[ModelEndpointConfig, ...]) -> tuple[ModelEndpointConfig, ...]:
+        if not v:
+            raise problem("list at least one model endpoint")
         seen: set[str] = set()
         for i, e in enumerate(v):
             if e.name in seen:

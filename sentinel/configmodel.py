@@ -262,6 +262,16 @@ class Config(Strict):
                            "scrape_timeout")
         return self
 
+    @model_validator(mode="after")
+    def _known_endpoint_targets(self) -> Config:
+        names = {t.name for t in self.targets}
+        for i, e in enumerate(self.diagnosis.endpoints if self.diagnosis else ()):
+            if e.target is not None and e.target not in names:
+                raise problem(f"no target named {e.target!r} (targets: "
+                              f"{', '.join(sorted(names)) or 'none'})",
+                              "diagnosis", "endpoints", i, "target")
+        return self
+
     def rule_paths(self) -> list[Path]:
         """The rule files the globs match now, sorted, relative globs under `config_dir`."""
         out: set[Path] = set()

@@ -319,3 +319,31 @@ def test_summary_redacts_secrets(tmp_path: Path) -> None:
         assert secret not in repr(c)
     assert "url: https://hooks.example.invalid/<redacted>" in text
     assert "scrape_timeout: 4s" in text and "name: a" in text
+
+
+def test_diagnosis_endpoint_errors_name_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path, """\
+targets:
+  - name: a
+    url: http://127.0.0.1:8000
+diagnosis:
+  endpoints:
+    - name: m
+      url: http://127.0.0.1:8001
+      api_key_file: missing.key
+""")
+    assert errors(path) == [
+        f"{path}:8: diagnosis.endpoints[0].api_key_file: cannot read "
+        f"{tmp_path / 'missing.key'}: No such file or directory"]
+    (tmp_path / "model.key").write_text("sk-test-key\n")
+    path.write_text(path.read_text().replace("missing.key", "model.key\n      tymeout: 5s"))
+    # A typo beside a readable key file is reported, with nothing else.
+    assert errors(path) == [f"{path}:9: diagnosis.endpoints[0].tymeout: unknown key "
+                            "(did you mean timeout?)"]
+    path.write_text(path.read_text().replace("tymeout: 5s", "target: b"))
+    assert errors(path) == [f"{path}:9: diagnosis.endpoints[0].target: no target named 'b' "
+                            "(targets: a)"]
+    path.write_text(path.read_text().replace("target: b", "target: a"))
+    config = load_config(path)
+    assert config.diagnosis is not None and config.diagnosis.endpoints[0].api_key == "sk-test-key"
+    assert "sk-test-key" in config.secrets()
