@@ -39,7 +39,7 @@ def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
     assert {"incidents", "incident_alerts", "timeline_events", "alert_states",
             "alembic_version", "log_cursors", "log_events"} <= tables
     with incident_db.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
     incident_db.upgrade()  # idempotent
 
 
