@@ -20,8 +20,8 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.config import Config
 from sentinel.daemon import systemd
 from sentinel.daemon.http import StatusServer
+from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
-from sentinel.daemon.receivers import build_receivers
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.incidents.db import Database
@@ -61,6 +61,7 @@ class App:
         self.engine: Engine | None = None
         self.sources: SourceJobs | None = None
         self.status: StatusServer | None = None
+        self.notifier: Notifier | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._groups: list[RuleGroup] = []
         self._lock = threading.Lock()
@@ -73,7 +74,8 @@ class App:
         cfg = self.config
         db = Database(cfg.database)
         db.upgrade()
-        tracker = IncidentTracker(db)
+        self.notifier = Notifier(cfg, db, self.metrics, self._now_ms)
+        tracker = IncidentTracker(db, outbox=self.notifier.outbox)
         groups = load_rule_files(rule_paths(cfg))
         store = MemoryStore(retention_ms=self._retention_ms(groups))
         self.engine = Engine(store)
@@ -83,7 +85,7 @@ class App:
         self._groups = groups
         self.pipeline = Pipeline(
             store=store, scraper=Scraper(store), rules=rules, tracker=tracker,
-            receivers=build_receivers(cfg), metrics=self.metrics,
+            receivers=(), metrics=self.metrics, on_queued=self.notifier.kick,
         )
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         host, port = _split_listen(cfg.listen)
@@ -91,6 +93,7 @@ class App:
         self.status.start()
         self._scheduler = self._schedule()
         self._scheduler.start()
+        self.notifier.start()
         self._not_ready = None
         systemd.notify("READY=1")
         log.info(
@@ -112,6 +115,9 @@ class App:
             if waiter.is_alive():
                 log.warning("jobs still running after %.1fs; stopping anyway", timeout_s)
             self._scheduler = None
+        if self.notifier is not None:
+            self.notifier.stop(timeout_s)
+            self.notifier = None
         if self.status is not None:
             self.status.stop()
             self.status = None

@@ -10,7 +10,7 @@ target, rule group or receiver is recorded and counted, and the loop goes on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
@@ -34,6 +34,9 @@ class Pipeline:
     tracker: IncidentTracker
     receivers: Sequence[Receiver]
     metrics: SelfMetrics
+    # With the outbox (the daemon), the tracker queued the notifications in
+    # its transaction: wake the notify worker instead of sending here.
+    on_queued: Callable[[], None] | None = None
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
         """Scrape one target into the store and count the outcome."""
@@ -60,6 +63,10 @@ class Pipeline:
                 log.exception("evaluation of rule group %s failed", group)
                 return []
         self._count_alerts()
+        if self.on_queued is not None:
+            if notifications:
+                self.on_queued()
+            return notifications
         for notification in notifications:
             self.notify(notification, now_ms)
         return notifications
