@@ -24,6 +24,7 @@ examples:
   sentinel rules test rules/vllm_test.yaml
   sentinel incidents list --status open
   sentinel logs classify /var/log/vllm.log   # crash signatures in a log file
+  sentinel silence add target=gemma-26b -d 2h -C "maintenance"
 """
 
 
@@ -142,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("--signatures", metavar="FILE",
                     help="signature file (default: the bundled rules/signatures.yaml)")
     lc.set_defaults(func=_cmd_logs_classify)
+
+    from sentinel.respond.notify import silence_cli
+
+    silence_cli.add_parser(sub, _db_args, _database)
 
     db = sub.add_parser("db", help="database schema").add_subparsers(title="what", metavar="WHAT")
     du = db.add_parser("upgrade", help="apply migrations (alembic upgrade head)")
