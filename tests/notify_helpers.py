@@ -42,6 +42,9 @@ class LoopbackReceiver:
     status: int = 200
     status_by_path: dict[str, int] = field(default_factory=dict)
     retry_after: str | None = None
+    # While set, requests are held unanswered (recorded with status -1) until `release`.
+    hold: bool = False
+    release: threading.Event = field(default_factory=threading.Event)
     requests: list[Request] = field(default_factory=list)
     port: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -68,8 +71,12 @@ def loopback() -> Iterator[LoopbackReceiver]:
         def do_POST(self) -> None:  # noqa: N802 (http.server's name)
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with state.lock:
-                status = state.status_by_path.get(self.path, state.status)
+                held = state.hold
+                status = -1 if held else state.status_by_path.get(self.path, state.status)
                 state.requests.append(Request(self.path, dict(self.headers), body, status))
+            if held:
+                state.release.wait(30)
+                return
             self.send_response(status)
             if state.retry_after and status != 200:
                 self.send_header("Retry-After", state.retry_after)
@@ -85,6 +92,7 @@ def loopback() -> Iterator[LoopbackReceiver]:
     state.port = httpd.server_address[1]
     threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True).start()
     yield state
+    state.release.set()
     httpd.shutdown()
     httpd.server_close()
 
