@@ -25,6 +25,7 @@ examples:
   sentinel incidents list --status open
   sentinel logs classify /var/log/vllm.log   # crash signatures in a log file
   sentinel diagnose 42                   # ask the model for a runbook of incident 42
+  sentinel silence add target=gemma-26b -d 2h -C "maintenance"
 """
 
 
@@ -147,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     from sentinel.respond.diagnose.cli import add_parser as add_diagnose
 
     add_diagnose(sub, _config_arg)
+
+    from sentinel.respond.notify import silence_cli
+
+    silence_cli.add_parser(sub, _db_args, _database)
 
     db = sub.add_parser("db", help="database schema").add_subparsers(title="what", metavar="WHAT")
     du = db.add_parser("upgrade", help="apply migrations (alembic upgrade head)")

@@ -245,6 +245,14 @@ def _receiver_doc(r: ReceiverConfig) -> dict[str, Any]:
             "timeout": format_duration(w.timeout_ms), "send_resolved": w.send_resolved,
             "headers": {k: "<redacted>" for k in w.headers},
         }
+    elif r.slack is not None:
+        doc["slack"] = {"url": safe_url(r.slack.url), "send_resolved": r.slack.send_resolved}
+    elif r.pagerduty is not None:
+        doc["pagerduty"] = {"routing_key": "<redacted>", "url": safe_url(r.pagerduty.url),
+                            "send_resolved": r.pagerduty.send_resolved}
+    elif r.alertmanager is not None:
+        doc["alertmanager"] = {"url": safe_url(r.alertmanager.url),
+                               "send_resolved": r.alertmanager.send_resolved}
     return doc
 
 

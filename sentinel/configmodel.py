@@ -28,6 +28,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from sentinel.config_diagnosis import DiagnosisConfig
+from sentinel.config_notify import (
+    DEFAULT_WEBHOOK_TIMEOUT_MS,
+    NotifyConfig,
+    ReceiverConfig,
+    WebhookConfig,
+    check_receiver_names,
+)
 from sentinel.configbase import (
     PositiveDuration,
     Strict,
@@ -36,80 +43,21 @@ from sentinel.configbase import (
 )
 from sentinel.configsources import LogsConfig, TpuConfig
 from sentinel.durations import format_duration, parse_duration
-from sentinel.secrets import read_secret_file, url_secret_parts
+
+__all__ = [
+    "DEFAULT_WEBHOOK_TIMEOUT_MS", "Config", "NotifyConfig", "ReceiverConfig", "TargetConfig",
+    "WebhookConfig",
+]
 
 DEFAULT_DATABASE = "sqlite:///sentinel.db"
 DEFAULT_LISTEN = "127.0.0.1:9465"
 DEFAULT_INTERVAL_MS = 5_000
 DEFAULT_TIMEOUT_MS = 4_000
 DEFAULT_RETENTION_MS = 15 * 60_000
-DEFAULT_WEBHOOK_TIMEOUT_MS = 10_000
 
 _NAME = r"^[a-zA-Z0-9_.-]+$"
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-
-
-class WebhookConfig(Strict):
-    """A generic webhook receiving Alertmanager's JSON payload (version 4)."""
-
-    url: str = Field("", repr=False)  # secret: tokens live in webhook URLs
-    url_file: str | None = None
-    timeout_ms: PositiveDuration = Field(DEFAULT_WEBHOOK_TIMEOUT_MS, alias="timeout")
-    send_resolved: bool = True
-    headers: dict[str, str] = Field(default_factory=dict, repr=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _read_url_file(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict):
-            return data
-        has_url, url_file = bool(data.get("url")), data.get("url_file")
-        if has_url and url_file is not None:
-            raise problem("set either url or url_file, not both", "url_file")
-        if url_file is None:
-            if not has_url:
-                raise problem("url or url_file is required", "url")
-            return data
-        if not isinstance(url_file, str):
-            return data  # the field's type check reports it
-        path = Path(url_file)
-        if not path.is_absolute():
-            path = Path((info.context or {}).get("config_dir", ".")) / path
-        try:
-            content = read_secret_file(path)
-        except OSError as exc:
-            raise problem(f"cannot read {path}: {exc.strerror}", "url_file") from None
-        return {**data, "url": content}
-
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, v: str) -> str:
-        return http_url(v, what="webhook URL")
-
-    @field_validator("headers")
-    @classmethod
-    def _check_headers(cls, v: dict[str, str]) -> dict[str, str]:
-        for name, value in v.items():
-            if not _HEADER_NAME.match(name):
-                raise problem("not a valid HTTP header name", name)
-            if "\n" in value or "\r" in value:
-                raise problem("header values must not contain newlines", name)
-        return v
-
-
-class ReceiverConfig(Strict):
-    """A named destination for notifications; exactly one kind (today: webhook)."""
-
-    name: str = Field(pattern=_NAME)
-    webhook: WebhookConfig | None = None
-
-    @model_validator(mode="after")
-    def _has_kind(self) -> ReceiverConfig:
-        if self.webhook is None:
-            raise problem("receiver has no kind: add a webhook: section")
-        return self
 
 
 class TargetConfig(Strict):
@@ -187,6 +135,7 @@ class Config(Strict):
     signatures: str | None = None
     # Runbooks from a self-hosted model (sentinel/respond/diagnose); off when absent.
     diagnosis: DiagnosisConfig | None = None
+    notify: NotifyConfig = NotifyConfig.model_validate({})
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
@@ -256,6 +205,11 @@ class Config(Strict):
         return v
 
     @model_validator(mode="after")
+    def _notify_receivers(self) -> Config:
+        check_receiver_names(self.notify, self.receivers)
+        return self
+
+    @model_validator(mode="after")
     def _global_timeout(self) -> Config:
         if self.scrape_timeout_ms > self.scrape_interval_ms:
             raise problem(timeout_message(self.scrape_timeout_ms, self.scrape_interval_ms),
@@ -291,9 +245,7 @@ class Config(Strict):
         if password:
             out += [self.database, password]
         for r in self.receivers:
-            if r.webhook is not None:
-                out += url_secret_parts(r.webhook.url)
-                out += list(r.webhook.headers.values())
+            out += r.secrets()
         if self.diagnosis is not None:
             out += self.diagnosis.secrets()
         return out

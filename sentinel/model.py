@@ -153,6 +153,12 @@ class Notification:
     kind: NotificationKind
     alerts: tuple[Alert, ...]
     group_labels: Labels = field(default_factory=tuple)
+    # Set by the notify stage's grouping: the aggregation group (stable for its
+    # life; PagerDuty's dedup_key derives from it), the key that is the same on
+    # every delivery attempt of one message, and each alert's incident.
+    group_key: str = ""
+    idempotency_key: str = ""
+    incident_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

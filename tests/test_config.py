@@ -286,7 +286,8 @@ def test_many_errors_at_once_sorted_by_line(tmp_path: Path) -> None:
         f"{path}:9: targets[1].colour: unknown key (expected one of: name, url, metrics_path, "
         "scrape_interval, scrape_timeout, labels, logs, tpu, xla_cache_path)",
         f"{path}:12: receivers[0].webhook.url: environment variable NOPE is not set",
-        f"{path}:13: receivers[1]: receiver has no kind: add a webhook: section",
+        f"{path}:13: receivers[1]: receiver has no kind: add one of webhook, slack, pagerduty, "
+            "alertmanager",
     ]
 
 

@@ -1,7 +1,7 @@
 """Where followed log files stopped, so a restart neither misses nor repeats lines.
 
 Revision ID: 0006
-Revises: 0002
+Revises: 0005
 Create Date: 2026-11-21 10:00:00
 
 `log_file_positions` holds, per followed file (key `file:TARGET:PATH`), the
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006"
-down_revision: str | None = "0002"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

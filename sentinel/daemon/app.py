@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import partial
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -21,15 +20,15 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.config import Config
 from sentinel.daemon import systemd
 from sentinel.daemon.http import StatusServer
+from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
-from sentinel.daemon.receivers import build_receivers
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.incidents.db import Database
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import labels_of
 from sentinel.promql import Engine, max_lookback_ms
-from sentinel.respond.diagnose.annotations import runbook_annotations
+from sentinel.respond.diagnose.annotations import session_runbook_annotations
 from sentinel.respond.diagnose.gather import store_series
 from sentinel.respond.diagnose.worker import DiagnosisWorker
 from sentinel.rules.loader import RuleGroup, load_rule_files
@@ -66,6 +65,7 @@ class App:
         self.sources: SourceJobs | None = None
         self.diagnosis: DiagnosisWorker | None = None
         self.status: StatusServer | None = None
+        self.notifier: Notifier | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._groups: list[RuleGroup] = []
         self._lock = threading.Lock()
@@ -78,7 +78,10 @@ class App:
         cfg = self.config
         db = Database(cfg.database)
         db.upgrade()
-        tracker = IncidentTracker(db)
+        # With diagnosis on, each message carries its incident's newest runbook.
+        self.notifier = Notifier(cfg, db, self.metrics, self._now_ms,
+                                 session_runbook_annotations if cfg.diagnosis else None)
+        tracker = IncidentTracker(db, outbox=self.notifier.outbox)
         groups = load_rule_files(rule_paths(cfg))
         store = MemoryStore(retention_ms=self._retention_ms(groups))
         self.engine = Engine(store)
@@ -88,17 +91,17 @@ class App:
         self._groups = groups
         self.pipeline = Pipeline(
             store=store, scraper=Scraper(store), rules=rules, tracker=tracker,
-            receivers=build_receivers(cfg), metrics=self.metrics,
+            receivers=(), metrics=self.metrics, on_queued=self.notifier.kick,
         )
         if cfg.diagnosis is not None:
             self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
-            self.pipeline.annotations = partial(runbook_annotations, db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         host, port = _split_listen(cfg.listen)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready)
         self.status.start()
         self._scheduler = self._schedule()
         self._scheduler.start()
+        self.notifier.start()
         self._not_ready = None
         systemd.notify("READY=1")
         log.info(
@@ -120,6 +123,9 @@ class App:
             if waiter.is_alive():
                 log.warning("jobs still running after %.1fs; stopping anyway", timeout_s)
             self._scheduler = None
+        if self.notifier is not None:
+            self.notifier.stop(timeout_s)
+            self.notifier = None
         if self.status is not None:
             self.status.stop()
             self.status = None

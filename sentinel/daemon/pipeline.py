@@ -37,6 +37,9 @@ class Pipeline:
     metrics: SelfMetrics
     # Extra annotations for an incident's notifications (the runbook), when diagnosis is on.
     annotations: Callable[[int], dict[str, str]] | None = None
+    # With the outbox (the daemon), the tracker queued the notifications in
+    # its transaction: wake the notify worker instead of sending here.
+    on_queued: Callable[[], None] | None = None
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
         """Scrape one target into the store and count the outcome."""
@@ -63,6 +66,10 @@ class Pipeline:
                 log.exception("evaluation of rule group %s failed", group)
                 return []
         self._count_alerts()
+        if self.on_queued is not None:
+            if notifications:
+                self.on_queued()
+            return notifications
         for notification in notifications:
             self.notify(notification, now_ms)
         return notifications

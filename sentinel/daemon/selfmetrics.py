@@ -58,3 +58,20 @@ class SelfMetrics:
             "sentinel_job_failures_total", "Scheduled jobs that raised unexpectedly.", ["job"],
             registry=r,
         )
+        # The notify stage (outcome: success, retry, failure).
+        self.outbox_depth = Gauge(
+            "sentinel_notify_outbox_depth", "Messages waiting in the outbox (incl. retrying).",
+            registry=r,
+        )
+        self.outbox_oldest_age = Gauge(
+            "sentinel_notify_outbox_oldest_age_seconds",
+            "Age of the oldest message waiting in the outbox (0 when empty).", registry=r,
+        )
+        self.intents_pending = Gauge(
+            "sentinel_notify_intents_pending", "Alert intents not yet routed into groups.",
+            registry=r,
+        )
+        self.notify_failures = Counter(
+            "sentinel_notify_run_failures_total",
+            "Dispatcher or sender runs that raised (the worker went on).", ["stage"], registry=r,
+        )

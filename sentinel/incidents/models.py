@@ -277,3 +277,8 @@ class LogEventRow(Base):
         # Timelines ask for one target's recent events.
         Index("ix_log_events_target_at_id", "target", "at", "id"),
     )
+
+
+# The notify stage's tables live in their own module; importing it here puts
+# them on Base.metadata, which Alembic's drift check compares.
+from sentinel.incidents import models_notify as _models_notify  # noqa: E402,F401

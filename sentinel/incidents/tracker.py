@@ -37,7 +37,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import ColumnClause, String, literal_column, select
 from sqlalchemy.exc import IntegrityError
@@ -65,6 +65,15 @@ from sentinel.incidents.models import (
 from sentinel.model import Alert, AlertState, Labels, Notification, NotificationKind, label_value
 
 VALUE_EVENT_MIN_INTERVAL_MS = 60_000
+
+
+class OutboxWriter(Protocol):
+    """Where notifications are recorded in the incident's own transaction (notify's Outbox)."""
+
+    def enqueue(self, s: Session, notification: Notification, now_ms: int) -> None:
+        """Record the intent to deliver `notification`, in session `s`."""
+        ...
+
 VALUE_EVENT_MIN_CHANGE = 0.10
 
 # A literal, not a bound parameter: SQLite only uses the partial unique index
@@ -118,8 +127,13 @@ class IncidentTracker:
         *,
         value_interval_ms: int = VALUE_EVENT_MIN_INTERVAL_MS,
         value_change: float = VALUE_EVENT_MIN_CHANGE,
+        outbox: OutboxWriter | None = None,
     ) -> None:
         self.db = db  # public: the daemon's incident API reads through it
+        # With an outbox, each notification is written into it in the same
+        # transaction as the incident change, and its alerts are marked
+        # notified there: delivery is then the outbox's job (retried, never lost).
+        self.outbox = outbox
         self._value_interval_ms = value_interval_ms
         self._value_change = value_change
         # (incident_id, fingerprint, fired_at_ms) announced FIRING by this
@@ -139,7 +153,23 @@ class IncidentTracker:
                 outcome = self._process_group(s, key, groups[key], now)
                 if outcome is not None:
                     outcomes.append(outcome)
+            if self.outbox is not None:
+                self._enqueue(s, outcomes, now_ms)
         return [n for o in outcomes if (n := self._after_commit(o)) is not None]
+
+    def _enqueue(self, s: Session, outcomes: list[_Outcome], now_ms: int) -> None:
+        assert self.outbox is not None
+        now = ms_to_dt(now_ms)
+        for outcome in outcomes:
+            notification = _notification(outcome)
+            if notification is None:
+                continue
+            self.outbox.enqueue(s, notification, now_ms)
+            fps = [a.fingerprint for a in notification.alerts]
+            for row in s.scalars(select(IncidentAlert).where(
+                    IncidentAlert.incident_id == outcome.incident_id,
+                    IncidentAlert.fingerprint.in_(fps))):
+                _mark_notified(row, now)
 
     def record_notification(
         self,
@@ -270,11 +300,15 @@ class IncidentTracker:
         for alert in outcome.fired:
             fired_ms = dt_to_ms(_fired_at(alert, outcome.now))
             self._announced.add((outcome.incident_id, alert.fingerprint, fired_ms))
-        announced = tuple(outcome.fired + outcome.resolved)
-        if not announced:
-            return None
-        kind = NotificationKind.RESOLVED if outcome.closed else NotificationKind.FIRING
-        return Notification(outcome.incident_id, kind, announced, outcome.key.labels)
+        return _notification(outcome)
+
+
+def _notification(outcome: _Outcome) -> Notification | None:
+    announced = tuple(outcome.fired + outcome.resolved)
+    if not announced:
+        return None
+    kind = NotificationKind.RESOLVED if outcome.closed else NotificationKind.FIRING
+    return Notification(outcome.incident_id, kind, announced, outcome.key.labels)
 
 
 def _open_incident(s: Session, key: GroupKey) -> Incident | None:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import exists, select
+from sqlalchemy.orm import Session
 
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident, IncidentStatus, TimelineEvent, TimelineKind
@@ -71,10 +72,15 @@ def add_event(db: Database, incident_id: int, at: datetime, kind: TimelineKind, 
 def runbook_events(db: Database, incident_id: int) -> list[dict[str, Any]]:
     """The data of an incident's RUNBOOK events and LOG_EXCERPT runbooks, oldest first."""
     with db.session() as s:
-        rows = s.execute(select(TimelineEvent.kind, TimelineEvent.data).where(
-            TimelineEvent.incident_id == incident_id,
-            TimelineEvent.kind.in_([TimelineKind.RUNBOOK, TimelineKind.LOG_EXCERPT]),
-        ).order_by(TimelineEvent.at, TimelineEvent.id)).all()
+        return session_runbook_events(s, incident_id)
+
+
+def session_runbook_events(s: Session, incident_id: int) -> list[dict[str, Any]]:
+    """`runbook_events` inside the caller's transaction."""
+    rows = s.execute(select(TimelineEvent.kind, TimelineEvent.data).where(
+        TimelineEvent.incident_id == incident_id,
+        TimelineEvent.kind.in_([TimelineKind.RUNBOOK, TimelineKind.LOG_EXCERPT]),
+    ).order_by(TimelineEvent.at, TimelineEvent.id)).all()
     out = []
     for kind, data in rows:
         data = data or {}

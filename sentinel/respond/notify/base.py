@@ -23,6 +23,8 @@ class DeliveryResult:
     retryable: bool
     status: int | None
     detail: str
+    # The receiver's Retry-After (429/503), when it sent one: wait at least this long.
+    retry_after_ms: int | None = None
 
 
 def classify(status: int | None) -> bool:
@@ -42,11 +44,30 @@ def is_success(status: int | None) -> bool:
     return status is not None and 200 <= status <= 299
 
 
-def result_for_status(status: int | None, detail: str) -> DeliveryResult:
+def result_for_status(status: int | None, detail: str,
+                      retry_after_ms: int | None = None) -> DeliveryResult:
     """The DeliveryResult for a response status (or None for no response); detail as given."""
     ok = is_success(status)
     return DeliveryResult(ok=ok, retryable=not ok and classify(status), status=status,
-                          detail=detail)
+                          detail=detail, retry_after_ms=None if ok else retry_after_ms)
+
+
+def parse_retry_after(value: str | None, now_ms: int) -> int | None:
+    """Retry-After as milliseconds to wait: delta-seconds or an HTTP date; None when absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return int(value) * 1000
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0, int(when.timestamp() * 1000) - now_ms)
 
 
 @runtime_checkable

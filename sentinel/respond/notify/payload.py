@@ -43,6 +43,8 @@ def group_key(notification: Notification) -> str:
     It includes the incident id, so receivers that de-duplicate on groupKey
     (PagerDuty, Opsgenie bridges) keep one page per incident.
     """
+    if notification.group_key:
+        return notification.group_key  # the aggregation group's, set by routing
     labels = format_labels(notification.group_labels)
     return f'{{}}/{{incident="{notification.incident_id}"}}:{labels or "{}"}'
 
@@ -53,7 +55,8 @@ def alertmanager_payload(
     """Alertmanager's webhook JSON body for one notification (`now_ms` unused today, kept for
     receivers that stamp the send time)."""
     del now_ms  # the body carries alert times only, as Alertmanager's does
-    alerts = [_alert(a, notification.incident_id, external_url) for a in notification.alerts]
+    ids = notification.incident_ids or (notification.incident_id,) * len(notification.alerts)
+    alerts = [_alert(a, i, external_url) for a, i in zip(notification.alerts, ids, strict=False)]
     status = "firing" if any(a["status"] == "firing" for a in alerts) else "resolved"
     return {
         "version": WEBHOOK_VERSION,

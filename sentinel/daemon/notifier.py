@@ -1,0 +1,104 @@
+"""The notify worker: a thread that dispatches intents and sends outbox messages.
+
+It runs every `notify.interval` and at once when an evaluation queued
+something (`kick()`), so a page leaves within milliseconds of the commit
+that asked for it. A failing run is counted and logged; the next run tries
+again (everything it needs is in the database).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from sqlalchemy.orm import Session
+
+from sentinel.config import Config
+from sentinel.daemon.receivers import build_receivers, receiver_timeouts_ms, send_resolved
+from sentinel.daemon.selfmetrics import SelfMetrics
+from sentinel.incidents.db import Database
+from sentinel.respond.notify.depth import outbox_depth
+from sentinel.respond.notify.dispatcher import Dispatcher, DispatchSettings
+from sentinel.respond.notify.mute import InhibitRule
+from sentinel.respond.notify.outbox import Outbox
+from sentinel.respond.notify.routing import build_route
+from sentinel.respond.notify.sender import Delivery, RetryPolicy, Sender
+
+log = logging.getLogger(__name__)
+
+
+class Notifier:
+    """Owns the Outbox, Dispatcher and Sender of one daemon and the thread that runs them."""
+
+    def __init__(self, config: Config, db: Database, metrics: SelfMetrics,
+                 clock_ms: Callable[[], int],
+                 annotations: Callable[[Session, int], dict[str, str]] | None = None) -> None:
+        n = config.notify
+        self.outbox = Outbox(n.fallback_receiver)
+        receivers = build_receivers(config)
+        settings = DispatchSettings(
+            route=build_route(n.route, [r.name for r in receivers]),
+            inhibit_rules=tuple(InhibitRule.from_config(r) for r in n.inhibit_rules),
+            send_resolved=send_resolved(config), watchdog=n.watchdog, annotations=annotations)
+        self.dispatcher = Dispatcher(db, self.outbox, settings)
+        self.sender = Sender(
+            db, {r.name: r for r in receivers}, self.outbox,
+            RetryPolicy(n.retry_initial_ms, n.retry_max_ms, n.give_up_after_ms),
+            lease_ms=receiver_timeouts_ms(config), on_delivery=self._count)
+        for r in receivers:  # the counter shows every receiver from the start
+            for outcome in ("success", "retry", "failure"):
+                metrics.notifications.labels(r.name, outcome)
+        self._db = db
+        self._metrics = metrics
+        self._clock_ms = clock_ms
+        self._interval_s = n.interval_ms / 1000
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the worker thread."""
+        self._thread = threading.Thread(target=self._loop, name="sentinel-notify", daemon=True)
+        self._thread.start()
+
+    def kick(self) -> None:
+        """Run as soon as possible (an evaluation queued intents)."""
+        self._wake.set()
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop after the current run (bounded); unsent messages stay in the outbox."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def run_once(self) -> None:
+        """One dispatch and one send round, each guarded; then the depth gauges."""
+        try:
+            self.dispatcher.run(self._clock_ms())
+        except Exception:
+            self._metrics.notify_failures.labels("dispatch").inc()
+            log.exception("notify dispatch failed")
+        try:
+            self.sender.run(self._clock_ms)
+        except Exception:
+            self._metrics.notify_failures.labels("send").inc()
+            log.exception("notify send failed")
+        try:
+            depth = outbox_depth(self._db, self._clock_ms())
+            self._metrics.outbox_depth.set(depth.pending)
+            self._metrics.outbox_oldest_age.set(depth.oldest_age_s)
+            self._metrics.intents_pending.set(depth.intents)
+        except Exception:
+            log.debug("outbox depth unavailable", exc_info=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            self.run_once()
+            self._wake.wait(self._interval_s)
+
+    def _count(self, d: Delivery) -> None:
+        self._metrics.notifications.labels(d.receiver, d.outcome).inc()

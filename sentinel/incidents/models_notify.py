@@ -1,0 +1,122 @@
+"""The notify stage's tables: intents, aggregation groups, the outbox, silences.
+
+    notify_intents  per-alert "announce this" rows, written by the incident
+                    tracker in the same transaction as the incident change
+    notify_groups   Alertmanager-style aggregation groups (group_wait,
+                    group_interval, repeat_interval), persisted so a restart
+                    neither loses a pending message nor re-sends a sent one
+    notify_outbox   one row per message to one receiver, claimed by a lease
+                    (conditional UPDATE), retried with backoff until sent or failed
+    silences        label matchers with start, end, author and comment
+
+Created by migration 0005; imported by `sentinel.incidents.models` so the
+drift test compares them too.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, CheckConstraint, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from sentinel.incidents.models import Base
+
+
+class OutboxStatus(enum.StrEnum):
+    """A message waits (pending, also while retrying), was accepted (sent), or gave up (failed)."""
+
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class NotifyIntent(Base):
+    """One alert to announce (firing or resolved), queued with the incident change."""
+
+    __tablename__ = "notify_intents"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"))
+    fingerprint: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(16))
+    alert: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    dispatched_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        CheckConstraint("kind IN ('firing', 'resolved')", name="kind"),
+        Index("ix_notify_intents_dispatched_at_id", "dispatched_at", "id"),
+    )
+
+
+class NotifyGroup(Base):
+    """An aggregation group: the alerts one route sends to one receiver under one label set."""
+
+    __tablename__ = "notify_groups"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String, unique=True)
+    receiver: Mapped[str] = mapped_column(String)
+    route: Mapped[str] = mapped_column(String)
+    group_labels: Mapped[dict[str, Any]]
+    # fingerprint -> {"alert": {...}, "incident_id": n, "muted": reason | None}
+    alerts: Mapped[dict[str, Any]]
+    sent_firing: Mapped[list[str]] = mapped_column(JSON)
+    sent_resolved: Mapped[list[str]] = mapped_column(JSON)
+    seq: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    next_flush_at: Mapped[datetime]
+    last_sent_at: Mapped[datetime | None]
+
+    __table_args__ = (Index("ix_notify_groups_next_flush_at", "next_flush_at"),)
+
+
+class OutboxMessage(Base):
+    """One message for one receiver; its `idempotency_key` is the same on every attempt."""
+
+    __tablename__ = "notify_outbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    receiver: Mapped[str] = mapped_column(String)
+    group_key: Mapped[str] = mapped_column(String)
+    idempotency_key: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    notification: Mapped[dict[str, Any]]
+    incident_ids: Mapped[list[int]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer)
+    next_attempt_at: Mapped[datetime]
+    lease_until: Mapped[datetime | None]
+    last_error: Mapped[str] = mapped_column(Text)
+    escalated_from: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        CheckConstraint("status IN ('pending', 'sent', 'failed')", name="status"),
+        CheckConstraint("kind IN ('firing', 'resolved')", name="kind"),
+        Index("ix_notify_outbox_status_next_attempt_at", "status", "next_attempt_at"),
+    )
+
+
+class SilenceRow(Base):
+    """A silence: alerts matching every matcher send nothing between starts_at and ends_at."""
+
+    __tablename__ = "silences"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # [[name, op, value], ...] with op one of =, !=, =~, !~
+    matchers: Mapped[list[list[str]]] = mapped_column(JSON)
+    starts_at: Mapped[datetime]
+    ends_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String)
+    comment: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+
+    __table_args__ = (
+        CheckConstraint("ends_at >= starts_at", name="ends_after_start"),
+        Index("ix_silences_ends_at", "ends_at"),
+    )

@@ -1,0 +1,268 @@
+"""The dispatcher: intents → routes → aggregation groups → one outbox message per group flush.
+
+One `run(now_ms)` is one transaction:
+
+1. Unprocessed intents (written by the tracker with the incident change) are
+   routed; each matched route puts the alert into its group (a row in
+   `notify_groups`, created with its first flush at now + group_wait).
+2. Groups due to flush decide, as Alertmanager does: alerts muted by a
+   silence or an inhibition rule are left out (the change is written on the
+   incident timeline once, with the reason), and `grouping.needs_update`
+   says whether the rest makes a message. A message is an outbox row; the
+   sender delivers it. Resolved alerts leave the group after its flush; an
+   empty group is deleted.
+
+Group state lives in the database, so a restart neither loses a waiting
+group nor re-sends what a group already sent. On PostgreSQL rows are locked
+with SKIP LOCKED, so two daemons never dispatch the same intent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from sentinel.incidents.convert import dt_to_ms, labels_from_json, ms_to_dt
+from sentinel.incidents.db import Database
+from sentinel.incidents.models import (
+    Incident,
+    IncidentAlert,
+    IncidentAlertState,
+    IncidentStatus,
+    TimelineEvent,
+    TimelineKind,
+)
+from sentinel.incidents.models_notify import NotifyGroup, NotifyIntent
+from sentinel.model import Alert, AlertState, Labels, Notification, NotificationKind, labels_of
+from sentinel.respond.notify.codec import alert_from_json, alert_to_json
+from sentinel.respond.notify.grouping import idempotency_key, needs_update
+from sentinel.respond.notify.mute import InhibitRule, MuteReason, Silence, mute_reason
+from sentinel.respond.notify.outbox import Outbox
+from sentinel.respond.notify.routing import Route, match_routes
+from sentinel.respond.notify.silences import active_silences
+
+log = logging.getLogger(__name__)
+
+BATCH = 5_000
+# A group with nothing new is still looked at this often (mute changes, repeats)
+# when its route's group_interval is 0 (send every change at once).
+IDLE_RECHECK_MS = 60_000
+WATCHDOG = "Watchdog"
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchSettings:
+    """What the dispatcher needs from the config, resolved."""
+
+    route: Route | None
+    inhibit_rules: tuple[InhibitRule, ...] = ()
+    send_resolved: Mapping[str, bool] = field(default_factory=dict)
+    watchdog: bool = False
+    # Extra annotations per incident (the runbook, when diagnosis is on), read
+    # when a message is built, so it carries the newest runbook on record.
+    annotations: Callable[[Session, int], dict[str, str]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchStats:
+    """What one run did."""
+
+    intents: int
+    messages: int
+
+
+def watchdog_alert(now_ms: int) -> Alert:
+    """The always-firing alert of the dead man's switch (route it to a receiver that expects it)."""
+    labels = labels_of({"alertname": WATCHDOG, "severity": "none"})
+    annotations = labels_of({"summary": "Sentinel's notification pipeline is working. "
+                             "This alert always fires; page when it stops arriving."})
+    return Alert(group="sentinel", rule=WATCHDOG, labels=labels, annotations=annotations,
+                 state=AlertState.FIRING, value=1.0, active_at_ms=0, last_eval_ms=now_ms,
+                 fired_at_ms=0)
+
+
+class Dispatcher:
+    """Routes intents into groups and turns group flushes into outbox messages."""
+
+    def __init__(self, db: Database, outbox: Outbox, settings: DispatchSettings) -> None:
+        self.db = db
+        self.outbox = outbox
+        self.settings = settings
+        self._routes = _by_path(settings.route)
+
+    def run(self, now_ms: int) -> DispatchStats:
+        """Route new intents, flush due groups; one transaction."""
+        now = ms_to_dt(now_ms)
+        with self.db.session() as s:
+            groups: dict[str, NotifyGroup] = {}
+            intents = s.scalars(_locked(select(NotifyIntent).where(
+                NotifyIntent.dispatched_at.is_(None)).order_by(NotifyIntent.id).limit(BATCH),
+                self.db)).all()
+            for it in intents:
+                it.dispatched_at = now
+                self._ingest(s, groups, alert_from_json(it.alert), it.incident_id, now_ms)
+            if self.settings.watchdog:
+                self._ingest(s, groups, watchdog_alert(now_ms), 0, now_ms, only_if_absent=True)
+            s.flush()
+            due = s.scalars(_locked(select(NotifyGroup).where(
+                NotifyGroup.next_flush_at <= now).order_by(NotifyGroup.id), self.db)).all()
+            messages = 0
+            if due:
+                silences = active_silences(s, now_ms)
+                firing = _firing_labels(s) if self.settings.inhibit_rules else []
+                messages = sum(self._flush(s, g, silences, firing, now_ms) for g in due)
+        return DispatchStats(len(intents), messages)
+
+    # -- ingest ------------------------------------------------------------
+
+    def _ingest(self, s: Session, groups: dict[str, NotifyGroup], alert: Alert,
+                incident_id: int, now_ms: int, only_if_absent: bool = False) -> None:
+        if self.settings.route is None:
+            return
+        for route in match_routes(self.settings.route, alert.labels):
+            key = route.group_key(alert.labels)
+            group = groups.get(key) or s.scalars(
+                select(NotifyGroup).where(NotifyGroup.key == key)).one_or_none()
+            if group is None:
+                group = _new_group(key, route, alert.labels, now_ms)
+                s.add(group)
+            groups[key] = group
+            fp = alert.fingerprint
+            if only_if_absent and fp in group.alerts:
+                continue
+            alerts = dict(group.alerts)
+            muted = alerts.get(fp, {}).get("muted")
+            alerts[fp] = {"alert": alert_to_json(alert), "incident_id": incident_id,
+                          "muted": muted}
+            group.alerts = alerts
+            # A change is sent no sooner than group_interval after the last message.
+            last = dt_to_ms(group.last_sent_at) if group.last_sent_at else now_ms
+            wake = max(now_ms, last + route.group_interval_ms)
+            if wake < dt_to_ms(group.next_flush_at):
+                group.next_flush_at = ms_to_dt(wake)
+
+    # -- flush -------------------------------------------------------------
+
+    def _flush(self, s: Session, g: NotifyGroup, silences: Sequence[Silence],
+               firing_now: Sequence[Labels], now_ms: int) -> int:
+        route = self._routes.get(g.route) or self.settings.route
+        assert route is not None
+        alerts = {fp: dict(e) for fp, e in g.alerts.items()}
+        firing: list[str] = []
+        resolved: list[str] = []
+        for fp, entry in sorted(alerts.items()):
+            alert = alert_from_json(entry["alert"])
+            reason = mute_reason(alert.labels, silences, self.settings.inhibit_rules, firing_now,
+                                 now_ms)
+            text = reason.text if reason else None
+            if text != entry.get("muted"):
+                entry["muted"] = text
+                _note_mute(s, entry["incident_id"], g.receiver, fp, reason, now_ms)
+            if reason is None:
+                (firing if alert.state is AlertState.FIRING else resolved).append(fp)
+        sent = 0
+        send_resolved = self.settings.send_resolved.get(g.receiver, True)
+        last = dt_to_ms(g.last_sent_at) if g.last_sent_at else None
+        if (firing or resolved) and needs_update(
+                sent_firing=g.sent_firing, sent_resolved=g.sent_resolved, firing=firing,
+                resolved=resolved, send_resolved=send_resolved, last_sent_ms=last,
+                now_ms=now_ms, repeat_ms=route.repeat_interval_ms):
+            shown = firing + (resolved if send_resolved else [])
+            if shown:
+                g.seq += 1
+                self.outbox.add_message(s, g.receiver,
+                                        self._message(s, g, alerts, shown, firing), now_ms)
+                sent = 1
+            g.sent_firing, g.sent_resolved = firing, resolved if send_resolved else []
+            g.last_sent_at = ms_to_dt(now_ms)
+        alerts = {fp: e for fp, e in alerts.items() if e["alert"]["state"] == "firing"}
+        if not alerts:
+            s.delete(g)
+            return sent
+        g.alerts = alerts
+        interval = route.group_interval_ms or IDLE_RECHECK_MS
+        g.next_flush_at = ms_to_dt(now_ms) + timedelta(milliseconds=interval)
+        return sent
+
+    def _message(self, s: Session, g: NotifyGroup, alerts: Mapping[str, dict[str, Any]],
+                 shown: list[str], firing: list[str]) -> Notification:
+        resolved = [fp for fp in shown if fp not in firing]
+        ordered = [fp for fp in shown if fp in firing] + resolved
+        ids = tuple(int(alerts[fp]["incident_id"]) for fp in ordered)
+        return Notification(
+            incident_id=next((i for i in ids if i), 0),
+            kind=NotificationKind.FIRING if firing else NotificationKind.RESOLVED,
+            alerts=tuple(self._annotated(s, alert_from_json(alerts[fp]["alert"]), incident)
+                         for fp, incident in zip(ordered, ids, strict=True)),
+            group_labels=labels_from_json(g.group_labels), group_key=g.key,
+            idempotency_key=idempotency_key(g.key, dt_to_ms(g.created_at), g.seq, firing,
+                                            resolved),
+            incident_ids=ids)
+
+
+    def _annotated(self, s: Session, alert: Alert, incident_id: int) -> Alert:
+        if self.settings.annotations is None or not incident_id:
+            return alert
+        try:
+            with s.begin_nested():  # a failed lookup must not undo the dispatch
+                extra = self.settings.annotations(s, incident_id)
+        except Exception:
+            log.exception("annotations for incident %s failed", incident_id)
+            return alert
+        if not extra:
+            return alert
+        return dataclasses.replace(
+            alert, annotations=labels_of({**dict(alert.annotations), **extra}))
+
+
+def _new_group(key: str, route: Route, labels: Labels, now_ms: int) -> NotifyGroup:
+    now = ms_to_dt(now_ms)
+    return NotifyGroup(
+        key=key, receiver=route.receiver, route=route.path,
+        group_labels=dict(route.group_labels(labels)), alerts={}, sent_firing=[],
+        sent_resolved=[], seq=0, created_at=now,
+        next_flush_at=now + timedelta(milliseconds=route.group_wait_ms), last_sent_at=None)
+
+
+def _note_mute(s: Session, incident_id: int, receiver: str, fp: str, reason: MuteReason | None,
+               now_ms: int) -> None:
+    if not incident_id:
+        return
+    data: dict[str, Any]
+    if reason is None:
+        message, data = f"{receiver}: no longer muted", {"muted": None}
+    else:
+        message = f"{receiver}: not notified, {reason.text}"
+        data = {"muted": reason.text, "silence_id": reason.silence_id,
+                "inhibited_by": reason.inhibited_by}
+    s.add(TimelineEvent(incident_id=incident_id, at=ms_to_dt(now_ms), kind=TimelineKind.NOTE,
+                        message=message, data={**data, "receiver": receiver, "fingerprint": fp}))
+
+
+def _firing_labels(s: Session) -> list[Labels]:
+    """Labels of every alert firing in an open incident: the sources inhibition looks at."""
+    rows = s.scalars(select(IncidentAlert.labels).join(Incident).where(
+        Incident.status == IncidentStatus.OPEN, IncidentAlert.state == IncidentAlertState.FIRING))
+    return [labels_from_json(r) for r in rows]
+
+
+def _locked(query: Any, db: Database) -> Any:
+    # SQLite serialises writers (BEGIN IMMEDIATE); PostgreSQL needs row locks.
+    return query.with_for_update(skip_locked=True) if db.dialect == "postgresql" else query
+
+
+def _by_path(route: Route | None) -> dict[str, Route]:
+    out: dict[str, Route] = {}
+    stack = [route] if route else []
+    while stack:
+        r = stack.pop()
+        out[r.path] = r
+        stack.extend(r.children)
+    return out
