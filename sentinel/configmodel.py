@@ -27,6 +27,7 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from sentinel.config_remediation import RemediationConfig, check_against_targets
 from sentinel.configbase import (
     PositiveDuration,
     Strict,
@@ -184,6 +185,7 @@ class Config(Strict):
     receivers: tuple[ReceiverConfig, ...] = ()
     # Crash signatures for log sources; default: the bundled rules/signatures.yaml.
     signatures: str | None = None
+    remediation: RemediationConfig = RemediationConfig.model_validate({})
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
@@ -257,6 +259,7 @@ class Config(Strict):
         if self.scrape_timeout_ms > self.scrape_interval_ms:
             raise problem(timeout_message(self.scrape_timeout_ms, self.scrape_interval_ms),
                            "scrape_timeout")
+        check_against_targets(self.remediation, {t.name: t for t in self.targets})
         return self
 
     def rule_paths(self) -> list[Path]:

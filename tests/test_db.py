@@ -37,9 +37,10 @@ def _incident(key: str, status: str = "open", **kw: object) -> Incident:
 def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
     tables = set(inspect(incident_db.engine).get_table_names())
     assert {"incidents", "incident_alerts", "timeline_events", "alert_states",
-            "alembic_version", "log_cursors", "log_events"} <= tables
+            "alembic_version", "log_cursors", "log_events", "remediation_attempts",
+            "remediation_targets"} <= tables
     with incident_db.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
     incident_db.upgrade()  # idempotent
 
 

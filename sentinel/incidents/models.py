@@ -262,3 +262,8 @@ class LogEventRow(Base):
         # Timelines ask for one target's recent events.
         Index("ix_log_events_target_at_id", "target", "at", "id"),
     )
+
+
+# Tables of other stages live in their own modules; imported here so that
+# `Base.metadata` (migrations' drift test, alembic env) sees every table.
+from sentinel.incidents import models_remediation  # noqa: E402,F401
