@@ -65,6 +65,8 @@ class DockerRestartConfig(Strict):
     stop_timeout_ms: PositiveDuration = Field(30_000, alias="stop_timeout")
     # How long the old process may keep holding the chip after the stop.
     exit_deadline_ms: PositiveDuration = Field(60_000, alias="exit_deadline")
+    # A new process that dies this soon (chip still busy) is started again until the deadline.
+    settle_ms: PositiveDuration = Field(3_000, alias="settle")
     # A durable copy of the XLA cache (see xla_cache_backup) restored when the cache is cold.
     restore_from: str | None = None
 

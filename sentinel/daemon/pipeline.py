@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
 from sentinel.daemon.selfmetrics import SelfMetrics
@@ -34,6 +35,8 @@ class Pipeline:
     tracker: IncidentTracker
     receivers: Sequence[Receiver]
     metrics: SelfMetrics
+    # sentinel.respond.remediate.dispatch.Remediator, when a response policy is configured.
+    remediator: Any = None
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
         """Scrape one target into the store and count the outcome."""
@@ -53,6 +56,9 @@ class Pipeline:
                 alerts = self.rules.evaluate_group(group, now_ms)
                 notifications = self.tracker.process(alerts, now_ms)
                 self.tracker.save_alert_states(self.rules.active_alerts())
+                if self.remediator is not None:
+                    # Only matches and queues: actions run off this thread.
+                    self.remediator.offer(alerts, now_ms)
             except Exception:
                 # The database may be gone for a moment: keep the rule state in
                 # memory and try again at the next evaluation.

@@ -33,6 +33,7 @@ class ContainerInfo:
     running: bool
     pid: int
     status: str
+    error: str
     env: dict[str, str]
     mounts: tuple[tuple[str, str], ...]  # (source on the host, destination in the container)
 
@@ -57,7 +58,8 @@ def parse_inspect(body: dict[str, Any]) -> ContainerInfo:
                    for m in body.get("Mounts") or [])
     return ContainerInfo(name=str(body.get("Name", "")).lstrip("/"),
                          running=bool(state.get("Running")), pid=int(state.get("Pid") or 0),
-                         status=str(state.get("Status", "")), env=env, mounts=mounts)
+                         status=str(state.get("Status", "")),
+                         error=str(state.get("Error", "")), env=env, mounts=mounts)
 
 
 class DockerClient:

@@ -9,9 +9,11 @@ Kept to this one seam so the notification stage can change underneath.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
+from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import Alert, AlertState, Notification, NotificationKind, labels_of
+from sentinel.respond.notify.base import Receiver
 
 
 class NotifyPager:
@@ -32,3 +34,16 @@ class NotifyPager:
                       value=1.0, active_at_ms=now, last_eval_ms=now, fired_at_ms=now)
         group = labels_of({"alertname": title, "target": labels.get("target", "")})
         self.notify(Notification(incident_id, NotificationKind.FIRING, (alert,), group), now)
+
+
+def receivers_notify(receivers: Sequence[Receiver], tracker: IncidentTracker
+                     ) -> Callable[[Notification, int], None]:
+    """A notify callable for tools without a Pipeline: send to each receiver, record each."""
+    def notify(notification: Notification, now_ms: int) -> None:
+        fingerprints = [a.fingerprint for a in notification.alerts]
+        for receiver in receivers:
+            result = receiver.send(notification, now_ms)
+            tracker.record_notification(notification.incident_id, receiver.name,
+                                        notification.kind, result.ok, result.detail, now_ms,
+                                        fingerprints)
+    return notify

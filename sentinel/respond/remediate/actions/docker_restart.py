@@ -86,16 +86,35 @@ class DockerRestart:
                 waited = self._wait_exit(docker, name, until)
                 data.update(old_pid=old.pid, exit_wait_s=round(waited, 3))
                 if waited < 0:
-                    return Outcome(False, f"old process (pid {old.pid}) of {name} still holds "
-                                   "the chip after the exit deadline; not started", data)
-                docker.start(name)
-                new = docker.inspect(name)
+                    return Outcome(False, f"old process (pid {old.pid}) of {name} did not exit "
+                                   "before the exit deadline; not started", data)
+                new, starts = self._start_until_settled(docker, name, p.settle_ms / 1000, until)
+                data["starts"] = starts
         except DockerError as exc:
             return Outcome(False, str(exc), data)
         data["new_pid"] = new.pid
         if not new.running:
-            return Outcome(False, f"{name} exited right after start ({new.status})", data)
+            return Outcome(False, f"{name} kept dying after start ({new.error or new.status}); "
+                           f"{starts} starts before the exit deadline", data)
         return Outcome(True, f"restarted {name} (pid {old.pid} → {new.pid})", data)
+
+    @staticmethod
+    def _start_until_settled(docker: DockerClient, name: str, settle_s: float,
+                             until: float) -> tuple[ContainerInfo, int]:
+        """Start; while the new process dies within `settle_s` (the chip still held by the
+        old one: "The TPU is already in use"), start again until `until`."""
+        starts = 0
+        while True:
+            docker.start(name)
+            starts += 1
+            settled = time.monotonic() + settle_s
+            info = docker.inspect(name)
+            while info.running and time.monotonic() < settled:
+                time.sleep(POLL_S)
+                info = docker.inspect(name)
+            if info.running or time.monotonic() >= until:
+                return info, starts
+            time.sleep(POLL_S)
 
     @staticmethod
     def _wait_exit(docker: DockerClient, name: str, until: float) -> float:
