@@ -39,6 +39,7 @@ FLEET = FleetState(in_flight=0, size=20)
 @pytest.mark.parametrize(("req", "target", "fleet", "episode", "reason", "step"), [
     (REQ, TargetState(), FLEET, Episode(), Reason.ALLOWED, 0),
     (REQ, TargetState(), FLEET, Episode(succeeded=True), Reason.DONE, 0),
+    (replace(REQ, manual=True), TargetState(), FLEET, Episode(succeeded=True), Reason.ALLOWED, 0),
     (REQ, TargetState(in_flight=True), FLEET, Episode(), Reason.IN_PROGRESS, 0),
     (REQ, TargetState(), FLEET, Episode((2, 1)), Reason.GAVE_UP, 0),
     (replace(REQ, limits=replace(LIMITS, silences=(SILENCE,))), TargetState(), FLEET, Episode(),

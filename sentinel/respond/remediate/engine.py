@@ -102,14 +102,14 @@ class Engine:
         return int(self.clock() * 1000)
 
     def request(self, c: Candidate, *, force_dry_run: bool = False,
-                step: int | None = None) -> Request:
+                step: int | None = None, manual: bool = False) -> Request:
         """The guard request for a candidate; `step` pins one step (a manual run)."""
         p = c.policy
         attempts = tuple(s.attempts for s in p.steps) if step is None else tuple(
             MANUAL_ATTEMPTS if i == step else 0 for i in range(len(p.steps)))
         return Request(labels=c.labels, step_attempts=attempts, cooldown_ms=p.cooldown_ms,
                        max_per_hour=p.max_per_hour, policy_dry_run=p.dry_run, limits=self.limits,
-                       force_dry_run=force_dry_run,
+                       force_dry_run=force_dry_run, manual=manual,
                        after_failure=tuple(s.kind == "tpu_node_restart" for s in p.steps))
 
     # -- decide, check, claim ------------------------------------------------
@@ -117,7 +117,7 @@ class Engine:
     def prepare(self, c: Candidate, *, manual: bool = False, force_dry_run: bool = False,
                 step: int | None = None) -> Prepared | Result:
         """Guards, the action's check and the claim; a Result when nothing is to run."""
-        req = self.request(c, force_dry_run=force_dry_run, step=step)
+        req = self.request(c, force_dry_run=force_dry_run, step=step, manual=manual)
         claim = state.Claim(c.incident_id, c.target, c.policy.name, len(self.targets))
 
         def guards(t: state.TargetState, f: state.FleetState, e: state.Episode) -> Decision:
@@ -194,7 +194,8 @@ class Engine:
         if not outcome.ok or not check_recovery:
             return outcome.ok, outcome.detail, None, outcome.data
         v = self.verifier(p.ctx.target.url, deadline_s)
-        recovery_ms = self.now_ms() - c.active_at_ms if v.ok else None
+        # Clamped: an alert's active time from another clock must not make it negative.
+        recovery_ms = min(max(0, self.now_ms() - c.active_at_ms), 2**31 - 1) if v.ok else None
         message = (f"verified: healthy after {v.healthy_after_s}s, serving after "
                    f"{v.served_after_s}s; time to recovery {(recovery_ms or 0) / 1000:.1f}s"
                    if v.ok else f"verification FAILED: {v.detail}")
@@ -209,8 +210,8 @@ class Engine:
 
     def _refused(self, c: Candidate, d: Decision, manual: bool, action: str | None = None,
                  data: Mapping[str, object] | None = None) -> None:
-        if d.reason is Reason.DONE and not manual:
-            return
+        if d.reason in (Reason.DONE, Reason.IN_PROGRESS) and not manual:
+            return  # the attempt that runs or ran is on the timeline already
         kind = action or c.policy.steps[min(d.step, len(c.policy.steps) - 1)].kind
         if self._note(c, d, f"refused {kind} on {c.target}: {d.reason}: {d.detail}", manual,
                       {"action": kind, **(data or {})}) and d.pages:

@@ -111,6 +111,7 @@ class Request:
     force_dry_run: bool = False  # `sentinel remediate --dry-run`
     # Per step: only after an earlier step failed in this episode (a cold node restart).
     after_failure: tuple[bool, ...] = ()
+    manual: bool = False  # a person asked: an episode already remediated may be acted on again
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +172,7 @@ def decide(req: Request, target: TargetState, fleet: FleetState, episode: Episod
            now_ms: int) -> Decision:
     """Whether the request may act now, and why (see the module docstring for the order)."""
     limits = req.limits
-    if episode.succeeded:
+    if episode.succeeded and not req.manual:
         return Decision(False, Reason.DONE, detail="already remediated and verified")
     if target.in_flight:
         return Decision(False, Reason.IN_PROGRESS, detail="an action on the target is running")

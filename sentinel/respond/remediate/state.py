@@ -124,7 +124,8 @@ def claim(db: Database, c: Claim, decide: Decide, now_ms: int, action: str,
         s.flush()
         add_event(s, c.incident_id, now_ms, f"intent: {action} on {c.target} "
                   f"(policy {c.policy}, step {decision.step + 1}, attempt #{attempt.id})",
-                  {"phase": "intent", "attempt": attempt.id, "action": action,
+                  {"phase": "intent", "allowed": True, "reason": str(decision.reason),
+                   "attempt": attempt.id, "action": action,
                    "target": c.target, "policy": c.policy, "step": decision.step,
                    "manual": manual, **data})
         return decision, attempt.id
