@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--engines", type=int, default=1,
                      help="data-parallel engines, one series each (default 1)")
     sim.set_defaults(func=_cmd_sim)
+    from sentinel.respond.remediate.cli import add_remediate_parser
+    from sentinel.sim.cliargs import add_container_args
+
+    add_container_args(sim)
+    add_remediate_parser(sub)
 
     check = sub.add_parser("check", help="validate configuration").add_subparsers(
         title="what", metavar="WHAT")
@@ -194,6 +199,10 @@ def _cmd_sim(args: argparse.Namespace) -> int:
               "engines": args.engines}
     if args.model:
         kwargs["model"] = args.model
+    if args.docker_socket:
+        from sentinel.sim.cliargs import container_spec
+
+        kwargs.update(docker_socket=args.docker_socket, container=container_spec(args))
     serve_forever_cli(**kwargs)
     return 0
 

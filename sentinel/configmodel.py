@@ -35,6 +35,7 @@ from sentinel.config_notify import (
     WebhookConfig,
     check_receiver_names,
 )
+from sentinel.config_remediation import RemediationConfig, check_against_targets
 from sentinel.configbase import (
     PositiveDuration,
     Strict,
@@ -136,6 +137,7 @@ class Config(Strict):
     # Runbooks from a self-hosted model (sentinel/respond/diagnose); off when absent.
     diagnosis: DiagnosisConfig | None = None
     notify: NotifyConfig = NotifyConfig.model_validate({})
+    remediation: RemediationConfig = RemediationConfig.model_validate({})
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
@@ -214,6 +216,7 @@ class Config(Strict):
         if self.scrape_timeout_ms > self.scrape_interval_ms:
             raise problem(timeout_message(self.scrape_timeout_ms, self.scrape_interval_ms),
                            "scrape_timeout")
+        check_against_targets(self.remediation, {t.name: t for t in self.targets})
         return self
 
     @model_validator(mode="after")

@@ -41,7 +41,8 @@ def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
     tables = set(inspect(incident_db.engine).get_table_names())
     assert {"incidents", "incident_alerts", "timeline_events", "alert_states",
             "alembic_version", "log_cursors", "log_events", "log_file_positions",
-            "notify_intents", "notify_groups", "notify_outbox", "silences"} <= tables
+            "notify_intents", "notify_groups", "notify_outbox", "silences",
+            "remediation_attempts", "remediation_targets"} <= tables
     with incident_db.engine.connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
     incident_db.upgrade()  # idempotent

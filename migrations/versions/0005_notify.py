@@ -1,7 +1,7 @@
 """Notification intents, aggregation groups, the delivery outbox and silences.
 
 Revision ID: 0005
-Revises: 0002
+Revises: 0004
 Create Date: 2026-12-05 09:00:00
 
 The tracker writes `notify_intents` in the same transaction as the incident
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
-down_revision: str | None = "0002"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -95,6 +95,7 @@ class App:
         )
         if cfg.diagnosis is not None:
             self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
+        self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         host, port = _split_listen(cfg.listen)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready)
@@ -130,6 +131,8 @@ class App:
             self.status.stop()
             self.status = None
         if self.pipeline is not None:
+            if self.pipeline.remediator is not None:
+                self.pipeline.remediator.stop(timeout_s)
             self.pipeline.scraper.close()
         if self.sources is not None:
             self.sources.close()
@@ -158,6 +161,21 @@ class App:
     def ready(self) -> str | None:
         """None when ready to serve, else why not."""
         return self._not_ready
+
+    def _start_remediation(self, db: Database) -> None:
+        """The remediation engine, when a response policy names anything to do."""
+        if not self.config.remediation.policies:
+            return
+        from sentinel.respond.remediate.dispatch import Remediator
+        from sentinel.respond.remediate.metrics import RemediationMetrics
+        from sentinel.respond.remediate.pager import NotifyPager
+        from sentinel.respond.remediate.wiring import build_engine
+
+        assert self.pipeline is not None and self.notifier is not None
+        pager = NotifyPager(self.notifier.page, self._now_ms)
+        engine = build_engine(self.config, db, pager, RemediationMetrics(self.metrics.registry),
+                              self.clock)
+        self.pipeline.remediator = Remediator(engine).start()
 
     # -- scheduling --------------------------------------------------------
 

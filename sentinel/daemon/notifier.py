@@ -18,10 +18,12 @@ from sentinel.config import Config
 from sentinel.daemon.receivers import build_receivers, receiver_timeouts_ms, send_resolved
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.incidents.db import Database
+from sentinel.model import Notification
 from sentinel.respond.notify.depth import outbox_depth
 from sentinel.respond.notify.dispatcher import Dispatcher, DispatchSettings
 from sentinel.respond.notify.mute import InhibitRule
 from sentinel.respond.notify.outbox import Outbox
+from sentinel.respond.notify.page import page_once
 from sentinel.respond.notify.routing import build_route
 from sentinel.respond.notify.sender import Delivery, RetryPolicy, Sender
 
@@ -61,6 +63,13 @@ class Notifier:
         """Start the worker thread."""
         self._thread = threading.Thread(target=self._loop, name="sentinel-notify", daemon=True)
         self._thread.start()
+
+    def page(self, notification: Notification, now_ms: int, escalate: bool = False) -> None:
+        """A one-off page through the outbox (see respond/notify/page.py), sent at once."""
+        with self._db.session() as s:
+            page_once(s, self.outbox, self.dispatcher.settings.route, notification, now_ms,
+                      escalate=escalate)
+        self.kick()
 
     def kick(self) -> None:
         """Run as soon as possible (an evaluation queued intents)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
 from sentinel.daemon.selfmetrics import SelfMetrics
@@ -40,6 +41,8 @@ class Pipeline:
     # With the outbox (the daemon), the tracker queued the notifications in
     # its transaction: wake the notify worker instead of sending here.
     on_queued: Callable[[], None] | None = None
+    # sentinel.respond.remediate.dispatch.Remediator, when a response policy is configured.
+    remediator: Any = None
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
         """Scrape one target into the store and count the outcome."""
@@ -59,6 +62,9 @@ class Pipeline:
                 alerts = self.rules.evaluate_group(group, now_ms)
                 notifications = self.tracker.process(alerts, now_ms)
                 self.tracker.save_alert_states(self.rules.active_alerts())
+                if self.remediator is not None:
+                    # Only matches and queues: actions run off this thread.
+                    self.remediator.offer(alerts, now_ms)
             except Exception:
                 # The database may be gone for a moment: keep the rule state in
                 # memory and try again at the next evaluation.

@@ -279,6 +279,7 @@ class LogEventRow(Base):
     )
 
 
-# The notify stage's tables live in their own module; importing it here puts
-# them on Base.metadata, which Alembic's drift check compares.
+# Tables of other stages live in their own modules; imported here so that
+# `Base.metadata` (migrations' drift test, alembic env) sees every table.
 from sentinel.incidents import models_notify as _models_notify  # noqa: E402,F401
+from sentinel.incidents import models_remediation  # noqa: E402,F401

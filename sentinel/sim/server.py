@@ -73,6 +73,7 @@ class SimServer:
         self._stopping = threading.Event()
         # The bodies of the latest chat requests, so tests can see what a client sent.
         self.chat_requests: deque[object] = deque(maxlen=KEPT_CHAT_REQUESTS)
+        self.container: Any = None  # a sim.container.SimContainer, for crashes and restarts
 
     @property
     def host(self) -> str:
@@ -161,9 +162,22 @@ def start_sim(host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL
 
 
 def serve_forever_cli(host: str, port: int, model: str = DEFAULT_MODEL,
-                      max_model_len: int = DEFAULT_MAX_MODEL_LEN, engines: int = 1) -> int:
-    """Run `sentinel sim` in the foreground until SIGTERM or Ctrl-C; returns the exit code."""
+                      max_model_len: int = DEFAULT_MAX_MODEL_LEN, engines: int = 1,
+                      docker_socket: str | None = None, container: Any = None) -> int:
+    """Run `sentinel sim` in the foreground until SIGTERM or Ctrl-C; returns the exit code.
+
+    With `docker_socket`, the server is also a container (`container`, a
+    ContainerSpec) that a Docker-API client can stop and start there.
+    """
     server = start_sim(host, port, model, max_model_len, engines)
+    socket_server = None
+    if docker_socket:
+        from sentinel.sim.container import ContainerSpec
+        from sentinel.sim.docker_socket import serve_container
+
+        socket_server = serve_container(server, container or ContainerSpec(), docker_socket)
+        print(f"sentinel sim: Docker API for container {server.container.spec.name} at "
+              f"unix://{docker_socket}", flush=True)
     stopping = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stopping.set())
     print(f"sentinel sim serving {model} at {server.url}", flush=True)
@@ -173,6 +187,8 @@ def serve_forever_cli(host: str, port: int, model: str = DEFAULT_MODEL,
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if socket_server is not None:
+            socket_server.stop()
         server.stop()
     return 0
 
@@ -204,6 +220,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/sim/state":
             self._control(method)
+            return
+        if path == "/sim/crash" and method == "POST":
+            self._crash()
             return
         state = self.sim.state
         if state.down:
@@ -280,6 +299,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.BAD_REQUEST, {"error": message})
             return
         self._send_json(HTTPStatus.OK, new.to_json())
+
+    def _crash(self) -> None:
+        """POST /sim/crash {"mode": "down"|"unhealthy", "log": true}: needs a container."""
+        try:
+            body = self._read_json()
+            if not isinstance(body, dict):
+                raise ApiError(HTTPStatus.BAD_REQUEST, "expected a JSON object")
+            if self.sim.container is None:
+                raise ApiError(HTTPStatus.CONFLICT, "no container: start with --docker-socket")
+            self.sim.container.crash(str(body.get("mode", "down")), bool(body.get("log", True)))
+        except (ApiError, ValueError) as exc:
+            message = exc.message if isinstance(exc, ApiError) else str(exc)
+            self._send_json(HTTPStatus.BAD_REQUEST, {"error": message})
+            return
+        self._send_json(HTTPStatus.OK, self.sim.state.to_json())
 
     # -- vLLM API ---------------------------------------------------------
 

@@ -7,6 +7,13 @@
 as in the v2 REST reference. The GAPIC REST transport asks with
 `$alt=json;enum-encoding=int`, and then, like the real API, enums come back
 as numbers. Unknown names get 404; `fail_next(n, status)` injects errors.
+
+`POST .../nodes/N:stop` and `:start` answer a long-running Operation
+(`projects/P/locations/L/operations/operation-K`, done: false); each
+`GET` of the operation advances it, and after `op_polls` GETs it is done
+with the Node (state STOPPED or READY) as its response. `POST`s are kept
+in `actions` so a test can prove nothing but stop and start was asked
+(no delete).
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ QR_STATES = {
 }
 _NODE = re.compile(r"^/v2/(projects/[^/]+/locations/[^/]+/nodes/[^/:]+)$")
 _QR = re.compile(r"^/v2/(projects/[^/]+/locations/[^/]+/queuedResources/[^/:]+)$")
+_NODE_VERB = re.compile(r"^/v2/(projects/[^/]+/locations/[^/]+)/nodes/([^/:]+):(\w+)$")
+_OP = re.compile(r"^/v2/(projects/[^/]+/locations/[^/]+/operations/[^/:]+)$")
+_NODE_TYPE = "type.googleapis.com/google.cloud.tpu.v2.Node"
+_META_TYPE = "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata"
 
 
 @dataclass
@@ -53,6 +64,9 @@ class FakeTpu:
         self.queued: dict[str, str] = {}
         self.requests: list[tuple[str, int]] = []  # (path with query, status)
         self._fail: list[int] = []
+        self.actions: list[tuple[str, str]] = []  # (verb, node name) of every POST
+        self.op_polls = 2
+        self._ops: dict[str, dict[str, Any]] = {}  # name → {node, final state, polls left}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
@@ -101,7 +115,42 @@ class FakeTpu:
             self.requests.append((raw_path, status))
         return status, body
 
+    def post(self, raw_path: str) -> tuple[int, dict[str, Any]]:
+        """Status and JSON body for one POST (nodes.stop, nodes.start)."""
+        path = unquote(urlsplit(raw_path).path)
+        with self._lock:
+            self.requests.append((raw_path, 0))
+            m = _NODE_VERB.match(path)
+            if not m:
+                return 404, _error(404, "NOT_FOUND", f"no route for POST {path}")
+            node_name = f"{m.group(1)}/nodes/{m.group(2)}"
+            self.actions.append((m.group(3), node_name))
+            if node_name not in self.nodes:
+                return 404, _error(404, "NOT_FOUND", f"Resource '{node_name}' was not found")
+            if m.group(3) not in ("stop", "start"):
+                return 400, _error(400, "INVALID_ARGUMENT", f"unsupported verb {m.group(3)}")
+            transit, final = ("STOPPING", "STOPPED") if m.group(3) == "stop" else (
+                "STARTING", "READY")
+            self.nodes[node_name].state = transit
+            op = f"{m.group(1)}/operations/operation-{len(self._ops) + 1}"
+            self._ops[op] = {"node": node_name, "final": final, "left": self.op_polls}
+            return 200, {"name": op, "done": False, "metadata": {
+                "@type": _META_TYPE, "target": node_name, "verb": m.group(3)}}
+
+    def _operation(self, name: str, as_int: bool) -> tuple[int, dict[str, Any]]:
+        op = self._ops[name]
+        op["left"] -= 1
+        if op["left"] > 0:
+            return 200, {"name": name, "done": False}
+        node = self.nodes[op["node"]]
+        node.state = op["final"]
+        return 200, {"name": name, "done": True, "response": {
+            "@type": _NODE_TYPE, "name": op["node"],
+            "state": _enum(NODE_STATES, node.state, as_int)}}
+
     def _answer(self, path: str, as_int: bool) -> tuple[int, dict[str, Any]]:
+        if (m := _OP.match(path)) and m.group(1) in self._ops:
+            return self._operation(m.group(1), as_int)
         if self._fail:
             status = self._fail.pop(0)
             return status, _error(status, "UNAVAILABLE" if status >= 500 else "RESOURCE_EXHAUSTED")
@@ -137,6 +186,18 @@ def _handler_for(fake: FakeTpu) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             status, body = fake.handle(self.path)
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            status, body = fake.post(self.path)
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=UTF-8")

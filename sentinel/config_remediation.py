@@ -1,0 +1,248 @@
+"""The response policy for remediation: which alerts lead to which action, under which guards.
+
+```yaml
+remediation:
+  dry_run: false              # true: decide and record, never act (every policy)
+  max_concurrent: 2           # never more than K targets being remediated at once...
+  max_concurrent_percent: 25  # ...nor more than P % of the fleet (the smaller wins, at least 1)
+  breaker_failures: 3         # M failed attempts in a row open the target's breaker (page)
+  backoff: {initial: 10s, max: 5m, reset_after: 10m}   # after a failure, like CrashLoopBackOff
+  command_allowlist: [/usr/local/bin/vllm-ctl]          # executables `command` may run
+  silences:
+    - matchers: {target: tpu-a}
+      starts: 2026-12-01T22:00:00Z
+      ends: 2026-12-02T02:00:00Z
+      comment: kernel upgrade
+  policies:
+    - name: restart-crashed-vllm
+      alerts: [VLLMHBMOutOfMemory, VLLMTargetDown]
+      match: {severity: critical}      # label equality, optional
+      targets: [tpu-a, tpu-b]          # optional; default every target
+      cooldown: 5m                     # after a verified success on the target
+      max_per_hour: 3
+      allow_cold: false                # cold restarts (20+ min compiling), node restarts
+      steps:                           # tried in order; the next once a step's attempts failed
+        - docker_restart: {container: "vllm-{target}", socket: /var/run/docker.sock}
+          timeout: 2m
+          verify_deadline: 2m
+          attempts: 2
+```
+
+Label values are substituted into `{label}` placeholders of container and
+unit names and of `command` argv templates; the engine refuses values that
+are not plain names, so an alert's labels can never inject an option or a path.
+Nothing is remediated unless a policy names the alert.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from sentinel.configbase import Duration, PositiveDuration, Strict, problem
+
+_NAME = r"^[a-zA-Z0-9_.-]+$"
+_PLACEHOLDER = re.compile(r"\{([a-zA-Z_][a-zA-Z0-9_]*)\}")
+DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
+ACTION_KINDS = ("docker_restart", "systemd_restart", "command", "tpu_node_restart",
+                "xla_cache_backup")
+WARM_KINDS = ("docker_restart", "systemd_restart")
+
+
+def placeholders(template: str) -> list[str]:
+    """The label names a `{label}` template refers to."""
+    return _PLACEHOLDER.findall(template)
+
+
+class DockerRestartConfig(Strict):
+    """Restart a container through the Docker Engine API on its unix socket."""
+
+    container: str
+    socket: str = DEFAULT_DOCKER_SOCKET
+    stop_timeout_ms: PositiveDuration = Field(30_000, alias="stop_timeout")
+    # How long the old process may keep holding the chip after the stop.
+    exit_deadline_ms: PositiveDuration = Field(60_000, alias="exit_deadline")
+    # A new process that dies this soon (chip still busy) is started again until the deadline.
+    settle_ms: PositiveDuration = Field(3_000, alias="settle")
+    # A durable copy of the XLA cache (see xla_cache_backup) restored when the cache is cold.
+    restore_from: str | None = None
+
+
+class SystemdRestartConfig(Strict):
+    """`systemctl restart UNIT`, after the same warm-cache check on `xla_cache_path`."""
+
+    unit: str
+    xla_cache_path: str | None = None  # default: the target's xla_cache_path
+    systemctl: str = "systemctl"
+
+
+class CommandConfig(Strict):
+    """An argv template, run without a shell; argv[0] must be on the command allow-list."""
+
+    argv: tuple[str, ...] = Field(min_length=1)
+
+
+class TpuNodeRestartConfig(Strict):
+    """Stop and start the target's TPU node (its `tpu:` config); the cold last resort."""
+
+    operation_timeout_ms: PositiveDuration = Field(1_200_000, alias="operation_timeout")
+
+
+class XlaCacheBackupConfig(Strict):
+    """Copy the XLA cache directory to a durable path (backup) or back (restore)."""
+
+    direction: str = "backup"
+    source: str | None = None  # default: the target's xla_cache_path
+    durable: str
+
+    @field_validator("direction")
+    @classmethod
+    def _check_direction(cls, v: str) -> str:
+        if v not in ("backup", "restore"):
+            raise problem("must be backup or restore")
+        return v
+
+
+class StepConfig(Strict):
+    """One rung of a policy's ladder: exactly one action, its deadlines and attempts."""
+
+    docker_restart: DockerRestartConfig | None = None
+    systemd_restart: SystemdRestartConfig | None = None
+    command: CommandConfig | None = None
+    tpu_node_restart: TpuNodeRestartConfig | None = None
+    xla_cache_backup: XlaCacheBackupConfig | None = None
+    timeout_ms: PositiveDuration = Field(120_000, alias="timeout")
+    verify: bool = True
+    # Warm restarts answer in seconds; a cold one compiles for tens of minutes.
+    verify_deadline_ms: PositiveDuration = Field(120_000, alias="verify_deadline")
+    attempts: int = Field(1, ge=1, le=10)
+
+    @model_validator(mode="after")
+    def _one_action(self) -> StepConfig:
+        kinds = [k for k in ACTION_KINDS if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise problem(f"a step names exactly one action ({', '.join(ACTION_KINDS)}); "
+                          f"got {', '.join(kinds) or 'none'}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """The action's name, e.g. docker_restart."""
+        return next(k for k in ACTION_KINDS if getattr(self, k) is not None)
+
+    @property
+    def params(self) -> Any:
+        """The action's own settings."""
+        return getattr(self, self.kind)
+
+
+class PolicyConfig(Strict):
+    """Which alerts (by name and labels) on which targets lead to which steps."""
+
+    name: str = Field(pattern=_NAME)
+    alerts: tuple[str, ...] = Field(min_length=1)
+    match: dict[str, str] = Field(default_factory=dict)
+    targets: tuple[str, ...] = ()
+    dry_run: bool = False
+    cooldown_ms: Duration = Field(300_000, alias="cooldown")
+    max_per_hour: int = Field(3, ge=1)
+    allow_cold: bool = False
+    steps: tuple[StepConfig, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _cold_last(self) -> PolicyConfig:
+        for i, step in enumerate(self.steps):
+            if step.kind == "tpu_node_restart":
+                if not self.allow_cold:
+                    raise problem("tpu_node_restart is a cold restart: set allow_cold: true",
+                                  "steps", i)
+                if not any(s.kind in WARM_KINDS for s in self.steps[:i]):
+                    raise problem("tpu_node_restart comes only after a warm restart step "
+                                  "(docker_restart or systemd_restart)", "steps", i)
+        return self
+
+    def applies_to(self, alertname: str, labels: dict[str, str], target: str) -> bool:
+        """Whether an alert with these labels on this target falls under the policy."""
+        return (alertname in self.alerts
+                and (not self.targets or target in self.targets)
+                and all(labels.get(k) == v for k, v in self.match.items()))
+
+
+class BackoffConfig(Strict):
+    """Wait after a failed attempt: initial, doubling to max; forgotten after a clean period."""
+
+    initial_ms: PositiveDuration = Field(10_000, alias="initial")
+    max_ms: PositiveDuration = Field(300_000, alias="max")
+    reset_after_ms: PositiveDuration = Field(600_000, alias="reset_after")
+
+
+class SilenceConfig(Strict):
+    """No remediation for alerts matching every matcher while starts <= now < ends."""
+
+    matchers: dict[str, str] = Field(min_length=1)
+    starts: datetime
+    ends: datetime
+    comment: str = ""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SilenceConfig:
+        if self.starts.tzinfo is None or self.ends.tzinfo is None:
+            raise problem("starts and ends need a time zone (e.g. 2026-12-01T22:00:00Z)")
+        if self.ends <= self.starts:
+            raise problem("ends must be after starts", "ends")
+        return self
+
+
+class RemediationConfig(Strict):
+    """The `remediation:` section; empty means nothing is ever remediated."""
+
+    dry_run: bool = False
+    max_concurrent: int = Field(2, ge=1)
+    max_concurrent_percent: float = Field(100.0, gt=0, le=100)
+    breaker_failures: int = Field(3, ge=1)
+    backoff: BackoffConfig = BackoffConfig.model_validate({})
+    command_allowlist: tuple[str, ...] = ()
+    silences: tuple[SilenceConfig, ...] = ()
+    policies: tuple[PolicyConfig, ...] = ()
+
+    @field_validator("command_allowlist")
+    @classmethod
+    def _absolute(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for i, exe in enumerate(v):
+            if not exe.startswith("/"):
+                raise problem("allow-listed executables must be absolute paths", i)
+        return v
+
+    @model_validator(mode="after")
+    def _commands_allowed(self) -> RemediationConfig:
+        names = set()
+        for p_i, policy in enumerate(self.policies):
+            if policy.name in names:
+                raise problem(f"duplicate policy name {policy.name!r}", "policies", p_i, "name")
+            names.add(policy.name)
+            for s_i, step in enumerate(policy.steps):
+                if step.command is not None and step.command.argv[0] not in self.command_allowlist:
+                    raise problem("argv[0] is not in remediation.command_allowlist",
+                                  "policies", p_i, "steps", s_i, "command", "argv")
+        return self
+
+
+def check_against_targets(rem: RemediationConfig, targets: dict[str, Any]) -> None:
+    """Cross-checks with the targets: known names, TPU config and cache paths where needed."""
+    for p_i, policy in enumerate(rem.policies):
+        for t_i, name in enumerate(policy.targets):
+            if name not in targets:
+                raise problem(f"unknown target {name!r}", "remediation", "policies", p_i,
+                              "targets", t_i)
+        covered = [targets[n] for n in (policy.targets or tuple(targets))]
+        for s_i, step in enumerate(policy.steps):
+            where = ("remediation", "policies", p_i, "steps", s_i, step.kind)
+            if step.kind == "tpu_node_restart" and any(t.tpu is None for t in covered):
+                raise problem("every target of the policy needs a tpu: section", *where)
+            own = getattr(step.params, "xla_cache_path", getattr(step.params, "source", ""))
+            if step.kind in ("systemd_restart", "xla_cache_backup") and own is None \
+                    and any(t.xla_cache_path is None for t in covered):
+                raise problem("set xla_cache_path here or on every target of the policy", *where)

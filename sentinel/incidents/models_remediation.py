@@ -1,0 +1,72 @@
+"""Remediation state: every attempt (intent first, outcome after) and each target's guard state.
+
+Kept in the database so a restart of Sentinel resets no cooldown, budget,
+backoff or breaker. `remediation_attempts` rows are written as `running`
+before the side effect and finished with the outcome after it; the fleet-wide
+concurrency limit counts `running` rows, so two daemons on one PostgreSQL see
+each other's actions.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Boolean, CheckConstraint, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from sentinel.incidents.models import Base
+
+
+class AttemptStatus(enum.StrEnum):
+    """An attempt runs, then succeeded (acted and verified) or failed."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class RemediationAttempt(Base):
+    """One action taken against a target for an incident."""
+
+    __tablename__ = "remediation_attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"))
+    target: Mapped[str] = mapped_column(String)
+    policy: Mapped[str] = mapped_column(String)
+    step: Mapped[int] = mapped_column(Integer)
+    action: Mapped[str] = mapped_column(String(32))
+    manual: Mapped[bool] = mapped_column(Boolean)
+    status: Mapped[str] = mapped_column(String(16))
+    requested_at: Mapped[datetime]
+    acted_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    recovery_ms: Mapped[int | None] = mapped_column(Integer)
+    detail: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any] | None]
+
+    __table_args__ = (
+        CheckConstraint(f"status IN ({', '.join(repr(s.value) for s in AttemptStatus)})",
+                        name="status"),
+        CheckConstraint("(status = 'running') = (finished_at IS NULL)",
+                        name="finished_at_matches_status"),
+        Index("ix_remediation_attempts_target_requested_at", "target", "requested_at"),
+        Index("ix_remediation_attempts_incident_id", "incident_id"),
+        Index("ix_remediation_attempts_status", "status"),
+    )
+
+
+class RemediationTarget(Base):
+    """A target's guard state: failures in a row, last attempt/failure/success, the breaker."""
+
+    __tablename__ = "remediation_targets"
+
+    target: Mapped[str] = mapped_column(String, primary_key=True)
+    consecutive_failures: Mapped[int] = mapped_column(Integer)
+    last_attempt_at: Mapped[datetime | None]
+    last_failure_at: Mapped[datetime | None]
+    last_success_at: Mapped[datetime | None]
+    breaker_opened_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime]

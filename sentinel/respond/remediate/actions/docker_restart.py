@@ -1,0 +1,129 @@
+"""docker_restart: stop a container, wait until its old process let go of the chip, start it.
+
+On TPU the new process fails while the old one still holds the chip
+(`/dev/vfio/0: Device or resource busy`, `The TPU is already in use by
+process with pid N`), so this is stop → wait for the container's process to
+be gone (within `exit_deadline`) → start, not one POST /restart. Before
+anything, the container's environment must set VLLM_XLA_CACHE_PATH and that
+directory (seen on the host through the container's mounts) must hold files:
+else the restart is cold (20+ minutes of compilation) and is refused unless
+the policy allows it, or a durable copy (`restore_from`) is restored first.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sentinel.config_remediation import DockerRestartConfig
+from sentinel.respond.remediate.base import (
+    ActionContext,
+    Check,
+    Outcome,
+    TemplateError,
+    render,
+)
+from sentinel.respond.remediate.cachecopy import copy_tree
+from sentinel.respond.remediate.docker_api import ContainerInfo, DockerClient, DockerError
+from sentinel.respond.remediate.guards import Reason
+from sentinel.respond.remediate.warm import warm_check
+
+CACHE_ENV = "VLLM_XLA_CACHE_PATH"
+POLL_S = 0.05
+
+
+class DockerRestart:
+    """The docker_restart action."""
+
+    kind = "docker_restart"
+
+    def check(self, ctx: ActionContext) -> Check:
+        """Inspect the container and its cache; no side effect."""
+        p: DockerRestartConfig = ctx.params
+        try:
+            name = render(p.container, ctx.labels)
+            with DockerClient(p.socket, timeout_s=min(10.0, ctx.timeout_s)) as docker:
+                info = docker.inspect(name)
+        except (TemplateError, DockerError) as exc:
+            return Check.refuse(Reason.PRECONDITION, str(exc))
+        return self._check_cache(ctx, name, info)
+
+    def _check_cache(self, ctx: ActionContext, name: str, info: ContainerInfo) -> Check:
+        p: DockerRestartConfig = ctx.params
+        what = f"restart container {name} (pid {info.pid or '-'}, {info.status})"
+        cache = info.env.get(CACHE_ENV)
+        if not cache:
+            if ctx.allow_cold:
+                return Check(True, f"{what} (COLD: {CACHE_ENV} is not set)",
+                             data={"container": name, "warm": False})
+            return Check.refuse(Reason.COLD_CACHE, f"container {name} does not set {CACHE_ENV}: "
+                                "every restart recompiles for 20+ minutes", container=name)
+        host_path = info.host_path(cache)
+        check = warm_check(host_path, allow_cold=False, what=what)
+        if not check.ok and p.restore_from and warm_check(p.restore_from, False, "").ok:
+            return Check(True, f"{what} after restoring the XLA cache from {p.restore_from}",
+                         data={**check.data, "container": name, "restore_from": p.restore_from})
+        if not check.ok and ctx.allow_cold:
+            check = warm_check(host_path, allow_cold=True, what=what)
+        return Check(check.ok, check.summary, check.reason, {**check.data, "container": name})
+
+    def run(self, ctx: ActionContext) -> Outcome:
+        """Check again, restore the cache if planned, stop, wait for the old process, start."""
+        p: DockerRestartConfig = ctx.params
+        deadline = ctx.deadline()
+        check = self.check(ctx)
+        if not check.ok:
+            return Outcome(False, check.summary, check.data)
+        name = check.data["container"]
+        data = dict(check.data)
+        if "restore_from" in data:
+            copied = copy_tree(p.restore_from or "", data["xla_cache_path"])
+            data["restored_files"] = copied
+        try:
+            with DockerClient(p.socket, timeout_s=min(10.0, ctx.timeout_s)) as docker:
+                old = docker.inspect(name)
+                docker.stop(name, p.stop_timeout_ms // 1000)
+                until = min(deadline, time.monotonic() + p.exit_deadline_ms / 1000)
+                waited = self._wait_exit(docker, name, until)
+                data.update(old_pid=old.pid, exit_wait_s=round(waited, 3))
+                if waited < 0:
+                    return Outcome(False, f"old process (pid {old.pid}) of {name} did not exit "
+                                   "before the exit deadline; not started", data)
+                new, starts = self._start_until_settled(docker, name, p.settle_ms / 1000, until)
+                data["starts"] = starts
+        except DockerError as exc:
+            return Outcome(False, str(exc), data)
+        data["new_pid"] = new.pid
+        if not new.running:
+            return Outcome(False, f"{name} kept dying after start ({new.error or new.status}); "
+                           f"{starts} starts before the exit deadline", data)
+        return Outcome(True, f"restarted {name} (pid {old.pid} → {new.pid})", data)
+
+    @staticmethod
+    def _start_until_settled(docker: DockerClient, name: str, settle_s: float,
+                             until: float) -> tuple[ContainerInfo, int]:
+        """Start; while the new process dies within `settle_s` (the chip still held by the
+        old one: "The TPU is already in use"), start again until `until`."""
+        starts = 0
+        while True:
+            docker.start(name)
+            starts += 1
+            settled = time.monotonic() + settle_s
+            info = docker.inspect(name)
+            while info.running and time.monotonic() < settled:
+                time.sleep(POLL_S)
+                info = docker.inspect(name)
+            if info.running or time.monotonic() >= until:
+                return info, starts
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def _wait_exit(docker: DockerClient, name: str, until: float) -> float:
+        """Seconds until the container reports no process; -1 if `until` came first."""
+        start = time.monotonic()
+        while True:
+            info = docker.inspect(name)
+            if not info.running and info.pid == 0:
+                return time.monotonic() - start
+            if time.monotonic() >= until:
+                return -1.0
+            time.sleep(POLL_S)

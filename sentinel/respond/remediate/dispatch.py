@@ -1,0 +1,124 @@
+"""Off the evaluation thread: match firing alerts to policies, then decide and act in workers.
+
+`offer` runs on the rule-evaluation thread and only matches labels against
+the policies (microseconds) and queues what matched. One dispatcher thread
+looks up the open incident, decides and claims, one at a time (claims must
+be serial for the concurrency limit to hold); claimed attempts run in a
+pool of `max_concurrent` workers, so a slow restart never blocks the next
+evaluation or the next target's decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from sqlalchemy import select
+
+from sentinel.config_remediation import RemediationConfig
+from sentinel.incidents.models import Incident, IncidentStatus
+from sentinel.incidents.tracker import group_key
+from sentinel.model import Alert, AlertState
+from sentinel.respond.remediate import state
+from sentinel.respond.remediate.engine import Candidate, Engine, Prepared
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+def match(config: RemediationConfig, alerts: Sequence[Alert]) -> list[tuple[Alert, int]]:
+    """(alert, policy index) for every firing alert a policy covers."""
+    out = []
+    for alert in alerts:
+        if alert.state is not AlertState.FIRING:
+            continue
+        labels = dict(alert.labels)
+        target = group_key(alert).target
+        for i, policy in enumerate(config.policies):
+            if policy.applies_to(alert.name, labels, target):
+                out.append((alert, i))
+    return out
+
+
+class Remediator:
+    """Queues matched alerts and runs the engine for them in the background."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._pending: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=engine.config.max_concurrent,
+                                        thread_name_prefix="sentinel-remediate")
+        self._thread = threading.Thread(target=self._dispatch, name="sentinel-remediate-dispatch",
+                                        daemon=True)
+
+    def start(self, stale_after_ms: int | None = None) -> Remediator:
+        """Fail attempts a previous run left running, then start the dispatcher."""
+        longest = max((s.timeout_ms + s.verify_deadline_ms for p in self.engine.config.policies
+                       for s in p.steps), default=0)
+        n = state.abandon_stale(self.engine.db, self.engine.now_ms(),
+                                stale_after_ms if stale_after_ms is not None else longest + 60_000)
+        if n:
+            log.warning("%d remediation attempts were left running by a previous run", n)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop taking work; running actions finish in the background (within their timeouts)."""
+        self._queue.put(_STOP)
+        self._thread.join(timeout_s)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def offer(self, alerts: Sequence[Alert], now_ms: int) -> int:
+        """Queue the firing alerts a policy covers; returns how many were queued."""
+        queued = 0
+        for alert, policy in match(self.engine.config, alerts):
+            key = (group_key(alert).text, policy)
+            with self._lock:
+                if key in self._pending:
+                    continue
+                self._pending.add(key)
+            self._queue.put((alert, policy, key))
+            queued += 1
+        return queued
+
+    def _dispatch(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            assert isinstance(item, tuple)
+            alert: Alert = item[0]
+            policy: int = item[1]
+            key: tuple[str, int] = item[2]
+            try:
+                self._one(alert, policy)
+            except Exception:
+                log.exception("remediation of %s failed", key[0])
+            finally:
+                with self._lock:
+                    self._pending.discard(key)
+
+    def _one(self, alert: Alert, policy_index: int) -> None:
+        key = group_key(alert)
+        with self.engine.db.session() as s:
+            incident_id = s.scalar(select(Incident.id).where(
+                Incident.group_key == key.text, Incident.status == IncidentStatus.OPEN.value))
+        if incident_id is None:
+            return  # resolved meanwhile
+        candidate = Candidate(incident_id, alert.name, key.target, dict(alert.labels),
+                              self.engine.config.policies[policy_index], alert.active_at_ms)
+        prepared = self.engine.prepare(candidate)
+        if isinstance(prepared, Prepared):
+            self._pool.submit(self._run, prepared)
+
+    def _run(self, prepared: Prepared) -> None:
+        try:
+            self.engine.execute(prepared)
+        except Exception:
+            log.exception("remediation attempt %d failed", prepared.attempt_id)

@@ -1,0 +1,249 @@
+"""One remediation, start to end: decide → check → write intent → act → outcome → verify.
+
+`prepare` runs the pure guards over the persisted state, the action's
+read-only check, and the claim that writes the intent (a `running`
+attempt) before any side effect; `execute` acts, records the outcome,
+verifies recovery and finishes the attempt, updating the target's guard
+state (failures, backoff, breaker). Every step is an ACTION event on the
+incident timeline; refusals that need a human page on-call through a
+`Pager`. A refusal is written when its reason changes, not once per
+evaluation, so a long incident does not drown its timeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from sentinel.config_remediation import PolicyConfig, RemediationConfig
+from sentinel.incidents.db import Database
+from sentinel.respond.remediate import state
+from sentinel.respond.remediate.actions import ACTIONS
+from sentinel.respond.remediate.base import Action, ActionContext, TargetInfo
+from sentinel.respond.remediate.guards import Decision, Limits, Reason, Request, decide
+from sentinel.respond.remediate.metrics import RemediationMetrics
+from sentinel.respond.remediate.verify import Verification, verify
+
+log = logging.getLogger(__name__)
+
+REFUSED = "SentinelRemediationRefused"
+GAVE_UP = "SentinelRemediationGaveUp"
+MANUAL_ATTEMPTS = 1_000_000  # a person asked: the step's own attempt count does not apply
+
+
+class Pager(Protocol):
+    """Calls a human: the daemon sends a synthetic alert through the receivers."""
+
+    def page(self, incident_id: int, title: str, reason: str, labels: Mapping[str, str]) -> None:
+        """Page on-call about an incident, with the reason."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A firing alert with an open incident that a policy covers."""
+
+    incident_id: int
+    alertname: str
+    target: str
+    labels: Mapping[str, str]
+    policy: PolicyConfig
+    active_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A claimed attempt, ready to run."""
+
+    candidate: Candidate
+    decision: Decision
+    attempt_id: int
+    ctx: ActionContext
+    action: Action
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What came of one request: the decision, and the attempt's outcome when one ran."""
+
+    decision: Decision
+    ok: bool | None = None
+    detail: str = ""
+    attempt_id: int | None = None
+
+
+class Engine:
+    """Runs remediations for candidates under one `RemediationConfig`."""
+
+    def __init__(self, config: RemediationConfig, targets: Mapping[str, TargetInfo],
+                 db: Database, pager: Pager, metrics: RemediationMetrics | None = None,
+                 clock: Callable[[], float] = time.time,
+                 verifier: Callable[[str, float], Verification] = verify,
+                 actions: Mapping[str, Action] = ACTIONS) -> None:
+        self.config = config
+        self.targets = targets
+        self.db = db
+        self.pager = pager
+        self.metrics = metrics
+        self.clock = clock
+        self.verifier = verifier
+        self.actions = actions
+        self.limits = Limits(config.dry_run, config.max_concurrent, config.max_concurrent_percent,
+                             config.breaker_failures, config.backoff, config.silences)
+        self._last: dict[tuple[int, str], str] = {}  # (incident, policy) → last reason written
+        self._lock = threading.Lock()
+
+    def now_ms(self) -> int:
+        """The engine's clock in milliseconds."""
+        return int(self.clock() * 1000)
+
+    def request(self, c: Candidate, *, force_dry_run: bool = False,
+                step: int | None = None, manual: bool = False) -> Request:
+        """The guard request for a candidate; `step` pins one step (a manual run)."""
+        p = c.policy
+        attempts = tuple(s.attempts for s in p.steps) if step is None else tuple(
+            MANUAL_ATTEMPTS if i == step else 0 for i in range(len(p.steps)))
+        return Request(labels=c.labels, step_attempts=attempts, cooldown_ms=p.cooldown_ms,
+                       max_per_hour=p.max_per_hour, policy_dry_run=p.dry_run, limits=self.limits,
+                       force_dry_run=force_dry_run, manual=manual,
+                       after_failure=tuple(s.kind == "tpu_node_restart" for s in p.steps))
+
+    # -- decide, check, claim ------------------------------------------------
+
+    def prepare(self, c: Candidate, *, manual: bool = False, force_dry_run: bool = False,
+                step: int | None = None) -> Prepared | Result:
+        """Guards, the action's check and the claim; a Result when nothing is to run."""
+        req = self.request(c, force_dry_run=force_dry_run, step=step, manual=manual)
+        claim = state.Claim(c.incident_id, c.target, c.policy.name, len(self.targets))
+
+        def guards(t: state.TargetState, f: state.FleetState, e: state.Episode) -> Decision:
+            return decide(req, t, f, e, self.now_ms())
+
+        decision = state.peek(self.db, claim, guards, self.now_ms())
+        if not decision.allowed and decision.reason is not Reason.DRY_RUN:
+            self._refused(c, decision, manual)
+            return Result(decision)
+        spec = c.policy.steps[decision.step]
+        action = self.actions[spec.kind]
+        ctx = ActionContext(self._target(c.target), c.labels, spec.params,
+                            spec.timeout_ms / 1000, c.policy.allow_cold)
+        check = action.check(ctx)
+        if not check.ok:
+            assert check.reason is not None
+            refused = Decision(False, check.reason, decision.step, check.summary)
+            self._refused(c, refused, manual, spec.kind, check.data)
+            return Result(refused)
+        if decision.reason is Reason.DRY_RUN:
+            self._note(c, decision, f"dry run: would {check.summary}", manual,
+                       {"action": spec.kind, "plan": check.summary, **check.data})
+            return Result(decision, detail=check.summary)
+        decision, attempt_id = state.claim(self.db, claim, guards, self.now_ms(), spec.kind,
+                                           manual, {"plan": check.summary, **check.data})
+        if attempt_id is None:  # another worker took the slot between peek and claim
+            self._refused(c, decision, manual)
+            return Result(decision)
+        self._count_decision(c, decision)
+        with self._lock:
+            self._last[(c.incident_id, c.policy.name)] = Reason.ALLOWED
+        return Prepared(c, decision, attempt_id, ctx, action)
+
+    # -- act, verify, finish -----------------------------------------------------
+
+    def execute(self, p: Prepared) -> Result:
+        """Run the claimed action, record the outcome, verify, finish the attempt."""
+        c, spec = p.candidate, p.candidate.policy.steps[p.decision.step]
+        if self.metrics:
+            self.metrics.in_flight.inc()
+        try:
+            ok, detail, recovery_ms, data = self._act_and_verify(p, spec.verify,
+                                                                 spec.verify_deadline_ms / 1000)
+        except Exception as exc:  # an action bug must still close its attempt
+            log.exception("remediation attempt %d raised", p.attempt_id)
+            ok, detail, recovery_ms, data = False, f"action raised {type(exc).__name__}", None, {}
+        finally:
+            if self.metrics:
+                self.metrics.in_flight.dec()
+        before, after = state.finish(self.db, p.attempt_id, ok, detail, self.now_ms(),
+                                     self.limits, recovery_ms, data)
+        if self.metrics:
+            self.metrics.actions.labels(spec.kind, "success" if ok else "failure").inc()
+        if after.breaker_opened_ms is not None and before.breaker_opened_ms is None:
+            reason = (f"breaker open on {c.target} after {after.consecutive_failures} failed "
+                      f"attempts in a row; no more automatic actions: {detail}")
+            state.record(self.db, c.incident_id, self.now_ms(), reason,
+                         {"phase": "breaker", "target": c.target,
+                          "failures": after.consecutive_failures})
+            with self._lock:  # the refusals that follow need not page again
+                self._last[(c.incident_id, c.policy.name)] = Reason.BREAKER_OPEN
+            self._page(c, GAVE_UP, Reason.BREAKER_OPEN, reason)
+        return Result(p.decision, ok, detail, p.attempt_id)
+
+    def _act_and_verify(self, p: Prepared, check_recovery: bool, deadline_s: float
+                        ) -> tuple[bool, str, int | None, dict[str, object]]:
+        c = p.candidate
+        outcome = p.action.run(p.ctx)
+        state.mark_acted(self.db, p.attempt_id, self.now_ms())
+        state.record(self.db, c.incident_id, self.now_ms(),
+                     f"outcome: {'ok' if outcome.ok else 'FAILED'}: {outcome.detail}",
+                     {"phase": "outcome", "attempt": p.attempt_id, "ok": outcome.ok,
+                      "action": p.action.kind, **outcome.data})
+        if not outcome.ok or not check_recovery:
+            return outcome.ok, outcome.detail, None, outcome.data
+        v = self.verifier(p.ctx.target.url, deadline_s)
+        # Clamped: an alert's active time from another clock must not make it negative.
+        recovery_ms = min(max(0, self.now_ms() - c.active_at_ms), 2**31 - 1) if v.ok else None
+        message = (f"verified: healthy after {v.healthy_after_s}s, serving after "
+                   f"{v.served_after_s}s; time to recovery {(recovery_ms or 0) / 1000:.1f}s"
+                   if v.ok else f"verification FAILED: {v.detail}")
+        state.record(self.db, c.incident_id, self.now_ms(), message, {
+            "phase": "verify", "attempt": p.attempt_id, "ok": v.ok, "detail": v.detail,
+            "healthy_after_s": v.healthy_after_s, "served_after_s": v.served_after_s,
+            "recovery_ms": recovery_ms})
+        data = {**outcome.data, "verify": v.detail, "served_after_s": v.served_after_s}
+        return v.ok, outcome.detail if v.ok else v.detail, recovery_ms, data
+
+    # -- audit ---------------------------------------------------------------------
+
+    def _refused(self, c: Candidate, d: Decision, manual: bool, action: str | None = None,
+                 data: Mapping[str, object] | None = None) -> None:
+        if d.reason in (Reason.DONE, Reason.IN_PROGRESS) and not manual:
+            return  # the attempt that runs or ran is on the timeline already
+        kind = action or c.policy.steps[min(d.step, len(c.policy.steps) - 1)].kind
+        if self._note(c, d, f"refused {kind} on {c.target}: {d.reason}: {d.detail}", manual,
+                      {"action": kind, **(data or {})}) and d.pages:
+            title = GAVE_UP if d.reason in (Reason.GAVE_UP, Reason.BREAKER_OPEN) else REFUSED
+            self._page(c, title, d.reason, f"{kind} on {c.target} refused: {d.detail}")
+
+    def _note(self, c: Candidate, d: Decision, message: str, manual: bool,
+              data: dict[str, object]) -> bool:
+        """Write the decision if its reason changed (always for a manual run)."""
+        key = (c.incident_id, c.policy.name)
+        with self._lock:
+            if not manual and self._last.get(key) == d.reason:
+                return False
+            self._last[key] = d.reason
+        self._count_decision(c, d)
+        state.record(self.db, c.incident_id, self.now_ms(), message, {
+            "phase": "decision", "allowed": d.allowed, "reason": str(d.reason),
+            "detail": d.detail, "policy": c.policy.name, "target": c.target,
+            "step": d.step, "manual": manual, **data})
+        return True
+
+    def _count_decision(self, c: Candidate, d: Decision) -> None:
+        if self.metrics:
+            self.metrics.decisions.labels(c.policy.name, str(d.reason)).inc()
+
+    def _page(self, c: Candidate, title: str, reason: Reason, detail: str) -> None:
+        try:
+            self.pager.page(c.incident_id, title, detail, {
+                "target": c.target, "policy": c.policy.name, "reason": str(reason),
+                "alert": c.alertname})
+        except Exception:  # paging must never stop remediation bookkeeping
+            log.exception("paging on-call for incident %d failed", c.incident_id)
+
+    def _target(self, name: str) -> TargetInfo:
+        return self.targets.get(name) or TargetInfo(name=name, url="")

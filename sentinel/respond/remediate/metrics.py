@@ -1,0 +1,21 @@
+"""Remediation's own metrics: decisions by reason, actions by outcome, actions in flight."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class RemediationMetrics:
+    """Registered on the daemon's registry (SelfMetrics.registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.decisions = Counter(
+            "sentinel_remediation_decisions_total",
+            "Remediation decisions by policy and reason (allowed, cooldown, dry_run, ...).",
+            ["policy", "reason"], registry=registry)
+        self.actions = Counter(
+            "sentinel_remediation_actions_total", "Actions taken, by action and outcome.",
+            ["action", "outcome"], registry=registry)
+        self.in_flight = Gauge(
+            "sentinel_remediation_in_flight", "Actions running now (this daemon).",
+            registry=registry)

@@ -1,0 +1,221 @@
+"""Guard state and attempts in the database: load, claim (intent first), finish, audit.
+
+`claim` runs the pure guards and, when they allow it, writes the `running`
+attempt in the same transaction, so the concurrency limit and budgets hold
+even with several workers (or two daemons on one PostgreSQL: there an
+advisory lock serialises claims; SQLite's BEGIN IMMEDIATE already does).
+Every decision and step lands on the incident timeline as an ACTION event
+with a `data` dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from sentinel.incidents.convert import ms_to_dt, opt_dt_to_ms, opt_ms_to_dt
+from sentinel.incidents.db import Database
+from sentinel.incidents.models import TimelineEvent, TimelineKind
+from sentinel.incidents.models_remediation import (
+    AttemptStatus,
+    RemediationAttempt,
+    RemediationTarget,
+)
+from sentinel.respond.remediate.guards import (
+    HOUR_MS,
+    Decision,
+    Episode,
+    FleetState,
+    Limits,
+    TargetState,
+    after_outcome,
+)
+
+_CLAIM_LOCK = 0x52454D44  # any constant; serialises claims on PostgreSQL
+
+Decide = Callable[[TargetState, FleetState, Episode], Decision]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Who asks: incident, target, policy, and how many targets the fleet has."""
+
+    incident_id: int
+    target: str
+    policy: str
+    fleet_size: int
+
+
+def add_event(s: Session, incident_id: int, now_ms: int, message: str,
+              data: dict[str, Any]) -> None:
+    """One ACTION event on the incident's timeline."""
+    s.add(TimelineEvent(incident_id=incident_id, at=ms_to_dt(now_ms), kind=TimelineKind.ACTION,
+                        message=message, data=data))
+
+
+def record(db: Database, incident_id: int, now_ms: int, message: str,
+           data: dict[str, Any]) -> None:
+    """`add_event` in a transaction of its own."""
+    with db.session() as s:
+        add_event(s, incident_id, now_ms, message, data)
+
+
+def load(s: Session, c: Claim, now_ms: int) -> tuple[TargetState, FleetState, Episode]:
+    """The guard inputs for one claim, read in the caller's transaction."""
+    row = s.get(RemediationTarget, c.target)
+    running = AttemptStatus.RUNNING.value
+    in_flight_targets = s.scalars(select(RemediationAttempt.target).where(
+        RemediationAttempt.status == running).distinct()).all()
+    hour = s.scalar(select(func.count()).select_from(RemediationAttempt).where(
+        RemediationAttempt.target == c.target,
+        RemediationAttempt.requested_at > ms_to_dt(now_ms - HOUR_MS))) or 0
+    target = TargetState(
+        consecutive_failures=row.consecutive_failures if row else 0,
+        last_attempt_ms=opt_dt_to_ms(row.last_attempt_at) if row else None,
+        last_failure_ms=opt_dt_to_ms(row.last_failure_at) if row else None,
+        last_success_ms=opt_dt_to_ms(row.last_success_at) if row else None,
+        breaker_opened_ms=opt_dt_to_ms(row.breaker_opened_at) if row else None,
+        attempts_last_hour=int(hour), in_flight=c.target in in_flight_targets)
+    fleet = FleetState(in_flight=len(in_flight_targets), size=c.fleet_size)
+    return target, fleet, _episode(s, c)
+
+
+def _episode(s: Session, c: Claim) -> Episode:
+    rows = s.execute(select(RemediationAttempt.step, RemediationAttempt.status).where(
+        RemediationAttempt.incident_id == c.incident_id,
+        RemediationAttempt.policy == c.policy)).all()
+    failed: dict[int, int] = {}
+    for step, status in rows:
+        if status == AttemptStatus.FAILED:
+            failed[step] = failed.get(step, 0) + 1
+    width = max(failed, default=-1) + 1
+    return Episode(tuple(failed.get(i, 0) for i in range(width)),
+                   any(status == AttemptStatus.SUCCEEDED for _, status in rows))
+
+
+def peek(db: Database, c: Claim, decide: Decide, now_ms: int) -> Decision:
+    """The guards' decision now, writing nothing."""
+    with db.session() as s:
+        return decide(*load(s, c, now_ms))
+
+
+def claim(db: Database, c: Claim, decide: Decide, now_ms: int, action: str,
+          manual: bool, data: dict[str, Any]) -> tuple[Decision, int | None]:
+    """Decide again and, when allowed, write the intent (a running attempt) in one transaction."""
+    with db.session() as s:
+        if db.dialect == "postgresql":
+            s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _CLAIM_LOCK})
+        decision = decide(*load(s, c, now_ms))
+        if not decision.allowed:
+            return decision, None
+        now = ms_to_dt(now_ms)
+        attempt = RemediationAttempt(
+            incident_id=c.incident_id, target=c.target, policy=c.policy, step=decision.step,
+            action=action, manual=manual, status=AttemptStatus.RUNNING, requested_at=now,
+            detail="", data=data)
+        s.add(attempt)
+        row = _target_row(s, c.target, now)
+        row.last_attempt_at = now
+        s.flush()
+        add_event(s, c.incident_id, now_ms, f"intent: {action} on {c.target} "
+                  f"(policy {c.policy}, step {decision.step + 1}, attempt #{attempt.id})",
+                  {"phase": "intent", "allowed": True, "reason": str(decision.reason),
+                   "attempt": attempt.id, "action": action,
+                   "target": c.target, "policy": c.policy, "step": decision.step,
+                   "manual": manual, **data})
+        return decision, attempt.id
+
+
+def mark_acted(db: Database, attempt_id: int, now_ms: int) -> None:
+    """The side effect returned (before verification)."""
+    with db.session() as s:
+        attempt = s.get(RemediationAttempt, attempt_id)
+        if attempt is not None:
+            attempt.acted_at = ms_to_dt(now_ms)
+
+
+def finish(db: Database, attempt_id: int, ok: bool, detail: str, now_ms: int, limits: Limits,
+           recovery_ms: int | None = None, data: dict[str, Any] | None = None
+           ) -> tuple[TargetState, TargetState]:
+    """Close the attempt and update the target's guard state; (before, after)."""
+    now = ms_to_dt(now_ms)
+    with db.session() as s:
+        attempt = s.get(RemediationAttempt, attempt_id)
+        assert attempt is not None, f"attempt {attempt_id} vanished"
+        attempt.status = AttemptStatus.SUCCEEDED if ok else AttemptStatus.FAILED
+        attempt.finished_at = now
+        attempt.detail = detail[:2000]
+        attempt.recovery_ms = recovery_ms
+        attempt.data = {**(attempt.data or {}), **(data or {})}
+        row = _target_row(s, attempt.target, now)
+        before = _state_of(row)
+        after = after_outcome(before, ok, now_ms, limits)
+        row.consecutive_failures = after.consecutive_failures
+        row.last_failure_at = opt_ms_to_dt(after.last_failure_ms)
+        row.last_success_at = opt_ms_to_dt(after.last_success_ms)
+        row.breaker_opened_at = opt_ms_to_dt(after.breaker_opened_ms)
+        row.updated_at = now
+        return before, after
+
+
+def reset_target(db: Database, target: str, now_ms: int) -> None:
+    """Close the breaker and forget failures (an operator decided)."""
+    with db.session() as s:
+        row = _target_row(s, target, ms_to_dt(now_ms))
+        row.consecutive_failures = 0
+        row.breaker_opened_at = None
+        row.last_failure_at = None
+
+
+def abandon_stale(db: Database, now_ms: int, older_than_ms: int) -> int:
+    """Fail running attempts older than any action could take (their daemon died mid-way)."""
+    cutoff = ms_to_dt(now_ms - older_than_ms)
+    with db.session() as s:
+        rows = s.scalars(select(RemediationAttempt).where(
+            RemediationAttempt.status == AttemptStatus.RUNNING.value,
+            RemediationAttempt.requested_at < cutoff)).all()
+        for r in rows:
+            r.status, r.finished_at = AttemptStatus.FAILED, ms_to_dt(now_ms)
+            r.detail = "abandoned: Sentinel stopped before the outcome was known"
+            add_event(s, r.incident_id, now_ms, f"attempt #{r.id} abandoned: {r.detail}",
+                      {"phase": "outcome", "attempt": r.id, "ok": False, "abandoned": True})
+        return len(rows)
+
+
+def target_state(db: Database, target: str) -> TargetState:
+    """The persisted guard state of one target (zeroes when it has none)."""
+    with db.session() as s:
+        row = s.get(RemediationTarget, target)
+        return _state_of(row) if row is not None else TargetState()
+
+
+def attempts(db: Database, incident_id: int | None = None) -> list[RemediationAttempt]:
+    """Attempts, oldest first; of one incident when given."""
+    query = select(RemediationAttempt).order_by(RemediationAttempt.id)
+    if incident_id is not None:
+        query = query.where(RemediationAttempt.incident_id == incident_id)
+    with db.session() as s:
+        return list(s.scalars(query).all())
+
+
+def _state_of(row: RemediationTarget) -> TargetState:
+    return TargetState(
+        consecutive_failures=row.consecutive_failures,
+        last_attempt_ms=opt_dt_to_ms(row.last_attempt_at),
+        last_failure_ms=opt_dt_to_ms(row.last_failure_at),
+        last_success_ms=opt_dt_to_ms(row.last_success_at),
+        breaker_opened_ms=opt_dt_to_ms(row.breaker_opened_at))
+
+
+def _target_row(s: Session, target: str, now: datetime) -> RemediationTarget:
+    row = s.get(RemediationTarget, target)
+    if row is None:
+        row = RemediationTarget(target=target, consecutive_failures=0, updated_at=now)
+        s.add(row)
+    row.updated_at = now
+    return row

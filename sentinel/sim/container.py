@@ -1,0 +1,190 @@
+"""The simulated server as a container: stop, start, crash, and a warm or cold comeback.
+
+What `sentinel sim --docker-socket` exposes through its Docker-API subset:
+
+- stop: the process takes `stop_s` to exit (the POST returns then, as Docker's
+  does), but the TPU chip stays held for `release_s` more (driver teardown);
+- start during that window: the new process dies at once with "The TPU is
+  already in use by process with pid N" (ExitCode 1), as on a real TPU VM;
+- start otherwise: the server is "loading" (no answer) for `warm_start_s` when
+  the XLA cache directory holds files, else `cold_start_s` (and the cold start
+  fills the cache, as compilation would);
+- crash: write an HBM OOM traceback to the log file and stop answering
+  (`down`, the process exited) or answer /health with 503 (`unhealthy`).
+
+Every request and transition is kept in `events` with its wall-clock time,
+so tests can measure e.g. crash line → restart request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sentinel.sim import crashlog
+
+_pids = itertools.count(4100)
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """How the simulated container behaves."""
+
+    name: str = "vllm"
+    xla_cache: str | None = None
+    log_file: str | None = None
+    stop_s: float = 0.05
+    release_s: float = 0.3
+    warm_start_s: float = 0.3
+    cold_start_s: float = 20.0
+
+
+def _iso(t: float | None) -> str:
+    if t is None:
+        return "0001-01-01T00:00:00Z"
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+class SimContainer:
+    """Lifecycle of the simulated server process, driving the SimServer's state."""
+
+    def __init__(self, sim: Any, spec: ContainerSpec) -> None:
+        self.sim = sim
+        self.spec = spec
+        self.events: list[tuple[float, str]] = []
+        self._lock = threading.Lock()
+        self.pid = next(_pids)
+        self.running = True
+        self.exit_code = 0
+        self.error = ""
+        self.started_at: float | None = time.time()
+        self.finished_at: float | None = None
+        self._chip_holder: tuple[int, float] | None = None  # (pid, until)
+        self._generation = 0
+
+    def event(self, what: str) -> None:
+        """Record something that happened, with the wall-clock time."""
+        with self._lock:
+            self.events.append((time.time(), what))
+
+    def times(self, prefix: str) -> list[float]:
+        """Times of the events starting with `prefix`."""
+        with self._lock:
+            return [t for t, what in self.events if what.startswith(prefix)]
+
+    # -- Docker API shapes -------------------------------------------------------
+
+    def inspect(self) -> dict[str, Any]:
+        """`GET /containers/{id}/json`, the fields Docker documents (a subset)."""
+        with self._lock:
+            status = "running" if self.running else "exited"
+            env = ["PATH=/usr/local/bin:/usr/bin:/bin"]
+            mounts = []
+            if self.spec.xla_cache:
+                env.append(f"VLLM_XLA_CACHE_PATH={self.spec.xla_cache}")
+                mounts.append({"Type": "bind", "Source": self.spec.xla_cache,
+                               "Destination": self.spec.xla_cache, "Mode": "", "RW": True,
+                               "Propagation": "rprivate"})
+            return {
+                "Id": f"{abs(hash(self.spec.name)):064x}"[:64], "Name": f"/{self.spec.name}",
+                "Created": _iso(self.started_at), "Path": "vllm", "Args": ["serve"],
+                "State": {"Status": status, "Running": self.running, "Paused": False,
+                          "Restarting": False, "OOMKilled": False, "Dead": False,
+                          "Pid": self.pid if self.running else 0, "ExitCode": self.exit_code,
+                          "Error": self.error, "StartedAt": _iso(self.started_at),
+                          "FinishedAt": _iso(self.finished_at)},
+                "Config": {"Image": "vllm/vllm-tpu:latest", "Env": env},
+                "Mounts": mounts,
+            }
+
+    def stop(self) -> bool:
+        """Stop the process; False when it was not running (Docker's 304)."""
+        self.event("stop")
+        with self._lock:
+            if not self.running:
+                return False
+            old = self.pid
+        self.sim.set_state(down=True)
+        time.sleep(self.spec.stop_s)
+        with self._lock:
+            self._exit(0, "")
+            self._chip_holder = (old, time.monotonic() + self.spec.release_s)
+        return True
+
+    def start(self) -> bool:
+        """Start the process; False when it was running (Docker's 304)."""
+        self.event("start")
+        with self._lock:
+            if self.running:
+                return False
+            self.pid, self.running, self.exit_code, self.error = next(_pids), True, 0, ""
+            self.started_at, self.finished_at = time.time(), None
+            self._generation += 1
+            generation, holder = self._generation, self._chip_holder
+        if holder is not None and time.monotonic() < holder[1]:
+            self._die_busy(holder[0])
+            return True
+        cache = self.spec.xla_cache
+        warm = bool(cache) and os.path.isdir(cache or "") and any(os.scandir(cache or "."))
+        delay = self.spec.warm_start_s if warm else self.spec.cold_start_s
+        self.event(f"loading {'warm' if warm else 'cold'} {delay}s")
+        timer = threading.Timer(delay, self._serving, args=(generation, warm))
+        timer.daemon = True
+        timer.start()
+        return True
+
+    def restart(self) -> None:
+        """`POST /restart`: stop then start at once (what a naive restart does)."""
+        self.stop()
+        self.start()
+
+    def crash(self, mode: str, log: bool = True) -> None:
+        """Log an HBM OOM, then stop answering (`down`) or answer 503 (`unhealthy`)."""
+        if mode not in ("down", "unhealthy"):
+            raise ValueError(f"crash mode must be down or unhealthy, got {mode!r}")
+        if log:
+            self._log(crashlog.render(crashlog.HBM_OOM, self.pid))
+        self.event(f"crash {mode}")
+        if mode == "down":
+            self.sim.set_state(down=True)
+            with self._lock:
+                self._exit(1, "")
+        else:
+            self.sim.set_state(healthy=False)
+
+    # -- internals ---------------------------------------------------------------
+
+    def _exit(self, code: int, error: str) -> None:
+        self.running, self.exit_code, self.error = False, code, error
+        self.finished_at = time.time()
+
+    def _die_busy(self, holder: int) -> None:
+        with self._lock:
+            pid = self.pid
+            self._exit(1, f"The TPU is already in use by process with pid {holder}")
+        self._log(crashlog.render(crashlog.TPU_BUSY, pid, holder))
+        self.event(f"died: TPU in use by {holder}")
+
+    def _serving(self, generation: int, warm: bool) -> None:
+        with self._lock:
+            if generation != self._generation or not self.running:
+                return
+        if not warm and self.spec.xla_cache:
+            Path(self.spec.xla_cache).mkdir(parents=True, exist_ok=True)
+            (Path(self.spec.xla_cache) / "jit_step_fn-compiled.bin").write_bytes(b"\0" * 1024)
+        self.sim.set_state(down=False, healthy=True)
+        self.event("serving")
+
+    def _log(self, lines: list[str]) -> None:
+        if not self.spec.log_file:
+            return
+        with open(self.spec.log_file, "a", encoding="utf-8") as f:
+            f.write("".join(f"{line}\n" for line in lines))
+            f.flush()
+        self.event("logged")

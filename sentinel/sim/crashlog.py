@@ -1,0 +1,44 @@
+"""Realistic vLLM-on-TPU crash output for the simulator to write to its log file.
+
+The lines follow a real tpu_inference HBM OOM: the engine core's traceback
+ending in `RESOURCE_EXHAUSTED ... Ran out of memory in memory space hbm`,
+then the API server's EngineDeadError and its shutdown, each with vLLM's
+`(Process pid=N) LEVEL MM-DD HH:MM:SS [file:line]` prefix.
+"""
+
+from __future__ import annotations
+
+import time
+
+_ENGINE = "(EngineCore_DP0 pid={pid}) ERROR {ts} [core.py:710]"
+_API = "(APIServer pid=1) ERROR {ts} [async_llm.py:480]"
+
+HBM_OOM = [
+    _ENGINE + " EngineCore encountered a fatal error.",
+    _ENGINE + " Traceback (most recent call last):",
+    _ENGINE + '   File "/workspace/vllm/vllm/v1/engine/core.py", line 701, in run_engine_core',
+    _ENGINE + "     engine_core.run_busy_loop()",
+    _ENGINE + '   File "/workspace/tpu_inference/tpu_inference/runner/tpu_runner.py", line 512, '
+    "in execute_model",
+    _ENGINE + "     return self._execute_model(scheduler_output)",
+    _ENGINE + " jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. "
+    "Ran out of memory in memory space hbm. Used 33.80G of 31.25G hbm. Exceeded hbm capacity "
+    "by 2.55G.",
+    _API + " AsyncLLM output_handler failed.",
+    _API + " vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+    "See stack trace (above) for the root cause.",
+    "(APIServer pid=1) INFO:     Shutting down",
+    "(APIServer pid=1) INFO:     Finished server process [1]",
+]
+
+TPU_BUSY = [
+    "(EngineCore_DP0 pid={pid}) ERROR {ts} [tpu_worker.py:88] RuntimeError: Unable to "
+    "initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid "
+    "{holder}. Not attempting to load libtpu.so in this process.",
+]
+
+
+def render(lines: list[str], pid: int, holder: int = 0, now: float | None = None) -> list[str]:
+    """The template lines with pid and a vLLM-style timestamp filled in."""
+    ts = time.strftime("%m-%d %H:%M:%S", time.localtime(now if now is not None else time.time()))
+    return [line.format(pid=pid, ts=ts, holder=holder) for line in lines]
