@@ -52,3 +52,22 @@ def assert_no_secret_leak(
                 if variant in text:
                     masked = text.replace(variant, "***SECRET***")
                     pytest.fail(f"secret leaked in {where}: {masked[:300]!r}")
+
+
+def database_texts(db: object) -> list[str]:
+    """Every row of every table of a Sentinel database, as text, for `texts=`.
+
+    Covers what the notify stage writes (outbox rows with their last error,
+    timeline events, groups, intents), so a check over it shows that no
+    secret reached the database by any path.
+    """
+    from sqlalchemy import MetaData, select
+
+    engine = db.engine  # type: ignore[attr-defined]
+    meta = MetaData()
+    meta.reflect(engine)
+    out: list[str] = []
+    with engine.connect() as conn:
+        for table in meta.sorted_tables:
+            out += [f"{table.name}: {tuple(row)!r}" for row in conn.execute(select(table))]
+    return out

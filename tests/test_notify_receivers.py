@@ -199,3 +199,44 @@ def test_push_to_real_alertmanager_shows_in_its_api(alertmanager: str) -> None:
     # An invalid alert is refused for good.
     loop_bad = rx.send(_note(NotificationKind.FIRING, replace(firing, labels=())), now)
     assert (loop_bad.ok, loop_bad.retryable, loop_bad.status) == (False, False, 400)
+
+
+def test_no_receiver_secret_reaches_the_database(incident_db, loopback: LoopbackReceiver,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Through the whole outbox path (failures, retries, a permanent 4xx, escalation)."""
+    from notify_helpers import make_stage
+    from secret_check import database_texts
+
+    from sentinel.model import Alert, AlertState, labels_of
+
+    token = "T0KEN-abcdefghijklmnopqrstuvwxyz"
+    receivers: dict[str, Receiver] = {
+        "hook": WebhookReceiver("hook", loopback.url(f"/hooks/{token}?key=q-{token}"),
+                                headers={"Authorization": f"Bearer h-{token}"},
+                                hmac_secret=f"m-{token}"),
+        "chat": SlackReceiver("chat", f"http://127.0.0.1:1/services/T0/B0/{token}"),
+        "pd": PagerDutyReceiver("pd", f"rk-{token}", loopback.url("/v2/enqueue")),
+        "am": AlertmanagerReceiver("am", f"http://user:p-{token}@127.0.0.1:1",
+                                   headers={"X-Api-Key": f"x-{token}"}),
+    }
+    stage = make_stage(incident_db, receivers, fallback="pd")
+    loopback.status = 500
+    firing = Alert(group="g", rule="VLLMDown", labels=labels_of(
+        {"alertname": "VLLMDown", "target": "tpu-a", "severity": "critical"}),
+        annotations=labels_of({"summary": "down"}), state=AlertState.FIRING, value=1.0,
+        active_at_ms=T0, last_eval_ms=T0, fired_at_ms=T0)
+    with caplog.at_level(logging.DEBUG):
+        stage.tracker.process([firing], T0)
+        now = T0
+        for _ in range(5):
+            stage.tick(now)
+            now += 60_000
+        loopback.status = 404  # now a permanent failure: recorded and escalated
+        for _ in range(3):
+            stage.tick(now)
+            now += 60_000
+    assert len(loopback.requests) >= 4
+    texts = database_texts(incident_db)
+    assert any("outbox" in t for t in texts) and any("timeline_events" in t for t in texts)
+    assert_no_secret_leak([token, f"q-{token}", f"h-{token}", f"m-{token}", f"rk-{token}",
+                           f"p-{token}", f"x-{token}"], texts=texts, caplog=caplog)
