@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sentinel",
         description="Sentinel watches vLLM servers: scrapes /metrics, evaluates Prometheus "
-        "alerting rules, records incidents and pages on-call.",
+        "alerting rules, records incidents, asks the self-hosted model for runbooks, "
+        "remediates within guards and pages on-call.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"sentinel {__version__}")
