@@ -52,7 +52,7 @@ def find_migrations_dir() -> Path:
     """Where the Alembic scripts live: $SENTINEL_MIGRATIONS_DIR, else the bundled migrations/.
 
     The bundled folder is found by `sentinel.paths.bundled_dir` ($SENTINEL_HOME,
-    beside the package source, or the working directory).
+    the copy inside an installed wheel, or the checkout).
     """
     env = os.environ.get(MIGRATIONS_ENV)
     if env:
