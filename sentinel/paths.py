@@ -1,4 +1,4 @@
-"""Where Sentinel's bundled folders (rules/, migrations/) are: installed, in a checkout, in an image."""
+"""Where Sentinel's bundled folders (rules/, migrations/) are: installed or in a checkout."""
 
 from __future__ import annotations
 
