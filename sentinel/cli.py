@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -67,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run the daemon until SIGTERM/SIGINT; SIGHUP reloads rules.")
     _config_arg(run)
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    run.add_argument("--listen", metavar="HOST:PORT", default=os.environ.get("SENTINEL_LISTEN"),
+                     help="address for /metrics, /healthz and the API, overriding the config's "
+                     "`listen` (env SENTINEL_LISTEN; the container image sets 0.0.0.0:9465)")
     run.set_defaults(func=_cmd_run)
 
     demo = sub.add_parser("demo", help="scripted incident against the bundled simulator",
@@ -184,6 +188,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sentinel.daemon.run import run_daemon
 
     config = _load_config_or_exit(args.config)
+    if args.listen:
+        from sentinel.configmodel import split_listen
+
+        if split_listen(args.listen) is None:
+            print(f"sentinel: --listen {args.listen!r}: expected host:port, "
+                  "e.g. 0.0.0.0:9465", file=sys.stderr)
+            return 2
+        config = config.model_copy(update={"listen": args.listen})
     return run_daemon(config, args.log_level)
 
 

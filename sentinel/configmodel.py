@@ -175,7 +175,7 @@ class Config(Strict):
     @field_validator("listen")
     @classmethod
     def _check_listen(cls, v: str) -> str:
-        if _split_listen(v) is None:
+        if split_listen(v) is None:
             raise problem("expected host:port, e.g. 127.0.0.1:9465")
         return v
 
@@ -261,7 +261,8 @@ def _database_password(url: str) -> str | None:
         return None
 
 
-def _split_listen(listen: str) -> tuple[str, int] | None:
+def split_listen(listen: str) -> tuple[str, int] | None:
+    """`host:port` as (host, port), or None when it is not one."""
     host, sep, port = str(listen).rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         return None
@@ -290,7 +291,7 @@ def inherit_defaults(data: dict[str, Any]) -> dict[str, Any]:
         timeout = min(timeout, interval)
         data["scrape_timeout"] = format_duration(timeout)
     if "external_url" not in data:
-        hp = _split_listen(data.get("listen", DEFAULT_LISTEN))
+        hp = split_listen(data.get("listen", DEFAULT_LISTEN))
         if hp is not None:
             host = hp[0] if hp[0] not in ("", "0.0.0.0", "::") else socket.gethostname()
             host = f"[{host}]" if ":" in host else host
