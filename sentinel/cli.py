@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     cc = check.add_parser("config", help="validate a config file and the rule files it names",
                           description="Exit 0 when valid; else every problem as FILE:LINE: KEY.")
     cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG, help="config file (sentinel.yaml)")
+    cc.add_argument("--strict", action="store_true",
+                    help="fail when a remediation policy, route or inhibit rule names an alert "
+                    "that no loaded rule defines (a warning otherwise)")
     cc.set_defaults(func=_cmd_check_config)
 
     rules = sub.add_parser("rules", help="check or unit-test rule files").add_subparsers(
@@ -223,7 +226,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 def _cmd_check_config(args: argparse.Namespace) -> int:
     from sentinel.checks import check_config
 
-    return check_config(args.file, sys.stdout, sys.stderr)
+    return check_config(args.file, sys.stdout, sys.stderr, strict=args.strict)
 
 
 def _cmd_rules_check(args: argparse.Namespace) -> int:

@@ -107,7 +107,7 @@ def _build(data: dict[str, Any], source: str, config_dir: Path, environ: Mapping
         return config
     redactor = Redactor(expanded)
     out = [ConfigProblem(source, line if line else (line_of(p) if line_of else None),
-                         _format_path(p), redactor.redact(msg)) for p, line, msg in problems]
+                         format_path(p), redactor.redact(msg)) for p, line, msg in problems]
     out.sort(key=lambda p: p.line or 0)
     raise ConfigError(out)
 
@@ -201,7 +201,8 @@ def _unwrap_optional(ann: Any) -> Any:
     return ann
 
 
-def _format_path(path: YamlPath) -> str:
+def format_path(path: YamlPath) -> str:
+    """`a.b[0].c`, as config errors name a key."""
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))

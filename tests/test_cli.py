@@ -56,11 +56,71 @@ def test_check_config_accepts_the_example_and_hides_its_secrets(tmp_path):
     # Laid out as in /etc/sentinel: the config with the shipped rules/ beside it.
     shutil.copy(ROOT / "deploy" / "sentinel.example.yaml", tmp_path / "sentinel.yaml")
     shutil.copytree(ROOT / "rules", tmp_path / "rules")
-    out = sentinel("check", "config", str(tmp_path / "sentinel.yaml"), env=secrets)
+    out = sentinel("check", "config", "--strict", str(tmp_path / "sentinel.yaml"), env=secrets)
     assert out.returncode == 0, out.stderr
     assert "SUCCESS" in out.stdout
     assert "s3cr3t-path" not in out.stdout + out.stderr
     assert "tok-9f8e7d" not in out.stdout + out.stderr
+
+
+ALERT_TYPOS = """\
+rule_files: [rules.yaml]
+targets:
+  - name: gemma
+    url: http://127.0.0.1:8000
+receivers:
+  - name: oncall
+    webhook: {url: "http://127.0.0.1:9/hook"}
+notify:
+  route:
+    receiver: oncall
+    routes:
+      - matchers: ['alertname="KVCacheHihg"']
+        receiver: oncall
+      - matchers: ['alertname=~"Nothing.*"']
+        receiver: oncall
+  inhibit_rules:
+    - source_matchers: ['alertname="targetdown"']
+      target_matchers: ['alertname!="TargetDown"']
+      equal: [target]
+remediation:
+  command_allowlist: [/bin/true]
+  policies:
+    - name: restart
+      alerts: [TargetDown, Watchdog, KVCacheHigh2]
+      steps:
+        - command: {argv: [/bin/true]}
+"""
+
+ALERT_RULES = """\
+groups:
+  - name: g
+    rules:
+      - {alert: KVCacheHigh, expr: vllm:kv_cache_usage_perc > 0.85}
+      - {alert: TargetDown, expr: up == 0}
+"""
+
+
+def test_check_config_strict_names_unknown_alerts_with_line_and_suggestion(tmp_path):
+    cfg = tmp_path / "sentinel.yaml"
+    cfg.write_text(ALERT_TYPOS)
+    (tmp_path / "rules.yaml").write_text(ALERT_RULES)
+    lenient = sentinel("check", "config", str(cfg))
+    assert lenient.returncode == 0, lenient.stderr
+    assert lenient.stderr.count("warning: ") == 4, lenient.stderr
+    strict = sentinel("check", "config", "--strict", str(cfg))
+    assert strict.returncode == 1
+    errors = strict.stderr.splitlines()
+    assert errors == [
+        f"error: {cfg}:12: notify.route.routes[0].matchers[0]: alert 'KVCacheHihg' is defined "
+        "by no loaded rule; did you mean 'KVCacheHigh'?",
+        f"error: {cfg}:14: notify.route.routes[1].matchers[0]: alert '=~Nothing.*' is defined "
+        "by no loaded rule",
+        f"error: {cfg}:17: notify.inhibit_rules[0].source_matchers[0]: alert 'targetdown' is "
+        "defined by no loaded rule; did you mean 'TargetDown'?",
+        f"error: {cfg}:24: remediation.policies[0].alerts[2]: alert 'KVCacheHigh2' is defined "
+        "by no loaded rule; did you mean 'KVCacheHigh'?",
+    ], strict.stderr
 
 
 def test_run_with_bad_config_exits_2_with_the_problem(tmp_path):
