@@ -11,6 +11,7 @@ Import these through `sentinel.config`.
 from __future__ import annotations
 
 import difflib
+import enum
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,8 +25,6 @@ from sqlalchemy.exc import ArgumentError
 
 from sentinel.configmodel import (
     Config,
-    ReceiverConfig,
-    TargetConfig,
     duplicate_message,
     inherit_defaults,
     timeout_message,
@@ -213,48 +212,56 @@ def format_path(path: YamlPath) -> str:
 
 
 def config_summary(config: Config) -> str:
-    """The effective configuration as YAML, secrets redacted (for `sentinel check config`)."""
-    doc = {
-        "config_dir": str(config.config_dir),
-        "database": _safe_database(config.database),
-        "listen": config.listen,
-        "external_url": config.external_url,
-        "rule_files": list(config.rule_files),
-        "evaluation_interval": format_duration(config.evaluation_interval_ms),
-        "scrape_interval": format_duration(config.scrape_interval_ms),
-        "scrape_timeout": format_duration(config.scrape_timeout_ms),
-        "retention": format_duration(config.retention_ms),
-        "targets": [_target_doc(t) for t in config.targets],
-        "receivers": [_receiver_doc(r) for r in config.receivers],
-    }
+    """The effective configuration as YAML, every section, secrets redacted.
+
+    Walks the models generically, so a section added to the config shows up here
+    without a summary of its own: keys by their YAML names, durations as `5s`, and
+    every secret-bearing field (`repr=False` in the models) masked.
+    """
+    doc = {"config_dir": str(config.config_dir), **_model_doc(config)}
     text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
     return Redactor(config.secrets()).redact(text)
 
 
-def _target_doc(t: TargetConfig) -> dict[str, Any]:
-    return {"name": t.name, "url": t.url, "metrics_path": t.metrics_path,
-            "scrape_interval": format_duration(t.scrape_interval_ms),
-            "scrape_timeout": format_duration(t.scrape_timeout_ms), "labels": dict(t.labels)}
-
-
-def _receiver_doc(r: ReceiverConfig) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": r.name}
-    if r.webhook is not None:
-        w = r.webhook
-        doc["webhook"] = {
-            "url": safe_url(w.url), **({"url_file": w.url_file} if w.url_file else {}),
-            "timeout": format_duration(w.timeout_ms), "send_resolved": w.send_resolved,
-            "headers": {k: "<redacted>" for k in w.headers},
-        }
-    elif r.slack is not None:
-        doc["slack"] = {"url": safe_url(r.slack.url), "send_resolved": r.slack.send_resolved}
-    elif r.pagerduty is not None:
-        doc["pagerduty"] = {"routing_key": "<redacted>", "url": safe_url(r.pagerduty.url),
-                            "send_resolved": r.pagerduty.send_resolved}
-    elif r.alertmanager is not None:
-        doc["alertmanager"] = {"url": safe_url(r.alertmanager.url),
-                               "send_resolved": r.alertmanager.send_resolved}
+def _model_doc(model: BaseModel) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        key = field.alias or name
+        if not field.repr:
+            doc[key] = _masked(name, value)
+        elif name.endswith("_ms") and isinstance(value, int) and not isinstance(value, bool):
+            doc[key] = format_duration(value)
+        else:
+            doc[key] = _value_doc(value)
     return doc
+
+
+def _value_doc(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return _model_doc(value)
+    if isinstance(value, dict):
+        return {str(k): _value_doc(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_value_doc(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+def _masked(name: str, value: Any) -> Any:
+    """A secret-bearing field as it may be shown: URLs without their secret parts."""
+    if not value:
+        return value
+    if name == "database":
+        return _safe_database(value)
+    if isinstance(value, dict):
+        return {k: "<redacted>" for k in value}
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        return safe_url(value)
+    return "<redacted>"
 
 
 def _safe_database(url: str) -> str:
