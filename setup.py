@@ -8,7 +8,9 @@ look for them), and a wheel built from it carries a copy under
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 from pathlib import Path
 
 from setuptools import setup
@@ -31,6 +33,18 @@ class BuildPyWithBundled(build_py):
                 shutil.rmtree(dest)
             shutil.copytree(root / name, dest,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        stamp = Path(self.build_lib) / "sentinel" / "_build.json"
+        stamp.write_text(json.dumps({"commit": _commit(root)}))
+
+
+def _commit(root: Path) -> str:
+    """The checkout's commit, for `sentinel --version`; "unknown" outside git."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
 setup(cmdclass={"build_py": BuildPyWithBundled})

@@ -13,8 +13,6 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sentinel import __version__
-
 DEFAULT_CONFIG = "sentinel.yaml"
 
 EPILOG = """\
@@ -28,6 +26,16 @@ examples:
   sentinel diagnose 42                   # ask the model for a runbook of incident 42
   sentinel silence add target=gemma-26b -d 2h -C "maintenance"
 """
+
+
+class _VersionAction(argparse.Action):
+    """`--version`, with the build info computed only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from sentinel.buildinfo import version_line
+
+        print(version_line())
+        parser.exit()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         "remediates within guards and pages on-call.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"sentinel {__version__}")
+    p.add_argument("--version", action=_VersionAction, nargs=0,
+                   help="print the version, commit, Python and platform, and exit")
     sub = p.add_subparsers(title="commands", metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the daemon",

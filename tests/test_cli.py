@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,13 @@ def test_every_command_has_help(cmd):
     assert "usage: sentinel" in out.stdout
     # Help that helps: more than the usage line.
     assert len(out.stdout.splitlines()) > 3
+
+
+def test_version_says_which_build():
+    out = sentinel("--version")
+    assert out.returncode == 0, out.stderr
+    assert re.fullmatch(r"sentinel \d+\.\d+\.\d+\S* \(commit [0-9a-f]{12}(\+dirty)?; "
+                        r"Python 3\.\d+\.\d+, \w+ \w+\)\n", out.stdout), out.stdout
 
 
 def test_check_config_names_file_line_and_key_for_every_typo(tmp_path):

@@ -156,6 +156,10 @@ def test_run_listens_where_listen_says(tmp_path: Path) -> None:
                 assert proc.poll() is None, proc.communicate()[1]
                 assert time.monotonic() < deadline, "nothing listens on SENTINEL_LISTEN"
                 time.sleep(0.2)
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert re.search(r"^process_resident_memory_bytes \S+$", metrics, re.M)
+        assert re.search(r'^sentinel_build_info\{commit="[^"]+",python="3\.\d+\.\d+",'
+                         r'version="[^"]+"\} 1\.0$', metrics, re.M), metrics
     finally:
         proc.terminate()
         proc.wait(timeout=15)

@@ -61,6 +61,9 @@ def test_installed_wheel_is_not_the_checkout(installed: Path, tmp_path: Path) ->
     module, migrations = out.stdout.split()
     assert str(ROOT) not in module and str(ROOT) not in migrations
     assert (Path(migrations) / "env.py").is_file()
+    version = _run([str(installed / "sentinel"), "--version"], cwd=tmp_path, timeout=60,
+                   env=_clean_env()).stdout
+    assert "commit unknown" not in version, "the wheel carries the commit it was built from"
     assert any((Path(migrations) / "versions").glob("0001_*.py"))
 
 
