@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run the daemon until SIGTERM/SIGINT; SIGHUP reloads rules.")
     _config_arg(run)
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    run.add_argument("--log-format", choices=("text", "json"),
+                     default=os.environ.get("SENTINEL_LOG_FORMAT", "text"),
+                     help="text (default) or json: one object a line with incident, target "
+                     "and alertname as fields, for log pipelines (env SENTINEL_LOG_FORMAT)")
     run.add_argument("--listen", metavar="HOST:PORT", default=os.environ.get("SENTINEL_LISTEN"),
                      help="address for /metrics, /healthz and the API, overriding the config's "
                      "`listen` (env SENTINEL_LISTEN; the container image sets 0.0.0.0:9465)")
@@ -199,6 +203,10 @@ def _db_args(p: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from sentinel.daemon.run import run_daemon
 
+    if args.log_format not in ("text", "json"):
+        print(f"sentinel: SENTINEL_LOG_FORMAT={args.log_format!r}: expected text or json",
+              file=sys.stderr)
+        return 2
     config = _load_config_or_exit(args.config)
     if args.listen:
         from sentinel.configmodel import split_listen
@@ -208,7 +216,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                   "e.g. 0.0.0.0:9465", file=sys.stderr)
             return 2
         config = config.model_copy(update={"listen": args.listen})
-    return run_daemon(config, args.log_level)
+    return run_daemon(config, args.log_level, args.log_format)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
