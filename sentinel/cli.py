@@ -292,8 +292,7 @@ def _cmd_incidents_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
-    db = _database(args, upgrade=False)
-    db.upgrade()
+    _database(args, upgrade=True)
     print("database schema is up to date")
     return 0
 
@@ -332,11 +331,31 @@ def _load_config_or_exit(path: str | None):  # noqa: ANN202 (sentinel.config.Con
         raise SystemExit(2) from None
 
 
-def _database(args: argparse.Namespace, upgrade: bool = True):  # noqa: ANN202
-    from sentinel.incidents.db import Database
+def _database(args: argparse.Namespace, upgrade: bool = False):  # noqa: ANN202
+    """The database of `--database`, else of the config's `database` key.
 
-    url = args.database or _load_config_or_exit(args.config).database
-    db = Database(url)
+    Only `sentinel db upgrade` (upgrade=True) creates or migrates; every other
+    command needs an existing database at the current schema, and reads nothing
+    of the config but its `database` key (so no receiver secret must be set).
+    """
+    from sentinel.config import ConfigError
+    from sentinel.configload import load_database_url
+    from sentinel.configmodel import DEFAULT_DATABASE
+    from sentinel.incidents.db import Database, open_existing
+
+    url = args.database
+    if not url:
+        path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
+        try:
+            url = load_database_url(path) if path else DEFAULT_DATABASE
+        except ConfigError as exc:
+            print(f"sentinel: invalid configuration:\n{exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except OSError as exc:
+            print(f"sentinel: cannot read config: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     if upgrade:
+        db = Database(url)
         db.upgrade()
-    return db
+        return db
+    return open_existing(url)

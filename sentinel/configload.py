@@ -24,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from sentinel.configmodel import (
+    DEFAULT_DATABASE,
     Config,
     duplicate_message,
     inherit_defaults,
@@ -75,6 +76,30 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
         raise ConfigError([ConfigProblem(str(path), 1, "", "the file must hold a YAML mapping")])
     config_dir = Path(path).resolve().parent
     return _build(data, str(path), config_dir, environ, problems, doc.line_of)
+
+
+def load_database_url(path: str | Path, environ: Mapping[str, str] | None = None) -> str:
+    """Only the `database` key of a config file, `${VAR}` expanded in it alone.
+
+    Commands that only read history need nothing else, so they run without the
+    environment holding every receiver's secret. ConfigError names file and line.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        doc = load_positioned(text)
+    except YamlSyntaxError as exc:
+        raise ConfigError([ConfigProblem(str(path), exc.line or None, "", exc.message)]) from None
+    data = doc.data if isinstance(doc.data, dict) else {}
+    value = data.get("database", DEFAULT_DATABASE)
+    line = doc.line_of(("database",)) if "database" in data else None
+    if not isinstance(value, str):
+        raise ConfigError([ConfigProblem(str(path), line, "database", "expected a URL string")])
+    try:
+        return expand_env(value, environ)
+    except MissingEnvVar as exc:
+        raise ConfigError([ConfigProblem(str(path), line, "database",
+                                         f"environment variable {exc.name} is not set")]
+                          ) from None
 
 
 def parse_config(

@@ -162,6 +162,7 @@ def test_db_upgrade_then_empty_incident_queries(tmp_path):
 
 def test_incidents_list_filters_and_errors(tmp_path):
     url = f"sqlite:///{tmp_path / 'x.db'}"
+    assert sentinel("db", "upgrade", "--database", url).returncode == 0
     ok = sentinel("incidents", "list", "--database", url, "--since", "1h", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout) == []
@@ -172,6 +173,41 @@ def test_incidents_list_filters_and_errors(tmp_path):
     bad_limit = sentinel("incidents", "list", "--database", url, "--limit", "0")
     assert bad_limit.returncode == 1 and "limit" in bad_limit.stderr
     assert "Traceback" not in bad_limit.stderr
+
+
+def test_read_only_commands_never_create_or_migrate(tmp_path):
+    # Run in the wrong folder: no ./sentinel.db appears, the error names the path.
+    out = sentinel("incidents", "list", cwd=tmp_path)
+    assert out.returncode == 1
+    assert f"no database at {tmp_path / 'sentinel.db'}" in out.stderr
+    assert "sentinel db upgrade" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+    # An older schema is reported, not migrated behind the operator's back.
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    assert sentinel("db", "upgrade", "--database", url).returncode == 0
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0001'")
+    old = sentinel("incidents", "list", "--database", url)
+    assert old.returncode == 1
+    assert "schema version 0001" in old.stderr and "sentinel db upgrade" in old.stderr
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0001",)
+
+
+def test_read_only_commands_need_no_receiver_secret(tmp_path):
+    db = tmp_path / "s.db"
+    assert sentinel("db", "upgrade", "--database", f"sqlite:///{db}").returncode == 0
+    cfg = tmp_path / "sentinel.yaml"
+    cfg.write_text(f"database: sqlite:///{db}\n"
+                   "targets: [{name: a, url: 'http://127.0.0.1:9'}]\n"
+                   "receivers:\n  - name: r\n    webhook: {url: '${HOOK_NOT_SET_HERE}'}\n")
+    env = {k: v for k, v in os.environ.items() if k != "HOOK_NOT_SET_HERE"}
+    for cmd in (["incidents", "list"], ["silence", "list"]):
+        out = subprocess.run([sys.executable, "-m", "sentinel", *cmd, "-c", str(cfg)],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 0, (cmd, out.stderr)
 
 
 def test_unreachable_database_is_one_line_without_the_password():
