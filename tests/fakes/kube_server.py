@@ -214,6 +214,10 @@ class FakeKube:
         with self._cond:
             self._fail += [status] * n
 
+    def clear_failures(self) -> None:
+        with self._cond:
+            self._fail.clear()
+
     def take_failure(self) -> int | None:
         with self._cond:
             return self._fail.pop(0) if self._fail else None
