@@ -9,7 +9,7 @@ COPY pyproject.toml README.md ./
 COPY sentinel ./sentinel
 COPY migrations ./migrations
 COPY rules ./rules
-RUN pip install --no-cache-dir '.[postgres]' \
+RUN pip install --no-cache-dir '.[postgres,kubernetes]' \
     && useradd --system --uid 10001 --home-dir /var/lib/sentinel --create-home sentinel \
     && mkdir -p /etc/sentinel && cp -r /app/rules /etc/sentinel/rules
 
