@@ -290,3 +290,13 @@ def test_rollout_restart_patches_the_template_as_kubectl_does(cluster: Cluster) 
     c.api.update("deployments", NS, "vllm", lambda d: d["status"].update(updatedReplicas=1))
     again = action.check(ctx)
     assert again.reason is Reason.PRECONDITION and "already rolling out" in again.summary
+
+
+def test_the_replacement_url_keeps_the_targets_port_and_scheme() -> None:
+    from sentinel.respond.remediate.kubepods import url_for
+
+    new = pod("vllm-2", ip="10.0.0.7", port=8123)
+    assert url_for("http://10.0.0.1:8000", new) == "http://10.0.0.7:8000"
+    assert url_for("https://[fd00::1]:9000", pod("v6", ip="fd00::2")) == "https://[fd00::2]:9000"
+    # `sentinel remediate` for a discovered target knows no URL: the pod's declared port.
+    assert url_for("", new) == "http://10.0.0.7:8123"

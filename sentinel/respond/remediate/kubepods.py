@@ -132,10 +132,18 @@ def _cold(allow_cold: bool, what: str, why: str, data: dict[str, Any]) -> Check:
 
 
 def url_for(target_url: str, pod: dict[str, Any]) -> str:
-    """The target's URL with the host replaced by the pod's IP (same scheme, port, path)."""
+    """The target's URL with the host replaced by the pod's IP (same scheme, port, path).
+
+    Without a target URL (`sentinel remediate` for a discovered target, which the
+    config does not list): http on the pod's first declared container port.
+    """
     ip = str((pod.get("status") or {}).get("podIP") or "")
-    parts = urlsplit(target_url)
     host = f"[{ip}]" if ":" in ip else ip
+    parts = urlsplit(target_url)
+    if not parts.scheme or not parts.hostname:
+        ports = [p.get("containerPort") for c in containers(pod.get("spec") or {})
+                 for p in c.get("ports") or []]
+        return f"http://{host}:{ports[0]}" if ports else f"http://{host}"
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
