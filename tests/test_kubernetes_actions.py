@@ -300,3 +300,23 @@ def test_the_replacement_url_keeps_the_targets_port_and_scheme() -> None:
     assert url_for("https://[fd00::1]:9000", pod("v6", ip="fd00::2")) == "https://[fd00::2]:9000"
     # `sentinel remediate` for a discovered target knows no URL: the pod's declared port.
     assert url_for("", new) == "http://10.0.0.7:8123"
+
+
+def test_an_alert_aggregated_by_target_finds_the_pod_through_the_targets_labels(
+        cluster: Cluster) -> None:
+    """`sum by (target) (...)` (the crash-signature rules) drops namespace and pod."""
+    c = cluster
+    c.api.put("pods", vllm_pod("vllm-abc-1", "127.0.0.2", c.port, ready=False))
+    c.api.put("pods", vllm_pod("vllm-abc-2", "127.0.0.3", c.port))
+    cfg = KubernetesPodRestartConfig.model_validate({"api": {"api_server": c.api.url}})
+    target = TargetInfo("vllm-abc-1", f"http://127.0.0.2:{c.port}",
+                        labels={"namespace": NS, "pod": "vllm-abc-1", "app": "vllm"})
+    ctx = ActionContext(target, {"alertname": "VLLMHBMOutOfMemory", "target": "vllm-abc-1"},
+                        cfg, 5.0)
+    check = ACTIONS["kubernetes_pod_restart"].check(ctx)
+    assert check.ok, check.summary
+    assert (check.data["namespace"], check.data["pod"]) == (NS, "vllm-abc-1")
+    # Without them on either, the action refuses instead of guessing.
+    bare = ActionContext(TargetInfo("vllm-abc-1", target.url), dict(ctx.labels), cfg, 5.0)
+    check = ACTIONS["kubernetes_pod_restart"].check(bare)
+    assert check.reason is Reason.PRECONDITION and "namespace" in check.summary

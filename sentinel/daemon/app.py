@@ -206,7 +206,7 @@ class App:
         if self.pipeline.remediator is not None:
             engine = self.pipeline.remediator.engine  # copy-on-write: readers see a whole map
             engine.targets = {**engine.targets, target.name: TargetInfo(
-                target.name, target.url, target.xla_cache_path)}
+                target.name, target.url, target.xla_cache_path, labels=dict(target.labels))}
 
     def _remove_target(self, name: str) -> None:
         """Stop scraping a target that went away; its series end with staleness markers."""

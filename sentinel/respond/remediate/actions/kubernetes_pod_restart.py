@@ -1,7 +1,8 @@
 """kubernetes_pod_restart: delete one pod so its controller recreates it, then wait for it.
 
 The pod is named by the alert's labels (`{namespace}`, `{pod}`, as
-kubernetes_sd sets them). Before anything, read-only:
+kubernetes_sd sets them), else by the target's own (an alert aggregated
+`by (target)` lost them). Before anything, read-only:
 
 - the pod exists and has a controller that recreates it (a ReplicaSet of a
   Deployment, or a StatefulSet, which is also what a LeaderWorkerSet runs);
@@ -46,7 +47,8 @@ class KubernetesPodRestart:
         """Read the pod, its siblings and its cache volume; no side effect."""
         p: KubernetesPodRestartConfig = ctx.params
         try:
-            namespace, name = render(p.namespace, ctx.labels), render(p.pod, ctx.labels)
+            labels = {**ctx.target.labels, **ctx.labels}
+            namespace, name = render(p.namespace, labels), render(p.pod, labels)
             client = api_client(p.api)
         except (TemplateError, KubeError) as exc:
             return Check.refuse(Reason.PRECONDITION, str(exc))

@@ -62,6 +62,11 @@ def rollout_done(obj: dict[str, Any]) -> tuple[bool, str]:
     return True, "complete"
 
 
+def labels_of(ctx: ActionContext) -> dict[str, str]:
+    """The alert's labels over the target's (a `by (target)` alert lost namespace and pod)."""
+    return {**ctx.target.labels, **ctx.labels}
+
+
 class KubernetesRolloutRestart:
     """The kubernetes_rollout_restart action."""
 
@@ -71,12 +76,12 @@ class KubernetesRolloutRestart:
         """Find the workload, refuse a rollout under way or a cold cache; no side effect."""
         p: KubernetesRolloutRestartConfig = ctx.params
         try:
-            namespace = render(p.namespace, ctx.labels)
+            namespace = render(p.namespace, labels_of(ctx))
             client = api_client(p.api)
         except (TemplateError, KubeError) as exc:
             return Check.refuse(Reason.PRECONDITION, str(exc))
         try:
-            name = render(p.name, ctx.labels) if p.name else self._from_pod(ctx, client,
+            name = render(p.name, labels_of(ctx)) if p.name else self._from_pod(ctx, client,
                                                                             namespace)
             obj = read_workload(client, RESOURCES[p.kind], namespace, name)
         except (TemplateError, KubeError) as exc:
@@ -99,7 +104,7 @@ class KubernetesRolloutRestart:
         from kubernetes import client as k
 
         p: KubernetesRolloutRestartConfig = ctx.params
-        pod_name = render(p.pod, ctx.labels)
+        pod_name = render(p.pod, labels_of(ctx))
         owner = pod_owner(call(k.CoreV1Api(client).read_namespaced_pod, pod_name, namespace))
         if owner is not None and owner.kind == "ReplicaSet" and p.kind == "Deployment":
             owner = pod_owner(read_workload(client, "replicasets", namespace, owner.name))
