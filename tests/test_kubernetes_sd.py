@@ -215,3 +215,24 @@ def test_stop_is_prompt_with_a_watch_open(api, run) -> None:
     d.stop(timeout_s=5)
     assert time.monotonic() - started < 3
     assert not any(t.is_alive() for t in d._threads)
+
+
+def test_bookmarks_move_the_version_on_so_a_quiet_watch_resumes_without_a_list(api, run) -> None:
+    """Other pods churn (the version moves on) while ours stay put; the bookmarks carry the
+    newer version, so after the history is compacted the watch resumes without a 410."""
+    api.put("pods", vllm("vllm-0", "10.0.0.1"))
+    api.bookmark_every_s = 0.1
+    d, rec = run(sd_config(api.url))
+    wait_until(lambda: d.synced and api.open_watches == 1, "the watch")
+    for i in range(5):
+        api.put("pods", pod(f"router-{i}", namespace=NS, labels={"app": "router"}))
+    churned = api.rv
+    time.sleep(0.4)  # a few bookmarks at the new version
+    api.compact()
+    api.drop_watches()
+    wait_until(lambda: sum(f"resourceVersion={churned}" in p for _, p, _ in api.requests),
+               "a watch from the bookmarked version")
+    api.put("pods", vllm("vllm-1", "10.0.0.2"))
+    wait_until(lambda: rec.names() == ["vllm-0", "vllm-1"], "the new pod")
+    lists = [p for _, p, _ in api.requests if "watch=" not in p]
+    assert len(lists) == 1, "a 410 forced a list: the bookmarks did not move the version on"

@@ -135,6 +135,7 @@ class KubernetesDiscovery:
         self._pods: dict[PodKey, TargetConfig] = {}  # pods that make a target now
         self._names: dict[str, PodKey] = {}  # target name → the pod that holds it
         self._synced: set[str] = set()
+        self._versions: dict[str, str] = {}  # namespace ("" = all) → resourceVersion to resume
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watches: list[Any] = []
@@ -174,17 +175,16 @@ class KubernetesDiscovery:
     def _loop(self, namespace: str) -> None:
         backoff = Backoff(self.sd.backoff_initial_ms, self.sd.backoff_max_ms)
         client = None
-        version: str | None = None
         while not self._stop.is_set():
             try:
                 if client is None:
                     client = self.client_factory(self.sd.api)
-                if version is None:
-                    version = self._relist(client, namespace)
-                version = self._watch(client, namespace, version)
+                if namespace not in self._versions:
+                    self._versions[namespace] = self._relist(client, namespace)
+                self._watch(client, namespace)
                 backoff.succeeded()
             except Gone:
-                version = None  # events were missed: list again, at once
+                self._versions.pop(namespace, None)  # events were missed: list again, at once
             except Exception as exc:  # nothing escapes the thread unrecorded
                 err = as_kube_error(exc)
                 self.last_error = str(err)
@@ -247,15 +247,20 @@ class KubernetesDiscovery:
         self.last_error = None
         return version
 
-    def _watch(self, client: Any, namespace: str, version: str) -> str:
-        """Watch from `version` until the server ends the watch; the version to resume from."""
+    def _watch(self, client: Any, namespace: str) -> None:
+        """Watch from the namespace's version until the server ends the watch.
+
+        Every event (bookmarks too) moves `_versions[namespace]` on at once, so a watch
+        that breaks resumes from the last event it delivered, not from where it began.
+        """
         from kubernetes import watch
 
         call, args = self._list_call(client, namespace)
+        version = self._versions[namespace]
         w = watch.Watch()
         with self._lock:
             if self._stop.is_set():
-                return version
+                return
             self._watches.append(w)
         timeout_s = self.sd.watch_timeout_ms // 1000 or 1
         try:
@@ -263,17 +268,17 @@ class KubernetesDiscovery:
                                   allow_watch_bookmarks=True, timeout_seconds=timeout_s,
                                   _request_timeout=(CONNECT_TIMEOUT_S, timeout_s + READ_SLACK_S)):
                 version = self._event(event, version)
+                self._versions[namespace] = version
         except Exception as exc:
             if getattr(exc, "status", None) == 410:
                 raise Gone from None
             if self._stop.is_set():
-                return version  # the stream was shut by stop()
+                return  # the stream was shut by stop()
             raise
         finally:
             with self._lock:
                 self._watches.remove(w)
         self.last_error = None
-        return version
 
     def _event(self, event: dict[str, Any], version: str) -> str:
         kind, obj = str(event.get("type")), event.get("raw_object") or {}
