@@ -226,6 +226,8 @@ def config_summary(config: Config) -> str:
         "targets": [_target_doc(t) for t in config.targets],
         "receivers": [_receiver_doc(r) for r in config.receivers],
     }
+    if config.kubernetes_sd:  # no secrets here: api_server has none, kubeconfig is a path
+        doc["kubernetes_sd"] = [_sd_doc(sd) for sd in config.kubernetes_sd]
     text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
     return Redactor(config.secrets()).redact(text)
 
@@ -234,6 +236,15 @@ def _target_doc(t: TargetConfig) -> dict[str, Any]:
     return {"name": t.name, "url": t.url, "metrics_path": t.metrics_path,
             "scrape_interval": format_duration(t.scrape_interval_ms),
             "scrape_timeout": format_duration(t.scrape_timeout_ms), "labels": dict(t.labels)}
+
+
+def _sd_doc(sd: Any) -> dict[str, Any]:  # config_kubernetes.KubernetesSDConfig
+    doc: dict[str, Any] = sd.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    for key in ("scrape_interval", "scrape_timeout", "watch_timeout", "backoff_initial",
+                "backoff_max"):
+        if key in doc:
+            doc[key] = format_duration(doc[key])
+    return doc
 
 
 def _receiver_doc(r: ReceiverConfig) -> dict[str, Any]:

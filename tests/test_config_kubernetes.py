@@ -110,3 +110,11 @@ def test_every_mistake_at_once_and_duplicate_names(tmp_path: Path) -> None:
             "unknown key (did you mean allow_last_ready?)") in msg
     assert ":14: remediation.policies[0].steps[1].kubernetes_rollout_restart.kind: must be one " \
            "of Deployment, StatefulSet" in msg
+
+
+def test_check_config_shows_the_discoveries(tmp_path: Path) -> None:
+    from sentinel.config import config_summary
+
+    summary = config_summary(load_config(write(tmp_path, FULL)))
+    assert "kubernetes_sd:\n- name: vllm\n" in summary
+    assert "context: prod" in summary and "port: 8000" in summary

@@ -339,7 +339,7 @@ class KubernetesDiscovery:
 
 def discover_once(sd: KubernetesSDConfig, interval_ms: int, timeout_ms: int,
                   client_factory: Callable[[Any], Any] = api_client) -> list[TargetConfig]:
-    """List once, without watching (`sentinel check config`, tests); raises KubeError."""
+    """List once, without watching (tools and tests); raises KubeError."""
     found: list[TargetConfig] = []
     d = KubernetesDiscovery(sd, found.append, lambda _name: None, interval_ms=interval_ms,
                             timeout_ms=timeout_ms, client_factory=client_factory)
