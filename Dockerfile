@@ -28,7 +28,8 @@ WORKDIR /src
 COPY requirements.lock ./
 RUN pip install --require-hashes -r requirements.lock
 
-# Then Sentinel itself (rules and migrations are carried inside the package).
+# Then Sentinel itself (rules and migrations are carried inside the package). The lock
+# holds the postgres and kubernetes extras.
 COPY pyproject.toml setup.py README.md ./
 COPY sentinel ./sentinel
 COPY rules ./rules

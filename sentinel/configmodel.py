@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from sentinel.config_diagnosis import DiagnosisConfig
+from sentinel.config_kubernetes import KubernetesSDConfig
 from sentinel.config_notify import (
     DEFAULT_WEBHOOK_TIMEOUT_MS,
     NotifyConfig,
@@ -131,6 +132,8 @@ class Config(Strict):
     scrape_timeout_ms: PositiveDuration = Field(DEFAULT_TIMEOUT_MS, alias="scrape_timeout")
     retention_ms: PositiveDuration = Field(DEFAULT_RETENTION_MS, alias="retention")
     targets: tuple[TargetConfig, ...] = ()
+    # Targets found in the Kubernetes API and kept in sync (sentinel/collect/kubernetes_sd.py).
+    kubernetes_sd: tuple[KubernetesSDConfig, ...] = ()
     receivers: tuple[ReceiverConfig, ...] = ()
     # Crash signatures for log sources; default: the bundled rules/signatures.yaml.
     signatures: str | None = None
@@ -195,7 +198,7 @@ class Config(Strict):
                 raise problem("rule file not found", i)
         return v
 
-    @field_validator("targets", "receivers")
+    @field_validator("targets", "receivers", "kubernetes_sd")
     @classmethod
     def _unique_names(cls, v: tuple[Any, ...], info: ValidationInfo) -> tuple[Any, ...]:
         seen: dict[str, int] = {}

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -66,6 +67,7 @@ class App:
         self.diagnosis: DiagnosisWorker | None = None
         self.status: StatusServer | None = None
         self.notifier: Notifier | None = None
+        self.discovered: Any = None  # sentinel.daemon.discovery.DiscoveredTargets
         self._scheduler: BackgroundScheduler | None = None
         self._groups: list[RuleGroup] = []
         self._lock = threading.Lock()
@@ -102,6 +104,7 @@ class App:
         self.status.start()
         self._scheduler = self._schedule()
         self._scheduler.start()
+        self._start_discovery()
         self.notifier.start()
         self._not_ready = None
         systemd.notify("READY=1")
@@ -114,6 +117,8 @@ class App:
         """Stop scheduling, let running jobs finish (bounded), close the status server."""
         systemd.notify("STOPPING=1")
         self._not_ready = "stopping"
+        if self.discovered is not None:
+            self.discovered.stop(timeout_s)
         if self._scheduler is not None:
             # APScheduler's shutdown(wait=True) has no bound: wait in a helper
             # thread so a hung job cannot hold SIGTERM hostage.
@@ -177,11 +182,52 @@ class App:
                               self.clock)
         self.pipeline.remediator = Remediator(engine).start()
 
+    # -- discovered targets (kubernetes_sd) --------------------------------
+
+    def _start_discovery(self) -> None:
+        """Targets from the Kubernetes API: scrape jobs follow the pods as they come and go."""
+        if not self.config.kubernetes_sd:
+            return
+        from sentinel.daemon.discovery import DiscoveredTargets
+
+        self.discovered = DiscoveredTargets(self.config, self._add_target, self._remove_target,
+                                            self.metrics.registry).start()
+
+    def _add_target(self, target: Any) -> None:  # config.TargetConfig
+        """Schedule (or reschedule) a discovered target's scrape; tell remediation its address."""
+        from sentinel.respond.remediate.base import TargetInfo
+
+        assert self._scheduler is not None and self.pipeline is not None
+        st = self._scrape_target(target)
+        self._scheduler.add_job(
+            self._guard("scrape", self._scrape_job), "interval", args=[st],
+            seconds=st.interval_ms / 1000, id=f"scrape:{st.name}", next_run_time=_now_dt(),
+            replace_existing=True)
+        if self.pipeline.remediator is not None:
+            engine = self.pipeline.remediator.engine  # copy-on-write: readers see a whole map
+            engine.targets = {**engine.targets, target.name: TargetInfo(
+                target.name, target.url, target.xla_cache_path, labels=dict(target.labels))}
+
+    def _remove_target(self, name: str) -> None:
+        """Stop scraping a target that went away; its series end with staleness markers."""
+        from apscheduler.jobstores.base import JobLookupError
+
+        assert self._scheduler is not None and self.pipeline is not None
+        try:
+            self._scheduler.remove_job(f"scrape:{name}")
+        except JobLookupError:
+            pass
+        self.pipeline.scraper.forget(name, self._now_ms())
+        if self.pipeline.remediator is not None:
+            engine = self.pipeline.remediator.engine
+            engine.targets = {k: v for k, v in engine.targets.items() if k != name}
+
     # -- scheduling --------------------------------------------------------
 
     def _schedule(self) -> BackgroundScheduler:
         assert self.sources is not None
-        workers = min(64, len(self.config.targets) + len(self._groups) + self.sources.count() + 5)
+        workers = min(64, len(self.config.targets) + len(self._groups) + self.sources.count() + 5
+                      + (64 if self.config.kubernetes_sd else 0))
         sched = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=workers)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
