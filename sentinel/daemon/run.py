@@ -9,7 +9,8 @@ import threading
 
 from sentinel.config import Config
 from sentinel.daemon.app import App
-from sentinel.secrets import Redactor, hide_http_client_urls, install_redaction
+from sentinel.secretpatterns import PromptRedactor
+from sentinel.secrets import hide_http_client_urls, install_redaction
 
 log = logging.getLogger("sentinel")
 
@@ -22,7 +23,8 @@ def setup_logging(level: str, config: Config) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    install_redaction(Redactor(config.secrets()))
+    # Shapes too: a crash line quoted in a log message carries other people's tokens.
+    install_redaction(PromptRedactor(config.secrets()))
     hide_http_client_urls()
     root.setLevel(level.upper())
     # APScheduler logs every job run at INFO: far too chatty for a daemon's log.
