@@ -117,6 +117,8 @@ def test_signature_file_bomb():
     (["check", "config"], "targets: []\n" + billion_laughs(key="x_")),
     (["check", "config"], "targets:\n  - name: a\x01\n"),
     (["rules", "check"], "groups: []\n" + billion_laughs(key="x_")),
+    (["rules", "test"], "rule_files: []\n" + billion_laughs(key="x_")),
+    (["rules", "test"], "rule_files: []\ntests: [\x01]\n"),
 ])
 def test_cli_reports_a_line_not_a_traceback(tmp_path: Path, command, text):
     path = tmp_path / "f.yaml"
