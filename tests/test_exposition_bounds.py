@@ -32,7 +32,7 @@ def _parse_both(text: str) -> None:
             pass
 
 
-def _best_of(fn: Callable[[], None], runs: int = 3) -> float:
+def _best_of(fn: Callable[[], None], runs: int = 5) -> float:
     best = math.inf
     for _ in range(runs):
         start = time.perf_counter()
@@ -91,8 +91,10 @@ def test_hostile_megabyte_is_parsed_in_linear_time(make):
     small, big = make(250_000), make(1_000_000)
     t_small = _best_of(lambda: _parse_both(small))
     t_big = _best_of(lambda: _parse_both(big))
-    # Linear: 4x the input costs about 4x. Quadratic would be 16x.
-    assert t_big / max(t_small, 1e-4) < 8, (t_small, t_big)
+    # Linear: 4x the input costs about 4x; quadratic would be 16x. Below 50 ms
+    # for a megabyte the ratio is mostly timer noise, and nothing quadratic
+    # gets there (the old parser needed 0.3 s for 8 KB).
+    assert t_big < 0.05 or t_big / t_small < 8, (t_small, t_big)
     assert t_big < 2.0
 
 

@@ -141,5 +141,7 @@ def test_redaction_is_linear_on_hostile_lines(unit):
         start = time.perf_counter()
         PromptRedactor().redact(text)
         return time.perf_counter() - start
-    small, big = min(run(50_000) for _ in range(2)), min(run(200_000) for _ in range(2))
-    assert big / max(small, 1e-4) < 8 and big < 2.0, (small, big)
+    small, big = min(run(50_000) for _ in range(3)), min(run(200_000) for _ in range(3))
+    # 4x the text, about 4x the time (quadratic: 16x); tiny times are timer noise.
+    assert big < 0.05 or big / small < 8, (small, big)
+    assert big < 2.0
