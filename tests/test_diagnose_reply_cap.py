@@ -18,7 +18,7 @@ import pytest
 from diagnose_helpers import T0, config, open_incident, runbooks, timeline
 
 from sentinel.config_diagnosis import ModelEndpointConfig
-from sentinel.respond.diagnose.client import DEFAULT_MAX_REPLY_BYTES, ModelClient
+from sentinel.respond.diagnose.client import DEFAULT_MAX_REPLY_BYTES, ModelClient, ServerError
 from sentinel.respond.diagnose.worker import DiagnosisWorker
 
 pytestmark = pytest.mark.integration
@@ -52,6 +52,9 @@ class _HugeModel(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if self.mode == "error":
+            self._error_body()
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
@@ -62,6 +65,19 @@ class _HugeModel(BaseHTTPRequestHandler):
                 self.sent[0] += len(piece)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client hung up at its cap, as it should
+
+    def _error_body(self) -> None:
+        """HTTP 500 whose body is REPLY_BYTES long (no Content-Length: read to the close)."""
+        self.send_response(500)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        try:
+            for _ in range(REPLY_BYTES // len(PIECE)):
+                self.wfile.write(PIECE.encode())
+                self.sent[0] += len(PIECE)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _pieces(self) -> Iterator[bytes]:
         count = REPLY_BYTES // len(PIECE)
@@ -116,6 +132,24 @@ def test_fifty_mib_reply_is_cut_at_the_cap_in_bounded_memory(mode):
         assert kept == 0  # one line too long to be a chunk: nothing usable in it
     # Memory: the cap's worth plus one stream line, never the 50 MiB.
     assert peak < 4 * MIB, peak
+    assert sent[0] < REPLY_BYTES
+
+
+def test_fifty_mib_error_body_is_read_only_in_part():
+    with huge_model("error") as (url, sent):
+        client = ModelClient(ModelEndpointConfig(name="m", url=url, timeout="30s"))
+        try:
+            tracemalloc.start()
+            try:
+                with pytest.raises(ServerError) as info:
+                    client.chat("huge", [{"role": "user", "content": "hi"}], 256, "none", 0.0)
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+        finally:
+            client.close()
+    assert info.value.status == 500 and len(str(info.value)) < 400
+    assert peak < 8 * MIB, peak
     assert sent[0] < REPLY_BYTES
 
 
