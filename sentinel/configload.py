@@ -64,7 +64,12 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
 
     OSError propagates when the file itself cannot be read.
     """
-    text = Path(path).read_text(encoding="utf-8")
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError([ConfigProblem(str(path), line, "", "not UTF-8 text")]) from None
     try:
         doc = load_positioned(text)
     except YamlSyntaxError as exc:

@@ -10,7 +10,8 @@ import threading
 from sentinel.config import Config
 from sentinel.daemon.app import App
 from sentinel.logformat import JsonFormatter, TextFormatter
-from sentinel.secrets import Redactor, hide_http_client_urls, install_redaction
+from sentinel.secretpatterns import PromptRedactor
+from sentinel.secrets import hide_http_client_urls, install_redaction
 
 log = logging.getLogger("sentinel")
 
@@ -25,7 +26,8 @@ def setup_logging(level: str, config: Config, fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    redaction = install_redaction(Redactor(config.secrets()))
+    # Shapes too: a crash line quoted in a log message carries other people's tokens.
+    redaction = install_redaction(PromptRedactor(config.secrets()))
     handler.setFormatter(JsonFormatter(redaction) if fmt == "json" else TextFormatter())
     hide_http_client_urls()
     root.setLevel(level.upper())

@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from sentinel import yamlpos
 from sentinel.durations import parse_duration
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
@@ -149,11 +150,12 @@ def parse_rule_file(path: str) -> tuple[list[tuple[RuleGroup, str]], list[str]]:
     except (OSError, UnicodeDecodeError) as e:
         return [], [f"{path}:0:0: cannot read rule file: {e}"]
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{mark.line + 1}:{mark.column + 1}" if mark else "0:0"
-        return [], [f"{path}:{where}: invalid YAML: {getattr(e, 'problem', e)}"]
+        # Checked composition: control characters, deep nesting and alias
+        # bombs are refused with their position (yamlpos).
+        root = yamlpos.compose(text)
+    except yamlpos.YamlSyntaxError as e:
+        problem = e.message.removeprefix("YAML syntax error: ")
+        return [], [f"{path}:{e.line}:{e.column}: invalid YAML: {problem}"]
     return _FileParser(path, text).parse(root)
 
 

@@ -41,6 +41,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from sentinel import yamlpos
 from sentinel.durations import format_duration, parse_duration
 from sentinel.model import AlertState, Labels, is_stale, labels_of
 from sentinel.promql.engine import Engine
@@ -131,8 +132,13 @@ def run_test_file(path: str, out: TextIO) -> list[str]:
 def _read(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError) as e:
+            text = f.read()
+        # Checked first (alias bombs, control characters, deep nesting), then loaded.
+        yamlpos.compose(text)
+        doc = yaml.safe_load(text) or {}
+    except yamlpos.YamlSyntaxError as e:
+        raise TestFileError(f"{path}:{e.line}: {e.message}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise TestFileError(f"{path}: {e}") from None
     if not isinstance(doc, dict):
         raise TestFileError(f"{path}: a test file is a mapping")
