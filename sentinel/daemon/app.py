@@ -86,7 +86,7 @@ class App:
         store = MemoryStore(retention_ms=self._retention_ms(groups))
         self.engine = Engine(store)
         rules = RuleManager(groups, self.engine, default_interval_ms=cfg.evaluation_interval_ms,
-                            external_url=cfg.external_url)
+                            external_url=cfg.external_url, store=store)
         rules.restore(tracker.load_alert_states())
         self._groups = groups
         self.pipeline = Pipeline(
