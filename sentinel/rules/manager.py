@@ -157,10 +157,10 @@ class RuleManager:
                 if spec.name in new:
                     raise ValueError(f'duplicate rule group name "{spec.name}"')
                 old = self._groups.get(spec.name)
-                pool: dict[Any, list[AlertingRuleState]] = {}
+                pool: dict[Any, list[AlertingRuleState | RecordingRuleState]] = {}
                 for r in old.rules if old else []:
                     pool.setdefault(_rule_key(r.rule), []).append(r)
-                states = []
+                states: list[AlertingRuleState | RecordingRuleState] = []
                 for rule in spec.rules:
                     state: AlertingRuleState | RecordingRuleState
                     if isinstance(rule, RecordingRule):

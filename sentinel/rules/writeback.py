@@ -21,6 +21,7 @@ rule's error.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -91,10 +92,9 @@ class SeriesWriter:
                 continue
             written.add(labels)
         for labels in self._previous.get(index, set()) - written:
-            try:
+            # As Prometheus, a failed stale marker is not the rule's error.
+            with contextlib.suppress(Exception):
                 self.store.add(labels, now_ms, STALE_NAN)
-            except Exception:  # as Prometheus, a failed stale marker is not the rule's error
-                pass
         self._previous[index] = written
         return error
 
