@@ -169,7 +169,7 @@ class RuleManager:
                         state = AlertingRuleState(rule, spec.name)
                     same = pool.get(_rule_key(rule))
                     if same:
-                        state.adopt(same.pop(0))
+                        state.adopt(same.pop(0))  # type: ignore[arg-type]  # same key: same type
                     states.append(state)
                 interval = spec.interval_ms or self.default_interval_ms
                 lock = old.lock if old else threading.Lock()
