@@ -103,7 +103,12 @@ def test_cases_file_covers_every_family() -> None:
     text = CASES.read_text()
     for needle in ("rate(", "irate(", "increase(", "delta(", "_over_time(", "histogram_quantile(",
                    "by (", "without (", "on(", "ignoring(", "bool", " and ", " or ", " unless ",
-                   "offset", "absent(", "changes(", "resets(", "stale", "group_left"):  # fmt: skip
+                   "offset", "absent(", "changes(", "resets(", "stale", "group_left",
+                   "[10m:1m]", "[5m:]", "@ start()", "@ end()", "@ 300", "atan2", "holt_winters(",
+                   "sin(", "cos(", "tan(", "asin(", "acos(", "atan(", "tanh(", "asinh(",
+                   "acosh(", "atanh(", "deg(", "rad(", "pi()", "day_of_month(", "day_of_week(",
+                   "day_of_year(", "days_in_month(", "hour(", "minute(", "month(",
+                   "year("):  # fmt: skip
         assert needle in text, needle
 
 
