@@ -251,7 +251,7 @@ def run_test_group(
     except (TestFileError, RuleFileError) as e:
         return [str(e)]
     groups.sort(key=lambda g: order.get(g.name, 0))  # stable: file order otherwise
-    engine = Engine(store, _LOOKBACK_MS)
+    engine = Engine(store, _LOOKBACK_MS, subquery_step_ms=eval_ms)  # as promtool
     mgr = RuleManager(groups, engine, default_interval_ms=tg.interval_ms or 60_000,
                       external_labels=tg.external_labels, external_url=tg.external_url,
                       store=store)
