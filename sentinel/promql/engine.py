@@ -7,8 +7,10 @@ Semantics are Prometheus 2.42's for an instant query at `at_ms`:
   marker the series is absent;
 - a range selector takes the samples in the closed window
   [t - offset - range, t - offset], staleness markers skipped;
-- series come out sorted by label set, as Prometheus's storage returns
-  them, so floating-point sums run in the same order;
+- series come out in the order the store created them, as Prometheus's
+  head block returns them (postings are ordered by series reference), so
+  floating-point sums, `first` in templates and aggregation outputs run in
+  the same order as promtool's;
 - `@ T` pins a selector or subquery to time T (`@ start()` and `@ end()` are
   the query's own time, also inside subqueries);
 - a subquery `e[R:S] offset D` evaluates `e` at every multiple of the step S
@@ -39,7 +41,10 @@ class SeriesSource(Protocol):
     """What the engine needs from a store (MemoryStore implements it)."""
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[Series]:
-        """Series matching all matchers, with their samples in [start_ms, end_ms]."""
+        """Series matching all matchers, with their samples in [start_ms, end_ms].
+
+        In the order the series were created, as Prometheus's head returns them.
+        """
         ...
 
 
@@ -147,9 +152,7 @@ class _Evaluator:
         return value  # type: ignore[return-value]
 
     def select(self, sel: n.VectorSelector, start_ms: int, end_ms: int) -> list[Series]:
-        found = self.store.select(sel.matchers, start_ms, end_ms)
-        found.sort(key=lambda s: s.labels)
-        return found
+        return self.store.select(sel.matchers, start_ms, end_ms)
 
     def instant(self, sel: n.VectorSelector) -> list[tuple[Labels, int, float]]:
         ref = self.base_ms(sel.at) - sel.offset_ms
