@@ -38,8 +38,8 @@ ANNOTATIONS = {
               '{{ label "instance" . }} {{ label "job" . }}|{{ end }}',
     "now": '{{ with query "time()" }}{{ . | first | value }}{{ end }}',
     "labels": '{{ with query "sum by (job) (req_total)" }}{{ (first .).Labels }}{{ end }}',
-    "strvalue": '{{ with query "label_replace(vector(1), \\"__value__\\", \\"hi\\", \\"\\", \\"\\")" }}'
-                '[{{ . | first | strvalue }}]{{ end }}',
+    "strvalue": '{{ with query "label_replace(vector(1), \\"__value__\\", \\"hi\\", '
+                '\\"\\", \\"\\")" }}[{{ . | first | strvalue }}]{{ end }}',
     "empty": '{{ first (query "nothing_here") }}',
     "boot": '{{ with query "boot_time_seconds" }}{{ . | first | value | humanizeTimestamp }}'
             '{{ end }}',
