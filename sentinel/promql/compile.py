@@ -89,11 +89,42 @@ def _compile_cached(text: str) -> n.Expr:
         parsed = pp.parse(_rename_holt_winters(text) if "holt_winters" in text else text)
     except ValueError as exc:
         raise PromQLError(f"parse error: {exc}", _parse_error_position(text, str(exc))) from None
+    quoted = _quoted_name(text)
+    if quoted is not None:
+        # Prometheus 3 allows `{"my.metric", "a.b"="x"}`; 2.x, the reference, does not.
+        raise PromQLError("a quoted (UTF-8) metric or label name (Prometheus 3) is not "
+                          "supported by Sentinel's engine", quoted)
     expr = _Compiler(text).convert(parsed)
     kind = n.value_type(expr)
     if kind not in (n.VECTOR, n.SCALAR):
         raise PromQLError(f"expression must return an instant vector or a scalar, not a {kind}", 0)
     return expr
+
+
+def _quoted_name(text: str) -> int | None:
+    """Offset of a string used as a name inside `{...}` (Prometheus 3 syntax), if any.
+
+    In 2.x a string inside braces only follows a matcher operator; one right
+    after `{` or `,` is a quoted name.
+    """
+    depth, prev, i = 0, "", 0
+    while i < len(text):
+        c = text[i]
+        lit = _STRING_LITERAL.match(text, i) if c in "\"'`#" else None
+        if lit is not None:
+            if depth and prev in ("{", ",") and c != "#":
+                return i
+            i = lit.end()
+            prev = "s"
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth = max(0, depth - 1)
+        if not c.isspace():
+            prev = c
+        i += 1
+    return None
 
 
 def _masked(text: str) -> str:
