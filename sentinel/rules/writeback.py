@@ -101,3 +101,16 @@ class SeriesWriter:
     def forget(self) -> None:
         """Drop what was written (after a reload changes the rules' order)."""
         self._previous.clear()
+
+
+def written_metric_names(groups: Iterable[Any]) -> set[str]:
+    """Metric names the rules write: recorded names, and ALERTS/ALERTS_FOR_STATE if any
+    alerting rule exists. A store that keeps only the series rules read must keep these."""
+    names: set[str] = set()
+    for g in groups:
+        for r in g.rules:
+            if hasattr(r, "annotations"):
+                names |= WRITTEN_META_NAMES
+            else:
+                names.add(r.name)
+    return names
