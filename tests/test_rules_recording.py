@@ -60,7 +60,9 @@ def test_group_labels_query_offset_and_staleness(tmp_path: Path) -> None:
     manager.evaluate_group("g", 720_000)  # queries at 660s: job a is gone
     # Without the marker, a's sample written at 600s would still be within the lookback.
     assert [dict(x.labels)["job"] for x in engine.query("job:up:sum", 720_000)] == ["b"]
-    assert engine.query('ALERTS{alertname="JobDown"}', 720_000) == []
+    assert len(engine.query('ALERTS{alertname="JobDown"}', 720_000)) == 1  # still, at 660s
+    manager.evaluate_group("g", 780_000)  # queries at 720s: the recorded series is stale
+    assert engine.query('ALERTS{alertname="JobDown"}', 780_000) == []
 
 
 def test_recorded_series_count_toward_the_store_limit(tmp_path: Path) -> None:
