@@ -166,8 +166,9 @@ class _Evaluator:
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
         out = []
         for s in self.select(e.selector, end - e.range_ms, end):
-            keep = [i for i, v in enumerate(s.vs) if not is_stale(v)]
-            if len(keep) != len(s.vs):
+            # Only a NaN can be a staleness marker (NaN != NaN): skip the check without one.
+            if any(v != v for v in s.vs):
+                keep = [i for i, v in enumerate(s.vs) if not is_stale(v)]
                 s.ts = [s.ts[i] for i in keep]
                 s.vs = [s.vs[i] for i in keep]
             if s.ts:
