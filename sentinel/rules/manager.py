@@ -5,8 +5,8 @@ The daemon schedules one job per group (`groups`: name → interval) and calls
 Rules of a group are evaluated in file order at the same `now_ms`, as in
 Prometheus; with a store to write to (`store=`), each rule's output
 (recorded series, ALERTS/ALERTS_FOR_STATE) is written back before the next
-rule runs (see `writeback`). Nothing here reads the clock except to time evaluations for
-`rule_health()`; nothing raises out of an evaluation.
+rule runs (see `writeback`). Nothing here reads the clock except to time
+evaluations for `rule_health()`; nothing raises out of an evaluation.
 
 Thread safety: groups may be evaluated from scheduler threads while the
 daemon reloads or snapshots; one lock guards the group table and each
