@@ -96,3 +96,26 @@ def test_bad_recording_rules_are_reported_with_position(tmp_path: Path, rule: st
     with pytest.raises(RuleFileError) as err:
         load_rule_files([str(path)])
     assert f"{path}:4:" in str(err.value) and message in str(err.value)
+
+
+def test_reload_keeps_what_kept_rules_wrote_and_marks_removed_rules_stale(
+        tmp_path: Path) -> None:
+    before = ("groups:\n  - name: g\n    rules:\n"
+              "      - {record: 'job:up:count', expr: count(up)}\n"
+              "      - {record: 'job:up:sum', expr: sum by (job) (up)}\n")
+    store, engine, manager = _setup(tmp_path, before)
+    for t in range(0, 260_001, 15_000):
+        store.add((("__name__", "up"), ("job", "a")), t, 1.0)
+    manager.evaluate_group("g", 240_000)
+    after = tmp_path / "after.yaml"
+    after.write_text("groups:\n  - name: g\n    rules:\n"
+                     "      - {record: 'job:up:sum', expr: sum by (job) (up)}\n")
+    manager.reload(load_rule_files([str(after)]))
+    manager.evaluate_group("g", 255_000)
+    # The removed rule's series is marked stale (its 240s sample is within the lookback).
+    assert engine.query("job:up:count", 255_000) == []
+    assert len(engine.query("job:up:sum", 255_000)) == 1
+    store.add((("__name__", "up"), ("job", "a")), 270_000, STALE_NAN)
+    manager.evaluate_group("g", 285_000)
+    # The kept rule moved from index 1 to 0 and still marks what it wrote before.
+    assert engine.query("job:up:sum", 285_000) == []

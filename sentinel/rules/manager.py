@@ -120,6 +120,8 @@ class RuleManager:
                         if error:
                             rule.health, rule.last_error = RuleHealth.ERR, error
                 group.durations[i] = time.perf_counter() - start
+            if group.writer is not None:
+                group.writer.flush_stale(now_ms)
         return out
 
     def restore(self, alerts: Iterable[Alert]) -> int:
@@ -161,7 +163,8 @@ class RuleManager:
                 for r in old.rules if old else []:
                     pool.setdefault(_rule_key(r.rule), []).append(r)
                 states: list[AlertingRuleState | RecordingRuleState] = []
-                for rule in spec.rules:
+                moved: dict[int, int] = {}  # old rule index → new index, for write-back state
+                for i, rule in enumerate(spec.rules):
                     state: AlertingRuleState | RecordingRuleState
                     if isinstance(rule, RecordingRule):
                         state = RecordingRuleState(rule, spec.name)
@@ -169,14 +172,15 @@ class RuleManager:
                         state = AlertingRuleState(rule, spec.name)
                     same = pool.get(_rule_key(rule))
                     if same:
-                        state.adopt(same.pop(0))  # type: ignore[arg-type]  # same key: same type
+                        prior = same.pop(0)
+                        state.adopt(prior)  # type: ignore[arg-type]  # same key: same type
+                        moved[old.rules.index(prior) if old else 0] = i
                     states.append(state)
                 interval = spec.interval_ms or self.default_interval_ms
                 lock = old.lock if old else threading.Lock()
                 writer = SeriesWriter(self.store) if self.store is not None else None
-                if old is not None and old.writer is not None and writer is not None and [
-                        _rule_key(r.rule) for r in old.rules] == [_rule_key(r) for r in spec.rules]:
-                    writer = old.writer  # same rules in the same order: keep what they wrote
+                if old is not None and old.writer is not None and writer is not None:
+                    writer.adopt(old.writer, moved, len(old.rules))
                 new[spec.name] = _Group(spec, interval, states, lock, {}, writer)
             self._groups = new
 

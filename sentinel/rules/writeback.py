@@ -78,6 +78,7 @@ class SeriesWriter:
     def __init__(self, store: Appender) -> None:
         self.store = store
         self._previous: dict[int, set[Labels]] = {}  # rule index → series last written
+        self._stale: set[Labels] = set()  # written by rules a reload removed
 
     def write(self, index: int, samples: Iterable[tuple[Labels, int, float]], now_ms: int
               ) -> str | None:
@@ -98,9 +99,26 @@ class SeriesWriter:
         self._previous[index] = written
         return error
 
-    def forget(self) -> None:
-        """Drop what was written (after a reload changes the rules' order)."""
-        self._previous.clear()
+    def adopt(self, old: SeriesWriter, moved: dict[int, int], old_count: int) -> None:
+        """Take over what the rules of a group wrote before a reload (Prometheus's CopyState).
+
+        `moved` maps an old rule index to its new index; what rules that are gone
+        wrote is marked stale at the group's next evaluation.
+        """
+        for fi in range(old_count):
+            written = old._previous.get(fi, set())
+            if fi in moved:
+                self._previous[moved[fi]] = written
+            else:
+                self._stale |= written
+        self._stale |= old._stale
+
+    def flush_stale(self, now_ms: int) -> None:
+        """Mark stale what rules removed by a reload had written."""
+        for labels in self._stale:
+            with contextlib.suppress(Exception):
+                self.store.add(labels, now_ms, STALE_NAN)
+        self._stale = set()
 
 
 def written_metric_names(groups: Iterable[Any]) -> set[str]:
