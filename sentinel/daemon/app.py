@@ -86,9 +86,9 @@ class App:
         tracker = IncidentTracker(db, outbox=self.notifier.outbox)
         groups = load_rule_files(rule_paths(cfg))
         store = MemoryStore(retention_ms=self._retention_ms(groups))
-        self.engine = Engine(store)
+        self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms)
         rules = RuleManager(groups, self.engine, default_interval_ms=cfg.evaluation_interval_ms,
-                            external_url=cfg.external_url)
+                            external_url=cfg.external_url, store=store)
         rules.restore(tracker.load_alert_states())
         self._groups = groups
         self.pipeline = Pipeline(
