@@ -22,6 +22,7 @@ from sentinel.daemon import systemd
 from sentinel.daemon.http import StatusServer
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
+from sentinel.daemon.probejobs import ProbeJobs
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.incidents.db import Database
@@ -63,6 +64,7 @@ class App:
         self.pipeline: Pipeline | None = None
         self.engine: Engine | None = None
         self.sources: SourceJobs | None = None
+        self.probes: ProbeJobs | None = None
         self.diagnosis: DiagnosisWorker | None = None
         self.status: StatusServer | None = None
         self.notifier: Notifier | None = None
@@ -97,6 +99,7 @@ class App:
             self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
         self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
+        self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms)
         host, port = _split_listen(cfg.listen)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready)
         self.status.start()
@@ -136,6 +139,8 @@ class App:
             self.pipeline.scraper.close()
         if self.sources is not None:
             self.sources.close()
+        if self.probes is not None:
+            self.probes.close()
         if self.diagnosis is not None:
             self.diagnosis.close()
         log.info("sentinel stopped")
@@ -181,7 +186,9 @@ class App:
 
     def _schedule(self) -> BackgroundScheduler:
         assert self.sources is not None
-        workers = min(64, len(self.config.targets) + len(self._groups) + self.sources.count() + 5)
+        probes = self.probes.count() if self.probes is not None else 0
+        workers = min(64, len(self.config.targets) + len(self._groups) + self.sources.count()
+                      + probes + 5)
         sched = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=workers)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
@@ -196,6 +203,8 @@ class App:
         self._schedule_rule_groups(sched)
         assert self.sources is not None
         self.sources.schedule(sched, self._guard, _now_dt())
+        if self.probes is not None:
+            self.probes.schedule(sched, self._guard, _now_dt())
         if self.diagnosis is not None:
             sched.add_job(self._guard("diagnose", self._diagnose_job), "interval",
                           seconds=self.diagnosis.settings.interval_ms / 1000, id="diagnose",
