@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     cc = check.add_parser("config", help="validate a config file and the rule files it names",
                           description="Exit 0 when valid; else every problem as FILE:LINE: KEY.")
     cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG, help="config file (sentinel.yaml)")
+    cc.add_argument("--scrape", action="store_true",
+                    help="also scrape every target once; exit 1 when a rule selects a metric "
+                    "no target exposes (naming the replacement of a renamed vLLM metric)")
     cc.set_defaults(func=_cmd_check_config)
 
     rules = sub.add_parser("rules", help="check or unit-test rule files").add_subparsers(
@@ -211,7 +214,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 def _cmd_check_config(args: argparse.Namespace) -> int:
     from sentinel.checks import check_config
 
-    return check_config(args.file, sys.stdout, sys.stderr)
+    return check_config(args.file, sys.stdout, sys.stderr, scrape=args.scrape)
 
 
 def _cmd_rules_check(args: argparse.Namespace) -> int:

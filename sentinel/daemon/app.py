@@ -20,6 +20,7 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.config import Config
 from sentinel.daemon import systemd
 from sentinel.daemon.http import StatusServer
+from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.probejobs import ProbeJobs
@@ -65,6 +66,7 @@ class App:
         self.engine: Engine | None = None
         self.sources: SourceJobs | None = None
         self.probes: ProbeJobs | None = None
+        self.metric_check: MetricCheckJob | None = None
         self.diagnosis: DiagnosisWorker | None = None
         self.status: StatusServer | None = None
         self.notifier: Notifier | None = None
@@ -100,6 +102,9 @@ class App:
         self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms)
+        self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
+                                           self.metrics.registry, cfg.evaluation_interval_ms,
+                                           self._now_ms)
         host, port = _split_listen(cfg.listen)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready)
         self.status.start()
@@ -205,6 +210,8 @@ class App:
         self.sources.schedule(sched, self._guard, _now_dt())
         if self.probes is not None:
             self.probes.schedule(sched, self._guard, _now_dt())
+        if self.metric_check is not None:
+            self.metric_check.schedule(sched, self._guard, _now_dt())
         if self.diagnosis is not None:
             sched.add_job(self._guard("diagnose", self._diagnose_job), "interval",
                           seconds=self.diagnosis.settings.interval_ms / 1000, id="diagnose",
