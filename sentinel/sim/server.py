@@ -79,6 +79,8 @@ class SimServer:
         self.chat_requests: deque[object] = deque(maxlen=KEPT_CHAT_REQUESTS)
         self.container: Any = None  # a sim.container.SimContainer, for crashes and restarts
         self.traffic = Traffic(self.metrics, lambda: self.state, config.engines)
+        self.chat_now = 0
+        self.chat_max_in_flight = 0
 
     @property
     def host(self) -> str:
@@ -131,6 +133,12 @@ class SimServer:
                 self._state = apply_update(state, {"chat_fault_count": left,
                                                    **({"chat_fault": ""} if not left else {})})
             return state.chat_fault
+
+    def chat_in_flight(self, delta: int) -> None:
+        """Count chat requests being answered; `chat_max_in_flight` keeps the peak."""
+        with self._lock:
+            self.chat_now += delta
+            self.chat_max_in_flight = max(self.chat_max_in_flight, self.chat_now)
 
     def pick_engine(self) -> int:
         """The engine the next request lands on (round-robin, as DP load balancing spreads)."""
@@ -350,6 +358,13 @@ class _Handler(BaseHTTPRequestHandler):
                                                            config.max_model_len))
 
     def _chat(self, state: SimState) -> None:
+        self.sim.chat_in_flight(+1)
+        try:
+            self._chat_answer(state)
+        finally:
+            self.sim.chat_in_flight(-1)
+
+    def _chat_answer(self, state: SimState) -> None:
         config = self.sim.config
         started = time.monotonic()
         body = self._read_json()
