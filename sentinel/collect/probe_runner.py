@@ -119,11 +119,19 @@ class ProbeRunner:
         return samples, results, busy and t.canary and t.skip_canary_when_busy
 
     def close(self) -> None:
-        """Close the client and stop the loop."""
-        if self._client is not None:
-            try:
-                self._call(self._client.aclose(), 5)
-            except Exception:  # closing must never hold up shutdown
-                log.debug("closing the probe client failed", exc_info=True)
+        """Cancel what is in flight, close the client, stop the loop."""
+        try:
+            self._call(self._shutdown(), 5)
+        except Exception:  # closing must never hold up shutdown
+            log.debug("closing the probe runner failed", exc_info=True)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+    async def _shutdown(self) -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+        await self._loop.shutdown_asyncgens()
