@@ -318,7 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(HTTPStatus.OK, new.to_json())
 
     def _crash(self) -> None:
-        """POST /sim/crash {"mode": "down"|"unhealthy", "log": true}: needs a container."""
+        """POST /sim/crash {"mode": "down|unhealthy|engine_dead", "log": true} (a container)."""
         try:
             body = self._read_json()
             if not isinstance(body, dict):
