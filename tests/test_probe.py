@@ -211,3 +211,23 @@ def test_canary_never_fires_while_the_counters_show_tokens_flowing(sim):
     finally:
         runner.close()
         scraper.close()
+
+
+def test_runner_asks_v1_models_again_only_every_few_minutes_or_after_a_failure(sim):
+    runner = ProbeRunner(4)
+    t = ProbeTarget("gemma", sim.url, timeout_ms=500)
+
+    def probes(now_ms: int) -> list[str]:
+        return [r.probe for r in runner.probe(t, now_ms)[1]]
+
+    try:
+        assert probes(0) == [HEALTH, MODELS, CANARY]
+        assert probes(15_000) == [HEALTH, CANARY]  # the model is known
+        assert sim.chat_requests[-1]["model"] == sim.model
+        assert probes(4 * 60_000) == [HEALTH, MODELS, CANARY]  # refreshed under the lookback
+        sim.set_state(healthy=False)
+        assert probes(4 * 60_000 + 15_000) == [HEALTH, CANARY]
+        sim.set_state(healthy=True)
+        assert probes(4 * 60_000 + 30_000) == [HEALTH, MODELS, CANARY]  # after a failure
+    finally:
+        runner.close()

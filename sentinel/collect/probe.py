@@ -6,7 +6,8 @@ operators report most is an engine wedged behind a live front end (`/health`
 
 - `GET /health`: 200 within the timeout, or not;
 - `GET /v1/models`: 200 and a model card (its id names the canary's model,
-  `max_model_len` is kept for the record);
+  `max_model_len` is kept for the record); asked at the first probe, then
+  every few minutes or after a failure (the runner decides);
 - a canary chat completion: streaming, a fixed short prompt, `max_tokens`
   8, temperature 0. It measures time to first token (the first chunk with
   text) and total time, and checks the answer: every event decodes, the
@@ -137,9 +138,10 @@ async def probe_canary(client: httpx.AsyncClient, t: ProbeTarget, model: str | N
                 if resp.status_code != 200:
                     await resp.aread()
                     raise ProbeFailed(f"HTTP {resp.status_code}")
+                # Read to the end even after [DONE]: a response left unread closes
+                # its connection, and a new one per canary costs more CPU than the rest.
                 async for line in resp.aiter_lines():
-                    if canary.feed(line):
-                        break
+                    canary.feed(line)
         canary.check(t.expect)
     except (TimeoutError, httpx.TimeoutException):
         return canary.result(False, f"no answer within {t.timeout_ms / 1000:g}s"
@@ -163,14 +165,14 @@ class _Canary:
         self.tokens = 0
         self.done = False
 
-    def feed(self, line: str) -> bool:
-        """Take one SSE line; True at `[DONE]`. Raises ProbeFailed on garbage."""
-        if not line.startswith("data:"):
-            return False
+    def feed(self, line: str) -> None:
+        """Take one SSE line. Raises ProbeFailed on garbage."""
+        if not line.startswith("data:") or self.done:
+            return
         data = line[5:].strip()
         if data == "[DONE]":
             self.done = True
-            return True
+            return
         try:
             event = json.loads(data)
             choices = event.get("choices") or []
@@ -186,7 +188,6 @@ class _Canary:
                 if self.ttft_s is None:
                     self.ttft_s = self.clock() - self.start
                 self.text += content
-        return False
 
     def check(self, expect: str) -> None:
         if not self.done:
@@ -205,25 +206,32 @@ class _Canary:
 
 async def probe_target(client: httpx.AsyncClient, t: ProbeTarget, now_ms: int, *,
                        busy: bool = False, canary_slots: asyncio.Semaphore | None = None,
+                       model: str | None = None,
                        clock: Callable[[], float] = time.monotonic,
                        ) -> tuple[list[Sample], list[ProbeResult]]:
     """Probe one target; the samples to store at `now_ms` and the results. Never raises.
 
     `busy`: the target's counters prove tokens are flowing, so the canary is
     skipped (when the target allows it). `canary_slots` caps canaries in
-    flight across the fleet.
+    flight across the fleet. `model`: the served model, already learnt from
+    /v1/models; when given, /v1/models is not asked this time (the caller
+    refreshes it every few minutes: it costs as much CPU as /health).
     """
     del now_ms  # the caller stores the samples at the time it chose
     try:
-        health, models = await asyncio.gather(probe_health(client, t, clock),
-                                              probe_models(client, t, clock))
-        results = [health, models]
+        if model is None:
+            health, models = await asyncio.gather(probe_health(client, t, clock),
+                                                  probe_models(client, t, clock))
+            results = [health, models]
+            model = models.model
+        else:
+            results = [await probe_health(client, t, clock)]
         if t.canary and not (busy and t.skip_canary_when_busy):
             if canary_slots is None:
-                results.append(await probe_canary(client, t, models.model, clock))
+                results.append(await probe_canary(client, t, model, clock))
             else:
                 async with canary_slots:
-                    results.append(await probe_canary(client, t, models.model, clock))
+                    results.append(await probe_canary(client, t, model, clock))
     except Exception as exc:  # a bug, not the target: record it, keep the loop alive
         results = [ProbeResult(p, False, 0.0, 0, f"internal error: {type(exc).__name__}: {exc}")
                    for p in (HEALTH, MODELS)]

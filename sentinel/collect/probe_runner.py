@@ -22,6 +22,7 @@ import httpx
 
 from sentinel.collect.probe import (
     CANARY,
+    MODELS,
     ProbeResult,
     ProbeTarget,
     Sample,
@@ -36,6 +37,10 @@ T = TypeVar("T")
 ReadTotal = Callable[[str, int], "float | None"]
 # Slack beyond the probe timeout before a job stops waiting for its coroutine.
 WAIT_SLACK_S = 5.0
+# How often /v1/models is asked again once the model is known: under the 5 m lookback,
+# so its series never goes stale; sooner after any failed probe (a restart may have
+# changed the model). It costs as much CPU as /health: every probe would double that.
+MODELS_REFRESH_MS = 4 * 60_000
 
 
 @dataclass
@@ -95,6 +100,8 @@ class ProbeRunner:
                                         daemon=True)
         self._thread.start()
         self._client = client
+        self._models: dict[str, tuple[str, int]] = {}  # target -> (model, learnt at)
+        self._models_lock = threading.Lock()
         self._slots: asyncio.Semaphore | None = None
         self._call(self._setup())
 
@@ -112,10 +119,20 @@ class ProbeRunner:
         """Probe one target now: (samples, results, whether the canary was skipped as busy)."""
         busy = self.heartbeat.busy(t, now_ms)
         assert self._client is not None
+        with self._models_lock:
+            known = self._models.get(t.name)
+        model = known[0] if known and now_ms - known[1] < MODELS_REFRESH_MS else None
         samples, results = self._call(
-            probe_target(self._client, t, now_ms, busy=busy, canary_slots=self._slots),
+            probe_target(self._client, t, now_ms, busy=busy, canary_slots=self._slots,
+                         model=model),
             t.timeout_ms / 1000 * 2 + WAIT_SLACK_S)
         self.heartbeat.record(t, results)
+        with self._models_lock:
+            learnt = next((r.model for r in results if r.probe == MODELS and r.model), None)
+            if learnt:
+                self._models[t.name] = (learnt, now_ms)
+            if not all(r.success for r in results):
+                self._models.pop(t.name, None)  # ask /v1/models again next time
         return samples, results, busy and t.canary and t.skip_canary_when_busy
 
     def close(self) -> None:
