@@ -231,3 +231,26 @@ def test_runner_asks_v1_models_again_only_every_few_minutes_or_after_a_failure(s
         assert probes(4 * 60_000 + 30_000) == [HEALTH, MODELS, CANARY]  # after a failure
     finally:
         runner.close()
+
+
+@pytest.mark.parametrize(("lines", "error"), [
+    (['data: {"choices":[{"delta":{"content":"ok"}}]}', "data: [DONE]"], None),
+    (['data: {"choices":[{"delta":{"content":"ok"}}]}'], "stream ended without [DONE]"),
+    (['data: {"choices":[{"delta":{"content":""}}]}', "data: [DONE]"], "empty answer"),
+    (["data: {not json", "data: [DONE]"], "answer does not decode (not JSON)"),
+    (['data: {"choices":[{"delta":{"content":"o\\ufffdk"}}]}', "data: [DONE]"],
+     "answer is corrupted (replacement or NUL characters)"),
+])
+def test_canary_answer_checks(lines, error):
+    from sentinel.collect.probe import ProbeFailed, _Canary
+
+    canary = _Canary(0.0, lambda: 0.25)
+    try:
+        for line in lines:
+            canary.feed(line)
+        canary.check("")
+    except ProbeFailed as exc:
+        assert str(exc) == error
+    else:
+        assert error is None
+        assert canary.ttft_s == 0.25 and canary.text == "ok"
