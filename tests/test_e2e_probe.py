@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
 SCALE = 20
-PROBE_S, PROBE_TIMEOUT_S, EVAL_S = 0.5, 0.3, 0.5
+PROBE_S, PROBE_TIMEOUT_S, EVAL_S = 0.5, 0.4, 0.5
 _DURATION = re.compile(r"\[(\d+[smh])\]")
 
 

@@ -51,14 +51,14 @@ def _by_probe(results) -> dict:
 @pytest.mark.parametrize(("state", "health", "models", "canary", "error"), [
     ({}, True, True, True, None),
     ({"healthy": False}, False, True, False, "HTTP 500"),
-    ({"stalled": True}, True, True, False, "no answer within 0.5s (no token)"),
+    ({"stalled": True}, True, True, False, "no answer within 2s (no token)"),
     ({"sleeping": True}, True, True, False, "HTTP 503"),
     ({"garbage_output": True}, True, True, False, "empty answer"),
     ({"down": True}, False, False, False, None),
 ])
 def test_each_simulator_mode_reads_as_it_should(sim, state, health, models, canary, error):
     sim.update_state(state)
-    t = ProbeTarget("gemma", sim.url, timeout_ms=500)
+    t = ProbeTarget("gemma", sim.url, timeout_ms=2000)  # slack for a loaded CI machine
     samples, results = _probe(t)
     got = _by_probe(results)
     assert (got[HEALTH].success, got[MODELS].success, got[CANARY].success) == (
@@ -215,7 +215,7 @@ def test_canary_never_fires_while_the_counters_show_tokens_flowing(sim):
 
 def test_runner_asks_v1_models_again_only_every_few_minutes_or_after_a_failure(sim):
     runner = ProbeRunner(4)
-    t = ProbeTarget("gemma", sim.url, timeout_ms=500)
+    t = ProbeTarget("gemma", sim.url, timeout_ms=5000)
 
     def probes(now_ms: int) -> list[str]:
         return [r.probe for r in runner.probe(t, now_ms)[1]]

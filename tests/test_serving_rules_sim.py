@@ -10,6 +10,7 @@ alerts; a stalled one raises VLLMEngineStalled, so the harness can fail.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,7 +41,7 @@ STEP_MS = 5_000
 class Harness:
     """Scrape, probe, check and evaluate one simulated target at times we choose."""
 
-    def __init__(self, sim) -> None:
+    def __init__(self, sim, probe_timeout_ms: int = 3_000) -> None:
         self.sim = sim
         self.store = MemoryStore(retention_ms=20 * 60_000)
         self.engine = Engine(self.store)
@@ -51,7 +52,8 @@ class Harness:
         self.check = MetricCheckJob(lambda: groups, self.store, self.engine,
                                     CollectorRegistry(), 15_000, lambda: 0)
         self.scrape_target = ScrapeTarget("gemma", sim.url, interval_ms=STEP_MS)
-        self.probe_target = ProbeTarget("gemma", sim.url, interval_ms=15_000, timeout_ms=300)
+        self.probe_target = ProbeTarget("gemma", sim.url, interval_ms=15_000,
+                                        timeout_ms=probe_timeout_ms)
         self.seen: dict[str, set[str]] = {}  # alert name -> states it reached
         self.fired_at: dict[str, int] = {}
 
@@ -103,6 +105,8 @@ def test_no_false_alarms_over_ten_simulated_minutes(harness, busy):
 
 @pytest.mark.parametrize("queued", [True, False], ids=["with-queue", "empty-queue"])
 def test_the_same_harness_catches_a_stall(harness, queued):
+    # A hung canary waits out its timeout in real time: keep it short here.
+    harness.probe_target = dataclasses.replace(harness.probe_target, timeout_ms=1_000)
     harness.sim.set_state(load_rps=5, num_requests_running=2)
     harness.run(0, 24)  # two busy minutes
     harness.sim.set_state(stalled=True, load_rps=0,
