@@ -103,16 +103,17 @@ async def probe_models(client: httpx.AsyncClient, t: ProbeTarget,
     try:
         resp = await client.get(_url(t, "/v1/models"), headers=t.headers(),
                                 timeout=t.timeout_ms / 1000)
+    except httpx.HTTPError as exc:
+        return ProbeResult(MODELS, False, clock() - start, 0, _describe(exc, t))
+    try:
         if resp.status_code != 200:
             raise ProbeFailed(f"HTTP {resp.status_code}")
         cards = resp.json().get("data") or []
         if not cards or not isinstance(cards[0], dict) or not cards[0].get("id"):
             raise ProbeFailed("no model served")
-    except httpx.HTTPError as exc:
-        return ProbeResult(MODELS, False, clock() - start, 0, _describe(exc, t))
     except (ProbeFailed, ValueError, AttributeError) as exc:
-        status = resp.status_code if "resp" in locals() else 0
-        return ProbeResult(MODELS, False, clock() - start, status, str(exc) or "bad answer")
+        return ProbeResult(MODELS, False, clock() - start, resp.status_code,
+                           str(exc) or "bad answer")
     length = cards[0].get("max_model_len")
     return ProbeResult(MODELS, True, clock() - start, 200, model=str(cards[0]["id"]),
                        max_model_len=length if isinstance(length, int) else None)
