@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--strict", action="store_true",
                     help="fail when a remediation policy, route or inhibit rule names an alert "
                     "that no loaded rule defines (a warning otherwise)")
+    cc.add_argument("--scrape", action="store_true",
+                    help="also scrape every target once; exit 1 when a rule selects a metric "
+                    "no target exposes (naming the replacement of a renamed vLLM metric)")
     cc.set_defaults(func=_cmd_check_config)
 
     rules = sub.add_parser("rules", help="check or unit-test rule files").add_subparsers(
@@ -243,7 +246,8 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 def _cmd_check_config(args: argparse.Namespace) -> int:
     from sentinel.checks import check_config
 
-    return check_config(args.file, sys.stdout, sys.stderr, strict=args.strict)
+    return check_config(args.file, sys.stdout, sys.stderr, strict=args.strict,
+                        scrape=args.scrape)
 
 
 def _cmd_rules_check(args: argparse.Namespace) -> int:

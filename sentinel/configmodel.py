@@ -36,8 +36,14 @@ from sentinel.config_notify import (
     WebhookConfig,
     check_receiver_names,
 )
+from sentinel.config_probe import (
+    DEFAULT_CANARY_CONCURRENCY,
+    DEFAULT_PROBE_INTERVAL_MS,
+    ProbeConfig,
+)
 from sentinel.config_remediation import RemediationConfig, check_against_targets
 from sentinel.configbase import (
+    Duration,
     PositiveDuration,
     Strict,
     http_url,
@@ -74,6 +80,8 @@ class TargetConfig(Strict):
     logs: LogsConfig = LogsConfig.model_validate({})
     tpu: TpuConfig | None = None
     xla_cache_path: str | None = None
+    # /health, /v1/models and a canary completion (sentinel.collect.probe); see config_probe.
+    probe: ProbeConfig | None = None
 
     @field_validator("url")
     @classmethod
@@ -141,6 +149,9 @@ class Config(Strict):
     diagnosis: DiagnosisConfig | None = None
     notify: NotifyConfig = NotifyConfig.model_validate({})
     remediation: RemediationConfig = RemediationConfig.model_validate({})
+    # Probes of every target's serving path; 0 turns them off (sentinel.config_probe).
+    probe_interval_ms: Duration = Field(DEFAULT_PROBE_INTERVAL_MS, alias="probe_interval")
+    probe_canary_concurrency: int = Field(DEFAULT_CANARY_CONCURRENCY, ge=1)
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
@@ -254,6 +265,7 @@ class Config(Strict):
             out += r.secrets()
         if self.diagnosis is not None:
             out += self.diagnosis.secrets()
+        out += [t.probe.api_key for t in self.targets if t.probe is not None and t.probe.api_key]
         return out
 
 

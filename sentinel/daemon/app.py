@@ -21,8 +21,10 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.config import Config
 from sentinel.daemon import systemd
 from sentinel.daemon.http import StatusServer
+from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
+from sentinel.daemon.probejobs import ProbeJobs
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.incidents.db import Database
@@ -64,6 +66,8 @@ class App:
         self.pipeline: Pipeline | None = None
         self.engine: Engine | None = None
         self.sources: SourceJobs | None = None
+        self.probes: ProbeJobs | None = None
+        self.metric_check: MetricCheckJob | None = None
         self.diagnosis: DiagnosisWorker | None = None
         self.status: StatusServer | None = None
         self.notifier: Notifier | None = None
@@ -99,6 +103,10 @@ class App:
             self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
         self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
+        self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms)
+        self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
+                                           self.metrics.registry, cfg.evaluation_interval_ms,
+                                           self._now_ms)
         host, port = _split_listen(cfg.listen)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready)
         self.status.start()
@@ -141,6 +149,8 @@ class App:
             self.pipeline.scraper.close()
         if self.sources is not None:
             self.sources.close()
+        if self.probes is not None:
+            self.probes.close()
         if self.diagnosis is not None:
             self.diagnosis.close()
         log.info("sentinel stopped")
@@ -226,8 +236,9 @@ class App:
 
     def _schedule(self) -> BackgroundScheduler:
         assert self.sources is not None
-        workers = min(64, len(self.config.targets) + len(self._groups) + self.sources.count() + 5
-                      + (64 if self.config.kubernetes_sd else 0))
+        probes = self.probes.count() if self.probes is not None else 0
+        workers = min(64, len(self.config.targets) + len(self._groups) + self.sources.count()
+                      + probes + 5 + (64 if self.config.kubernetes_sd else 0))
         sched = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=workers)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
@@ -242,6 +253,10 @@ class App:
         self._schedule_rule_groups(sched)
         assert self.sources is not None
         self.sources.schedule(sched, self._guard, _now_dt())
+        if self.probes is not None:
+            self.probes.schedule(sched, self._guard, _now_dt())
+        if self.metric_check is not None:
+            self.metric_check.schedule(sched, self._guard, _now_dt())
         if self.diagnosis is not None:
             sched.add_job(self._guard("diagnose", self._diagnose_job), "interval",
                           seconds=self.diagnosis.settings.interval_ms / 1000, id="diagnose",
