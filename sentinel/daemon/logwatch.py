@@ -45,10 +45,11 @@ class LogWatch:
         """One poll of one source; never raises for bad lines (the classifier bounds them)."""
         entries = source.poll(now_ms)
         classifier = self._classifiers.setdefault(source.name, Classifier(self.signatures))
-        events = classifier.feed_many(entries)
+        events = classifier.feed_many(entries, now_ms=now_ms)
         if not entries:
-            # The stream went quiet: emit what waited for context-after lines.
-            events += classifier.flush()
+            # The stream went quiet: emit what waited for context-after lines (a
+            # traceback whose fate is undecided waits a bounded time more).
+            events += classifier.flush(now_ms)
         events = [dataclasses.replace(e, excerpt=_REDACTOR.lines(e.excerpt)) for e in events]
         # Where the source stands is saved with the events it led to, and only when it moved.
         cursors = self._moved(getattr(source, "cursor_key", None), getattr(source, "cursor", None))

@@ -32,6 +32,11 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+try:  # Python 3.11+: the parser moved; sre_parse still works but warns.
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    import sre_parse  # type: ignore[no-redef]
+
 try:
     import hyperscan
 except ImportError:  # pragma: no cover - depends on the platform
@@ -71,24 +76,73 @@ class HyperscanFilter:
         return out
 
 
+    def scan_ids(self, block: str) -> list[tuple[int, int, set[int]]]:
+        """For each line of `block` (ASCII) with a match: (line index, offset of a match end, ids).
+
+        The ids are those of the expressions that matched on that line (see
+        `build_hyperscan_filter`: expression i is pattern i). The offset lies
+        inside the line (or at its end), so the caller can cut the line out of
+        the block without splitting it all.
+        """
+        data = block.encode("ascii")
+        hits: list[tuple[int, int]] = []
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self._db)
+        self._db.scan(data, match_event_handler=_collect_ids, context=hits, scratch=scratch)
+        if not hits:
+            return []
+        hits.sort(key=_end_of)
+        out: list[tuple[int, int, set[int]]] = []
+        line = 0
+        previous = 0
+        count = data.count
+        for end, pattern_id in hits:
+            at = end - 1 if end > 0 and data[end - 1] == 10 else end
+            if at != previous:
+                line += count(b"\n", previous, at)
+                previous = at
+            if out and out[-1][0] == line:
+                out[-1][2].add(pattern_id)
+            else:
+                out.append((line, at, {pattern_id}))
+        return out
+
+
 def _collect(_id: int, _start: int, end: int, _flags: int, ends: list[int]) -> None:
     ends.append(end)
 
 
-def build_hyperscan_filter(patterns: Sequence[str]) -> HyperscanFilter | None:
-    """A filter for these Python patterns, or None when Hyperscan cannot serve them all."""
+def _collect_ids(pattern_id: int, _start: int, end: int, _flags: int,
+                 hits: list[tuple[int, int]]) -> None:
+    hits.append((end, pattern_id))
+
+
+def _end_of(hit: tuple[int, int]) -> int:
+    return hit[0]
+
+
+def build_hyperscan_filter(patterns: Sequence[str],
+                           exact: Sequence[bool] = ()) -> HyperscanFilter | None:
+    """A filter for these Python patterns, or None when Hyperscan cannot serve them all.
+
+    `exact[i]` true: pattern i is compiled as is (not in prefilter mode), so a
+    match id of it needs no confirmation by `re` (see `is_exact`).
+    """
     if hyperscan is None or not patterns:
         return None
+    exact = list(exact) + [False] * (len(patterns) - len(exact))
     expressions: list[bytes] = []
     flags: list[int] = []
-    for pattern in patterns:
+    for pattern, is_exact_pattern in zip(patterns, exact, strict=False):
         translated = translate(pattern)
         if translated is None:
             log.debug("pattern %r stays on the literal prefilter", pattern)
             return None
         source, caseless = translated
         expressions.append(source.encode("ascii", "backslashreplace"))
-        flags.append(hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_MULTILINE
+        flags.append((0 if is_exact_pattern else hyperscan.HS_FLAG_PREFILTER)
+                     | hyperscan.HS_FLAG_MULTILINE
                      | (hyperscan.HS_FLAG_CASELESS if caseless else 0))
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     try:
@@ -97,6 +151,61 @@ def build_hyperscan_filter(patterns: Sequence[str]) -> HyperscanFilter | None:
         log.info("Hyperscan cannot compile the signatures (%s); using the literal prefilter", exc)
         return None
     return HyperscanFilter(db)
+
+
+# Parser nodes whose Hyperscan reading equals Python's on one ASCII line and
+# that can never take a newline (so a match cannot straddle two lines).
+_EXACT_OPS = {"LITERAL", "SUBPATTERN", "BRANCH", "MAX_REPEAT", "MIN_REPEAT", "IN", "RANGE"}
+_EXACT_CATEGORIES = {"CATEGORY_DIGIT", "CATEGORY_WORD"}
+
+
+def is_exact(pattern: str) -> bool:
+    """Whether a Hyperscan match of `pattern` (outside prefilter mode) is a Python match.
+
+    True for literals, groups, alternatives, repeats and positive classes of
+    literals, ranges, \\d and \\w, with no flags: constructs both engines read
+    alike on ASCII and that never match a newline. Anything else (anchors,
+    `.`, negated classes, \\s) is confirmed by `re` on the line.
+    """
+    try:
+        compiled = re.compile(pattern)
+        parsed = sre_parse.parse(pattern)
+    except re.error:
+        return False
+    if compiled.flags & ~re.UNICODE or not pattern.isascii() or _OPEN_MIN.search(pattern):
+        return False
+    return _exact_items(list(parsed.data))
+
+
+def _exact_items(items: list[Any]) -> bool:
+    for op, arg in items:
+        name = str(op)
+        if name not in _EXACT_OPS:
+            return False
+        if name == "SUBPATTERN":
+            if arg[1] or arg[2]:  # inline flags
+                return False
+            if not _exact_items(list(arg[3].data)):
+                return False
+        elif name == "BRANCH":
+            if not all(_exact_items(list(b.data)) for b in arg[1]):
+                return False
+        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
+            if not _exact_items(list(arg[2].data)):
+                return False
+        elif name == "IN":
+            for member_op, member in arg:
+                member_name = str(member_op)
+                if member_name == "CATEGORY":
+                    if str(member) not in _EXACT_CATEGORIES:
+                        return False
+                elif member_name not in ("LITERAL", "RANGE"):
+                    return False
+                elif member_name == "LITERAL" and member == 10:
+                    return False
+        elif name == "LITERAL" and arg == 10:
+            return False
+    return True
 
 
 _ALLOWED_FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE | re.UNICODE

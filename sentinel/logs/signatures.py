@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sentinel.logs.anchors import AnchorError, choose_anchors, pattern_units
-from sentinel.logs.hsfilter import build_hyperscan_filter
+from sentinel.logs.hsfilter import build_hyperscan_filter, is_exact
 from sentinel.yamlpos import Positioned, YamlSyntaxError, load_positioned
 
 CATEGORIES = (
@@ -68,8 +68,18 @@ class SignatureSet:
         patterns = tuple(p for s in self.signatures for p in s.patterns)
         # The traceback marker is an anchor too: the classifier must see where tracebacks start.
         self.anchors = tuple(sorted(set(choose_anchors(patterns)) | {TRACEBACK}))
+        # Hyperscan expression i is pattern i (the traceback marker last), so a
+        # match id names its signature: only that pattern's `re` confirms the
+        # line, and not even that where the Hyperscan rewrite is exact.
+        owner = [i for i, s in enumerate(self.signatures) for _ in s.patterns]
+        self._pattern_sig = [self.signatures[i] for i in owner]
+        self._pattern_rank = [(-self.signatures[i].priority, i) for i in owner]
+        self._pattern_re = [re.compile(p) for p in patterns]
+        self._exact = [is_exact(p) for p in patterns]
+        self._tb_id = len(patterns)
         self._hyperscan = (None if engine == "literal" or not patterns
-                           else build_hyperscan_filter([*patterns, re.escape(TRACEBACK)]))
+                           else build_hyperscan_filter([*patterns, re.escape(TRACEBACK)],
+                                                       [*self._exact, True]))
         if engine == "hyperscan" and self._hyperscan is None:
             raise ValueError("the hyperscan prefilter is unavailable for these signatures")
         self.engine = "hyperscan" if self._hyperscan is not None else "literal"
@@ -81,11 +91,19 @@ class SignatureSet:
         # Per-signature regexes, highest priority first: used only on lines that
         # already matched, to let a root cause later in the line outrank a
         # symptom earlier in it ("compile permanent error. Ran out of memory").
-        self._ranked = sorted(
-            ((s, re.compile("|".join(f"(?:{p})" for p in s.patterns))) for s in self.signatures),
-            key=lambda pair: -pair[0].priority,
-        )
+        # Ties in priority go to the signature listed first.
+        ranked = sorted(range(len(self.signatures)),
+                        key=lambda i: (-self.signatures[i].priority, i))
+        self._ranked = [
+            (self.signatures[i],
+             re.compile("|".join(f"(?:{p})" for p in self.signatures[i].patterns)))
+            for i in ranked
+        ]
         self.max_before = max((s.context_before for s in self.signatures), default=0)
+
+    def by_name(self, name: str) -> Signature | None:
+        """The signature called `name`, or None."""
+        return next((s for s in self.signatures if s.name == name), None)
 
     def match_line(self, line: str) -> Signature | None:
         """The signature matching `line` (the highest priority among several), or None."""
@@ -94,13 +112,58 @@ class SignatureSet:
         m = self._combined.search(line)
         if m is None or m.lastgroup is None:
             return None
-        found = self.signatures[int(m.lastgroup[1:])]
         for sig, rx in self._ranked:  # rare: only lines that matched get here
-            if sig.priority <= found.priority:
-                break
             if rx.search(line):
                 return sig
-        return found
+        return None  # pragma: no cover - the combined regex matched, so one of these does
+
+    def scan(self, block: str) -> list[tuple[int, Signature | None, bool]]:
+        """The lines of `block` that match a signature or start a traceback.
+
+        One `(index, signature or None, starts_traceback)` per such line,
+        ascending; the signature is `match_line`'s answer. With Hyperscan an
+        ASCII block takes one scan whose match ids say which pattern matched,
+        so at most the matched patterns' own regexes run on a line (none where
+        the rewrite is exact): a crash storm costs what its matching lines
+        cost, not what all signatures cost on each of them.
+        """
+        if self._hyperscan is not None and block.isascii():
+            return self._scan_ids(block)
+        indexes = self._literal_candidates(block)
+        if not indexes:
+            return []
+        lines = block.split("\n")
+        out = []
+        for index in indexes:
+            line = lines[index]
+            sig = self.match_line(line)
+            tb = TRACEBACK in line
+            if sig is not None or tb:
+                out.append((index, sig, tb))
+        return out
+
+    def _scan_ids(self, block: str) -> list[tuple[int, Signature | None, bool]]:
+        assert self._hyperscan is not None
+        out: list[tuple[int, Signature | None, bool]] = []
+        tb_id, exact, rank = self._tb_id, self._exact, self._pattern_rank
+        for index, at, ids in self._hyperscan.scan_ids(block):
+            tb = tb_id in ids
+            if tb:
+                ids.discard(tb_id)
+            sig = None
+            line = None
+            for pid in sorted(ids, key=rank.__getitem__) if len(ids) > 1 else ids:
+                if not exact[pid]:
+                    if line is None:
+                        end = block.find("\n", at)
+                        line = block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
+                    if self._pattern_re[pid].search(line) is None:
+                        continue
+                sig = self._pattern_sig[pid]
+                break
+            if sig is not None or tb:
+                out.append((index, sig, tb))
+        return out
 
     def has_anchor(self, line: str) -> bool:
         """Whether `line` contains any anchor (a line without one cannot match)."""
