@@ -14,8 +14,9 @@ the process. The log says which, a few lines later:
 When the wait ends without an answer, the traceback's *shape* decides: a
 traceback Python's default hook printed (no log level before it) ends the
 process unless it came from a thread, a callback or an ASGI request, which
-the process survives; a traceback logged at ERROR or above is fatal, one
-logged at WARNING or below is not. Stopping on purpose (`KeyboardInterrupt`,
+the process survives; a traceback logged by a logger was caught by code that
+carries on (a tool parser failing on one response), unless it is logged at
+CRITICAL or its message says the process is going down ("fatal", "died"). Stopping on purpose (`KeyboardInterrupt`,
 `SystemExit`, a cancelled task) is never a crash.
 
 This is what keeps "handled exceptions the process survives produce nothing"
@@ -62,6 +63,7 @@ _SURVIVABLE_CONTEXT = re.compile(
     r"Exception in callback|Exception in ASGI application|Error in atexit|"
     r"Error in sys\.excepthook|Unhandled exception in (?:event|the event) loop"
 )
+_FATAL_MESSAGE = re.compile(r"[Ff]atal|FATAL|[Cc]rash|\bdied\b|\bdead\b|[Aa]bort|[Tt]erminat|[Ee]xiting")
 _LEVEL_PREFIX_CHARS = 120  # a level word later than this is message text, not the record's level
 
 
@@ -114,4 +116,8 @@ def by_shape(header: str, before: str, exception: str) -> bool:
     level = level_of(prefix) if prefix else None
     if level is None:
         return True  # printed by Python's default hook: the exception ended the program
-    return level in ("ERROR", "CRITICAL", "FATAL")
+    if level in ("CRITICAL", "FATAL"):
+        return True
+    # Logged by code that caught the exception (logger.exception): the process
+    # carries on unless the message itself says it is going down.
+    return level == "ERROR" and bool(_FATAL_MESSAGE.search(prefix) or _FATAL_MESSAGE.search(before))
