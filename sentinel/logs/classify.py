@@ -282,6 +282,9 @@ class Classifier:
     def _decide(self, group: _Group, entry: LogEntry, line: str, line_no: int | None) -> bool:
         """One line after an unclaimed traceback: keep waiting, or decide its fate."""
         verdict = fatal.after_traceback(line, group.tb_process)
+        if verdict is fatal.Verdict.FATAL and group.exception is not None \
+                and fatal.is_benign(group.exception[1]):
+            verdict = fatal.Verdict.SURVIVED  # an operator's stop: the teardown is expected
         if verdict is fatal.Verdict.SURVIVED:
             group.tb_header = None  # handled: the group closes without an event
             return False

@@ -16,8 +16,9 @@ traceback Python's default hook printed (no log level before it) ends the
 process unless it came from a thread, a callback or an ASGI request, which
 the process survives; a traceback logged by a logger was caught by code that
 carries on (a tool parser failing on one response), unless it is logged at
-CRITICAL or its message says the process is going down ("fatal", "died"). Stopping on purpose (`KeyboardInterrupt`,
-`SystemExit`, a cancelled task) is never a crash.
+CRITICAL or its message says the process is going down ("fatal", "died").
+Stopping on purpose (`KeyboardInterrupt`, `SystemExit`, a cancelled task) is
+never a crash.
 
 This is what keeps "handled exceptions the process survives produce nothing"
 true without a list of every handled exception.
@@ -55,7 +56,7 @@ _LEVEL = re.compile(
 _ACCESS_OK = re.compile(r'" [23]\d\d\b')  # uvicorn/gunicorn access log: ... "POST /x HTTP/1.1" 200
 _PROCESS = re.compile(r"\(([A-Za-z_][\w-]*(?: rank=\d+)? pid=\d+)\)")
 _BENIGN = re.compile(
-    r"^\s*(?:[\w.]+\.)?(?:KeyboardInterrupt|SystemExit|CancelledError|GeneratorExit)\b"
+    r"(?:^|[\s\])])(?:[\w.]+\.)?(?:KeyboardInterrupt|SystemExit|CancelledError|GeneratorExit)\b"
 )
 # What precedes a traceback the process survives by design.
 _SURVIVABLE_CONTEXT = re.compile(
@@ -63,7 +64,9 @@ _SURVIVABLE_CONTEXT = re.compile(
     r"Exception in callback|Exception in ASGI application|Error in atexit|"
     r"Error in sys\.excepthook|Unhandled exception in (?:event|the event) loop"
 )
-_FATAL_MESSAGE = re.compile(r"[Ff]atal|FATAL|[Cc]rash|\bdied\b|\bdead\b|[Aa]bort|[Tt]erminat|[Ee]xiting")
+_FATAL_MESSAGE = re.compile(
+    r"[Ff]atal|FATAL|[Cc]rash|\bdied\b|\bdead\b|[Aa]bort|[Tt]erminat|[Ee]xiting"
+)
 _LEVEL_PREFIX_CHARS = 120  # a level word later than this is message text, not the record's level
 
 
@@ -98,6 +101,11 @@ def after_traceback(line: str, process: str | None) -> Verdict:
     return Verdict.NEUTRAL
 
 
+def is_benign(exception: str) -> bool:
+    """Whether the exception line is a deliberate stop (Ctrl+C, sys.exit, a cancelled task)."""
+    return _BENIGN.search(exception) is not None
+
+
 def by_shape(header: str, before: str, exception: str) -> bool:
     """Whether an undecided traceback ended its process, judged by how it was printed.
 
@@ -108,7 +116,7 @@ def by_shape(header: str, before: str, exception: str) -> bool:
     marker = header.find("Traceback (most recent call last):")
     if marker > 0 and exception.startswith(header[:marker]):
         body = exception[marker:]  # the exception without the log prefix
-    if _BENIGN.match(body):
+    if is_benign(body):
         return False
     prefix = header[:marker] if marker > 0 else ""
     if _SURVIVABLE_CONTEXT.search(before) or _SURVIVABLE_CONTEXT.search(prefix):
