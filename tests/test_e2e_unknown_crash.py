@@ -70,7 +70,8 @@ def _excerpt_on_timeline(db, incident: int) -> bool:
 def test_unknown_fatal_crash_opens_an_incident_and_asks_the_model_within_2s(tmp_path) -> None:
     target, model = start_sim(), start_sim(max_model_len=8192)
     log_file = tmp_path / "vllm.log"
-    log_file.write_text('(APIServer pid=1) INFO:     10.0.0.7:5000 - "GET /health HTTP/1.1" 200 OK\n')
+    log_file.write_text(
+        '(APIServer pid=1) INFO:     10.0.0.7:5000 - "GET /health HTTP/1.1" 200 OK\n')
     app = App(load_config(_config(tmp_path, target.url, model.url, log_file)))
     app.start()
     try:

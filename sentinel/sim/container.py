@@ -10,7 +10,10 @@ What `sentinel sim --docker-socket` exposes through its Docker-API subset:
   the XLA cache directory holds files, else `cold_start_s` (and the cold start
   fills the cache, as compilation would);
 - crash: write an HBM OOM traceback to the log file and stop answering
-  (`down`, the process exited) or answer /health with 503 (`unhealthy`).
+  (`down`, the process exited) or answer /health with 503 (`unhealthy`);
+- with `lockfile` set, a running process holds libtpu's lock file there: a
+  stop removes it, a `down` crash leaves it behind, and a start that finds it
+  dies "already in use" by the pid written in it (a stale lock, as libtpu's).
 
 Every request and transition is kept in `events` with its wall-clock time,
 so tests can measure e.g. crash line → restart request.
@@ -43,6 +46,7 @@ class ContainerSpec:
     release_s: float = 0.3
     warm_start_s: float = 0.3
     cold_start_s: float = 20.0
+    lockfile: str | None = None
 
 
 def _iso(t: float | None) -> str:
@@ -67,6 +71,8 @@ class SimContainer:
         self.finished_at: float | None = None
         self._chip_holder: tuple[int, float] | None = None  # (pid, until)
         self._generation = 0
+        if spec.lockfile:  # the running server holds libtpu's lock file
+            Path(spec.lockfile).write_text(f"{self.pid}\n")
 
     def event(self, what: str) -> None:
         """Record something that happened, with the wall-clock time."""
@@ -115,6 +121,8 @@ class SimContainer:
         with self._lock:
             self._exit(0, "")
             self._chip_holder = (old, time.monotonic() + self.spec.release_s)
+        if self.spec.lockfile:  # a clean exit releases libtpu's lock file
+            Path(self.spec.lockfile).unlink(missing_ok=True)
         return True
 
     def start(self) -> bool:
@@ -130,6 +138,13 @@ class SimContainer:
         if holder is not None and time.monotonic() < holder[1]:
             self._die_busy(holder[0])
             return True
+        stale = self._lock_holder()
+        if stale is not None:
+            self.event(f"lockfile present: {self.spec.lockfile}")
+            self._die_busy(stale)
+            return True
+        if self.spec.lockfile:
+            Path(self.spec.lockfile).write_text(f"{self.pid}\n")
         cache = self.spec.xla_cache
         warm = bool(cache) and os.path.isdir(cache or "") and any(os.scandir(cache or "."))
         delay = self.spec.warm_start_s if warm else self.spec.cold_start_s
@@ -159,6 +174,15 @@ class SimContainer:
             self.sim.set_state(healthy=False)
 
     # -- internals ---------------------------------------------------------------
+
+    def _lock_holder(self) -> int | None:
+        """The pid in libtpu's lock file when one is there (stale or held), else None."""
+        if not self.spec.lockfile or not os.path.exists(self.spec.lockfile):
+            return None
+        try:
+            return int(Path(self.spec.lockfile).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
 
     def _exit(self, code: int, error: str) -> None:
         self.running, self.exit_code, self.error = False, code, error
