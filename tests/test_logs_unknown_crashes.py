@@ -205,3 +205,28 @@ def test_root_cause_names_the_event_when_engine_death_follows(sigs: SignatureSet
     events = classify(sigs, lines, 1000)
     assert [(e.category, e.signature) for e in events] == [("cuda_oom", "cuda_oom")]
     assert lines[2] in events[0].excerpt
+
+
+@pytest.mark.parametrize(("line", "category"), [
+    ("vllm-1 exited with code 1", "other"),
+    ("vllm-1 exited with code 143", None),  # SIGTERM: docker compose down
+    ("vllm-1 exited with code 130", None),  # SIGINT: Ctrl+C
+    ("vllm-1 exited with code 0", None),
+    ("vllm-1 exited with code 137", "host_oom_killed"),
+    ("INFO 01-01 00:00:00 [mp.py:1] Process VllmWorker-1 exitcode=-11", "other"),
+    ("INFO 01-01 00:00:00 [mp.py:1] Process VllmWorker-1 exitcode=-15", None),
+    ("Nov 22 10:00:00 vm systemd[1]: vllm.service: Main process exited, code=killed, "
+     "status=11/SEGV", "other"),
+    ("Nov 22 10:00:00 vm systemd[1]: vllm.service: Main process exited, code=killed, "
+     "status=15/TERM", None),
+    ("Nov 22 10:00:00 vm systemd[1]: vllm.service: Deactivated successfully.", None),
+    ("INFO:jax._src.xla_bridge:Unable to initialize backend 'tpu': INTERNAL: Failed to open "
+     "libtpu.so: libtpu.so: cannot open shared object file", None),  # JAX on a GPU host
+    ("[W ProcessGroupGloo.cpp:715] Warning: Unable to resolve hostname to a (local) address. "
+     "Using the loopback address as fallback.", None),
+    ("INFO 01-01 00:00:00 [api_server.py:1] Health check failed: retrying in 5s", None),
+])
+def test_exit_codes_and_signals_that_are_a_stop_are_not_a_crash(sigs: SignatureSet, line: str,
+                                                                category: str | None) -> None:
+    events = classify(sigs, ["INFO 01-01 00:00:00 [x.py:1] before", line], 10)
+    assert [e.category for e in events] == ([category] if category else [])

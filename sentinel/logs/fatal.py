@@ -44,7 +44,7 @@ class Verdict(Enum):
 _TEARDOWN = re.compile(
     r"[Ss]hutting down|[Ss]hutdown (?:complete|the|of)|Application shutdown|"
     r"Finished server process|Waiting for application shutdown|"
-    r"[Tt]erminating|[Tt]erminated|[Ee]xiting\b|\bexited\b|\bdied\b|"
+    r"\b[Tt]erminating|\b[Tt]erminated|\b[Ee]xiting\b|\bexited\b|\bdied\b|"
     r"(?:^|\W)Killed\s*$|Aborted|core dumped|Segmentation fault|Fatal Python error|"
     r"leaked shared_memory|leaked semaphore|resource_tracker|"
     r"process group has NOT been destroyed|Stopping (?:the )?(?:server|engine|worker)"
@@ -65,7 +65,7 @@ _SURVIVABLE_CONTEXT = re.compile(
     r"Error in sys\.excepthook|Unhandled exception in (?:event|the event) loop"
 )
 _FATAL_MESSAGE = re.compile(
-    r"[Ff]atal|FATAL|[Cc]rash|\bdied\b|\bdead\b|[Aa]bort|[Tt]erminat|[Ee]xiting"
+    r"[Ff]atal|FATAL|[Cc]rash|\bdied\b|\bdead\b|[Aa]bort|\b[Tt]erminat|\b[Ee]xiting"
 )
 _LEVEL_PREFIX_CHARS = 120  # a level word later than this is message text, not the record's level
 
