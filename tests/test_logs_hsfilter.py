@@ -151,3 +151,39 @@ def test_hyperscan_candidates_cover_pythons_matches_on_random_patterns() -> None
         assert expected <= set(hs.candidate_lines("\n".join(lines))), pattern
         checked += 1
     assert checked > 150
+
+
+# -- match ids: the pattern Hyperscan reports names the signature ------------------------
+
+@pytest.mark.parametrize(("pattern", "exact"), [
+    ("EngineDeadError", True),
+    (r"Engine core proc [A-Za-z_0-9]+ died unexpectedly", True),
+    (r"(allocate|reserve) [0-9.]+[KMGT]?i?B?", True),
+    (r"exit code \d+", True),
+    (r"NCCL error\s", False),   # \s takes a newline in a block: confirmed by re
+    (r"foo.bar", False),        # . (Hyperscan's and Python's agree, but keep it simple)
+    (r"[^x]yz", False),         # a negated class takes a newline
+    (r"\bdied\b", False),       # anchors
+    (r"(?i)died", False),       # flags
+    (r"a{,3}bcd", False),       # PCRE reads {,n} as text
+])
+def test_exactness_is_claimed_only_for_constructs_that_cannot_cross_a_line(
+        pattern: str, exact: bool) -> None:
+    from sentinel.logs.hsfilter import is_exact
+    assert is_exact(pattern) is exact
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scan_names_the_same_signature_as_match_line_on_every_line(engine: str) -> None:
+    sigs = SignatureSet(parse_signatures(BUNDLED.read_text()), engine)
+    paths = sorted((ROOT / "tests/data/logs").rglob("*.log"))
+    lines = [line for p in paths for line in p.read_text().splitlines() if line.isascii()]
+    rng = random.Random(5)
+    rng.shuffle(lines)
+    for start in range(0, len(lines), 997):  # blocks of odd sizes
+        chunk = lines[start:start + 997]
+        got = {i: (sig, tb) for i, sig, tb in sigs.scan("\n".join(chunk))}
+        want = {i: (sigs.match_line(line), "Traceback (most recent call last):" in line)
+                for i, line in enumerate(chunk)}
+        want = {i: v for i, v in want.items() if v[0] is not None or v[1]}
+        assert got == want
