@@ -112,10 +112,15 @@ class SignatureSet:
         m = self._combined.search(line)
         if m is None or m.lastgroup is None:
             return None
-        for sig, rx in self._ranked:  # rare: only lines that matched get here
-            if rx.search(line):
+        found = self.signatures[int(m.lastgroup[1:])]
+        # Only signatures ranked at or above the one found can name the line (ties go
+        # to the one listed first), so the scan stops at the found one's rank.
+        for sig, rx in self._ranked:
+            if sig is found:
                 return sig
-        return None  # pragma: no cover - the combined regex matched, so one of these does
+            if sig.priority >= found.priority and rx.search(line):
+                return sig
+        return found  # pragma: no cover - `found` is in the ranking
 
     def scan(self, block: str) -> list[tuple[int, Signature | None, bool]]:
         """The lines of `block` that match a signature or start a traceback.
