@@ -230,3 +230,43 @@ def test_exit_codes_and_signals_that_are_a_stop_are_not_a_crash(sigs: SignatureS
                                                                 category: str | None) -> None:
     events = classify(sigs, ["INFO 01-01 00:00:00 [x.py:1] before", line], 10)
     assert [e.category for e in events] == ([category] if category else [])
+
+
+def test_killed_is_the_oom_killer_unless_vllm_was_stopping_its_own_workers(
+        sigs: SignatureSet) -> None:
+    loading = "INFO 11-20 10:45:57 gpu_executor.py:102] # GPU blocks: 12453, # CPU blocks: 2730"
+    assert [e.category for e in classify(sigs, [loading, "Killed"], 10)] == ["host_oom_killed"]
+    stopping = "INFO 07-19 11:07:56 multiproc_worker_utils.py:123] Killing local vLLM worker " \
+               "processes"
+    assert classify(sigs, [stopping, "INFO x", "Killed"], 10) == []
+    assert classify(sigs, [stopping, "INFO x", "Killed"], 1) == []
+    # The benign context only reaches back context_before (5) lines.
+    far = [stopping, *[f"INFO 07-19 11:08:0{i} [x.py:1] serving" for i in range(6)], "Killed"]
+    assert [e.category for e in classify(sigs, far, 10)] == ["host_oom_killed"]
+
+
+def test_a_fatal_python_error_while_finalizing_is_not_a_crash(sigs: SignatureSet) -> None:
+    at_exit = ("Fatal Python error: _enter_buffered_busy: could not acquire lock for "
+               "<_io.BufferedWriter name='<stdout>'> at interpreter shutdown, possibly due to "
+               "daemon threads")
+    assert classify(sigs, [at_exit], 10) == []
+    assert [e.signature for e in classify(sigs, ["Fatal Python error: Aborted"], 10)] == [
+        "native_crash"]
+
+
+def test_exclude_and_unless_after_are_validated() -> None:
+    from sentinel.logs import SignatureFileError, parse_signatures
+    text = """signatures:
+  - name: x
+    category: other
+    severity: error
+    patterns: ['Boom happened']
+    exclude: ['(unclosed']
+    unless_after: 'not a list'
+    runbook: r
+"""
+    with pytest.raises(SignatureFileError) as err:
+        parse_signatures(text, "s.yaml")
+    problems = "\n".join(err.value.problems)
+    assert "s.yaml:6: signatures[0].exclude[0]: invalid regular expression" in problems
+    assert "signatures[0].unless_after: must be a list" in problems

@@ -206,6 +206,9 @@ class Classifier:
               signature: Signature | None, starts_tb: bool) -> list[LogEvent]:
         """Advance the state machine by one line, given what the line matched."""
         self._lines += 1
+        if signature is not None and signature.unless_after \
+                and self.signatures.follows_benign(signature, self._ring):
+            signature = None  # e.g. "Killed" right after vLLM stopped its own workers
         events: list[LogEvent] = []
         group = self._group
         if group is not None:

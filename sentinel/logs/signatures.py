@@ -30,7 +30,7 @@ ENGINES = ("auto", "hyperscan", "literal")  # the prefilter: auto = hyperscan wh
 TRACEBACK = "Traceback (most recent call last):"
 
 _KEYS = {"name", "category", "severity", "patterns", "context_before", "context_after",
-         "priority", "runbook"}
+         "priority", "runbook", "exclude", "unless_after"}
 _REQUIRED = ("name", "category", "severity", "patterns", "runbook")
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 MAX_CONTEXT = 50
@@ -56,6 +56,12 @@ class Signature:
     context_before: int = 3
     context_after: int = 3
     priority: int = 50
+    # A line that also matches one of these is not this signature's ("Fatal Python
+    # error ... at interpreter shutdown": the process was exiting anyway).
+    exclude: tuple[str, ...] = ()
+    # A hit right after a line matching one of these (within `context_before` lines)
+    # is not one: "Killed" printed after vLLM terminated its own workers.
+    unless_after: tuple[str, ...] = ()
 
 
 class SignatureSet:
@@ -75,6 +81,10 @@ class SignatureSet:
         self._pattern_sig = [self.signatures[i] for i in owner]
         self._pattern_rank = [(-self.signatures[i].priority, i) for i in owner]
         self._pattern_re = [re.compile(p) for p in patterns]
+        self._excluded = {id(s): re.compile("|".join(f"(?:{p})" for p in s.exclude))
+                          for s in self.signatures if s.exclude}
+        self._after = {id(s): re.compile("|".join(f"(?:{p})" for p in s.unless_after))
+                       for s in self.signatures if s.unless_after}
         self._exact = [is_exact(p) for p in patterns]
         self._tb_id = len(patterns)
         self._hyperscan = (None if engine == "literal" or not patterns
@@ -116,11 +126,30 @@ class SignatureSet:
         # Only signatures ranked at or above the one found can name the line (ties go
         # to the one listed first), so the scan stops at the found one's rank.
         for sig, rx in self._ranked:
-            if sig is found:
+            if sig is found or rx.search(line):
+                if not self.excluded(sig, line):
+                    return sig
+                if sig is found:
+                    break
+        # The line matched only excluded wordings so far: try every signature (rare).
+        for sig, rx in self._ranked:
+            if rx.search(line) and not self.excluded(sig, line):
                 return sig
-            if sig.priority >= found.priority and rx.search(line):
-                return sig
-        return found  # pragma: no cover - `found` is in the ranking
+        return None
+
+    def excluded(self, sig: Signature, line: str) -> bool:
+        """Whether `line` matches one of `sig`'s `exclude` patterns."""
+        rx = self._excluded.get(id(sig))
+        return rx is not None and rx.search(line) is not None
+
+    def follows_benign(self, sig: Signature, before: Sequence[str]) -> bool:
+        """Whether one of the lines just before (the last `context_before`) matches one of
+        `sig`'s `unless_after` patterns, which makes its hit not a hit."""
+        rx = self._after.get(id(sig))
+        if rx is None:
+            return False
+        recent = list(before)[-max(sig.context_before, 1):]
+        return any(rx.search(line) for line in recent)
 
     def scan(self, block: str) -> list[tuple[int, Signature | None, bool]]:
         """The lines of `block` that match a signature or start a traceback.
@@ -163,6 +192,12 @@ class SignatureSet:
                         end = block.find("\n", at)
                         line = block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
                     if self._pattern_re[pid].search(line) is None:
+                        continue
+                if self._pattern_sig[pid].exclude:
+                    if line is None:
+                        end = block.find("\n", at)
+                        line = block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
+                    if self.excluded(self._pattern_sig[pid], line):
                         continue
                 sig = self._pattern_sig[pid]
                 break
@@ -290,10 +325,32 @@ class _ItemChecker:
         after = self._int(item, "context_after", 3, 0, MAX_CONTEXT)
         priority = self._int(item, "priority", 50, 0, 100)
         patterns = self._patterns(item)
+        exclude = self._regex_list(item, "exclude")
+        unless_after = self._regex_list(item, "unless_after")
         if self.problems or None in (name, category, severity, runbook) or not patterns:
             return None
         return Signature(str(name), str(category), str(severity), tuple(patterns),
-                         str(runbook).strip(), before, after, priority)
+                         str(runbook).strip(), before, after, priority, tuple(exclude),
+                         tuple(unless_after))
+
+    def _regex_list(self, item: dict[str, Any], key: str) -> list[str]:
+        """An optional list of regular expressions (no anchor needed: checked on hits only)."""
+        value = item.get(key, [])
+        if not isinstance(value, list):
+            self._problem((key,), "must be a list of regular expressions")
+            return []
+        good = []
+        for i, pattern in enumerate(value):
+            if not isinstance(pattern, str) or not pattern:
+                self._problem((key, i), "must be a non-empty string")
+                continue
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                self._problem((key, i), f"invalid regular expression: {exc}")
+                continue
+            good.append(pattern)
+        return good
 
     def _string(self, item: dict[str, Any], key: str) -> str | None:
         value = item.get(key)
