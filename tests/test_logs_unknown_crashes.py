@@ -270,3 +270,13 @@ def test_exclude_and_unless_after_are_validated() -> None:
     problems = "\n".join(err.value.problems)
     assert "s.yaml:6: signatures[0].exclude[0]: invalid regular expression" in problems
     assert "signatures[0].unless_after: must be a list" in problems
+
+
+def test_a_v0_worker_death_is_engine_death_unless_the_server_was_stopping(
+        sigs: SignatureSet) -> None:
+    died = ("ERROR 03-21 10:00:00 multiproc_worker_utils.py:116] Worker VllmWorkerProcess pid "
+            "4242 died, exit code: -9")
+    assert [e.category for e in classify(sigs, ["INFO serving", died], 10)] == ["engine_dead"]
+    stopping = "INFO 03-21 09:59:59 multiproc_worker_utils.py:123] Killing local vLLM worker " \
+               "processes"
+    assert classify(sigs, [stopping, died], 10) == []
