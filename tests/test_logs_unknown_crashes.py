@@ -280,3 +280,15 @@ def test_a_v0_worker_death_is_engine_death_unless_the_server_was_stopping(
     stopping = "INFO 03-21 09:59:59 multiproc_worker_utils.py:123] Killing local vLLM worker " \
                "processes"
     assert classify(sigs, [stopping, died], 10) == []
+
+
+def test_a_bare_traceback_cut_off_at_the_end_of_the_log_is_a_crash(sigs: SignatureSet) -> None:
+    # The process stopped while Python printed an uncaught exception (or the log ends
+    # there): a crash. The same cut-off traceback logged by a logger is a handled error.
+    bare = ["Process SpawnProcess-1:", "Traceback (most recent call last):",
+            '  File "/usr/lib/python3.10/multiprocessing/process.py", line 314, in _bootstrap',
+            "    self.run()"]
+    events = classify(sigs, bare, 10)
+    assert [(e.signature, e.line_no) for e in events] == [("unclassified_crash", 2)]
+    logged = [f"ERROR 01-26 17:51:44 [api.py:1] {line}" for line in bare[1:]]
+    assert classify(sigs, logged, 10) == []

@@ -87,6 +87,7 @@ class _Group:
     tb_before: str = ""
     tb_process: str | None = None
     exception: tuple[LogEntry, str, int | None] | None = None
+    tb_start: tuple[LogEntry, int | None] | None = None  # the first header's entry and line
     waited: int = 0  # neutral lines seen while deciding
 
     def add(self, line: str) -> None:
@@ -190,7 +191,7 @@ class Classifier:
             if now_ms is not None and self._fed_ms is not None \
                     and now_ms - self._fed_ms < fatal.SETTLE_MS:
                 return []
-            self._decide_by_shape(group)
+            self._decide_by_shape(group, ended=True)
         return self._close()
 
     def _clean(self, line: str) -> str:
@@ -302,11 +303,17 @@ class Classifier:
                 return False
         return True
 
-    def _decide_by_shape(self, group: _Group) -> None:
-        """No line told: how the traceback was printed decides (see `fatal.by_shape`)."""
-        if group.tb_header is None or group.exception is None:
+    def _decide_by_shape(self, group: _Group, ended: bool = False) -> None:
+        """No line told: how the traceback was printed decides (see `fatal.by_shape`).
+
+        `ended`: the stream stopped (end of input, or quiet past the settle time).
+        A traceback cut off before its exception line then counts by its header:
+        a process that stops in the middle of printing an uncaught exception died.
+        """
+        if group.tb_header is None or (group.exception is None and not ended):
             return
-        if fatal.by_shape(group.tb_header, group.tb_before, group.exception[1]):
+        exception = group.exception[1] if group.exception is not None else ""
+        if fatal.by_shape(group.tb_header, group.tb_before, exception):
             self._crash(group)
         else:
             group.tb_header = None
@@ -317,6 +324,8 @@ class Classifier:
         if group.exception is not None:
             entry, _, line_no = group.exception
             group.hits.append(_Hit(sig, entry, line_no))
+        elif group.tb_start is not None:
+            group.hits.append(_Hit(sig, *group.tb_start))
         group.after_left = sig.context_after
 
     def _open(self, entry: LogEntry, line: str, line_no: int | None,
@@ -326,6 +335,7 @@ class Classifier:
         if starts_tb:
             group.traceback = TracebackTracker.start(line)
             group.tb_header = line
+            group.tb_start = (entry, line_no)
             group.tb_before = self._ring[-1] if self._ring else ""
             group.tb_process = fatal.process_of(line)
         if signature is not None:
