@@ -15,7 +15,7 @@ from typing import Any
 from sentinel.collect.logsource import LogSource
 from sentinel.incidents.db import Database
 from sentinel.incidents.log_events import record_log_events
-from sentinel.logs.classify import Classifier
+from sentinel.logs.classify import DEFAULT_CATCH_ALL, Classifier
 from sentinel.logs.signatures import SignatureSet
 from sentinel.model import LogEvent, labels_of
 from sentinel.secretpatterns import PromptRedactor
@@ -79,6 +79,8 @@ class LogWatch:
             # counters that a client library initialises.
             counts = self._counts[target] = {
                 (s.name, s.category): 0 for s in self.signatures.signatures}
+            # The classifier's catch-all counts too, even when the signature file has none.
+            counts.setdefault((DEFAULT_CATCH_ALL.name, DEFAULT_CATCH_ALL.category), 0)
         for event in events:
             key = (event.signature, event.category)
             counts[key] = counts.get(key, 0) + 1
