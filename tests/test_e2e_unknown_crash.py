@@ -88,6 +88,7 @@ def test_unknown_fatal_crash_opens_an_incident_and_asks_the_model_within_2s(tmp_
                          max(0.05, 2.0 - (time.monotonic() - written)),
                          "a runbook request to the model with the excerpt")
         took = time.monotonic() - written
+        print(f"crash line written → incident, excerpt and model request: {took:.2f}s")
         assert took <= 2.0, f"{took:.2f}s from the crash line to the model request"
         assert "VLLMUnclassifiedCrash" in json.dumps(asked[0]) or "unclassified" in json.dumps(
             asked[0])
