@@ -187,3 +187,15 @@ def test_scan_names_the_same_signature_as_match_line_on_every_line(engine: str) 
                 for i, line in enumerate(chunk)}
         want = {i: v for i, v in want.items() if v[0] is not None or v[1]}
         assert got == want
+
+
+@needs_hyperscan
+def test_an_exact_compile_that_fails_falls_back_to_prefilter_mode_and_says_so() -> None:
+    # A lookahead: Hyperscan cannot compile it as is, but can in prefilter mode;
+    # claimed exact on purpose here, the filter must drop the claim, not the engine.
+    hs = build_hyperscan_filter([r"EngineDead(?=Error)", "Traceback"], [True, True])
+    assert hs is not None and hs.exact == (False, False)
+    ids = hs.scan_ids("ok\nEngineDeadError\nTraceback")
+    assert [(line, sorted(pids)) for line, _, pids in ids] == [(1, [0]), (2, [1])]
+    hs = build_hyperscan_filter(["EngineDeadError", "Traceback"], [True, True])
+    assert hs is not None and hs.exact == (True, True)

@@ -49,8 +49,9 @@ _OPEN_MIN = re.compile(r"\{,[0-9]+\}")
 class HyperscanFilter:
     """Candidate lines of an ASCII block, by one Hyperscan scan."""
 
-    def __init__(self, database: Any) -> None:
+    def __init__(self, database: Any, exact: tuple[bool, ...] = ()) -> None:
         self._db = database
+        self.exact = exact  # per expression: compiled as is, its match ids need no `re`
         self._local = threading.local()  # a scratch may serve one scan at a time
 
     def candidate_lines(self, block: str) -> list[int]:
@@ -131,26 +132,35 @@ def build_hyperscan_filter(patterns: Sequence[str],
     """
     if hyperscan is None or not patterns:
         return None
-    exact = list(exact) + [False] * (len(patterns) - len(exact))
-    expressions: list[bytes] = []
-    flags: list[int] = []
-    for pattern, is_exact_pattern in zip(patterns, exact, strict=False):
-        translated = translate(pattern)
-        if translated is None:
-            log.debug("pattern %r stays on the literal prefilter", pattern)
-            return None
-        source, caseless = translated
-        expressions.append(source.encode("ascii", "backslashreplace"))
-        flags.append((0 if is_exact_pattern else hyperscan.HS_FLAG_PREFILTER)
-                     | hyperscan.HS_FLAG_MULTILINE
-                     | (hyperscan.HS_FLAG_CASELESS if caseless else 0))
+    wanted = [bool(e) for e in exact] + [False] * (len(patterns) - len(exact))
+    translated = [translate(p) for p in patterns]
+    if any(t is None for t in translated):
+        log.debug("a pattern stays on the literal prefilter: %r",
+                  next(p for p, t in zip(patterns, translated, strict=True) if t is None))
+        return None
+    # An exact compile can fail where prefilter mode succeeds (a construct Hyperscan
+    # only approximates): then every pattern is confirmed by `re` instead.
+    approximate = [False] * len(patterns)
+    for exactness in ((wanted, approximate) if any(wanted) else (approximate,)):
+        db = _compile([t for t in translated if t is not None], exactness)
+        if db is not None:
+            return HyperscanFilter(db, tuple(exactness))
+    return None
+
+
+def _compile(translated: list[tuple[str, bool]], exact: list[bool]) -> Any:
+    expressions = [source.encode("ascii", "backslashreplace") for source, _ in translated]
+    flags = [(0 if is_exact else hyperscan.HS_FLAG_PREFILTER) | hyperscan.HS_FLAG_MULTILINE
+             | (hyperscan.HS_FLAG_CASELESS if caseless else 0)
+             for (_, caseless), is_exact in zip(translated, exact, strict=True)]
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     try:
         db.compile(expressions=expressions, ids=list(range(len(expressions))), flags=flags)
     except hyperscan.error as exc:
-        log.info("Hyperscan cannot compile the signatures (%s); using the literal prefilter", exc)
+        log.info("Hyperscan cannot compile the signatures%s (%s)",
+                 " exactly" if any(exact) else "; using the literal prefilter", exc)
         return None
-    return HyperscanFilter(db)
+    return db
 
 
 # Parser nodes whose Hyperscan reading equals Python's on one ASCII line and

@@ -93,6 +93,9 @@ class SignatureSet:
         if engine == "hyperscan" and self._hyperscan is None:
             raise ValueError("the hyperscan prefilter is unavailable for these signatures")
         self.engine = "hyperscan" if self._hyperscan is not None else "literal"
+        if self._hyperscan is not None:  # what Hyperscan could compile exactly, in the end
+            compiled = self._hyperscan.exact
+            self._exact = [i < len(compiled) and compiled[i] for i in range(len(self._exact))]
         alternatives = [
             f"(?P<s{i}>" + "|".join(f"(?:{p})" for p in s.patterns) + ")"
             for i, s in enumerate(self.signatures)
