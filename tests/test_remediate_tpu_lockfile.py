@@ -51,11 +51,11 @@ def _warm(tmp: Path) -> Path:
     return cache
 
 
-def _container(tmp: Path, sock_dir: Path, lock: Path, log: Path | None = None
-               ) -> tuple[SimServer, object, str]:
+def _container(tmp: Path, sock_dir: Path, lock: Path, log: Path | None = None,
+               mounted: bool = True) -> tuple[SimServer, object, str]:
     sim = start_sim()
     path = str(sock_dir / "docker.sock")
-    spec = ContainerSpec(xla_cache=str(_warm(tmp)), lockfile=str(lock),
+    spec = ContainerSpec(xla_cache=str(_warm(tmp)), lockfile=str(lock), lockfile_mounted=mounted,
                          log_file=str(log) if log else None, release_s=0.2, warm_start_s=0.2)
     return sim, serve_container(sim, spec, path), path
 
@@ -126,6 +126,27 @@ def test_a_clean_stop_releases_the_lock_so_nothing_is_removed(tmp_path, sock_dir
         outcome = ACTIONS["docker_restart"].run(_ctx(path, sim, lock))
         assert outcome.ok, outcome.detail
         assert outcome.data["lockfile_removed"] is False and "removed" not in outcome.detail
+    finally:
+        sock.stop()
+        sim.stop()
+
+
+def test_a_lock_file_inside_the_container_is_never_looked_for_on_the_host(tmp_path,
+                                                                           sock_dir) -> None:
+    # No mount covers the path: it names a file in the container's own filesystem, and
+    # the host's file of the same name belongs to someone else.
+    lock = tmp_path / "libtpu_lockfile"
+    sim, sock, path = _container(tmp_path, sock_dir, lock, mounted=False)
+    try:
+        sim.container.stop()
+        lock.write_text("999\n")  # stands for a host process's live lock
+        sim.container.spec = ContainerSpec(xla_cache=sim.container.spec.xla_cache,
+                                           release_s=0.0, warm_start_s=0.1)
+        outcome = ACTIONS["docker_restart"].run(_ctx(path, sim, lock))
+        assert outcome.ok, outcome.detail
+        assert lock.read_text() == "999\n"  # untouched
+        assert outcome.data["lockfile_removed"] is False
+        assert "not reachable from the host" in outcome.data["lockfile_note"]
     finally:
         sock.stop()
         sim.stop()

@@ -47,6 +47,7 @@ class ContainerSpec:
     warm_start_s: float = 0.3
     cold_start_s: float = 20.0
     lockfile: str | None = None
+    lockfile_mounted: bool = True  # the lock file's folder is bind-mounted from the host
 
 
 def _iso(t: float | None) -> str:
@@ -97,6 +98,10 @@ class SimContainer:
                 mounts.append({"Type": "bind", "Source": self.spec.xla_cache,
                                "Destination": self.spec.xla_cache, "Mode": "", "RW": True,
                                "Propagation": "rprivate"})
+            if self.spec.lockfile and self.spec.lockfile_mounted:  # e.g. -v /tmp:/tmp
+                folder = os.path.dirname(self.spec.lockfile)
+                mounts.append({"Type": "bind", "Source": folder, "Destination": folder,
+                               "Mode": "", "RW": True, "Propagation": "rprivate"})
             return {
                 "Id": f"{abs(hash(self.spec.name)):064x}"[:64], "Name": f"/{self.spec.name}",
                 "Created": _iso(self.started_at), "Path": "vllm", "Args": ["serve"],

@@ -94,8 +94,7 @@ class DockerRestart:
                 if waited < 0:
                     return Outcome(False, f"old process (pid {old.pid}) of {name} did not exit "
                                    "before the exit deadline; not started", data)
-                lockfile = old.host_path(p.libtpu_lockfile) if p.libtpu_lockfile else None
-                data.update(tpu_lock.clear_stale_lockfile(lockfile))
+                data.update(self._clear_lockfile(old, p.libtpu_lockfile))
                 new, starts = self._start_until_settled(docker, name, p.settle_ms / 1000, until,
                                                         data)
                 data["starts"] = starts
@@ -107,6 +106,23 @@ class DockerRestart:
             return Outcome(False, f"{name} kept dying after start ({new.error or new.status}); "
                            f"{starts} starts before the exit deadline{lock}", data)
         return Outcome(True, f"restarted {name} (pid {old.pid} → {new.pid}){lock}", data)
+
+    @staticmethod
+    def _clear_lockfile(info: ContainerInfo, path: str | None) -> dict[str, object]:
+        """Remove the container's stale lock file where the host sees it, through a mount.
+
+        A path no mount covers lives in the container's own filesystem: the host
+        file of the same name belongs to someone else and is never touched.
+        """
+        if not path:
+            return {}
+        mounted = any(path == dest or path.startswith(dest.rstrip("/") + "/")
+                      for _, dest in info.mounts)
+        if not mounted:
+            return {"libtpu_lockfile": path, "lockfile_removed": False,
+                    "lockfile_note": "inside the container's own filesystem (no mount): "
+                                     "not reachable from the host, left alone"}
+        return tpu_lock.clear_stale_lockfile(info.host_path(path))
 
     @staticmethod
     def _start_until_settled(docker: DockerClient, name: str, settle_s: float,
