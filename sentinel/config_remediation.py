@@ -36,7 +36,9 @@ Nothing is remediated unless a policy names the alert.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from datetime import datetime
 from typing import Any
 
@@ -59,6 +61,10 @@ def placeholders(template: str) -> list[str]:
     return _PLACEHOLDER.findall(template)
 
 
+# libtpu's lock file; a crashed server leaves it behind and the next start then fails.
+DEFAULT_LIBTPU_LOCKFILE = os.path.join(tempfile.gettempdir(), "libtpu_lockfile")
+
+
 class DockerRestartConfig(Strict):
     """Restart a container through the Docker Engine API on its unix socket."""
 
@@ -71,6 +77,9 @@ class DockerRestartConfig(Strict):
     settle_ms: PositiveDuration = Field(3_000, alias="settle")
     # A durable copy of the XLA cache (see xla_cache_backup) restored when the cache is cold.
     restore_from: str | None = None
+    # Removed once the old process is gone, before starting (a path in the container is
+    # mapped through its mounts); null leaves it alone.
+    libtpu_lockfile: str | None = DEFAULT_LIBTPU_LOCKFILE
 
 
 class SystemdRestartConfig(Strict):
@@ -79,6 +88,10 @@ class SystemdRestartConfig(Strict):
     unit: str
     xla_cache_path: str | None = None  # default: the target's xla_cache_path
     systemctl: str = "systemctl"
+    # Removed between `systemctl stop` and `systemctl start`; null leaves it alone.
+    libtpu_lockfile: str | None = DEFAULT_LIBTPU_LOCKFILE
+    # A `systemctl start` that fails (the chip still held) is retried with backoff.
+    start_attempts: int = Field(3, ge=1, le=10)
 
 
 class CommandConfig(Strict):
