@@ -35,6 +35,7 @@ from sentinel.config_notify import (
     WebhookConfig,
     check_receiver_names,
 )
+from sentinel.api.config import ApiConfig
 from sentinel.config_remediation import RemediationConfig, check_against_targets
 from sentinel.configbase import (
     PositiveDuration,
@@ -138,6 +139,7 @@ class Config(Strict):
     diagnosis: DiagnosisConfig | None = None
     notify: NotifyConfig = NotifyConfig.model_validate({})
     remediation: RemediationConfig = RemediationConfig.model_validate({})
+    api: ApiConfig = ApiConfig.model_validate({})
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
@@ -251,6 +253,7 @@ class Config(Strict):
             out += r.secrets()
         if self.diagnosis is not None:
             out += self.diagnosis.secrets()
+        out += self.api.secrets()
         return out
 
 

@@ -325,6 +325,8 @@ def _insert_incident(s: Session, key: GroupKey, alert: Alert, now: datetime) -> 
         summary=annotations.get("summary") or annotations.get("description") or "",
         labels=labels_to_json(alert.labels), opened_at=_fired_at(alert, now),
         resolved_at=None, updated_at=now,
+        category=label_value(alert.labels, "category") or None,
+        detect_ms=max(0, dt_to_ms(_fired_at(alert, now)) - alert.active_at_ms),
     )
     try:
         with s.begin_nested():
