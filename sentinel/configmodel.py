@@ -27,6 +27,7 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from sentinel.api.config import ApiConfig
 from sentinel.config_diagnosis import DiagnosisConfig
 from sentinel.config_notify import (
     DEFAULT_WEBHOOK_TIMEOUT_MS,
@@ -35,7 +36,6 @@ from sentinel.config_notify import (
     WebhookConfig,
     check_receiver_names,
 )
-from sentinel.api.config import ApiConfig
 from sentinel.config_remediation import RemediationConfig, check_against_targets
 from sentinel.configbase import (
     PositiveDuration,

@@ -106,7 +106,7 @@ def _summary(r: Any, counts: tuple[int, int]) -> dict[str, Any]:
 
 
 def get_incident(db: Database, incident_id: int) -> dict[str, Any]:
-    """One incident: summary, labels, alerts, timeline, runbooks, excerpts, actions, notifications."""
+    """One incident: summary, alerts, timeline, runbooks, excerpts, actions, notifications."""
     with db.session() as s:
         inc = s.get(Incident, incident_id)
         if inc is None:

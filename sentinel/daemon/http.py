@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -99,11 +100,11 @@ def _status_routes(registry: CollectorRegistry, ready: Callable[[], str | None]
     return [Route("/metrics", metrics), Route("/healthz", healthz), Route("/readyz", readyz)]
 
 
-def _combined(lifespans: Sequence[Lifespan]) -> Callable[[Starlette], AsyncIterator[None]]:
+def _combined(lifespans: Sequence[Lifespan]) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             for make in lifespans:
                 await stack.enter_async_context(make())
             yield
-    return lifespan  # type: ignore[return-value]
+    return lifespan

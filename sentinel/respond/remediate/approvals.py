@@ -94,7 +94,8 @@ def decide(db: Database, approval_id: int, approve: bool, who: str, now_ms: int)
         changed = s.execute(update(Approval).where(
             Approval.id == approval_id, Approval.status == ApprovalStatus.PENDING.value,
             Approval.expires_at > now).values(
-            status=new.value, decided_at=now, decided_by=who)).rowcount == 1
+            status=new.value, decided_at=now, decided_by=who)
+        ).rowcount == 1  # type: ignore[attr-defined]
         s.refresh(row)
         if not changed:
             if row.status == ApprovalStatus.PENDING:  # past its expiry, not yet swept
@@ -148,7 +149,7 @@ def claim(db: Database, approval_id: int) -> bool:
     with db.session() as s:
         return s.execute(update(Approval).where(
             Approval.id == approval_id, Approval.status == ApprovalStatus.APPROVED.value
-        ).values(status=ApprovalStatus.RUNNING.value)).rowcount == 1
+        ).values(status=ApprovalStatus.RUNNING.value)).rowcount == 1  # type: ignore[attr-defined]
 
 
 def approved_ids(db: Database) -> list[int]:
@@ -174,7 +175,7 @@ def claim_escalations(db: Database, now_ms: int) -> list[Approval]:
             Approval.escalated_at.is_(None))).all()
         return [r for r in rows if s.execute(update(Approval).where(
             Approval.id == r.id, Approval.escalated_at.is_(None)).values(
-            escalated_at=ms_to_dt(now_ms))).rowcount == 1]
+            escalated_at=ms_to_dt(now_ms))).rowcount == 1]  # type: ignore[attr-defined]
 
 
 def get(db: Database, approval_id: int) -> Approval | None:
