@@ -157,11 +157,13 @@ def approval_view(a: Approval) -> dict[str, Any]:
 
 
 def incident_window_ms(detail: Mapping[str, Any], now_ms: int) -> tuple[int, int]:
-    """The time range a plot of the incident shows: 10 min before it opened to 5 min after."""
+    """The time range a plot of the incident shows: as long before it opened as it lasted
+    (1–10 min), to half that after it resolved (or now)."""
     inc = detail["incident"]
     opened = _parse_ms(inc["opened_at"])
     resolved = _parse_ms(inc["resolved_at"]) if inc["resolved_at"] else now_ms
-    return opened - 600_000, min(now_ms, resolved + 300_000)
+    margin = min(600_000, max(60_000, resolved - opened))
+    return opened - margin, min(now_ms, resolved + margin // 2)
 
 
 def _parse_ms(text: str) -> int:

@@ -123,15 +123,21 @@ class ApiService:
 
     def series_range(self, expr: str, start_ms: int, end_ms: int, points: int = 120
                      ) -> list[dict[str, Any]]:
-        """`expr` evaluated at `points` steps over [start, end]: [{"labels", "points"}]."""
+        """`expr` evaluated at `points` steps over [start, end]: [{"labels", "points"}].
+
+        For an alerting expression `x > threshold` the series worth seeing is `x`
+        (the comparison only keeps the samples that fire), so a filtering
+        comparison against a number at the top is peeled off.
+        """
         if self.query_fn is None or end_ms <= start_ms:
             return []
+        target: Any = plotted_expr(expr)
         step = max(1, (end_ms - start_ms) // (points - 1))
         series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
         for i in range(points):
             t = start_ms + i * step
             try:
-                result = self.query_fn(expr, t)
+                result = self.query_fn(target, t)
             except PromQLError:
                 return []
             if not isinstance(result, list):
@@ -210,3 +216,25 @@ class ApiService:
         with self.db.session() as s:
             s.add(ApiAudit(at=ms_to_dt(self.now_ms()), who=who.name, via=via, action=action,
                            status=status, detail=detail[:2000]))
+
+
+_COMPARISONS = ("==", "!=", ">", "<", ">=", "<=")
+
+
+def plotted_expr(expr: str) -> Any:
+    """The expression a plot shows: `x` for `x > 3` (or `3 < x`), else the expression itself."""
+    from sentinel.promql import compile_expr
+    from sentinel.promql.nodes import Binary, NumberLiteral, Paren
+
+    try:
+        node = compile_expr(expr)
+    except PromQLError:
+        return expr
+    while isinstance(node, Paren):
+        node = node.expr
+    if isinstance(node, Binary) and node.op in _COMPARISONS and not node.return_bool:
+        if isinstance(node.rhs, NumberLiteral):
+            return node.lhs
+        if isinstance(node.lhs, NumberLiteral):
+            return node.rhs
+    return node

@@ -131,7 +131,7 @@ def _approvals(items: Sequence[Mapping[str, Any]], incident_id: int, csrf: str,
                     f'<td class="approval-status">{e(a["status"])}'
                     + (f" by {e(a['decided_by'])}" if a["decided_by"] else "")
                     + f"</td><td>expires {e(_short(a['expires_at']))}</td><td>{buttons}</td></tr>")
-    return ("<h2>Awaiting approval</h2><div class=scroll><table><tbody>" + "".join(rows)
+    return ("<h2>Approvals</h2><div class=scroll><table><tbody>" + "".join(rows)
             + "</tbody></table></div>")
 
 
@@ -169,7 +169,7 @@ def _excerpts(excerpts: Sequence[Mapping[str, Any]]) -> str:
 
 def _alerts(alerts: Sequence[Mapping[str, Any]]) -> str:
     return "<h2>Alerts</h2>" + "".join(
-        f"<h3>{e(a['fingerprint'])} · {e(a['state'])} · value {e(a['value'])}</h3>"
+        f"<h3>{e(a['fingerprint'])} · {e(a['state'])} · value {e(_num(a['value']))}</h3>"
         f"{_labels(a['labels'])}{_labels(a['annotations'])}" for a in alerts)
 
 
@@ -250,6 +250,10 @@ def login_page(csrf_hint: str = "", error: str = "") -> str:
             'autocomplete=off required><button type=submit>log in</button></form>'
             "<p class=muted>Reading needs no token on loopback; approving, denying and "
             "silencing need a write token.</p>")
+
+
+def _num(v: object) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
 def _short(ts: str | None) -> str:

@@ -189,6 +189,13 @@ def _plot(service: ApiService, d: dict[str, Any]) -> str:
     marks += [(_ms(a["acted_at"]), f"{a['action']} #{a['id']}") for a in d["actions"]
               if a["acted_at"]]
     series = service.series_range(expr, start, end)
+    # The store keeps only the recent past: crop to where samples exist, so they do not
+    # shrink to a sliver at the right edge, and sample that span again.
+    first = min((p[0] for sr in series for p in sr["points"]), default=start)
+    cropped = max(start, min(first, marks[0][0]) - max(2_000, (end - first) // 10))
+    if cropped > start + (end - start) // 10:
+        start = cropped
+        series = service.series_range(expr, start, end)
     return (f'<p class="muted">{pages.e(expr)}</p>'
             + svg.line_plot(series, start, end, marks, inc["alertname"]))
 

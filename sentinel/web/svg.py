@@ -42,8 +42,9 @@ def line_plot(series: Sequence[dict[str, Any]], start_ms: int, end_ms: int,
     for v in (lo, (lo + hi) / 2, hi):
         parts.append(f'<text x="{PAD_L - 4}" y="{y(v) + 4:.1f}" class="tick" '
                      f'text-anchor="end">{escape(_fmt(v))}</text>')
-    for t in (start_ms, (start_ms + end_ms) // 2, end_ms):
-        parts.append(f'<text x="{x(t):.1f}" y="{H - 8}" class="tick" text-anchor="middle">'
+    for t, anchor in ((start_ms, "start"), ((start_ms + end_ms) // 2, "middle"),
+                      (end_ms, "end")):
+        parts.append(f'<text x="{x(t):.1f}" y="{H - 8}" class="tick" text-anchor="{anchor}">'
                      f'{_hhmm(t)}</text>')
     for t, label in marks:
         if start_ms <= t <= end_ms:
