@@ -27,6 +27,7 @@ groups:
           sum by (target) (increase(sentinel_log_signature_matches_total{category="hbm_oom"}[3s]))
           > 0
         labels: {severity: critical, category: hbm_oom}
+        keep_firing_for: KEEP
         annotations: {summary: "TPU HBM exhausted on {{ $labels.target }}"}
 """
 
@@ -61,7 +62,10 @@ def start_rig(tmp: Path, sock_dir: Path, hook: str, *, approval: str = "none",
     path = str(sock_dir / "docker.sock")
     sock = serve_container(sim, ContainerSpec(xla_cache=str(cache), log_file=str(log),
                                               release_s=0.2, warm_start_s=0.3), path)
-    (tmp / "rules.yaml").write_text(rules)
+    # While an action waits for a person the crash must stay an open incident: without
+    # keep_firing_for the alert resolves 3 s after the last crash line.
+    (tmp / "rules.yaml").write_text(rules.replace("KEEP", "30s" if approval == "required"
+                                                  else "0s"))
     api = (f"api:\n  tokens:\n    - {{name: grafana, role: read, token: {READ_TOKEN}}}\n"
            f"    - {{name: oncall-lead, role: write, token: {WRITE_TOKEN}}}\n") if tokens else ""
     cfg = tmp / "sentinel.yaml"

@@ -13,13 +13,13 @@ import httpx
 import pytest
 from api_helpers import READ_TOKEN, WRITE_TOKEN, auth
 from secret_check import assert_no_secret_leak, database_texts
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 
 from sentinel.api.auth import BindRefused
 from sentinel.config import load_config
 from sentinel.daemon.app import App
 from sentinel.incidents.models import Incident, IncidentAlert, TimelineEvent
-from sentinel.incidents.models_api import Approval
+from sentinel.incidents.models_api import ApiAudit, Approval
 
 pytestmark = pytest.mark.integration
 XSS = '<script>document.title="pwned"</script><img src=x onerror=alert(1)>'
@@ -112,9 +112,21 @@ def test_writes_need_a_write_token(daemon) -> None:  # noqa: ANN001
     # Approved by nobody: still pending.
     a = httpx.get(f"{url}/api/v1/approvals").json()["approvals"][0]
     assert a["status"] == "pending"
-    # With the write token it goes through, audited with the token's name.
-    r = httpx.post(f"{url}/api/v1/approvals/{aid}/deny", headers=auth(WRITE_TOKEN))
-    assert r.status_code == 200 and r.json()["status"] == "denied"
+    # Reading tools over /mcp answer on loopback without a token, structured.
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "list_approvals", "arguments": {}}}
+    r = httpx.post(f"{url}/mcp", json=listing, headers=hdr)
+    assert r.status_code == 200
+    assert r.json()["result"]["structuredContent"]["approvals"][0]["id"] == aid
+    # With the write token it goes through, audited with the token's name (over MCP too).
+    deny = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "deny_action", "arguments": {"approval_id": aid}}}
+    r = httpx.post(f"{url}/mcp", json=deny, headers=hdr | auth(WRITE_TOKEN))
+    assert r.status_code == 200, r.text
+    assert r.json()["result"]["structuredContent"]["status"] == "denied"
+    with app.pipeline.tracker.db.session() as s:
+        (row,) = s.scalars(select(ApiAudit)).all()
+    assert (row.who, row.via, row.action) == ("lead", "mcp", f"deny approval {aid}")
 
 
 def test_tokens_never_in_logs_or_database(daemon, caplog) -> None:  # noqa: ANN001
