@@ -6,9 +6,11 @@
     resolved_by  "remediation" when a verified action preceded the resolution,
                  else "itself"; pages are NOTIFICATION_SENT events in the window
 
-Three index-driven reads (incidents by opened_at, succeeded attempts, sent
-notifications by (kind, at)); durations come back as numbers computed by the
-database, means and p90s are taken here (no percentile function in SQLite).
+Three index-driven reads over the window: the incidents (by opened_at), the
+verified attempts (by status and requested_at, joined to their incidents),
+and the pages (by kind and at, counted per group in the database). Durations
+come back as numbers computed by the database; means and p90s are taken
+here, as SQLite has no percentile function.
 """
 
 from __future__ import annotations
@@ -49,29 +51,43 @@ def stats(db: Database, params: Mapping[str, str], now_ms: int) -> dict[str, Any
         raise ApiError(400, "bad parameter 'until': must be after since", "until")
     column = getattr(Incident, by)
     resolve_ms = _ms_between(db, Incident.opened_at, Incident.resolved_at)
-    window = (Incident.opened_at >= ms_to_dt(since), Incident.opened_at < ms_to_dt(until))
+    lo, hi = ms_to_dt(since), ms_to_dt(until)
+    window = (Incident.opened_at >= lo, Incident.opened_at < hi)
     with db.session() as s:
-        rows = s.execute(select(Incident.id, column, Incident.detect_ms, resolve_ms)
-                         .where(*window)).all()
-        recovered = dict(s.execute(
-            select(RemediationAttempt.incident_id, func.min(RemediationAttempt.recovery_ms))
+        # Durations of every incident in the window (p90 needs the values).
+        rows = s.execute(select(column, Incident.detect_ms, resolve_ms).where(*window)).all()
+        # Verified recoveries: attempts of the window joined to their incidents.
+        recovered = s.execute(
+            select(column, Incident.status, func.min(RemediationAttempt.recovery_ms))
+            .join(Incident, Incident.id == RemediationAttempt.incident_id)
             .where(RemediationAttempt.status == "succeeded",
-                   RemediationAttempt.recovery_ms.is_not(None),
-                   RemediationAttempt.requested_at >= ms_to_dt(since))
-            .group_by(RemediationAttempt.incident_id)).all())
-        paged = s.execute(select(TimelineEvent.incident_id, func.count())
-                          .where(TimelineEvent.kind == TimelineKind.NOTIFICATION_SENT.value,
-                                 TimelineEvent.at >= ms_to_dt(since))
-                          .group_by(TimelineEvent.incident_id)).all()
-    pages = dict(paged)
+                   RemediationAttempt.requested_at >= lo,
+                   RemediationAttempt.recovery_ms.is_not(None), *window)
+            .group_by(RemediationAttempt.incident_id, column, Incident.status)).all()
+        # Pages: sent notifications of the window's incidents, counted per group.
+        paged = s.execute(
+            select(column, func.count())
+            .select_from(TimelineEvent).join(Incident, Incident.id == TimelineEvent.incident_id)
+            .where(TimelineEvent.kind == TimelineKind.NOTIFICATION_SENT.value,
+                   TimelineEvent.at >= lo, *window)
+            .group_by(column)).all()
     groups: dict[str, _Acc] = {}
     total = _Acc()
-    for incident_id, key, detect, resolve in rows:
-        acc = groups.setdefault(key if key is not None else "", _Acc())
-        recovery = recovered.get(incident_id)
-        n_pages = pages.get(incident_id, 0)
-        for a in (acc, total):
-            a.add(detect, recovery, resolve, n_pages)
+
+    def accs(key: str | None) -> tuple[_Acc, _Acc]:
+        return groups.setdefault(key if key is not None else "", _Acc()), total
+
+    for key, detect, resolve in rows:
+        for a in accs(key):
+            a.add(detect, resolve)
+    for key, status, recovery in recovered:
+        for a in accs(key):
+            a.recovery.append(float(recovery))
+            if status == "resolved":
+                a.by_remediation += 1
+    for key, pages in paged:
+        for a in accs(key):
+            a.pages += int(pages)
     ordered = sorted(groups.items(), key=lambda kv: (-kv[1].count, kv[0]))[:MAX_GROUPS]
     return {"since": iso(ms_to_dt(since)), "until": iso(ms_to_dt(until)), "by": by,
             "total": total.view(), "groups": [{"key": k, **a.view()} for k, a in ordered]}
@@ -92,33 +108,25 @@ class _Acc:
         self.recovery: list[float] = []
         self.resolve: list[float] = []
         self.by_remediation = 0
-        self.by_itself = 0
         self.pages = 0
 
-    def add(self, detect: int | None, recovery: int | None, resolve: float | None,
-            pages: int) -> None:
+    def add(self, detect: int | None, resolve: float | None) -> None:
         self.count += 1
-        self.pages += pages
         if detect is not None:
             self.detect.append(float(detect))
-        if recovery is not None:
-            self.recovery.append(float(recovery))
         if resolve is not None:
             self.resolve.append(float(resolve))
-            if recovery is not None:
-                self.by_remediation += 1
-            else:
-                self.by_itself += 1
 
     def view(self) -> dict[str, Any]:
-        resolved = self.by_remediation + self.by_itself
+        resolved = len(self.resolve)
+        by_itself = resolved - self.by_remediation
         return {
             "count": self.count, "open": self.count - resolved, "resolved": resolved,
             "time_to_detect_ms": _summary(self.detect),
             "time_to_recovery_ms": _summary(self.recovery),
             "time_to_resolve_ms": _summary(self.resolve),
             "resolved_by_remediation": _share(self.by_remediation, resolved),
-            "resolved_by_itself": _share(self.by_itself, resolved),
+            "resolved_by_itself": _share(by_itself, resolved),
             "pages_sent": self.pages,
         }
 

@@ -47,6 +47,9 @@ class StatusServer:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted connections inherit it: a response written in two sends (headers,
+        # body) must not wait for the client's delayed ACK (Nagle: ~40 ms per request).
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             self._sock.bind((host, port))
             self._sock.listen(128)

@@ -19,6 +19,7 @@ from sqlalchemy import CheckConstraint, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from sentinel.incidents.models import Base
+from sentinel.incidents.models_remediation import RemediationAttempt
 
 
 class ApprovalStatus(enum.StrEnum):
@@ -79,3 +80,9 @@ class ApiAudit(Base):
     detail: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (Index("ix_api_audit_at", "at"),)
+
+
+# Stats read the verified attempts of a time window. Declared here, beside the other
+# indexes the API needs, so the remediation models stay the remediation stage's own.
+Index("ix_remediation_attempts_status_requested_at", RemediationAttempt.status,
+      RemediationAttempt.requested_at)
