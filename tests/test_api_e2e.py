@@ -45,7 +45,7 @@ def _resolved(rig: Rig) -> dict:
     return wait_for(find, 20, "the incident to be remediated and resolved")  # type: ignore[return-value]
 
 
-def test_incident_listed_filtered_shown_and_counted(rig: Rig) -> None:
+def test_incident_listed_filtered_shown_and_counted(rig: Rig, sink) -> None:  # noqa: ANN001
     wait_log_source(rig)
     rig.crash()
     inc = _resolved(rig)
@@ -75,6 +75,13 @@ def test_incident_listed_filtered_shown_and_counted(rig: Rig) -> None:
                                             "p90": float(action["recovery_ms"])}
     assert group["resolved_by_remediation"] == 1.0 and group["pages_sent"] >= 1
     assert group["time_to_resolve_ms"]["n"] == 1 and group["time_to_detect_ms"]["n"] == 1
+    # The link every page carries (generatorURL) opens the incident's page.
+    link = next(a["generatorURL"] for _, b, _ in list(sink.received) for a in b["alerts"]
+                if a["labels"]["alertname"] == "VLLMHBMOutOfMemory")
+    path = "/" + link.split("/", 3)[3]
+    assert path == f"/incidents/{inc['id']}"
+    page = httpx.get(u + path)
+    assert page.status_code == 200 and "VLLMHBMOutOfMemory on tpu-a" in page.text
     targets = httpx.get(f"{u}/api/v1/targets").json()
     _valid(targets, "Targets")
     (t,) = targets["targets"]
