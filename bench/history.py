@@ -10,6 +10,7 @@ SQLAlchemy Core in batches (SQLite) or COPY (PostgreSQL), after `alembic upgrade
     python bench/history.py --db sqlite --n 1000000          # a file under /tmp
     python bench/history.py --db postgres --n 1000000        # a throwaway cluster
     python bench/history.py --db sqlite --n 1000000 --reuse  # measure an existing file again
+    python bench/history.py --db postgres --url postgresql://… [--reuse]  # a server you run
 
 Design targets: p95 < 20 ms for every listing filter, stats over 30 days < 500 ms.
 """
@@ -204,10 +205,13 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--path", default="/tmp/sentinel-bench-history.db")
-    ap.add_argument("--reuse", action="store_true", help="measure an existing SQLite file")
+    ap.add_argument("--reuse", action="store_true", help="measure an existing database again")
+    ap.add_argument("--url", help="a database URL to use instead (PostgreSQL you started)")
     args = ap.parse_args()
     cluster = None
-    if args.db == "postgres":
+    if args.url:
+        url = args.url
+    elif args.db == "postgres":
         import fixtures_postgres
 
         bindir = fixtures_postgres._pg_bindir()
@@ -224,7 +228,7 @@ def main() -> int:
     try:
         db = Database(url)
         db.upgrade()
-        fresh = not args.reuse or args.db == "postgres"
+        fresh = not args.reuse
         if fresh:
             print(f"generating {args.n:,} incidents on {args.db} ...", flush=True)
             generate(db, args.n, datetime.now(tz=UTC))

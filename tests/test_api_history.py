@@ -44,8 +44,9 @@ def test_stats_counts_means_p90_shares_and_pages(incident_db) -> None:  # noqa: 
              _incident(12, "OOM", 5, 100, 40)]
     attempts = [_attempt(i, i * 2000, i) for i in range(1, 5)]
     attempts += [_attempt(5, 0, 5, status="failed"), _attempt(12, 1, 40)]
-    pages = [{"incident_id": i, "at": NOW - timedelta(days=i), "kind": "notification_sent",
-              "message": "", "data": None} for i in (1, 1, 2, 11, 12)]
+    pages = [{"incident_id": i, "at": NOW - timedelta(days=40 if i == 12 else i),
+              "kind": "notification_sent", "message": "", "data": None}
+             for i in (1, 1, 2, 11, 12)]
     with incident_db.session() as s:
         s.execute(insert(Incident), incs)
         s.execute(insert(RemediationAttempt), attempts)

@@ -49,7 +49,7 @@ def plant(db, text: str = XSS) -> tuple[int, int]:  # noqa: ANN001
     now = datetime.now(tz=UTC)
     with db.session() as s:
         iid = s.execute(insert(Incident).returning(Incident.id), [{
-            "group_key": "x", "alertname": f"Alert{text}", "target": f"t{text}",
+            "group_key": f"x/{text}", "alertname": f"Alert{text}", "target": f"t{text}",
             "status": "open", "severity": text, "summary": text, "labels": {"evil": text},
             "opened_at": now, "resolved_at": None, "updated_at": now, "category": text}]
         ).scalar_one()
@@ -172,3 +172,24 @@ def test_non_loopback_without_token_is_refused(tmp_path: Path) -> None:
                          headers=auth(READ_TOKEN)).status_code == 200
     finally:
         app.stop(2)
+
+
+def test_page_forms_create_and_expire_a_silence(daemon) -> None:  # noqa: ANN001
+    import re
+
+    app, url = daemon
+    with httpx.Client(base_url=url) as browser:
+        assert browser.post("/login", data={"token": READ_TOKEN}).status_code == 303
+        html = browser.get("/silences").text
+        assert "New silence" not in html  # a read token sees no forms
+        browser.post("/login", data={"token": WRITE_TOKEN})
+        html = browser.get("/silences").text
+        csrf = re.search(r'name=csrf value="([0-9a-f]+)"', html).group(1)  # type: ignore[union-attr]
+        r = browser.post("/silences", data={"csrf": csrf, "matchers": 'target="tpu-a"',
+                                            "duration": "2h", "comment": "kernel upgrade"})
+        assert r.status_code == 303
+        (s,) = httpx.get(f"{url}/api/v2/silences").json()
+        assert s["createdBy"] == "lead" and s["status"]["state"] == "active"
+        r = browser.post(f"/silences/{s['id']}/expire", data={"csrf": csrf})
+        assert r.status_code == 303
+        assert httpx.get(f"{url}/api/v2/silences").json()[0]["status"]["state"] == "expired"

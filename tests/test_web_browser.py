@@ -116,5 +116,14 @@ def test_planted_markup_is_inert_in_the_browser(tmp_path: Path, browser) -> None
             assert where in shown
         assert shown.count(XSS) >= 6
         screenshot(b, "escaped-markup")
+        # The list updates itself: an incident opened after the page loaded shows up
+        # without a reload (and its planted markup stays text there too).
+        b.get(f"http://{host}:{port}/")
+        before = b.execute_script("return performance.timeOrigin")
+        newer, _ = plant(app.pipeline.tracker.db, "<b>late</b>")  # type: ignore[union-attr]
+        wait_for(lambda: f"#{newer}" in b.find_element(By.ID, "incident-rows").text, 12,
+                 "the live update to show the new incident")
+        assert b.execute_script("return performance.timeOrigin") == before  # no reload
+        assert "<b>late</b>" in b.find_element(By.ID, "incident-rows").text
     finally:
         app.stop(2)

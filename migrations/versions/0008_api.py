@@ -7,7 +7,7 @@ Create Date: 2026-11-22 16:00:00
 - `incidents.category` (the alert's `category` label) and `incidents.detect_ms`
   (condition true → firing), with an index per filter the API offers;
   `detect_ms` is filled for existing incidents from their first alert.
-- `timeline_events (kind, at)`, `remediation_attempts (status, requested_at)`: stats read
+- `timeline_events (kind, at, incident_id)`, `remediation_attempts (status, requested_at)`: stats read
   pages sent and verified recoveries of a window.
 - `approvals`: actions parked until a person approves, denies, or they expire.
 - `api_audit`: every write through the API, the page or MCP, with the token's name.
@@ -33,7 +33,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column("detect_ms", sa.BigInteger(), nullable=True))
     op.create_index("ix_incidents_category_opened_at_id", "incidents",
                     ["category", "opened_at", "id"])
-    op.create_index("ix_timeline_events_kind_at", "timeline_events", ["kind", "at"])
+    op.create_index("ix_timeline_events_kind_at_incident_id", "timeline_events",
+                    ["kind", "at", "incident_id"])
     op.create_index("ix_remediation_attempts_status_requested_at", "remediation_attempts",
                     ["status", "requested_at"])
     bind = op.get_bind()
@@ -96,7 +97,7 @@ def downgrade() -> None:
     op.drop_table("approvals")
     op.drop_index("ix_remediation_attempts_status_requested_at",
                   table_name="remediation_attempts")
-    op.drop_index("ix_timeline_events_kind_at", table_name="timeline_events")
+    op.drop_index("ix_timeline_events_kind_at_incident_id", table_name="timeline_events")
     op.drop_index("ix_incidents_category_opened_at_id", table_name="incidents")
     with op.batch_alter_table("incidents") as batch:
         batch.drop_column("detect_ms")

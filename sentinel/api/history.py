@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, func, or_, select
 
 from sentinel.api.errors import ApiError
 from sentinel.api.params import (
@@ -56,9 +56,17 @@ def list_incidents(db: Database, params: Mapping[str, str], now_ms: int) -> dict
     until = time_param(params, "until", now_ms)
     limit = int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     cursor = cursor_param(params)
+    # The alert counts ride along as correlated subqueries (two index probes per row):
+    # one round trip per page, which is what a loaded PostgreSQL server makes you pay for.
+    n_alerts = (select(func.count()).where(IncidentAlert.incident_id == Incident.id)
+                .correlate(Incident).scalar_subquery())
+    n_firing = (select(func.count()).where(IncidentAlert.incident_id == Incident.id,
+                                           IncidentAlert.state == "firing")
+                .correlate(Incident).scalar_subquery())
     q = select(Incident.id, Incident.alertname, Incident.target, Incident.status,
                Incident.severity, Incident.summary, Incident.category, Incident.opened_at,
-               Incident.resolved_at, Incident.updated_at)
+               Incident.resolved_at, Incident.updated_at, n_alerts.label("n_alerts"),
+               n_firing.label("n_firing"))
     if status is not None:
         q = q.where(Incident.status == status)
     for name, column in (("alertname", Incident.alertname), ("target", Incident.target),
@@ -78,24 +86,13 @@ def list_incidents(db: Database, params: Mapping[str, str], now_ms: int) -> dict
     q = q.order_by(Incident.opened_at.desc(), Incident.id.desc()).limit(limit + 1)
     with db.session() as s:
         rows = s.execute(q).all()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        counts = _alert_counts(s, [r.id for r in rows])
-    items = [_summary(r, counts.get(r.id, (0, 0))) for r in rows]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [_summary(r, (int(r.n_alerts), int(r.n_firing))) for r in rows]
     last = rows[-1] if rows else None
     return {"incidents": items,
             "next_cursor": encode_cursor(dt_to_ms(last.opened_at), last.id)
             if more and last is not None else None}
-
-
-def _alert_counts(s: Any, ids: list[int]) -> dict[int, tuple[int, int]]:
-    if not ids:
-        return {}
-    firing = func.sum(case((IncidentAlert.state == "firing", 1), else_=0))
-    rows = s.execute(select(IncidentAlert.incident_id, func.count(), firing)
-                     .where(IncidentAlert.incident_id.in_(ids))
-                     .group_by(IncidentAlert.incident_id))
-    return {i: (int(n), int(f or 0)) for i, n, f in rows}
 
 
 def _summary(r: Any, counts: tuple[int, int]) -> dict[str, Any]:

@@ -203,7 +203,7 @@ class TimelineEvent(Base):
         CheckConstraint(_in("kind", TimelineKind), name="kind"),
         Index("ix_timeline_events_incident_id_at", "incident_id", "at", "id"),
         # Stats count pages sent in a window without touching other events.
-        Index("ix_timeline_events_kind_at", "kind", "at"),
+        Index("ix_timeline_events_kind_at_incident_id", "kind", "at", "incident_id"),
     )
 
 
