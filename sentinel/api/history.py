@@ -26,7 +26,7 @@ from sentinel.api.params import (
     str_param,
     time_param,
 )
-from sentinel.incidents.convert import dt_to_ms, ms_to_dt, opt_dt_to_ms, value_from_db
+from sentinel.incidents.convert import dt_to_ms, ms_to_dt, value_from_db
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident, IncidentAlert, TimelineEvent, TimelineKind
 from sentinel.incidents.models_api import Approval
@@ -171,4 +171,4 @@ def _num(v: float) -> float | str:
     return v if v == v and v not in (float("inf"), float("-inf")) else str(v)
 
 
-__all__ = ["list_incidents", "get_incident", "approval_view", "iso", "opt_dt_to_ms"]
+__all__ = ["approval_view", "get_incident", "incident_window_ms", "iso", "list_incidents"]
