@@ -118,7 +118,7 @@ def _concat(db: Database, value: Any) -> Any:
 
 
 def _floats(joined: str | None) -> list[float]:
-    return [float(v) for v in joined.split(",")] if joined else []
+    return list(map(float, joined.split(","))) if joined else []
 
 
 def _ms_between(db: Database, start: Any, end: Any) -> Any:
