@@ -65,7 +65,8 @@ def rows_for(i: int, n: int, now: datetime, days: int, rng: random.Random
            "severity": "critical", "summary": f"{alert} on {target}", "labels":
            {"alertname": alert, "target": target, "category": category},
            "opened_at": opened, "resolved_at": resolved, "updated_at": resolved or opened,
-           "category": category, "detect_ms": detect_ms}
+           "category": category, "detect_ms": detect_ms,
+           "resolve_ms": None if is_open else resolve // timedelta(milliseconds=1)}
     active = opened - timedelta(milliseconds=detect_ms)
     al = {"incident_id": iid, "fingerprint": f"{iid:016x}", "labels": inc["labels"],
           "annotations": {"summary": inc["summary"]}, "state": "firing" if is_open else

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, text
 
 from sentinel.api import history, stats
 from sentinel.api.errors import ApiError
@@ -25,7 +25,8 @@ def _incident(i: int, alert: str, resolve_s: int | None, detect_ms: int, days_ag
             "status": "open" if resolve_s is None else "resolved", "severity": "critical",
             "summary": "", "labels": {}, "opened_at": opened,
             "resolved_at": None if resolve_s is None else opened + timedelta(seconds=resolve_s),
-            "updated_at": opened, "category": category, "detect_ms": detect_ms}
+            "updated_at": opened, "category": category, "detect_ms": detect_ms,
+            "resolve_ms": None if resolve_s is None else resolve_s * 1000}
 
 
 def _attempt(i: int, recovery_ms: int, days_ago: float, status: str = "succeeded") -> dict:
@@ -107,3 +108,26 @@ def test_approval_transitions(incident_db) -> None:  # noqa: ANN001
     assert approvals.claim_escalations(incident_db, now + 62_000) == []
     with pytest.raises(LookupError):
         approvals.decide(incident_db, 999, True, "alice", now)
+
+
+def test_migration_fills_detect_and_resolve_times(db_url: str) -> None:
+    from sentinel.incidents.db import Database
+
+    db = Database(db_url)
+    db.upgrade("0006")
+    opened = NOW - timedelta(minutes=10)
+    with db.engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO incidents (id, group_key, alertname, target, status, severity, summary,"
+            " labels, opened_at, resolved_at, updated_at) VALUES (1, 'k', 'A', 't', 'resolved',"
+            " 's', '', '{}', :o, :r, :o)"), {"o": opened, "r": opened + timedelta(seconds=90)})
+        conn.execute(text(
+            "INSERT INTO incident_alerts (incident_id, fingerprint, labels, annotations, state,"
+            " value, active_at, fired_at, resolved_at) VALUES (1, 'f', '{}', '{}', 'resolved',"
+            " 1.0, :a, :o, :r)"), {"a": opened - timedelta(seconds=30), "o": opened,
+                                    "r": opened + timedelta(seconds=90)})
+    db.upgrade()
+    with db.engine.connect() as conn:
+        row = conn.execute(text("SELECT detect_ms, resolve_ms FROM incidents")).one()
+    assert tuple(row) == (30_000, 90_000)
+    db.dispose()

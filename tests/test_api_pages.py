@@ -40,7 +40,8 @@ def _rows(start: int, n: int, base: datetime) -> list[dict]:
              "target": f"t{i % 13}", "status": "resolved", "severity": "warning",
              "summary": "", "labels": {}, "opened_at": base + timedelta(seconds=i // 3),
              "resolved_at": base + timedelta(seconds=i // 3 + 60),
-             "updated_at": base, "category": f"c{i % 3}", "detect_ms": 1000}
+             "updated_at": base, "category": f"c{i % 3}", "detect_ms": 1000,
+             "resolve_ms": 60_000}
             for i in range(start, start + n)]
 
 

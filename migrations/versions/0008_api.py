@@ -4,9 +4,9 @@ Revision ID: 0008
 Revises: 0006
 Create Date: 2026-11-22 16:00:00
 
-- `incidents.category` (the alert's `category` label) and `incidents.detect_ms`
-  (condition true → firing), with an index per filter the API offers;
-  `detect_ms` is filled for existing incidents from their first alert.
+- `incidents.category` (the alert's `category` label), `incidents.detect_ms`
+  (condition true → firing) and `incidents.resolve_ms` (opened → resolved), with an
+  index per filter the API offers; both times are filled for existing incidents.
 - `timeline_events (kind, at, incident_id)`, `remediation_attempts (status, requested_at)`: stats read
   pages sent and verified recoveries of a window.
 - `approvals`: actions parked until a person approves, denies, or they expire.
@@ -31,6 +31,7 @@ def upgrade() -> None:
     with op.batch_alter_table("incidents") as batch:
         batch.add_column(sa.Column("category", sa.String(length=64), nullable=True))
         batch.add_column(sa.Column("detect_ms", sa.BigInteger(), nullable=True))
+        batch.add_column(sa.Column("resolve_ms", sa.BigInteger(), nullable=True))
     op.create_index("ix_incidents_category_opened_at_id", "incidents",
                     ["category", "opened_at", "id"])
     op.create_index("ix_timeline_events_kind_at_incident_id", "timeline_events",
@@ -42,10 +43,14 @@ def upgrade() -> None:
         op.execute("UPDATE incidents SET detect_ms = (SELECT (EXTRACT(EPOCH FROM "
                    "min(incidents.opened_at - a.active_at)) * 1000)::bigint "
                    "FROM incident_alerts a WHERE a.incident_id = incidents.id)")
+        op.execute("UPDATE incidents SET resolve_ms = (EXTRACT(EPOCH FROM resolved_at - "
+                   "opened_at) * 1000)::bigint WHERE resolved_at IS NOT NULL")
     else:
         op.execute("UPDATE incidents SET detect_ms = (SELECT CAST(round((julianday("
                    "incidents.opened_at) - julianday(min(a.active_at))) * 86400000) AS INTEGER) "
                    "FROM incident_alerts a WHERE a.incident_id = incidents.id)")
+        op.execute("UPDATE incidents SET resolve_ms = CAST(round((julianday(resolved_at) - "
+                   "julianday(opened_at)) * 86400000) AS INTEGER) WHERE resolved_at IS NOT NULL")
     op.create_table(
         "approvals",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -100,5 +105,6 @@ def downgrade() -> None:
     op.drop_index("ix_timeline_events_kind_at_incident_id", table_name="timeline_events")
     op.drop_index("ix_incidents_category_opened_at_id", table_name="incidents")
     with op.batch_alter_table("incidents") as batch:
+        batch.drop_column("resolve_ms")
         batch.drop_column("detect_ms")
         batch.drop_column("category")

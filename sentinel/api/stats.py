@@ -2,7 +2,7 @@
 
     detect    condition true → incident opened (`incidents.detect_ms`)
     recovery  alert active → verified remediation (the succeeded attempt's `recovery_ms`)
-    resolve   incident opened → resolved
+    resolve   incident opened → resolved (`incidents.resolve_ms`, written with resolved_at)
     resolved_by  "remediation" when a verified action preceded the resolution,
                  else "itself"; pages are NOTIFICATION_SENT events sent in the window
 
@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Float, Text, case, cast, func, literal, literal_column, select
+from sqlalchemy import Text, case, cast, func, literal, literal_column, select
 
 from sentinel.api.errors import ApiError
 from sentinel.api.history import iso
@@ -63,7 +63,7 @@ def stats(db: Database, params: Mapping[str, str], now_ms: int) -> dict[str, Any
         # rows fetched one by one cost more than the whole aggregation).
         per_group = s.execute(
             select(column, func.count(), resolved, _concat(db, Incident.detect_ms),
-                   _concat(db, _ms_between(db, Incident.opened_at, Incident.resolved_at)))
+                   _concat(db, Incident.resolve_ms))
             .where(*window).group_by(column)).all()
         # Verified recoveries and pages of the window's incidents, sent in the window: both
         # sides are bounded by a time index (PostgreSQL hash-joins two small sets instead
@@ -119,12 +119,6 @@ def _concat(db: Database, value: Any) -> Any:
 
 def _floats(joined: str | None) -> list[float]:
     return list(map(float, joined.split(","))) if joined else []
-
-
-def _ms_between(db: Database, start: Any, end: Any) -> Any:
-    if db.dialect == "postgresql":
-        return cast(func.extract("epoch", end - start) * 1000, Float)
-    return (func.julianday(end) - func.julianday(start)) * literal_column("86400000.0")
 
 
 class _Acc:

@@ -128,9 +128,11 @@ class Incident(Base):
     opened_at: Mapped[datetime]
     resolved_at: Mapped[datetime | None]
     updated_at: Mapped[datetime]
-    # The alert's `category` label (hbm_oom, …) and condition-true → firing, for stats.
+    # The alert's `category` label (hbm_oom, …) and condition true → firing, for stats.
     category: Mapped[str | None] = mapped_column(String(64))
     detect_ms: Mapped[int | None] = mapped_column(BigInteger)
+    # opened → resolved, written with resolved_at: stats read it instead of computing it.
+    resolve_ms: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         CheckConstraint(_in("status", IncidentStatus), name="status"),

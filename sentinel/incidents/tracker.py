@@ -377,6 +377,7 @@ def _close(s: Session, incident: Incident, rows: list[IncidentAlert], now: datet
     resolved_at = max(r.resolved_at or now for r in rows)
     incident.status = IncidentStatus.RESOLVED
     incident.resolved_at = resolved_at
+    incident.resolve_ms = max(0, dt_to_ms(resolved_at) - dt_to_ms(incident.opened_at))
     incident.updated_at = now
     n = len(rows)
     _event(s, incident, resolved_at, TimelineKind.INCIDENT_RESOLVED,
