@@ -21,6 +21,8 @@ remediation:
       cooldown: 5m                     # after a verified success on the target
       max_per_hour: 3
       allow_cold: false                # cold restarts (20+ min compiling), node restarts
+      approval: none                   # required: park each action until a person approves
+      approval_expiry: 15m             # a parked action not approved by then is not run
       steps:                           # tried in order; the next once a step's attempts failed
         - docker_restart: {container: "vllm-{target}", socket: /var/run/docker.sock}
           timeout: 2m
@@ -168,6 +170,16 @@ class PolicyConfig(Strict):
     max_per_hour: int = Field(3, ge=1)
     allow_cold: bool = False
     steps: tuple[StepConfig, ...] = Field(min_length=1)
+    # required: an allowed action waits for a person (API, page, CLI, MCP) until it expires.
+    approval: str = "none"
+    approval_expiry_ms: PositiveDuration = Field(900_000, alias="approval_expiry")
+
+    @field_validator("approval")
+    @classmethod
+    def _check_approval(cls, v: str) -> str:
+        if v not in ("none", "required"):
+            raise problem("must be none or required")
+        return v
 
     @model_validator(mode="after")
     def _cold_last(self) -> PolicyConfig:
