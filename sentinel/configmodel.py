@@ -27,6 +27,7 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from sentinel.config_alert_restore import AlertRestoreConfig
 from sentinel.config_diagnosis import DiagnosisConfig
 from sentinel.config_notify import (
     DEFAULT_WEBHOOK_TIMEOUT_MS,
@@ -138,6 +139,8 @@ class Config(Strict):
     diagnosis: DiagnosisConfig | None = None
     notify: NotifyConfig = NotifyConfig.model_validate({})
     remediation: RemediationConfig = RemediationConfig.model_validate({})
+    # How a restart restores alerts' `for` state (Prometheus's flags; issue 10).
+    alert_restore: AlertRestoreConfig = AlertRestoreConfig.model_validate({})
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
