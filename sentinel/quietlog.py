@@ -46,10 +46,10 @@ class QuietFailure:
         """Whether the last outcome was a failure."""
         return self._since is not None
 
-    def failed(self, exc: BaseException | None = None) -> None:
-        """Record a failure; call from an except block (or pass the exception)."""
+    def failed(self, exc: BaseException | None = None, detail: str = "") -> None:
+        """Record a failure; call from an except block (or pass the exception, or a detail)."""
         exc = exc if exc is not None else sys.exc_info()[1]
-        error = f"{type(exc).__name__}: {exc}" if exc is not None else "failed"
+        error = f"{type(exc).__name__}: {exc}" if exc is not None else detail or "failed"
         now = self.clock()
         with self._lock:
             first = self._since is None
@@ -64,8 +64,8 @@ class QuietFailure:
             else:
                 return
         if first:
-            self.logger.error("%s failed (repeats are counted and summarised every %gs)",
-                              self.what, self.summary_every_s,
+            self.logger.error("%s failed%s (repeats are counted and summarised every %gs)",
+                              self.what, "" if exc else f": {error}", self.summary_every_s,
                               exc_info=(type(exc), exc, exc.__traceback__) if exc else None)
         else:
             self.logger.error("%s still failing: %d more failures in the last %.0fs "
