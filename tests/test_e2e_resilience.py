@@ -439,6 +439,75 @@ def test_chaos_sigterm_restarts_never_duplicate_a_page(tmp_path: Path, sims) -> 
     _chaos(signal.SIGTERM, tmp_path, sims, seed=int(os.environ.get("CHAOS_SEED", "11")))
 
 
+# -- a clean restart with a target slower than the first evaluation --------------------
+
+
+class _SlowProxy:
+    """Forwards GETs to `upstream` after `delay_s`: the first scrape after a start lands
+    after the first evaluation."""
+
+    def __init__(self, upstream: str, delay_s: float) -> None:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                time.sleep(proxy.delay_s)
+                r = httpx.get(upstream + self.path)
+                self.send_response(r.status_code)
+                self.send_header("Content-Type", r.headers.get("content-type", "text/plain"))
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.delay_s = delay_s
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_clean_restarts_with_a_slow_target_neither_resolve_nor_repage(
+        tmp_path: Path, sims: dict[str, SimServer], slow_sink: SlowSink) -> None:
+    sim = sims["t0"]
+    sim.set_state(kv_cache_usage=0.95)
+    proxy = _SlowProxy(sim.url, 1.0)
+    cfg = _config(tmp_path, f"sqlite:///{tmp_path / 'sentinel.db'}", {"a": proxy.url},
+                  slow_sink.url).read_text()
+    # Scrapes every 2 s that take 1 s: every start evaluates (500 ms) before data arrives.
+    cfg = cfg.replace("scrape_interval: 200ms", "scrape_interval: 2s").replace(
+        "scrape_timeout: 200ms", "scrape_timeout: 1500ms")
+    (tmp_path / "sentinel.yaml").write_text(cfg)
+    daemon = Daemon(tmp_path / "sentinel.yaml", tmp_path / "daemon.log")
+    try:
+        daemon.start()
+        wait_for(lambda: slow_sink.of("a", "firing"), 20, "the firing page")
+        for _ in range(3):
+            time.sleep(1.0)
+            assert daemon.signal(signal.SIGTERM) == 0
+            daemon.start()
+            wait_for(lambda: "sentinel started" in daemon.text().rsplit("stopping", 1)[-1],
+                     20, "the restart")
+            time.sleep(3.0)  # several evaluations, the first before any scrape landed
+        assert len(slow_sink.of("a", "firing")) == 1, slow_sink.pages
+        assert slow_sink.of("a", "resolved") == [], slow_sink.pages
+        db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
+        try:
+            (incident,) = queries.list_incidents(db)
+            assert incident.status == "open"
+        finally:
+            db.dispose()
+    finally:
+        daemon.stop()
+        proxy.stop()
+
+
 # -- 3 and 4: remediation never jams, one crash gets one action ---------------------------
 
 CRASH_RULES = """\
