@@ -253,3 +253,22 @@ def test_a_repeated_failure_is_logged_once_then_summarised_each_minute(caplog) -
     assert len(summaries) == 9 and "60 more failures" in summaries[0]
     assert "recovered after 600 failures" in records[-1].getMessage()
     assert len(records) == 11
+
+
+def test_a_running_remediator_reaps_a_dead_owner_within_one_lease(incident_db: Database) -> None:
+    from fixtures_e2e import wait_for
+
+    from sentinel.respond.remediate.dispatch import Remediator
+
+    cfg = remediation(lease="1s")
+    engine = Engine(cfg, {}, incident_db, FakePager())
+    now = engine.now_ms()
+    attempt = _claim(incident_db, "tpu-d", "elsewhere:1:1", 1000, now)
+    remediator = Remediator(engine).start()
+    try:
+        with incident_db.session() as s:
+            assert s.get(RemediationAttempt, attempt).status == "running"  # lease still held
+        wait_for(lambda: state.attempts(incident_db)[-1].status == "failed", 1.0 + 0.5,
+                 "the attempt reaped within one lease period (plus a reaper round)")
+    finally:
+        remediator.stop(2)

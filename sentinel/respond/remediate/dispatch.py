@@ -89,6 +89,8 @@ class Remediator:
         for r in reaped:
             log.warning("remediation attempt #%d on %s abandoned: %s", r.attempt_id, r.target,
                         r.why)
+            if self.engine.metrics is not None:
+                self.engine.metrics.abandoned.inc()
         return reaped
 
     def _reap_loop(self) -> None:
