@@ -9,11 +9,13 @@ state rows), so the same rules apply, at `now` (the restart):
 - no sample within `for_outage_tolerance` (default 1h) before now: the alert
   is not restored (it starts afresh, as a new alert would);
 - it had fired (time pending ≥ `for`): it comes back firing, with its
-  `ActiveAt` (Prometheus sets it firing again at the next evaluation, and
-  since Prometheus 3.x also for rules whose `for` is shorter than the grace
-  period); Sentinel's incident stage finds it already notified: no page;
+  `ActiveAt` (Prometheus sets it firing again at the next evaluation, also
+  for rules whose `for` is shorter than the grace period since
+  prometheus/prometheus#19882, "restore firing alerts with short for
+  durations"); Sentinel's incident stage finds it already notified: no page;
 - it was pending, and the rule's `for` is shorter than
-  `for_grace_period` (default 10m): not restored; it waits its `for` again;
+  `for_grace_period` (default 10m): not restored; it waits its `for` again
+  (the same pull request's rule for pending alerts);
 - it was pending with less than the grace period left: `ActiveAt` moves so
   that it fires one grace period after the restart (`now + grace - for`);
 - otherwise `ActiveAt` moves later by the downtime (`now - downAt`): the
