@@ -127,11 +127,20 @@ class Daemon:
 
     def start(self) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(  # noqa: S603
-                [sys.executable, "-m", "sentinel", "run", "-c", str(self.config)],
-                stdout=out, stderr=subprocess.STDOUT, env=env)
+        # Through a pipe, not a file of the daemon's own: a file-size limit on the daemon
+        # (the full-disk test) must not cost the log lines the test reads.
+        self.proc = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "sentinel", "run", "-c", str(self.config)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        threading.Thread(target=self._copy, args=(self.proc,), daemon=True).start()
         self.starts += 1
+
+    def _copy(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        with open(self.log, "ab") as out:
+            for line in proc.stdout:
+                out.write(line)
+                out.flush()
 
     def signal(self, sig: int, wait_s: float = 15) -> int:
         assert self.proc is not None
@@ -214,9 +223,9 @@ class _FullDisk:
     where the test may mount one, else RLIMIT_FSIZE=0 on the daemon (every write fails
     with EFBIG, as on a full disk)."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, tmpfs: bool = True) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="snt-full-"))
-        self.mounted = os.geteuid() == 0 and shutil.which("mount") is not None and \
+        self.mounted = tmpfs and os.geteuid() == 0 and shutil.which("mount") is not None and \
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs",  # noqa: S607
                             str(self.dir)], capture_output=True).returncode == 0
         self.url = f"sqlite:///{self.dir / 'sentinel.db'}"
@@ -234,15 +243,17 @@ class _FullDisk:
                 os.close(fd)
         else:
             assert self.pid is not None
-            resource.prlimit(self.pid, resource.RLIMIT_FSIZE, (0, 0))
+            # Only the soft limit: raising it back needs no privilege.
+            _, hard = resource.prlimit(self.pid, resource.RLIMIT_FSIZE)
+            resource.prlimit(self.pid, resource.RLIMIT_FSIZE, (0, hard))
 
     def end(self) -> None:
         if self.mounted:
             (self.dir / "ballast").unlink()
         else:
             assert self.pid is not None
-            inf = resource.RLIM_INFINITY
-            resource.prlimit(self.pid, resource.RLIMIT_FSIZE, (inf, inf))
+            _, hard = resource.prlimit(self.pid, resource.RLIMIT_FSIZE)
+            resource.prlimit(self.pid, resource.RLIMIT_FSIZE, (hard, hard))
 
     def close(self) -> None:
         if self.mounted:
@@ -251,7 +262,9 @@ class _FullDisk:
 
 
 def _outage(kind: str, tmp: Path) -> _PgOutage | _FullDisk:
-    return _PgOutage() if kind == "postgresql" else _FullDisk(tmp)
+    if kind == "postgresql":
+        return _PgOutage()
+    return _FullDisk(tmp, tmpfs=kind == "sqlite-full-disk")
 
 
 def _run_outage(kind: str, outage_s: float, tmp_path: Path, sims: dict[str, SimServer],
@@ -307,7 +320,7 @@ def _run_outage(kind: str, outage_s: float, tmp_path: Path, sims: dict[str, SimS
         outage.close()
 
 
-@pytest.mark.parametrize("kind", ["postgresql", "sqlite-full-disk"])
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite-full-disk", "sqlite-rlimit-fsize"])
 def test_database_outage_loses_no_transition_and_pages_each_once(
         kind: str, tmp_path: Path, sims: dict[str, SimServer], slow_sink: SlowSink) -> None:
     _run_outage(kind, OUTAGE_S, tmp_path, sims, slow_sink)
