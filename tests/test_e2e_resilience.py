@@ -160,7 +160,10 @@ class Daemon:
                 self.proc.wait(5)
 
     def text(self) -> str:
-        return self.log.read_text(errors="replace")
+        try:
+            return self.log.read_text(errors="replace")
+        except FileNotFoundError:  # the copying thread has not opened it yet
+            return ""
 
 
 def _config(folder: Path, database: str, targets: dict[str, str], hook: str,
