@@ -45,6 +45,7 @@ start) resolves open incidents whose alerts the rule engine no longer fires.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -77,6 +78,8 @@ from sentinel.incidents.models import (
     TimelineKind,
 )
 from sentinel.model import Alert, AlertState, Labels, Notification, NotificationKind, label_value
+
+log = logging.getLogger(__name__)
 
 VALUE_EVENT_MIN_INTERVAL_MS = 60_000
 
@@ -130,6 +133,7 @@ class _Outcome:
     resolved: list[Alert]
     closed: bool
     now: datetime
+    opened: bool = False
 
 
 class IncidentTracker:
@@ -290,11 +294,14 @@ class IncidentTracker:
                     incident = None
         if not firing:
             return out
+        opened = incident is None
         if incident is None:
             incident = _insert_incident(s, key, firing[0], now)
             s.flush()
             attach_recent(s, incident, key.target, ms_to_dt(firing[0].active_at_ms))
-        out.append(self._apply(s, incident, _rows(s, incident), key, firing, [], now))
+        outcome = self._apply(s, incident, _rows(s, incident), key, firing, [], now)
+        outcome.opened = opened
+        out.append(outcome)
         return out
 
     def _apply(
@@ -368,12 +375,31 @@ class IncidentTracker:
         incident.updated_at = now
 
     def _after_commit(self, outcome: _Outcome) -> Notification | None:
+        _tell(outcome)
         if outcome.closed:
             self._announced = {a for a in self._announced if a[0] != outcome.incident_id}
         for alert in outcome.fired:
             fired_ms = dt_to_ms(_fired_at(alert, outcome.now))
             self._announced.add((outcome.incident_id, alert.fingerprint, fired_ms))
         return _notification(outcome)
+
+
+def _tell(outcome: _Outcome) -> None:
+    """The story in Sentinel's own log, once committed: transitions, incidents opened/closed."""
+    key, i = outcome.key, outcome.incident_id
+    fields = {"incident": i, "alertname": key.alertname, "target": key.target}
+    if outcome.opened:
+        log.info("incident %d opened: %s on %s", i, key.alertname, key.target,
+                 extra={**fields, "state": "open"})
+    for _ in outcome.fired:
+        log.info("alert %s firing on %s (incident %d)", key.alertname, key.target, i,
+                 extra={**fields, "state": "firing"})
+    for _ in outcome.resolved:
+        log.info("alert %s resolved on %s (incident %d)", key.alertname, key.target, i,
+                 extra={**fields, "state": "resolved"})
+    if outcome.closed:
+        log.info("incident %d resolved: %s on %s", i, key.alertname, key.target,
+                 extra={**fields, "state": "resolved"})
 
 
 def _merge_outcome(outcomes: dict[int, _Outcome], outcome: _Outcome) -> None:
@@ -385,6 +411,7 @@ def _merge_outcome(outcomes: dict[int, _Outcome], outcome: _Outcome) -> None:
     known.fired += outcome.fired
     known.resolved += outcome.resolved
     known.closed = known.closed or outcome.closed
+    known.opened = known.opened or outcome.opened
 
 
 def _rows(s: Session, incident: Incident) -> dict[str, IncidentAlert]:

@@ -31,7 +31,7 @@ from sentinel.incidents.convert import dt_to_ms, ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import TimelineEvent, TimelineKind
 from sentinel.incidents.models_notify import OutboxMessage, OutboxStatus
-from sentinel.model import Notification
+from sentinel.model import Notification, label_value
 from sentinel.quietlog import QuietFailure
 from sentinel.respond.notify.base import DeliveryResult, Receiver
 from sentinel.respond.notify.codec import notification_from_json
@@ -175,6 +175,15 @@ class Sender:
                                      f"{result.detail}", now_ms, escalated_from=row.id)
         log.debug("notification %s to %s: %s (%s)", n.idempotency_key[:12], row.receiver,
                   outcome, result.detail)
+        if outcome != "retry":  # the story: one line per page sent or given up on
+            alertname = label_value(n.alerts[0].labels, "alertname") if n.alerts else None
+            log.log(logging.INFO if result.ok else logging.WARNING,
+                    "%s page to %s %s (incidents %s)", n.kind, row.receiver,
+                    "sent" if result.ok else "failed for good",
+                    ", ".join(map(str, row.incident_ids)) or "none",
+                    extra={"incident": row.incident_ids[0] if row.incident_ids else None,
+                           "receiver": row.receiver, "alertname": alertname,
+                           "outcome": "sent" if result.ok else "failed"})
         # A receiver that is down is logged once, then summarised each minute (quietlog).
         quiet = self._quiet.setdefault(row.receiver, QuietFailure(
             log, f"delivery to receiver {row.receiver}"))

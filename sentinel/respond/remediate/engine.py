@@ -219,7 +219,7 @@ class Engine:
         state.record(self.db, c.incident_id, self.now_ms(),
                      f"outcome: {'ok' if outcome.ok else 'FAILED'}: {outcome.detail}",
                      {"phase": "outcome", "attempt": p.attempt_id, "ok": outcome.ok,
-                      "action": p.action.kind, **outcome.data})
+                      "action": p.action.kind, "target": c.target, **outcome.data})
         if not outcome.ok or not check_recovery:
             return outcome.ok, outcome.detail, None, outcome.data
         # A pod restart replaces the pod, and with it the address: the action says where.
@@ -232,7 +232,7 @@ class Engine:
                    if v.ok else f"verification FAILED: {v.detail}")
         state.record(self.db, c.incident_id, self.now_ms(), message, {
             "phase": "verify", "attempt": p.attempt_id, "ok": v.ok, "detail": v.detail,
-            "healthy_after_s": v.healthy_after_s, "served_after_s": v.served_after_s,
+            "action": p.action.kind, "target": c.target, "healthy_after_s": v.healthy_after_s, "served_after_s": v.served_after_s,
             "recovery_ms": recovery_ms})
         data = {**outcome.data, "verify": v.detail, "served_after_s": v.served_after_s}
         return v.ok, outcome.detail if v.ok else v.detail, recovery_ms, data

@@ -10,6 +10,7 @@ with a `data` dict.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,6 +42,8 @@ _CLAIM_LOCK = 0x52454D44  # any constant; serialises claims on PostgreSQL
 Decide = Callable[[TargetState, FleetState, Episode], Decision]
 
 
+log = logging.getLogger(__name__)
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """Who asks: incident, target, policy, and how many targets the fleet has."""
@@ -56,7 +59,10 @@ class Claim:
 
 def add_event(s: Session, incident_id: int, now_ms: int, message: str,
               data: dict[str, Any]) -> None:
-    """One ACTION event on the incident's timeline."""
+    """One ACTION event on the incident's timeline, and its line in Sentinel's own log."""
+    log.info("incident %d: %s", incident_id, message, extra={
+        "incident": incident_id, "target": data.get("target"), "action": data.get("action"),
+        "outcome": data.get("phase"), "reason": data.get("reason")})
     s.add(TimelineEvent(incident_id=incident_id, at=ms_to_dt(now_ms), kind=TimelineKind.ACTION,
                         message=message, data=data))
 
