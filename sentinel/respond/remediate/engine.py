@@ -232,8 +232,8 @@ class Engine:
                    if v.ok else f"verification FAILED: {v.detail}")
         state.record(self.db, c.incident_id, self.now_ms(), message, {
             "phase": "verify", "attempt": p.attempt_id, "ok": v.ok, "detail": v.detail,
-            "action": p.action.kind, "target": c.target, "healthy_after_s": v.healthy_after_s, "served_after_s": v.served_after_s,
-            "recovery_ms": recovery_ms})
+            "action": p.action.kind, "target": c.target, "healthy_after_s": v.healthy_after_s,
+            "served_after_s": v.served_after_s, "recovery_ms": recovery_ms})
         data = {**outcome.data, "verify": v.detail, "served_after_s": v.served_after_s}
         return v.ok, outcome.detail if v.ok else v.detail, recovery_ms, data
 
