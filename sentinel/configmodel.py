@@ -73,6 +73,10 @@ class TargetConfig(Strict):
     logs: LogsConfig = LogsConfig.model_validate({})
     tpu: TpuConfig | None = None
     xla_cache_path: str | None = None
+    # Prometheus's per-scrape limits: more samples in a page, or more labels on one
+    # series, fail this target's scrape (up 0) and no other's. 0: no limit.
+    sample_limit: int = Field(0, ge=0)
+    label_limit: int = Field(0, ge=0)
 
     @field_validator("url")
     @classmethod
@@ -130,6 +134,8 @@ class Config(Strict):
     scrape_interval_ms: PositiveDuration = Field(DEFAULT_INTERVAL_MS, alias="scrape_interval")
     scrape_timeout_ms: PositiveDuration = Field(DEFAULT_TIMEOUT_MS, alias="scrape_timeout")
     retention_ms: PositiveDuration = Field(DEFAULT_RETENTION_MS, alias="retention")
+    # Store every scraped series, not only those the loaded rules read.
+    keep_all_series: bool = False
     targets: tuple[TargetConfig, ...] = ()
     receivers: tuple[ReceiverConfig, ...] = ()
     # Crash signatures for log sources; default: the bundled rules/signatures.yaml.

@@ -45,13 +45,24 @@ class Pipeline:
     remediator: Any = None
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
-        """Scrape one target into the store and count the outcome."""
-        result = self.scraper.scrape(target, now_ms)
-        outcome = "success" if result.up else "failure"
-        self.metrics.scrapes.labels(target.name, outcome).inc()
-        self.metrics.scrape_seconds.labels(target.name).observe(result.duration_s)
-        if not result.up:
-            log.warning("scrape of %s failed: %s", target.name, result.error)
+        """Scrape one target into the store and count the outcome (blocking form)."""
+        return self._count(self.scraper.scrape(target, now_ms))
+
+    async def scrape_async(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
+        """Scrape one target into the store and count the outcome, on the I/O loop."""
+        return self._count(await self.scraper.scrape_async(target, now_ms))
+
+    def _count(self, result: ScrapeResult) -> ScrapeResult:
+        # The scraper logs a failure when its reason changes, not at every scrape.
+        name = result.target.name
+        self.metrics.scrapes.labels(name, "success" if result.up else "failure").inc()
+        self.metrics.scrape_seconds.labels(name).observe(result.duration_s)
+        if result.dropped:
+            self.metrics.samples_dropped.inc(result.dropped)
+        if result.limit == "sample_limit":
+            self.metrics.sample_limit_exceeded.labels(name).inc()
+        elif result.limit == "label_limit":
+            self.metrics.label_limit_exceeded.labels(name).inc()
         return result
 
     def evaluate(self, group: str, now_ms: int) -> list[Notification]:
@@ -124,3 +135,4 @@ class Pipeline:
         self.store.gc(now_ms)
         self.metrics.series.set(self.store.series_count())
         self.metrics.samples.set(self.store.sample_count())
+        self.metrics.store_bytes.set(self.store.sample_bytes())
