@@ -98,11 +98,12 @@ class _Progress:
 def write_demo_config(folder: Path, sim_url: str, hook_url: str) -> Path:
     """A config for the demo: one simulated target, the shipped rules, the sink as receiver."""
     rules = bundled_dir("rules") / "vllm.yaml"
+    self_rules = bundled_dir("rules") / "sentinel.yaml"  # Sentinel's own missed work
     path = folder / "sentinel.yaml"
     path.write_text(
         f"database: sqlite:///{folder / 'sentinel.db'}\n"
         "listen: 127.0.0.1:0\n"
-        f"rule_files: ['{rules}']\n"
+        f"rule_files: ['{rules}', '{self_rules}']\n"
         "evaluation_interval: 1s\n"
         "targets:\n"
         f"  - name: {DEMO_TARGET}\n"

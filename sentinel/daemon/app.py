@@ -24,7 +24,7 @@ from sentinel.daemon.http import StatusServer
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
-from sentinel.daemon.scrapejobs import ScrapeJobs, grace_s
+from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.incidents.db import Database
@@ -115,6 +115,7 @@ class App:
         host, port = _split_listen(cfg.listen)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready)
         self.status.start()
+        self.missed.track((t.name for t in cfg.targets), rules.groups)
         self._scheduler = self._schedule()
         self._scheduler.start()
         self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)
@@ -229,6 +230,10 @@ class App:
             sched.add_job(self._guard("diagnose", self._diagnose_job), "interval",
                           seconds=self.diagnosis.settings.interval_ms / 1000, id="diagnose",
                           next_run_time=_now_dt())
+        # Missed-work counters into the store, for the self-alert rules (rules/sentinel.yaml).
+        sched.add_job(self._guard("self-metrics", self._self_metrics_job), "interval",
+                      seconds=self.config.evaluation_interval_ms / 1000, id="self-metrics",
+                      next_run_time=_now_dt())
         sched.add_job(self._guard("housekeeping", self._housekeeping_job), "interval",
                       seconds=HOUSEKEEPING_INTERVAL_S, id="housekeeping")
         watchdog = systemd.watchdog_interval_s()
@@ -249,7 +254,7 @@ class App:
                 seconds=interval_ms / 1000, id=f"rules:{name}",
                 start_date=_next_boundary(self.clock() + warmup_ms / 1000, interval_ms),
                 # Each run time that cannot start on time is counted as missed (MissedWork).
-                coalesce=False, misfire_grace_time=grace_s(interval_ms),
+                **miss_policy(interval_ms),
             )
 
     def _now_ms(self) -> int:
@@ -267,12 +272,17 @@ class App:
     def _evaluate_job(self, group: str, interval_ms: int) -> None:
         assert self.pipeline is not None
         now_ms = int(self.clock() * 1000) // interval_ms * interval_ms
-        with self._lock:
-            self.pipeline.evaluate(group, now_ms)
+        # No App lock here: a slow group must not hold the others back (the
+        # pipeline serialises the database side; RuleManager guards reloads).
+        self.pipeline.evaluate(group, now_ms)
 
     def _diagnose_job(self) -> None:
         assert self.diagnosis is not None
         self.diagnosis.tick(self._now_ms())
+
+    def _self_metrics_job(self) -> None:
+        assert self.pipeline is not None
+        self.missed.write_to(self.pipeline.store, self._now_ms())
 
     def _housekeeping_job(self) -> None:
         assert self.pipeline is not None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from apscheduler.events import (
     EVENT_JOB_MAX_INSTANCES,
@@ -26,6 +26,9 @@ from apscheduler.events import (
     SchedulerEvent,
 )
 from prometheus_client import CollectorRegistry, Counter
+
+from sentinel.model import METRIC_NAME, labels_of
+from sentinel.store import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,25 @@ class MissedWork:
         self._lock = threading.Lock()
         self._last_log: dict[tuple[str, str], float] = {}
         self._unlogged: dict[tuple[str, str], int] = {}
+
+    def track(self, targets: Iterable[str], groups: Iterable[str]) -> None:
+        """Start every target's and group's counter at 0, so the first miss is an increase."""
+        for t in targets:
+            self.scrapes.labels(t)
+        for g in groups:
+            self.iterations.labels(g)
+
+    def write_to(self, store: MemoryStore, now_ms: int) -> int:
+        """Store the counters as series, so the shipped self-alert rules can read them."""
+        n = 0
+        for metric in (self.scrapes, self.iterations):
+            for family in metric.collect():
+                for sample in family.samples:
+                    if sample.name.endswith("_total"):
+                        store.add(labels_of({METRIC_NAME: sample.name, **sample.labels}),
+                                  now_ms, sample.value)
+                        n += 1
+        return n
 
     def scrape_missed(self, target: str, n: int = 1) -> None:
         """Count `n` missed scrapes of a target."""

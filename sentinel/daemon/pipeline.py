@@ -10,8 +10,9 @@ target, rule group or receiver is recorded and counted, and the loop goes on.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
@@ -43,6 +44,8 @@ class Pipeline:
     on_queued: Callable[[], None] | None = None
     # sentinel.respond.remediate.dispatch.Remediator, when a response policy is configured.
     remediator: Any = None
+    # Serialises the incident/DB side of evaluations (groups evaluate in parallel threads).
+    record_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
         """Scrape one target into the store and count the outcome (blocking form)."""
@@ -70,12 +73,15 @@ class Pipeline:
         self.metrics.evaluations.labels(group).inc()
         with self.metrics.evaluation_seconds.labels(group).time():
             try:
+                # Queries run concurrently across groups (a slow group delays only
+                # itself); recording the outcome in the database is one at a time.
                 alerts = self.rules.evaluate_group(group, now_ms)
-                notifications = self.tracker.process(alerts, now_ms)
-                self.tracker.save_alert_states(self.rules.active_alerts())
-                if self.remediator is not None:
-                    # Only matches and queues: actions run off this thread.
-                    self.remediator.offer(alerts, now_ms)
+                with self.record_lock:
+                    notifications = self.tracker.process(alerts, now_ms)
+                    self.tracker.save_alert_states(self.rules.active_alerts())
+                    if self.remediator is not None:
+                        # Only matches and queues: actions run off this thread.
+                        self.remediator.offer(alerts, now_ms)
             except Exception:
                 # The database may be gone for a moment: keep the rule state in
                 # memory and try again at the next evaluation.

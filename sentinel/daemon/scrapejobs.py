@@ -39,13 +39,18 @@ def first_run_ms(name: str, interval_ms: int, now_ms: int) -> int:
     return first if first >= now_ms else first + interval_ms
 
 
-def grace_s(interval_ms: int) -> int:
-    """How late a run may start before it counts as missed: half the interval (at least 1 s).
+def miss_policy(interval_ms: int) -> dict[str, object]:
+    """APScheduler job options under which every run time that did not happen is reported.
 
-    Shorter than the interval, so with `coalesce=False` each run time
-    that did not happen is reported once (APScheduler wants whole seconds).
+    The grace time (how late a run may start) is half the interval, so with
+    `coalesce=False` each late run time is reported once as missed rather
+    than run back to back. APScheduler takes whole seconds: below a 2 s
+    interval, late runs are coalesced (only runs skipped because the
+    previous one was still going are counted).
     """
-    return max(1, interval_ms // 2000)
+    if interval_ms >= 2000:
+        return {"coalesce": False, "misfire_grace_time": interval_ms // 2000}
+    return {"coalesce": True, "misfire_grace_time": 1}
 
 
 class ScrapeJobs:
@@ -66,7 +71,7 @@ class ScrapeJobs:
                 self._scrape, "interval", args=[t], id=f"scrape:{t.name}",
                 seconds=t.interval_ms / 1000,
                 start_date=datetime.fromtimestamp(start / 1000, tz=UTC),
-                max_instances=1, coalesce=False, misfire_grace_time=grace_s(t.interval_ms),
+                max_instances=1, **miss_policy(t.interval_ms),
             )
             n += 1
         self.io.run(_start(self.scheduler))
