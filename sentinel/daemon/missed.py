@@ -62,14 +62,16 @@ class MissedWork:
             self.iterations.labels(g)
 
     def write_to(self, store: MemoryStore, now_ms: int) -> int:
-        """Store the counters as series, so the shipped self-alert rules can read them."""
+        """Store the counters as series when a loaded rule reads them (the self-alerts)."""
         n = 0
         for metric in (self.scrapes, self.iterations):
             for family in metric.collect():
                 for sample in family.samples:
-                    if sample.name.endswith("_total"):
-                        store.add(labels_of({METRIC_NAME: sample.name, **sample.labels}),
-                                  now_ms, sample.value)
+                    if not sample.name.endswith("_total"):
+                        continue
+                    labels = labels_of({METRIC_NAME: sample.name, **sample.labels})
+                    if store.wants(labels):  # only when a loaded rule reads it
+                        store.add(labels, now_ms, sample.value)
                         n += 1
         return n
 
