@@ -34,6 +34,7 @@ from sentinel.collect.http1 import Connection, HTTPError, build_request
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrapeseries import (
     LimitError,
+    SharedSeries,
     TargetSeries,
     count_samples,
     with_target_labels,
@@ -113,9 +114,9 @@ class ScrapeError(Exception):
 class _Target(TargetSeries):
     """A target's series plus its connection and prepared request bytes."""
 
-    def __init__(self, store: MemoryStore, target: ScrapeTarget) -> None:
+    def __init__(self, shared: SharedSeries, target: ScrapeTarget) -> None:
         base = {"target": target.name, "instance": target.instance, **dict(target.labels)}
-        super().__init__(store, target, base, target.label_limit)
+        super().__init__(shared, target, base, target.label_limit)
         self.spec = target
         self.conn: Connection | None = None
         self.request = b""
@@ -141,6 +142,7 @@ class Scraper:
         self._own_io = io is None
         self._io = io
         self._states: dict[str, _Target] = {}
+        self._shared = SharedSeries(store)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -204,10 +206,8 @@ class Scraper:
         limit = None
         if error is None:
             try:
-                state.refresh_filter()
                 _check_sample_limit(text, state.spec.sample_limit)
-                state.cache.openmetrics = openmetrics
-                page = state.cache.parse(text, strict=False)
+                page = state.parse(text, openmetrics)
                 stale, dropped = state.store_page(page, now_ms)
                 samples = len(page.values)
                 if page.duplicates and page.duplicates != state.last_duplicates:
@@ -252,7 +252,7 @@ class Scraper:
             state = self._states.get(target.name)
             if state is not None and state.spec == target:
                 return state
-            self._states[target.name] = new = _Target(self.store, target)
+            self._states[target.name] = new = _Target(self._shared, target)
         if state is not None:  # the target's definition changed: its old series end
             if state.conn is not None:
                 state.conn.close()

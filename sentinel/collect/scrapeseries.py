@@ -1,13 +1,19 @@
-"""A scraped target's series: parse cache, store refs, staleness, limits and the keep filter.
+"""A scraped target's series: staleness, limits and the keep filter, over a fleet-wide parse cache.
 
-Split from `scrape.py` (which owns the HTTP side). One `TargetSeries` per
-target; it is used by one scrape at a time under its `lock`.
+Split from `scrape.py` (which owns the HTTP side).
+
+Targets of a fleet serve the same page shape: the same lines
+`vllm:num_requests_waiting{engine="0",model_name="gemma-4"}` with their own
+values; target labels are added after parsing. So the parse cache
+(`SeriesCache`, line text → slot) is shared by every target of a scraper
+(`SharedSeries`): a slot stands for one scraped label set, whatever target
+it came from, and each target only maps the slots it stores to store refs.
+With 1,000 targets this holds one copy of each line text instead of 1,000
+(about 90 MB less at 1,000 vLLM targets).
 
 Series the store does not want (no loaded rule reads their metric name,
 see `MemoryStore.wants`) are parsed like any other, so a bad page is still
-a failed scrape, but they get no store series and no label tuple kept: only
-the parse cache's entry for their line, so the next scrape skips them with
-one dict lookup. They are counted as dropped.
+a failed scrape, but they get no store series: they are counted as dropped.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from sentinel.store.memory import MemoryStore, StoreFullError
 log = logging.getLogger(__name__)
 
 _EXPORTED = "exported_"
+# The shared cache is rebuilt past this many distinct line texts (label churn).
+MAX_SHARED_SERIES = 200_000
 
 
 class LimitError(Exception):
@@ -32,18 +40,63 @@ class LimitError(Exception):
         super().__init__(message)
 
 
-class TargetSeries:
-    """Series of one target: the parse cache, slot → store ref, and last scrape's series.
+class SharedSeries:
+    """The fleet's parse cache: line text → slot, slot → scraped labels and whether it is kept.
 
-    A slot is the scraper's stable number for one scraped label set; the
-    store ref behind it can change when the store garbage-collects the
-    series, so both the final labels and the ref are kept (for kept series
-    only: a slot with no ref is a dropped series).
+    Thread-safe: parsing holds the lock (scrapes parse on the one I/O loop,
+    so it is rarely contended). When label churn grows it past
+    MAX_SHARED_SERIES it starts over with a new `generation`, and targets
+    drop their slot maps.
     """
 
-    def __init__(self, store: MemoryStore, target: object, base: dict[str, str],
-                 label_limit: int = 0) -> None:
+    def __init__(self, store: MemoryStore, max_series: int = MAX_SHARED_SERIES) -> None:
         self.store = store
+        self.max_series = max_series
+        self.lock = threading.Lock()
+        self.generation = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cache = SeriesCache(self._resolve)
+        self.labels: list[Labels] = []
+        self.nlabels: list[int] = []
+        self.wanted: list[bool] = []
+        self.slot_of: dict[Labels, int] = {}
+        self.filter_version = self.store.filter_version
+
+    def _resolve(self, scraped: Labels) -> int:
+        slot = self.slot_of.get(scraped)
+        if slot is None:
+            slot = self.slot_of[scraped] = len(self.labels)
+            self.labels.append(scraped)
+            self.nlabels.append(len(scraped))
+            self.wanted.append(self.store.wants(scraped))
+        return slot
+
+    def parse(self, text: str, openmetrics: bool) -> tuple[Page, int]:
+        """Parse a page into shared slots; returns it with the generation its slots belong to."""
+        with self.lock:
+            if len(self.cache) > self.max_series:
+                self._reset()
+                self.generation += 1
+            if self.filter_version != self.store.filter_version:  # rules reloaded
+                self.filter_version = self.store.filter_version
+                self.wanted = [self.store.wants(lb) for lb in self.labels]
+            self.cache.openmetrics = openmetrics
+            return self.cache.parse(text, strict=False), self.generation
+
+
+class TargetSeries:
+    """Series of one target: shared slot → store ref for the series it keeps, and staleness.
+
+    `prev` holds the store refs written by the last good scrape, so the
+    series missing from the next one get a staleness marker.
+    """
+
+    def __init__(self, shared: SharedSeries, target: object, base: dict[str, str],
+                 label_limit: int = 0) -> None:
+        self.shared = shared
+        self.store = shared.store
         self.target = target
         self.lock = threading.Lock()
         self.last_error: str | None = None
@@ -51,107 +104,78 @@ class TargetSeries:
         self.base = base
         self.label_limit = label_limit
         self.refs: dict[int, int] = {}
-        self.labels: dict[int, Labels] = {}
-        self.slot_of: dict[Labels, int] = {}
+        self.generation = shared.generation
         self.prev: set[int] = set()
-        self.next_slot = 0
-        self.filter_version = store.filter_version
-        self.cache = SeriesCache(self._resolve)
         self.reports = {
             name: labels_of({**base, METRIC_NAME: name})
             for name in ("up", "scrape_duration_seconds", "scrape_samples_scraped")
         }
 
-    def _resolve(self, scraped: Labels) -> int:
-        slot = self.slot_of.get(scraped)
-        if slot is not None:
-            return slot
-        final = with_target_labels(scraped, self.base)
-        if self.label_limit and len(final) > self.label_limit:
-            raise LimitError("label_limit", (
-                f"label_limit exceeded (metric: {label_value(final, METRIC_NAME)[:50]}, "
-                f"number of labels: {len(final)}, limit: {self.label_limit})"))
-        slot = self.next_slot
-        self.next_slot += 1
-        if not self.store.wants(final):
-            return slot  # dropped: nothing kept but the parse cache's line → slot
-        self.refs[slot] = self.store.ref(final)
-        self.labels[slot] = final
-        self.slot_of[scraped] = slot
-        return slot
+    def parse(self, text: str, openmetrics: bool) -> Page:
+        """Parse a page into shared slots; LimitError past the label limit."""
+        page, generation = self.shared.parse(text, openmetrics)
+        if generation != self.generation:
+            self.refs, self.generation = {}, generation
+        if self.label_limit:
+            self._check_label_limit(page)
+        return page
 
-    def refresh_filter(self) -> None:
-        """Apply a new store filter (rules reloaded): re-decide every series at the next parse.
+    def _check_label_limit(self, page: Page) -> None:
+        # Target labels are added to every series, renaming clashes to exported_*,
+        # so each series ends with exactly its scraped labels plus the target's.
+        nlabels = self.shared.nlabels
+        extra = len(self.base)
+        for slot in page.slots:
+            if nlabels[slot] + extra > self.label_limit:
+                name = label_value(self.shared.labels[slot], METRIC_NAME)
+                raise LimitError("label_limit", (
+                    f"label_limit exceeded (metric: {name[:50]}, number of labels: "
+                    f"{nlabels[slot] + extra}, limit: {self.label_limit})"))
 
-        Kept series the filter no longer wants are dropped from now on;
-        dropped series are forgotten by the parse cache so their lines are
-        resolved again, and kept if the new rules read them.
-        """
-        if self.filter_version == self.store.filter_version:
-            return
-        self.filter_version = self.store.filter_version
-        for slot in [s for s, lb in self.labels.items() if not self.store.wants(lb)]:
-            del self.refs[slot], self.labels[slot]
-        self.slot_of = {lb: s for lb, s in self.slot_of.items() if s in self.refs}
-        self.prev &= self.refs.keys()
-        self.cache.retain(set(self.refs))
+    def _ref(self, slot: int) -> int:
+        ref = self.refs[slot] = self.store.ref(self._final(slot))
+        return ref
+
+    def _final(self, slot: int) -> Labels:
+        return with_target_labels(self.shared.labels[slot], self.base)
 
     def store_page(self, page: Page, now_ms: int) -> tuple[int, int]:
         """Append a parsed page at `now_ms`; returns (stale markers written, samples dropped)."""
-        refs = self.refs
-        get = refs.get
+        wanted = self.shared.wanted
+        get = self.refs.get
         append = self.store.append
-        kept = 0
-        if page.timestamps:
-            kept = self._store_timestamped(page, now_ms)
-        else:
-            for slot, value in zip(page.slots, page.values, strict=True):
-                ref = get(slot)
-                if ref is None:
-                    continue
-                kept += 1
-                if not append(ref, now_ms, value):
-                    self._append_again(slot, now_ms, value)
-        current = {s for s in page.slots if s in refs}
-        if page.timestamps:
-            # Prometheus tracks no staleness for series with explicit timestamps.
-            current.difference_update(page.slots[i] for i in page.timestamps)
-        gone = self.prev - current
-        for slot in gone:
-            self._append_stale(slot, now_ms)
-        self.prev = current
-        if len(self.cache) > 2 * len(page.slots) + 1000:
-            self._compact(set(page.slots))
-        return len(gone), len(page.slots) - kept
-
-    def _store_timestamped(self, page: Page, now_ms: int) -> int:
         stamps = page.timestamps
-        kept = 0
+        current: set[int] = set()
+        add = current.add
         for i, (slot, value) in enumerate(zip(page.slots, page.values, strict=True)):
-            ref = self.refs.get(slot)
-            if ref is None:
+            if not wanted[slot]:
                 continue
-            kept += 1
-            t = stamps.get(i, now_ms)
-            if not self.store.append(ref, t, value):
-                self._append_again(slot, t, value)
-        return kept
-
-    def _append_again(self, slot: int, t_ms: int, value: float) -> None:
-        # The store garbage-collected the series (it was absent for a whole
-        # retention); take a fresh ref for the same labels.
-        self.refs[slot] = ref = self.store.ref(self.labels[slot])
-        self.store.append(ref, t_ms, value)
-
-    def _append_stale(self, slot: int, now_ms: int) -> None:
-        # False means the series is already collected: nothing left to mark.
-        self.store.append(self.refs[slot], now_ms, STALE_NAN)
+            ref = get(slot)
+            if ref is None:
+                ref = self._ref(slot)
+            t = stamps.get(i, now_ms) if stamps else now_ms
+            if not append(ref, t, value):
+                # The store garbage-collected the series (absent for a whole
+                # retention): take a fresh ref for the same labels.
+                ref = self._ref(slot)
+                append(ref, t, value)
+            if not stamps or i not in stamps:
+                add(ref)  # Prometheus tracks no staleness for explicit timestamps
+        kept = sum(1 for slot in page.slots if wanted[slot])
+        gone = self.prev - current
+        for ref in gone:
+            append(ref, now_ms, STALE_NAN)  # False: already collected, nothing to mark
+        self.prev = current
+        if len(self.refs) > 2 * kept + 1000:  # label churn: forget slots not seen now
+            seen = set(page.slots)
+            self.refs = {s: r for s, r in self.refs.items() if s in seen}
+        return len(gone), len(page.slots) - kept
 
     def mark_all_stale(self, now_ms: int) -> int:
         """Write staleness markers for every series of the last good scrape."""
         n = len(self.prev)
-        for slot in self.prev:
-            self._append_stale(slot, now_ms)
+        for ref in self.prev:
+            self.store.append(ref, now_ms, STALE_NAN)
         self.prev = set()
         return n
 
@@ -169,13 +193,6 @@ class TargetSeries:
                 self.store.add(labels, now_ms, value)
         except StoreFullError as e:
             log.warning("cannot record scrape health of %s: %s", self.base.get("target"), e)
-
-    def _compact(self, keep: set[int]) -> None:
-        """Forget series not in the last page, so label churn cannot grow memory forever."""
-        self.cache.retain(keep)
-        self.refs = {s: r for s, r in self.refs.items() if s in keep}
-        self.labels = {s: lb for s, lb in self.labels.items() if s in keep}
-        self.slot_of = {lb: s for lb, s in self.slot_of.items() if s in keep}
 
 
 def with_target_labels(scraped: Labels, target_labels: dict[str, str]) -> Labels:
