@@ -81,6 +81,7 @@ def test_detection_latency_holds_with_500_other_targets(tmp_path, sim, sink, fle
         sim.set_state(kv_cache_usage=0.93)
         firing = wait_for(lambda: bodies_with_status(sink, "firing"), FOR_S + EVAL_S + 3,
                           "the firing webhook")
+        assert [a["labels"]["target"] for a in firing[0][1]["alerts"]] == ["gemma"]
         arrived = firing[0][0]
         assert FOR_S <= arrived - started <= FOR_S + EVAL_S + 0.5, \
             f"took {arrived - started:.2f}s"

@@ -7,6 +7,7 @@ CLI) only parses arguments and calls `App.start()` / `App.stop()`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -265,6 +266,8 @@ class App:
         assert self.pipeline is not None
         try:
             await self.pipeline.scrape_async(target, int(self.clock() * 1000))
+        except asyncio.CancelledError:
+            return  # stopping: the loop cancels scrapes in flight; nothing to report
         except Exception:
             self.metrics.job_failures.labels("scrape").inc()
             log.exception("scrape job of %s failed", target.name)
