@@ -51,13 +51,17 @@ _SAMPLE = re.compile(r"^([^#\s][^ ]*(?:\{[^}]*\})?) ([0-9.e+-]+)$", re.M)
 
 # -- the targets ----------------------------------------------------------------------
 
-def page_variants(n: int = VARIANTS) -> list[tuple[bytes, bytes]]:
+def page_variants(n: int = VARIANTS, firing: bool = False) -> list[tuple[bytes, bytes]]:
     """(plain, gzip) bodies of the page; in variant k the counters have grown by k.
 
-    Gauges keep the page's values (3 requests waiting: the shipped
-    VLLMRequestsQueued alert fires for every target, as on a busy fleet).
+    A healthy fleet by default: no request waits, so no shipped alert fires.
+    With `firing`, the page's 3 waiting requests stay and the shipped
+    VLLMRequestsQueued alert fires for every target (an alert storm: one
+    incident per target, which loads the incident stage, not collection).
     """
     text = PAGE.read_text()
+    if not firing:
+        text = re.sub(r"^(vllm:num_requests_waiting\{[^}]*\}) \S+$", r"\1 0.0", text, flags=re.M)
     out = []
     for k in range(n):
         def bump(m: re.Match[str], k: int = k) -> str:
@@ -109,8 +113,8 @@ class _Fleet:
             t.transport.close()
 
 
-async def _serve(n: int) -> None:
-    fleet = _Fleet(page_variants())
+async def _serve(n: int, firing: bool) -> None:
+    fleet = _Fleet(page_variants(firing=firing))
     loop = asyncio.get_running_loop()
     ports = []
     for i in range(n):
@@ -132,7 +136,7 @@ async def _serve(n: int) -> None:
     await asyncio.Event().wait()
 
 
-def serve_main(n: int) -> None:
+def serve_main(n: int, firing: bool = False) -> None:
     """The helper process: serve until killed."""
     _raise_fd_limit()
     try:
@@ -140,14 +144,15 @@ def serve_main(n: int) -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(_serve(n))
+    asyncio.run(_serve(n, firing))
 
 
 class FleetProcess:
     """The helper process serving the targets, and its request counters."""
 
-    def __init__(self, n: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(n)],
+    def __init__(self, n: int, firing: bool = False) -> None:
+        cmd = [sys.executable, __file__, "--serve", str(n)] + (["--firing"] if firing else [])
+        self.proc = subprocess.Popen(cmd,
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         info = json.loads(self.proc.stdout.readline())
@@ -230,6 +235,7 @@ class Result:
     rss_mb: list[float] = field(default_factory=list)
     stop_s: float = 0.0
     tracebacks: int = 0
+    first_traceback: str = ""
     profile: list[tuple[str, float]] = field(default_factory=list)
 
 
@@ -315,7 +321,11 @@ def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
             proc.wait()
         res.stop_s = time.monotonic() - t1
         log.close()
-    res.tracebacks = (work / f"{system}.log").read_text().count("Traceback")
+    text = (work / f"{system}.log").read_text()
+    res.tracebacks = text.count("Traceback")
+    if res.tracebacks:
+        at = text.index("Traceback")
+        res.first_traceback = text[max(0, at - 300):at + 2500]
     return res
 
 
@@ -373,6 +383,8 @@ def report(results: list[Result]) -> None:
               f"({per_min:.1f} per group per minute of 12), missed counter +{r.evals_missed:g}")
         print(f"RSS MB every 10 s: {r.rss_mb}")
         print(f"SIGTERM: exited in {r.stop_s:.1f} s, {r.tracebacks} tracebacks in the log")
+        if r.first_traceback:
+            print("first traceback:\n" + r.first_traceback)
         for name, pct_ in r.profile:
             print(f"  {pct_:5.1f} %  {name}")
     by = {r.system: r for r in results}
@@ -393,17 +405,19 @@ def main() -> None:
     ap.add_argument("--py-spy", type=float, default=0.0, metavar="SECONDS",
                     help="profile Sentinel with py-spy for this long after the window")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--firing", action="store_true",
+                    help="pages with waiting requests: VLLMRequestsQueued fires for every target")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve_main(args.serve)
+        serve_main(args.serve, args.firing)
         return
     _raise_fd_limit()
     systems = [s for s in args.systems.split(",") if s]
     if "prometheus" in systems and not shutil.which("prometheus"):
         print("prometheus not installed: measuring Sentinel only")
         systems.remove("prometheus")
-    fleet = FleetProcess(args.targets)
+    fleet = FleetProcess(args.targets, args.firing)
     results = []
     try:
         for system in systems:
