@@ -66,16 +66,26 @@ class ScrapeJobs:
         """Add one interval job per target and start the scheduler on the loop; returns jobs."""
         n = 0
         for t in targets:
-            start = first_run_ms(t.name, t.interval_ms, now_ms)
-            self.scheduler.add_job(
-                self._scrape, "interval", args=[t], id=f"scrape:{t.name}",
-                seconds=t.interval_ms / 1000,
-                start_date=datetime.fromtimestamp(start / 1000, tz=UTC),
-                max_instances=1, **miss_policy(t.interval_ms),
-            )
+            self.add("scrape", t.name, self._scrape, t.interval_ms, now_ms, t)
             n += 1
         self.io.run(_start(self.scheduler))
         return n
+
+    def add(self, kind: str, name: str, fn: Callable[..., Awaitable[object]],
+            interval_ms: int, now_ms: int, *args: object) -> None:
+        """Run coroutine function `fn(*args)` every interval on the I/O loop, offset by `name`.
+
+        The seam for other async sources (e.g. probes): job id `kind:name`,
+        one run at a time, first run at the name's offset in the interval.
+        Missed runs of kind "scrape" are counted; other kinds are free to
+        add their own counters to `MissedWork.listener`.
+        """
+        start = first_run_ms(f"{kind}:{name}" if kind != "scrape" else name, interval_ms, now_ms)
+        self.scheduler.add_job(
+            fn, "interval", args=list(args), id=f"{kind}:{name}", seconds=interval_ms / 1000,
+            start_date=datetime.fromtimestamp(start / 1000, tz=UTC),
+            max_instances=1, replace_existing=True, **miss_policy(interval_ms),
+        )
 
     def stop(self) -> None:
         """Stop scheduling scrapes (running ones are cancelled when the loop stops)."""
