@@ -232,6 +232,8 @@ class Result:
     evals_expected: float = 0.0
     evals_missed: float = 0.0
     scrapes_missed: float = 0.0
+    scrapes_reported: float = 0.0  # by the system itself (attempts)
+    scrapes_failed: float = 0.0
     rss_mb: list[float] = field(default_factory=list)
     stop_s: float = 0.0
     tracebacks: int = 0
@@ -267,9 +269,11 @@ def prometheus_cmd(work: Path, ports: list[int], listen: int) -> list[str]:
 
 NAMES = {
     "sentinel": ("sentinel_rule_group_evaluations_total",
-                 "sentinel_rule_group_iterations_missed_total", "sentinel_scrapes_missed_total"),
+                 "sentinel_rule_group_iterations_missed_total", "sentinel_scrapes_missed_total",
+                 "sentinel_scrapes_total", 'sentinel_scrapes_total{outcome="failure"'),
     "prometheus": ("prometheus_rule_group_iterations_total",
-                   "prometheus_rule_group_iterations_missed_total", ""),
+                   "prometheus_rule_group_iterations_missed_total", "",
+                   "prometheus_target_interval_length_seconds_count", ""),
 }
 
 
@@ -309,6 +313,10 @@ def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
         res.evals_missed = total(m1, names[1]) - total(m0, names[1])
         if names[2]:
             res.scrapes_missed = total(m1, names[2]) - total(m0, names[2])
+        res.scrapes_reported = total(m1, names[3]) - total(m0, names[3])
+        if names[4]:
+            res.scrapes_failed = sum(v for k, v in m1.items() if names[4] in k) - sum(
+                v for k, v in m0.items() if names[4] in k)
         if py_spy and system == "sentinel":
             res.profile = profile(proc.pid, py_spy, work)
     finally:
@@ -377,8 +385,10 @@ def report(results: list[Result]) -> None:
         print(f"start-up: {r.startup_s:.1f} s, {r.startup_cpu_s:.1f} CPU s "
               "(until every target scraped once)")
         print(f"CPU: {r.cpu_per_s:.3f} s/s, {r.cpu_ms_per_scrape:.2f} ms per scrape")
-        print(f"scrapes: {r.scrapes_done} of {r.scrapes_expected} expected ({pct:.1f} %)"
-              + (f", missed counter +{r.scrapes_missed:g}" if r.system == "sentinel" else ""))
+        print(f"scrapes: {r.scrapes_done} of {r.scrapes_expected} expected ({pct:.1f} %) "
+              f"answered by the targets; {r.scrapes_reported:g} reported by {r.system}"
+              + (f" ({r.scrapes_failed:g} failed), missed counter +{r.scrapes_missed:g}"
+                 if r.system == "sentinel" else ""))
         print(f"rule group evaluations: {r.evals_done:g} of {r.evals_expected:.0f} expected "
               f"({per_min:.1f} per group per minute of 12), missed counter +{r.evals_missed:g}")
         print(f"RSS MB every 10 s: {r.rss_mb}")

@@ -22,7 +22,7 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.config import Config
 from sentinel.daemon import systemd
 from sentinel.daemon.http import StatusServer
-from sentinel.daemon.missed import MISSED_EVENTS, MissedWork
+from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
@@ -117,6 +117,7 @@ class App:
         self.status = StatusServer(host, port, self.metrics.registry, self.ready)
         self.status.start()
         self.missed.track((t.name for t in cfg.targets), rules.groups)
+        quiet_apscheduler()
         self._scheduler = self._schedule()
         self._scheduler.start()
         self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)

@@ -36,6 +36,13 @@ MISSED_EVENTS = EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED
 LOG_EVERY_S = 60.0
 
 
+def quiet_apscheduler() -> None:
+    """Silence APScheduler's own warning per missed or skipped run: MissedWork counts them
+    and logs once a minute per target or group instead. Its errors still show."""
+    for name in ("apscheduler.scheduler", "apscheduler.executors"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 class MissedWork:
     """Counts missed scrapes and rule group iterations; logs each item at most once a minute."""
 
