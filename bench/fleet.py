@@ -82,8 +82,7 @@ class _Target(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment] (uvloop's is no asyncio.Transport)
 
     def data_received(self, data: bytes) -> None:
         self.buf += data

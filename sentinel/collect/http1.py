@@ -1,11 +1,12 @@
 """A small HTTP/1.1 GET client on asyncio streams: one kept-alive connection per target.
 
 Why not httpx or aiohttp: a scrape is one GET on a connection that stays
-open for the next scrape. Measured on this machine (`bench/httpclients.py`),
-httpx's async client costs several times more CPU per request than this
-module, and aiohttp about twice as much, almost all of it in
+open for the next scrape. Measured with `bench/httpclients.py` (200
+kept-alive loopback targets, the 42 KB vLLM page gzipped, best of 3): this
+module 0.070 ms CPU per request, aiohttp 0.168 ms (2.4x), httpx's
+AsyncClient with a client per target 0.75 ms (10.7x); the difference is
 generic machinery a scrape does not need (pools, cookie jars, redirects,
-header objects). What the scrape does need is here and tested:
+header objects, sniffio). What the scrape does need is here and tested:
 
 - keep-alive, with a retry on a fresh connection when a reused one turns
   out to be closed by the server before it answered (the idle-close race);
