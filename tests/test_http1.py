@@ -151,6 +151,44 @@ def test_double_gzip_bomb_is_refused_at_the_limit_with_little_memory(server, sto
     assert peak < 50 * 1024 * 1024, f"peak allocation {peak / 2**20:.0f} MiB"
 
 
+_RSS_PROBE = """
+import resource, sys
+from sentinel.collect.scrape import Scraper, ScrapeTarget
+from sentinel.store import MemoryStore
+scraper = Scraper(MemoryStore(), max_body_bytes=10 * 1024 * 1024)
+ok = scraper.scrape(ScrapeTarget("warm", sys.argv[1] + "/ok", timeout_ms=10_000), 1_000)
+assert ok.up, ok.error
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+bomb = scraper.scrape(ScrapeTarget("bomb", sys.argv[1], timeout_ms=10_000), 1_000)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(bomb.up, (after - before) * 1024, bomb.error)
+"""
+
+
+def test_double_gzip_bomb_peak_rss_growth_in_a_fresh_process(server):
+    """The same bomb, scraped by a fresh process: its peak RSS grows by under 50 MB."""
+    import subprocess
+    import sys
+
+    bomb = gzip_bomb(1 << 30)
+
+    def answer(h: http.server.BaseHTTPRequestHandler) -> None:
+        body, coding = (b"a 1\n", "identity") if h.path.startswith("/ok") else (bomb, "gzip, gzip")
+        h.send_response(200)
+        h.send_header("Content-Encoding", coding)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    server.answer = answer
+    proc = subprocess.run([sys.executable, "-c", _RSS_PROBE, server.url], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.split(" ", 2)
+    assert out[0] == "False" and "body size limit exceeded" in out[2]
+    assert int(out[1]) < 50 * 1024 * 1024, f"peak RSS grew by {int(out[1]) / 2**20:.0f} MiB"
+
+
 def test_decoder_counts_decoded_bytes_not_wire_bytes():
     d = Decoder(["gzip"], limit=100)
     with pytest.raises(BodyTooLarge):
@@ -176,3 +214,18 @@ def test_plain_body_over_the_limit_is_refused_from_content_length(server, store)
     result = scraper.scrape(ScrapeTarget("a", server.url, timeout_ms=2_000), 1_000)
     scraper.close()
     assert not result.up and "body size limit exceeded" in result.error
+
+
+def test_a_path_in_the_target_url_prefixes_the_metrics_path(server, store, scraper):
+    paths = []
+
+    def answer(h: http.server.BaseHTTPRequestHandler) -> None:
+        paths.append(h.path)
+        h.send_response(200)
+        h.send_header("Content-Length", "4")
+        h.end_headers()
+        h.wfile.write(b"a 1\n")
+
+    server.answer = answer
+    assert scraper.scrape(ScrapeTarget("p", server.url + "/vllm/", timeout_ms=2_000), 1_000).up
+    assert paths == ["/vllm/metrics"]

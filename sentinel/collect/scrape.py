@@ -266,7 +266,9 @@ class Scraper:
         timeout_s = target.timeout_ms / 1000
         if state.conn is None:
             state.conn = Connection(target.url)
-            state.request = build_request(target.url, target.metrics_path, {
+            # The URL's own path is a prefix: http://h/vllm + /metrics → GET /vllm/metrics.
+            path = urlsplit(target.scrape_url).path or "/"
+            state.request = build_request(target.url, path, {
                 "User-Agent": USER_AGENT,
                 "Accept": ACCEPT,
                 "Accept-Encoding": "gzip",
