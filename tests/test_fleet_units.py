@@ -73,3 +73,19 @@ def test_self_alert_rules_pass_promtool_and_sentinel():
     assert res.returncode == 0, res.stdout + res.stderr
     rc, out = sentinel_test(path)
     assert rc == 0, out
+
+
+def test_jobs_cancelled_at_shutdown_log_no_traceback(caplog):
+    import asyncio
+    import logging
+
+    from sentinel.daemon.missed import quiet_apscheduler
+
+    quiet_apscheduler()
+    log = logging.getLogger("apscheduler.executors.default")
+    for exc in (asyncio.CancelledError(), ValueError("a real failure")):
+        try:
+            raise exc
+        except BaseException:
+            log.error("Error running job scrape:t1", exc_info=True)
+    assert [r.exc_info[1].args for r in caplog.records if r.exc_info] == [("a real failure",)]

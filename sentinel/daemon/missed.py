@@ -13,6 +13,7 @@ uses for its own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -38,9 +39,21 @@ LOG_EVERY_S = 60.0
 
 def quiet_apscheduler() -> None:
     """Silence APScheduler's own warning per missed or skipped run: MissedWork counts them
-    and logs once a minute per target or group instead. Its errors still show."""
+    and logs once a minute per target or group instead. Its errors still show, except a
+    job cancelled at shutdown (APScheduler logs that as "Error running job")."""
     for name in ("apscheduler.scheduler", "apscheduler.executors"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    executor_log = logging.getLogger("apscheduler.executors.default")
+    if not any(isinstance(f, _NotCancelled) for f in executor_log.filters):
+        executor_log.addFilter(_NotCancelled())
+
+
+class _NotCancelled(logging.Filter):
+    """Drops log records about a job that was cancelled (the loop stopping), not failed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, asyncio.CancelledError)
 
 
 class MissedWork:
