@@ -247,6 +247,9 @@ def sentinel_cmd(work: Path, ports: list[int], listen: int) -> list[str]:
     lines = [f"database: sqlite:///{work / 'sentinel.db'}", f"listen: 127.0.0.1:{listen}",
              "rule_files: [" + ", ".join(str(p) for p in RULE_FILES if p.exists()) + "]",
              "evaluation_interval: 5s", "scrape_interval: 5s", "scrape_timeout: 4s",
+             # Collection against collection: Prometheus does not probe, and the helper
+             # serves /metrics only. (Probes run as thread-pool jobs today, see the notes.)
+             "probe_interval: 0s",
              "targets:"]
     lines += [f"  - {{name: t{i}, url: 'http://127.0.0.1:{p}'}}" for i, p in enumerate(ports)]
     (work / "sentinel.yaml").write_text("\n".join(lines) + "\n")

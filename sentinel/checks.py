@@ -1,18 +1,31 @@
-"""`sentinel check config`: validate a config file and every rule file it names."""
+"""`sentinel check config`: validate a config file and every rule file it names.
+
+With `--scrape`, also scrape every target once and report each metric a
+loaded rule selects that no target exposes (a rule that would be blind),
+naming the replacement of a known vLLM rename; exit 1 when there is one.
+"""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import TextIO
 
-from sentinel.config import ConfigError, config_summary, load_config
+from sentinel.alertrefs import format_refs, unknown_alert_refs
+from sentinel.config import Config, ConfigError, config_summary, load_config
 from sentinel.daemon.app import rule_paths
 from sentinel.daemon.sources import has_log_sources, signatures_path
 from sentinel.logs.signatures import SignatureFileError, load_signature_file
-from sentinel.rules.loader import RuleFileError, load_rule_files
+from sentinel.rules.loader import AlertingRule, RuleFileError, RuleGroup, load_rule_files
+from sentinel.yamlpos import load_positioned
 
 
-def check_config(path: str, out: TextIO, err: TextIO) -> int:
-    """Print a redacted summary and return 0 when the config and its rules are valid, else 1."""
+def check_config(path: str, out: TextIO, err: TextIO, *, strict: bool = False,
+                 scrape: bool = False) -> int:
+    """Print a redacted summary and return 0 when the config and its rules are valid, else 1.
+
+    A reference to an alert no loaded rule defines is a warning, an error when `strict`.
+    """
     try:
         config = load_config(path)
     except ConfigError as exc:
@@ -36,8 +49,58 @@ def check_config(path: str, out: TextIO, err: TextIO) -> int:
         except SignatureFileError as exc:
             print(f"{path}: invalid crash signatures:\n{exc}", file=err)
             return 1
+    unknown = _unknown_alert_lines(path, config, groups)
+    for line in unknown:
+        print(("error: " if strict else "warning: ") + line, file=err)
+    if strict and unknown:
+        return 1
     rules = sum(len(g.rules) for g in groups)
     print(config_summary(config), file=out)
+    if scrape and scrape_check(config, groups, out, err) != 0:
+        return 1
     print(f"SUCCESS: {path} is valid ({len(paths)} rule files, {len(groups)} groups, "
           f"{rules} rules)", file=out)
     return 0
+
+
+def _unknown_alert_lines(path: str, config: Config, groups: list[RuleGroup]) -> list[str]:
+    defined = {r.name for g in groups for r in g.rules if isinstance(r, AlertingRule)}
+    refs = unknown_alert_refs(config, defined)
+    if not refs:
+        return []
+    doc = load_positioned(Path(path).read_text(encoding="utf-8"))
+    return format_refs(refs, path, doc.line_of)
+
+
+def scrape_check(config: Config, groups: list[RuleGroup], out: TextIO, err: TextIO) -> int:
+    """Scrape every target once; 1 when a rule would be blind, or when no target answered."""
+    from sentinel.collect.scrape import Scraper, ScrapeTarget
+    from sentinel.model import labels_of
+    from sentinel.rules.metriccheck import find_missing, rule_requirements, store_has
+    from sentinel.store import MemoryStore
+
+    store = MemoryStore()
+    scraper = Scraper(store)
+    now_ms = int(time.time() * 1000)
+    answered = 0
+    try:
+        for t in config.targets:
+            result = scraper.scrape(ScrapeTarget(
+                name=t.name, url=t.url, metrics_path=t.metrics_path,
+                labels=labels_of(dict(t.labels)), interval_ms=t.scrape_interval_ms,
+                timeout_ms=t.scrape_timeout_ms), now_ms)
+            if result.up:
+                answered += 1
+                print(f"scraped {t.name}: {result.samples} samples", file=out)
+            else:
+                print(f"{t.name}: scrape failed: {result.error}", file=err)
+    finally:
+        scraper.close()
+    if not answered:
+        print("no target could be scraped: cannot tell whether the rules see their metrics",
+              file=err)
+        return 1
+    missing = find_missing(rule_requirements(groups), store_has(store, now_ms, 60_000))
+    for m in missing:
+        print(f"BLIND: {m.message()}", file=err)
+    return 1 if missing else 0

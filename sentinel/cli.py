@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-from sentinel import __version__
 
 DEFAULT_CONFIG = "sentinel.yaml"
 
@@ -27,6 +26,16 @@ examples:
   sentinel diagnose 42                   # ask the model for a runbook of incident 42
   sentinel silence add target=gemma-26b -d 2h -C "maintenance"
 """
+
+
+class _VersionAction(argparse.Action):
+    """`--version`, with the build info computed only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from sentinel.buildinfo import version_line
+
+        print(version_line())
+        parser.exit()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,13 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
         "remediates within guards and pages on-call.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"sentinel {__version__}")
+    p.add_argument("--version", action=_VersionAction, nargs=0,
+                   help="print the version, commit, Python and platform, and exit")
     sub = p.add_subparsers(title="commands", metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the daemon",
                          description="Run the daemon until SIGTERM/SIGINT; SIGHUP reloads rules.")
     _config_arg(run)
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    run.add_argument("--log-format", choices=("text", "json"),
+                     default=os.environ.get("SENTINEL_LOG_FORMAT", "text"),
+                     help="text (default) or json: one object a line with incident, target "
+                     "and alertname as fields, for log pipelines (env SENTINEL_LOG_FORMAT)")
+    run.add_argument("--listen", metavar="HOST:PORT", default=os.environ.get("SENTINEL_LISTEN"),
+                     help="address for /metrics, /healthz and the API, overriding the config's "
+                     "`listen` (env SENTINEL_LISTEN; the container image sets 0.0.0.0:9465)")
     run.set_defaults(func=_cmd_run)
 
     demo = sub.add_parser("demo", help="scripted incident against the bundled simulator",
@@ -99,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     cc = check.add_parser("config", help="validate a config file and the rule files it names",
                           description="Exit 0 when valid; else every problem as FILE:LINE: KEY.")
     cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG, help="config file (sentinel.yaml)")
+    cc.add_argument("--strict", action="store_true",
+                    help="fail when a remediation policy, route or inhibit rule names an alert "
+                    "that no loaded rule defines (a warning otherwise)")
+    cc.add_argument("--scrape", action="store_true",
+                    help="also scrape every target once; exit 1 when a rule selects a metric "
+                    "no target exposes (naming the replacement of a renamed vLLM metric)")
     cc.set_defaults(func=_cmd_check_config)
 
     rules = sub.add_parser("rules", help="check or unit-test rule files").add_subparsers(
@@ -183,8 +206,20 @@ def _db_args(p: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from sentinel.daemon.run import run_daemon
 
+    if args.log_format not in ("text", "json"):
+        print(f"sentinel: SENTINEL_LOG_FORMAT={args.log_format!r}: expected text or json",
+              file=sys.stderr)
+        return 2
     config = _load_config_or_exit(args.config)
-    return run_daemon(config, args.log_level)
+    if args.listen:
+        from sentinel.configmodel import split_listen
+
+        if split_listen(args.listen) is None:
+            print(f"sentinel: --listen {args.listen!r}: expected host:port, "
+                  "e.g. 0.0.0.0:9465", file=sys.stderr)
+            return 2
+        config = config.model_copy(update={"listen": args.listen})
+    return run_daemon(config, args.log_level, args.log_format)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -211,7 +246,8 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 def _cmd_check_config(args: argparse.Namespace) -> int:
     from sentinel.checks import check_config
 
-    return check_config(args.file, sys.stdout, sys.stderr)
+    return check_config(args.file, sys.stdout, sys.stderr, strict=args.strict,
+                        scrape=args.scrape)
 
 
 def _cmd_rules_check(args: argparse.Namespace) -> int:
@@ -260,8 +296,7 @@ def _cmd_incidents_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
-    db = _database(args, upgrade=False)
-    db.upgrade()
+    _database(args, upgrade=True)
     print("database schema is up to date")
     return 0
 
@@ -300,11 +335,31 @@ def _load_config_or_exit(path: str | None):  # noqa: ANN202 (sentinel.config.Con
         raise SystemExit(2) from None
 
 
-def _database(args: argparse.Namespace, upgrade: bool = True):  # noqa: ANN202
-    from sentinel.incidents.db import Database
+def _database(args: argparse.Namespace, upgrade: bool = False):  # noqa: ANN202
+    """The database of `--database`, else of the config's `database` key.
 
-    url = args.database or _load_config_or_exit(args.config).database
-    db = Database(url)
+    Only `sentinel db upgrade` (upgrade=True) creates or migrates; every other
+    command needs an existing database at the current schema, and reads nothing
+    of the config but its `database` key (so no receiver secret must be set).
+    """
+    from sentinel.config import ConfigError
+    from sentinel.configload import load_database_url
+    from sentinel.configmodel import DEFAULT_DATABASE
+    from sentinel.incidents.db import Database, open_existing
+
+    url = args.database
+    if not url:
+        path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
+        try:
+            url = load_database_url(path) if path else DEFAULT_DATABASE
+        except ConfigError as exc:
+            print(f"sentinel: invalid configuration:\n{exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except OSError as exc:
+            print(f"sentinel: cannot read config: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     if upgrade:
+        db = Database(url)
         db.upgrade()
-    return db
+        return db
+    return open_existing(url)

@@ -16,6 +16,7 @@ diagnosis:
   retry: 30s                       # first backoff while no endpoint answers (doubles)
   retry_max: 5m
   deadline: 1h                     # after the incident opened, stop asking the model
+  max_reply: 65536                 # bytes of reply text kept; the rest is discarded unread
 ```
 """
 
@@ -77,6 +78,9 @@ class DiagnosisConfig(Strict):
     retry_ms: PositiveDuration = Field(30_000, alias="retry")
     retry_max_ms: PositiveDuration = Field(300_000, alias="retry_max")
     deadline_ms: PositiveDuration = Field(3_600_000, alias="deadline")
+    # Bytes of the model's reply text kept (UTF-8); past it the stream is
+    # closed and the runbook event says the reply was cut (issue 10).
+    max_reply_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024, alias="max_reply")
 
     @field_validator("endpoints")
     @classmethod

@@ -42,14 +42,16 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from sentinel.config_kubernetes import KubernetesPodRestartConfig, KubernetesRolloutRestartConfig
 from sentinel.configbase import Duration, PositiveDuration, Strict, problem
 
 _NAME = r"^[a-zA-Z0-9_.-]+$"
 _PLACEHOLDER = re.compile(r"\{([a-zA-Z_][a-zA-Z0-9_]*)\}")
 DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
 ACTION_KINDS = ("docker_restart", "systemd_restart", "command", "tpu_node_restart",
-                "xla_cache_backup")
-WARM_KINDS = ("docker_restart", "systemd_restart")
+                "xla_cache_backup", "kubernetes_pod_restart", "kubernetes_rollout_restart")
+WARM_KINDS = ("docker_restart", "systemd_restart", "kubernetes_pod_restart",
+              "kubernetes_rollout_restart")
 
 
 def placeholders(template: str) -> list[str]:
@@ -114,6 +116,8 @@ class StepConfig(Strict):
     command: CommandConfig | None = None
     tpu_node_restart: TpuNodeRestartConfig | None = None
     xla_cache_backup: XlaCacheBackupConfig | None = None
+    kubernetes_pod_restart: KubernetesPodRestartConfig | None = None
+    kubernetes_rollout_restart: KubernetesRolloutRestartConfig | None = None
     timeout_ms: PositiveDuration = Field(120_000, alias="timeout")
     verify: bool = True
     # Warm restarts answer in seconds; a cold one compiles for tens of minutes.

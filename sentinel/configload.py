@@ -11,6 +11,7 @@ Import these through `sentinel.config`.
 from __future__ import annotations
 
 import difflib
+import enum
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,9 +24,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from sentinel.configmodel import (
+    DEFAULT_DATABASE,
     Config,
-    ReceiverConfig,
-    TargetConfig,
     duplicate_message,
     inherit_defaults,
     timeout_message,
@@ -64,7 +64,12 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
 
     OSError propagates when the file itself cannot be read.
     """
-    text = Path(path).read_text(encoding="utf-8")
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError([ConfigProblem(str(path), line, "", "not UTF-8 text")]) from None
     try:
         doc = load_positioned(text)
     except YamlSyntaxError as exc:
@@ -76,6 +81,30 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
         raise ConfigError([ConfigProblem(str(path), 1, "", "the file must hold a YAML mapping")])
     config_dir = Path(path).resolve().parent
     return _build(data, str(path), config_dir, environ, problems, doc.line_of)
+
+
+def load_database_url(path: str | Path, environ: Mapping[str, str] | None = None) -> str:
+    """Only the `database` key of a config file, `${VAR}` expanded in it alone.
+
+    Commands that only read history need nothing else, so they run without the
+    environment holding every receiver's secret. ConfigError names file and line.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        doc = load_positioned(text)
+    except YamlSyntaxError as exc:
+        raise ConfigError([ConfigProblem(str(path), exc.line or None, "", exc.message)]) from None
+    data = doc.data if isinstance(doc.data, dict) else {}
+    value = data.get("database", DEFAULT_DATABASE)
+    line = doc.line_of(("database",)) if "database" in data else None
+    if not isinstance(value, str):
+        raise ConfigError([ConfigProblem(str(path), line, "database", "expected a URL string")])
+    try:
+        return expand_env(value, environ)
+    except MissingEnvVar as exc:
+        raise ConfigError([ConfigProblem(str(path), line, "database",
+                                         f"environment variable {exc.name} is not set")]
+                          ) from None
 
 
 def parse_config(
@@ -107,7 +136,7 @@ def _build(data: dict[str, Any], source: str, config_dir: Path, environ: Mapping
         return config
     redactor = Redactor(expanded)
     out = [ConfigProblem(source, line if line else (line_of(p) if line_of else None),
-                         _format_path(p), redactor.redact(msg)) for p, line, msg in problems]
+                         format_path(p), redactor.redact(msg)) for p, line, msg in problems]
     out.sort(key=lambda p: p.line or 0)
     raise ConfigError(out)
 
@@ -201,7 +230,8 @@ def _unwrap_optional(ann: Any) -> Any:
     return ann
 
 
-def _format_path(path: YamlPath) -> str:
+def format_path(path: YamlPath) -> str:
+    """`a.b[0].c`, as config errors name a key."""
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -212,48 +242,56 @@ def _format_path(path: YamlPath) -> str:
 
 
 def config_summary(config: Config) -> str:
-    """The effective configuration as YAML, secrets redacted (for `sentinel check config`)."""
-    doc = {
-        "config_dir": str(config.config_dir),
-        "database": _safe_database(config.database),
-        "listen": config.listen,
-        "external_url": config.external_url,
-        "rule_files": list(config.rule_files),
-        "evaluation_interval": format_duration(config.evaluation_interval_ms),
-        "scrape_interval": format_duration(config.scrape_interval_ms),
-        "scrape_timeout": format_duration(config.scrape_timeout_ms),
-        "retention": format_duration(config.retention_ms),
-        "targets": [_target_doc(t) for t in config.targets],
-        "receivers": [_receiver_doc(r) for r in config.receivers],
-    }
+    """The effective configuration as YAML, every section, secrets redacted.
+
+    Walks the models generically, so a section added to the config shows up here
+    without a summary of its own: keys by their YAML names, durations as `5s`, and
+    every secret-bearing field (`repr=False` in the models) masked.
+    """
+    doc = {"config_dir": str(config.config_dir), **_model_doc(config)}
     text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
     return Redactor(config.secrets()).redact(text)
 
 
-def _target_doc(t: TargetConfig) -> dict[str, Any]:
-    return {"name": t.name, "url": t.url, "metrics_path": t.metrics_path,
-            "scrape_interval": format_duration(t.scrape_interval_ms),
-            "scrape_timeout": format_duration(t.scrape_timeout_ms), "labels": dict(t.labels)}
-
-
-def _receiver_doc(r: ReceiverConfig) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": r.name}
-    if r.webhook is not None:
-        w = r.webhook
-        doc["webhook"] = {
-            "url": safe_url(w.url), **({"url_file": w.url_file} if w.url_file else {}),
-            "timeout": format_duration(w.timeout_ms), "send_resolved": w.send_resolved,
-            "headers": {k: "<redacted>" for k in w.headers},
-        }
-    elif r.slack is not None:
-        doc["slack"] = {"url": safe_url(r.slack.url), "send_resolved": r.slack.send_resolved}
-    elif r.pagerduty is not None:
-        doc["pagerduty"] = {"routing_key": "<redacted>", "url": safe_url(r.pagerduty.url),
-                            "send_resolved": r.pagerduty.send_resolved}
-    elif r.alertmanager is not None:
-        doc["alertmanager"] = {"url": safe_url(r.alertmanager.url),
-                               "send_resolved": r.alertmanager.send_resolved}
+def _model_doc(model: BaseModel) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        key = field.alias or name
+        if not field.repr:
+            doc[key] = _masked(name, value)
+        elif name.endswith("_ms") and isinstance(value, int) and not isinstance(value, bool):
+            doc[key] = format_duration(value)
+        else:
+            doc[key] = _value_doc(value)
     return doc
+
+
+def _value_doc(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return _model_doc(value)
+    if isinstance(value, dict):
+        return {str(k): _value_doc(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_value_doc(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+def _masked(name: str, value: Any) -> Any:
+    """A secret-bearing field as it may be shown: URLs without their secret parts."""
+    if not value:
+        return value
+    if name == "database":
+        return _safe_database(value)
+    if isinstance(value, dict):
+        return {k: "<redacted>" for k in value}
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        return safe_url(value)
+    return "<redacted>"
 
 
 def _safe_database(url: str) -> str:

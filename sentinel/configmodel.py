@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from sentinel.config_diagnosis import DiagnosisConfig
+from sentinel.config_kubernetes import KubernetesSDConfig
 from sentinel.config_notify import (
     DEFAULT_WEBHOOK_TIMEOUT_MS,
     NotifyConfig,
@@ -35,8 +36,14 @@ from sentinel.config_notify import (
     WebhookConfig,
     check_receiver_names,
 )
+from sentinel.config_probe import (
+    DEFAULT_CANARY_CONCURRENCY,
+    DEFAULT_PROBE_INTERVAL_MS,
+    ProbeConfig,
+)
 from sentinel.config_remediation import RemediationConfig, check_against_targets
 from sentinel.configbase import (
+    Duration,
     PositiveDuration,
     Strict,
     http_url,
@@ -77,6 +84,8 @@ class TargetConfig(Strict):
     # series, fail this target's scrape (up 0) and no other's. 0: no limit.
     sample_limit: int = Field(0, ge=0)
     label_limit: int = Field(0, ge=0)
+    # /health, /v1/models and a canary completion (sentinel.collect.probe); see config_probe.
+    probe: ProbeConfig | None = None
 
     @field_validator("url")
     @classmethod
@@ -137,6 +146,8 @@ class Config(Strict):
     # Store every scraped series, not only those the loaded rules read.
     keep_all_series: bool = False
     targets: tuple[TargetConfig, ...] = ()
+    # Targets found in the Kubernetes API and kept in sync (sentinel/collect/kubernetes_sd.py).
+    kubernetes_sd: tuple[KubernetesSDConfig, ...] = ()
     receivers: tuple[ReceiverConfig, ...] = ()
     # Crash signatures for log sources; default: the bundled rules/signatures.yaml.
     signatures: str | None = None
@@ -144,6 +155,9 @@ class Config(Strict):
     diagnosis: DiagnosisConfig | None = None
     notify: NotifyConfig = NotifyConfig.model_validate({})
     remediation: RemediationConfig = RemediationConfig.model_validate({})
+    # Probes of every target's serving path; 0 turns them off (sentinel.config_probe).
+    probe_interval_ms: Duration = Field(DEFAULT_PROBE_INTERVAL_MS, alias="probe_interval")
+    probe_canary_concurrency: int = Field(DEFAULT_CANARY_CONCURRENCY, ge=1)
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
@@ -181,7 +195,7 @@ class Config(Strict):
     @field_validator("listen")
     @classmethod
     def _check_listen(cls, v: str) -> str:
-        if _split_listen(v) is None:
+        if split_listen(v) is None:
             raise problem("expected host:port, e.g. 127.0.0.1:9465")
         return v
 
@@ -201,7 +215,7 @@ class Config(Strict):
                 raise problem("rule file not found", i)
         return v
 
-    @field_validator("targets", "receivers")
+    @field_validator("targets", "receivers", "kubernetes_sd")
     @classmethod
     def _unique_names(cls, v: tuple[Any, ...], info: ValidationInfo) -> tuple[Any, ...]:
         seen: dict[str, int] = {}
@@ -257,6 +271,7 @@ class Config(Strict):
             out += r.secrets()
         if self.diagnosis is not None:
             out += self.diagnosis.secrets()
+        out += [t.probe.api_key for t in self.targets if t.probe is not None and t.probe.api_key]
         return out
 
 
@@ -267,7 +282,8 @@ def _database_password(url: str) -> str | None:
         return None
 
 
-def _split_listen(listen: str) -> tuple[str, int] | None:
+def split_listen(listen: str) -> tuple[str, int] | None:
+    """`host:port` as (host, port), or None when it is not one."""
     host, sep, port = str(listen).rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         return None
@@ -296,7 +312,7 @@ def inherit_defaults(data: dict[str, Any]) -> dict[str, Any]:
         timeout = min(timeout, interval)
         data["scrape_timeout"] = format_duration(timeout)
     if "external_url" not in data:
-        hp = _split_listen(data.get("listen", DEFAULT_LISTEN))
+        hp = split_listen(data.get("listen", DEFAULT_LISTEN))
         if hp is not None:
             host = hp[0] if hp[0] not in ("", "0.0.0.0", "::") else socket.gethostname()
             host = f"[{host}]" if ":" in host else host

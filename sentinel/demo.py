@@ -1,10 +1,13 @@
 """`sentinel demo`: the whole pipeline on one machine, in under a minute.
 
-Starts the simulator, a webhook sink and the daemon (SQLite in a temporary
-folder) on free ports, then drives a scripted incident: a queue backlog that
-trips the shipped `VLLMRequestsQueued` rule (for: 30s), and its recovery. It
-prints what happens as it happens and exits 0 once the incident opened, paged,
-resolved and paged again.
+Starts two simulators, a webhook sink and the daemon (SQLite in a temporary
+folder) on free ports, then drives two scripted incidents in the same
+minute: a queue backlog on a busy server that trips the shipped
+`VLLMRequestsQueued` rule (for: 30s), and an engine that stalls behind a
+live /health, caught by the probe's canary as `VLLMEngineStalled` (its 2 m
+`for` cut to 30 s for the demo); then their recovery. It prints what happens
+as it happens and exits 0 once both incidents opened, paged, resolved and
+paged again.
 """
 
 from __future__ import annotations
@@ -12,23 +15,30 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import re
 import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from sentinel.config import load_config
 from sentinel.daemon.app import App
+from sentinel.durations import parse_duration
 from sentinel.incidents import queries
 from sentinel.paths import bundled_dir
 from sentinel.sim.server import start_sim
 
 DEMO_TARGET = "demo-gemma"
+STALL_TARGET = "demo-gemma-stall"
 DEADLINE_S = 58.0
+# The demo's serving rules run 4x faster than shipped: a 2 m stall is caught in 30 s.
+STALL_SCALE = 4
 
 
 class WebhookSink:
@@ -81,146 +91,210 @@ class WebhookSink:
 
 
 @dataclass
-class _Progress:
-    started: float
+class _Incident:
+    """What the demo has seen of one scripted incident."""
+
+    alertname: str
+    target: str
     alert_state: str = "inactive"
     seen_events: int = 0
     paged_firing: bool = False
     paged_resolved: bool = False
     incident_id: int | None = None
-    incident_status: str | None = None
+    status: str | None = None
     recovering: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.paged_resolved and self.status == "resolved"
+
+
+@dataclass
+class _Progress:
+    started: float
+    incidents: list[_Incident] = field(default_factory=list)
 
     def say(self, text: str) -> None:
         print(f"[{time.monotonic() - self.started:5.1f}s] {text}", flush=True)
 
 
-def write_demo_config(folder: Path, sim_url: str, hook_url: str) -> Path:
-    """A config for the demo: one simulated target, the shipped rules, the sink as receiver."""
-    rules = bundled_dir("rules") / "vllm.yaml"
+def demo_rules(folder: Path) -> Path:
+    """The shipped rules, with the serving group's durations cut by STALL_SCALE for the demo.
+
+    VLLMEngineStalled waits 2 minutes in production; the demo has one. Every
+    other rule is the shipped one unchanged.
+    """
+    doc = yaml.safe_load((bundled_dir("rules") / "vllm.yaml").read_text())
+    for group in doc["groups"]:
+        if group["name"] != "vllm-serving":
+            continue
+        for rule in group["rules"]:
+            rule["for"] = f"{parse_duration(rule.get('for', '0s')) // STALL_SCALE}ms"
+            rule["expr"] = re.sub(
+                r"\[(\d+[smh])\]",
+                lambda m: f"[{parse_duration(m.group(1)) // STALL_SCALE}ms]", rule["expr"])
+    path = folder / "rules.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def write_demo_config(folder: Path, sim_url: str, hook_url: str,
+                      stall_url: str | None = None) -> Path:
+    """A config for the demo: the simulated targets, the demo rules, the sink as receiver."""
+    rules = demo_rules(folder)
     self_rules = bundled_dir("rules") / "sentinel.yaml"  # Sentinel's own missed work
     path = folder / "sentinel.yaml"
-    path.write_text(
+    targets = [(DEMO_TARGET, sim_url)] + ([(STALL_TARGET, stall_url)] if stall_url else [])
+    text = (
         f"database: sqlite:///{folder / 'sentinel.db'}\n"
         "listen: 127.0.0.1:0\n"
         f"rule_files: ['{rules}', '{self_rules}']\n"
         "evaluation_interval: 1s\n"
         "targets:\n"
-        f"  - name: {DEMO_TARGET}\n"
-        f"    url: {sim_url}\n"
-        "    scrape_interval: 1s\n"
-        "    scrape_timeout: 900ms\n"
-        "    labels: {cluster: demo}\n"
-        "receivers:\n"
-        "  - name: demo-oncall\n"
-        f"    webhook: {{url: '{hook_url}'}}\n"
     )
+    for name, url in targets:
+        text += (
+            f"  - name: {name}\n"
+            f"    url: {url}\n"
+            "    scrape_interval: 1s\n"
+            "    scrape_timeout: 900ms\n"
+            "    labels: {cluster: demo}\n"
+            "    probe: {interval: 2s, timeout: 1s}\n"
+        )
+    path.write_text(text + "receivers:\n  - name: demo-oncall\n"
+                    f"    webhook: {{url: '{hook_url}'}}\n")
     return path
 
 
 def run_demo(keep: bool = False) -> int:
-    """Run the scripted incident; 0 when it opened and resolved in time, else 1."""
+    """Run the scripted incidents; 0 when both opened and resolved in time, else 1."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     folder = Path(tempfile.mkdtemp(prefix="sentinel-demo-"))
-    sim = start_sim()
+    sim, stalling = start_sim(), start_sim()
     sink = WebhookSink().start()
-    config = load_config(write_demo_config(folder, sim.url, sink.url))
+    config = load_config(write_demo_config(folder, sim.url, sink.url, stalling.url))
     app = App(config)
-    p = _Progress(started=time.monotonic())
+    p = _Progress(started=time.monotonic(), incidents=[
+        _Incident("VLLMRequestsQueued", DEMO_TARGET), _Incident("VLLMEngineStalled", STALL_TARGET)])
     try:
         app.start()
         assert app.status is not None
-        print("Sentinel demo: a vLLM queue backlog, detected, paged, recovered.")
-        print(f"  simulator  {sim.url}  (model {sim.model})")
+        print("Sentinel demo: a queue backlog and a stalled engine, detected, paged, recovered.")
+        print(f"  simulators {sim.url} ({DEMO_TARGET}), {stalling.url} ({STALL_TARGET})")
         print(f"  sentinel   http://{':'.join(map(str, app.status.address))}/metrics")
         print(f"  database   {config.database}")
         print(f"  webhook    {sink.url}")
-        print("  rule       VLLMRequestsQueued: requests waiting > 0 for 30s (rules/vllm.yaml)")
-        sim.set_state(kv_cache_usage=0.42, num_requests_running=3, num_requests_waiting=0)
-        p.say("healthy traffic: 3 running, 0 waiting, KV cache 42%")
+        print("  rules      VLLMRequestsQueued: requests waiting > 0 for 30s (rules/vllm.yaml)")
+        print(f"             VLLMEngineStalled: /health 200 but no token (its 2m `for` cut to "
+              f"{120 // STALL_SCALE}s for the demo)")
+        for server in (sim, stalling):
+            server.set_state(kv_cache_usage=0.42, num_requests_running=3, load_rps=5)
+        p.say("healthy traffic on both: 3 running, 5 requests/s, KV cache 42%")
         time.sleep(3)
         sim.set_state(num_requests_waiting=6, num_requests_running=16)
-        p.say("injecting a backlog: 6 requests waiting (POST /sim/state)")
-        ok = _watch(app, sim, sink, p)
-        if p.incident_id is not None:
-            from sentinel.incidents import render
-
-            detail = queries.get_incident(app.pipeline.tracker.db, p.incident_id)  # type: ignore[union-attr]
-            if detail is not None:
-                print()
-                print(render.render_detail(detail))
+        p.say(f"{DEMO_TARGET}: a backlog, 6 requests waiting (tokens still flowing)")
+        stalling.set_state(stalled=True, load_rps=0, num_requests_running=0)
+        p.say(f"{STALL_TARGET}: the engine wedges: /health still 200, no token ever streamed "
+              "(POST /sim/state {\"stalled\": true})")
+        ok = _watch(app, {DEMO_TARGET: sim, STALL_TARGET: stalling}, sink, p)
+        _print_details(app, p)
         print()
         if ok:
-            print(f"demo finished: incident #{p.incident_id} opened, paged, resolved and paged "
-                  f"again in {time.monotonic() - p.started:.0f}s")
+            ids = " and ".join(f"#{i.incident_id} ({i.alertname})" for i in p.incidents)
+            print(f"demo finished: incidents {ids} opened, paged, resolved and paged again in "
+                  f"{time.monotonic() - p.started:.0f}s")
         else:
-            print("demo FAILED: the incident did not open and resolve in time")
+            print("demo FAILED: the incidents did not open and resolve in time")
         return 0 if ok else 1
     finally:
         app.stop(2.0)
         sink.stop()
         sim.stop()
+        stalling.stop()
         if keep:
             print(f"kept {folder}")
         else:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _watch(app: App, sim: Any, sink: WebhookSink, p: _Progress) -> bool:
-    """Print alert, incident and webhook changes until the incident resolved and was paged."""
+def _print_details(app: App, p: _Progress) -> None:
+    from sentinel.incidents import render
+
+    assert app.pipeline is not None
+    for inc in p.incidents:
+        if inc.incident_id is None:
+            continue
+        detail = queries.get_incident(app.pipeline.tracker.db, inc.incident_id)
+        if detail is not None:
+            print()
+            print(render.render_detail(detail))
+
+
+RECOVERY = {"VLLMRequestsQueued": {"num_requests_waiting": 0, "num_requests_running": 3},
+            "VLLMEngineStalled": {"stalled": False, "load_rps": 5, "num_requests_running": 3}}
+
+
+def _watch(app: App, sims: dict[str, Any], sink: WebhookSink, p: _Progress) -> bool:
+    """Print alert, incident and webhook changes until every incident resolved and was paged."""
     assert app.pipeline is not None
     db = app.pipeline.tracker.db
     while time.monotonic() - p.started < DEADLINE_S:
-        _report_alert_state(app, p)
-        _report_incident(db, p)
         _report_webhooks(sink, p)
-        if p.paged_firing and not p.recovering:
-            time.sleep(2)
-            sim.set_state(num_requests_waiting=0, num_requests_running=3)
-            p.recovering = True
-            p.say("recovery: the backlog drained, 0 waiting")
-        if p.paged_resolved and p.incident_status == "resolved":
+        for inc in p.incidents:
+            _report_alert_state(app, inc, p)
+            _report_incident(db, inc, p)
+            if inc.paged_firing and not inc.recovering:
+                sims[inc.target].update_state(RECOVERY[inc.alertname])
+                inc.recovering = True
+                p.say(f"recovery on {inc.target}: {RECOVERY[inc.alertname]}")
+        if all(i.done for i in p.incidents):
             return True
         time.sleep(0.2)
     return False
 
 
-def _report_alert_state(app: App, p: _Progress) -> None:
+def _report_alert_state(app: App, inc: _Incident, p: _Progress) -> None:
     assert app.pipeline is not None
     states = {a.state.value for a in app.pipeline.rules.active_alerts()
-              if a.name == "VLLMRequestsQueued"}
+              if a.name == inc.alertname and dict(a.labels).get("target") == inc.target}
     state = "firing" if "firing" in states else "pending" if "pending" in states else "inactive"
-    if state != p.alert_state:
-        p.say(f"alert VLLMRequestsQueued is {state}")
-        p.alert_state = state
+    if state != inc.alert_state:
+        p.say(f"alert {inc.alertname} on {inc.target} is {state}")
+        inc.alert_state = state
 
 
-def _report_incident(db: Any, p: _Progress) -> None:
-    items = queries.list_incidents(db, target=DEMO_TARGET, limit=1)
+def _report_incident(db: Any, inc: _Incident, p: _Progress) -> None:
+    items = [i for i in queries.list_incidents(db, target=inc.target, limit=5)
+             if i.alertname == inc.alertname]
     if not items:
         return
-    inc = items[0]
-    if p.incident_id is None:
-        p.incident_id = inc.id
-        p.say(f"incident #{inc.id} opened: {inc.alertname} on {inc.target}")
-    detail = queries.get_incident(db, inc.id)
+    item = items[0]
+    if inc.incident_id is None:
+        inc.incident_id = item.id
+        p.say(f"incident #{item.id} opened: {item.alertname} on {item.target}")
+    detail = queries.get_incident(db, item.id)
     if detail is None:
         return
-    for event in detail.timeline[p.seen_events:]:
-        p.say(f"  timeline  {event.kind:<20} {event.message}")
-    p.seen_events = len(detail.timeline)
-    if inc.status != p.incident_status:
-        p.incident_status = inc.status
-        if inc.status == "resolved":
-            p.say(f"incident #{inc.id} resolved")
+    for event in detail.timeline[inc.seen_events:]:
+        p.say(f"  #{item.id} {event.kind:<20} {event.message}")
+    inc.seen_events = len(detail.timeline)
+    if item.status != inc.status:
+        inc.status = item.status
+        if item.status == "resolved":
+            p.say(f"incident #{item.id} resolved")
 
 
 def _report_webhooks(sink: WebhookSink, p: _Progress) -> None:
     while not sink.bodies.empty():
         body = sink.bodies.get()
-        names = ", ".join(a["labels"].get("alertname", "?") for a in body.get("alerts", []))
+        alerts = body.get("alerts", [])
+        names = ", ".join(f"{a['labels'].get('alertname', '?')}@{a['labels'].get('target', '?')}"
+                          for a in alerts)
         p.say(f"webhook received: status={body.get('status')} alerts=[{names}]")
-        if body.get("status") == "firing":
-            p.paged_firing = True
-        elif body.get("status") == "resolved":
-            p.paged_resolved = True
+        for inc in p.incidents:
+            if any(a["labels"].get("alertname") == inc.alertname
+                   and a["labels"].get("target") == inc.target for a in alerts):
+                if body.get("status") == "firing":
+                    inc.paged_firing = True
+                elif body.get("status") == "resolved":
+                    inc.paged_resolved = True

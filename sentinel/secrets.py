@@ -28,7 +28,10 @@ TOKEN_SEGMENT_LEN = 16
 _ENV_REF = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 # scheme://user:password@host: keep the user, hide the password.
-_URL_CREDENTIALS = re.compile(r"(?P<pre>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s/:@]*:)[^\s/@]+(?=@)")
+# The scheme is bounded and the runs possessive: an unbounded `[a-z0-9.-]*` before
+# "://" rescanned the rest of the line from every word start (O(n^2) on "a.a.a...").
+_URL_CREDENTIALS = re.compile(
+    r"(?P<pre>\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}+://[^\s/:@]*+:)[^\s/@]++(?=@)")
 # ?token=…, &api_key=…, &sig=…: hide the value of parameters named like credentials.
 _QUERY_SECRET = re.compile(
     r"(?P<pre>[?&;](?:[A-Za-z0-9_.-]*(?:token|key|secret|password|passwd|pwd|auth|sig|signature)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,13 @@ def test_every_command_has_help(cmd):
     assert len(out.stdout.splitlines()) > 3
 
 
+def test_version_says_which_build():
+    out = sentinel("--version")
+    assert out.returncode == 0, out.stderr
+    assert re.fullmatch(r"sentinel \d+\.\d+\.\d+\S* \(commit [0-9a-f]{12}(\+dirty)?; "
+                        r"Python 3\.\d+\.\d+, \w+ \w+\)\n", out.stdout), out.stdout
+
+
 def test_check_config_names_file_line_and_key_for_every_typo(tmp_path):
     cfg = tmp_path / "sentinel.yaml"
     cfg.write_text(
@@ -56,11 +64,71 @@ def test_check_config_accepts_the_example_and_hides_its_secrets(tmp_path):
     # Laid out as in /etc/sentinel: the config with the shipped rules/ beside it.
     shutil.copy(ROOT / "deploy" / "sentinel.example.yaml", tmp_path / "sentinel.yaml")
     shutil.copytree(ROOT / "rules", tmp_path / "rules")
-    out = sentinel("check", "config", str(tmp_path / "sentinel.yaml"), env=secrets)
+    out = sentinel("check", "config", "--strict", str(tmp_path / "sentinel.yaml"), env=secrets)
     assert out.returncode == 0, out.stderr
     assert "SUCCESS" in out.stdout
     assert "s3cr3t-path" not in out.stdout + out.stderr
     assert "tok-9f8e7d" not in out.stdout + out.stderr
+
+
+ALERT_TYPOS = """\
+rule_files: [rules.yaml]
+targets:
+  - name: gemma
+    url: http://127.0.0.1:8000
+receivers:
+  - name: oncall
+    webhook: {url: "http://127.0.0.1:9/hook"}
+notify:
+  route:
+    receiver: oncall
+    routes:
+      - matchers: ['alertname="KVCacheHihg"']
+        receiver: oncall
+      - matchers: ['alertname=~"Nothing.*"']
+        receiver: oncall
+  inhibit_rules:
+    - source_matchers: ['alertname="targetdown"']
+      target_matchers: ['alertname!="TargetDown"']
+      equal: [target]
+remediation:
+  command_allowlist: [/bin/true]
+  policies:
+    - name: restart
+      alerts: [TargetDown, Watchdog, KVCacheHigh2]
+      steps:
+        - command: {argv: [/bin/true]}
+"""
+
+ALERT_RULES = """\
+groups:
+  - name: g
+    rules:
+      - {alert: KVCacheHigh, expr: vllm:kv_cache_usage_perc > 0.85}
+      - {alert: TargetDown, expr: up == 0}
+"""
+
+
+def test_check_config_strict_names_unknown_alerts_with_line_and_suggestion(tmp_path):
+    cfg = tmp_path / "sentinel.yaml"
+    cfg.write_text(ALERT_TYPOS)
+    (tmp_path / "rules.yaml").write_text(ALERT_RULES)
+    lenient = sentinel("check", "config", str(cfg))
+    assert lenient.returncode == 0, lenient.stderr
+    assert lenient.stderr.count("warning: ") == 4, lenient.stderr
+    strict = sentinel("check", "config", "--strict", str(cfg))
+    assert strict.returncode == 1
+    errors = strict.stderr.splitlines()
+    assert errors == [
+        f"error: {cfg}:12: notify.route.routes[0].matchers[0]: alert 'KVCacheHihg' is defined "
+        "by no loaded rule; did you mean 'KVCacheHigh'?",
+        f"error: {cfg}:14: notify.route.routes[1].matchers[0]: alert '=~Nothing.*' is defined "
+        "by no loaded rule",
+        f"error: {cfg}:17: notify.inhibit_rules[0].source_matchers[0]: alert 'targetdown' is "
+        "defined by no loaded rule; did you mean 'TargetDown'?",
+        f"error: {cfg}:24: remediation.policies[0].alerts[2]: alert 'KVCacheHigh2' is defined "
+        "by no loaded rule; did you mean 'KVCacheHigh'?",
+    ], strict.stderr
 
 
 def test_run_with_bad_config_exits_2_with_the_problem(tmp_path):
@@ -94,6 +162,7 @@ def test_db_upgrade_then_empty_incident_queries(tmp_path):
 
 def test_incidents_list_filters_and_errors(tmp_path):
     url = f"sqlite:///{tmp_path / 'x.db'}"
+    assert sentinel("db", "upgrade", "--database", url).returncode == 0
     ok = sentinel("incidents", "list", "--database", url, "--since", "1h", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout) == []
@@ -104,6 +173,41 @@ def test_incidents_list_filters_and_errors(tmp_path):
     bad_limit = sentinel("incidents", "list", "--database", url, "--limit", "0")
     assert bad_limit.returncode == 1 and "limit" in bad_limit.stderr
     assert "Traceback" not in bad_limit.stderr
+
+
+def test_read_only_commands_never_create_or_migrate(tmp_path):
+    # Run in the wrong folder: no ./sentinel.db appears, the error names the path.
+    out = sentinel("incidents", "list", cwd=tmp_path)
+    assert out.returncode == 1
+    assert f"no database at {tmp_path / 'sentinel.db'}" in out.stderr
+    assert "sentinel db upgrade" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+    # An older schema is reported, not migrated behind the operator's back.
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    assert sentinel("db", "upgrade", "--database", url).returncode == 0
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0001'")
+    old = sentinel("incidents", "list", "--database", url)
+    assert old.returncode == 1
+    assert "schema version 0001" in old.stderr and "sentinel db upgrade" in old.stderr
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0001",)
+
+
+def test_read_only_commands_need_no_receiver_secret(tmp_path):
+    db = tmp_path / "s.db"
+    assert sentinel("db", "upgrade", "--database", f"sqlite:///{db}").returncode == 0
+    cfg = tmp_path / "sentinel.yaml"
+    cfg.write_text(f"database: sqlite:///{db}\n"
+                   "targets: [{name: a, url: 'http://127.0.0.1:9'}]\n"
+                   "receivers:\n  - name: r\n    webhook: {url: '${HOOK_NOT_SET_HERE}'}\n")
+    env = {k: v for k, v in os.environ.items() if k != "HOOK_NOT_SET_HERE"}
+    for cmd in (["incidents", "list"], ["silence", "list"]):
+        out = subprocess.run([sys.executable, "-m", "sentinel", *cmd, "-c", str(cfg)],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 0, (cmd, out.stderr)
 
 
 def test_unreachable_database_is_one_line_without_the_password():

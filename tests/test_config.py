@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sentinel.config import (
     Config,
@@ -285,7 +286,7 @@ def test_many_errors_at_once_sorted_by_line(tmp_path: Path) -> None:
         f"{path}:7: targets[1].name: duplicate name 'a' (also targets[0])",
         f"{path}:9: targets[1].colour: unknown key (expected one of: name, url, metrics_path, "
         "scrape_interval, scrape_timeout, labels, logs, tpu, xla_cache_path, sample_limit, "
-                "label_limit)",
+        "label_limit, probe)",
         f"{path}:12: receivers[0].webhook.url: environment variable NOPE is not set",
         f"{path}:13: receivers[1]: receiver has no kind: add one of webhook, slack, pagerduty, "
             "alertmanager",
@@ -321,6 +322,37 @@ def test_summary_redacts_secrets(tmp_path: Path) -> None:
         assert secret not in repr(c)
     assert "url: https://hooks.example.invalid/<redacted>" in text
     assert "scrape_timeout: 4s" in text and "name: a" in text
+
+
+def test_summary_shows_every_section_with_its_secrets_redacted(tmp_path: Path) -> None:
+    (tmp_path / "model.key").write_text("sk-model-key-31337\n")
+    path = write(tmp_path, """
+        targets:
+          - name: a
+            url: "http://h:1"
+            logs: {files: [/var/log/vllm.log]}
+        diagnosis:
+          endpoints: [{name: m, url: "http://127.0.0.1:8001", api_key_file: model.key}]
+        receivers:
+          - name: r
+            webhook: {url: "http://127.0.0.1:9/hook", hmac_secret: hmac-s3cr3t-42}
+        notify: {watchdog: true, route: {receiver: r, repeat_interval: 1m}}
+        remediation:
+          policies:
+            - name: p
+              alerts: [X]
+              steps: [{docker_restart: {container: "vllm-{target}"}}]
+        """)
+    text = config_summary(load_config(path))
+    doc = yaml.safe_load(text)
+    for section in ("diagnosis", "notify", "remediation", "targets", "receivers"):
+        assert doc[section], section
+    assert doc["targets"][0]["logs"]["files"] == ["/var/log/vllm.log"]
+    assert doc["notify"]["route"]["repeat_interval"] == "1m"
+    assert doc["remediation"]["policies"][0]["alerts"] == ["X"]
+    assert doc["diagnosis"]["endpoints"][0]["api_key"] == "<redacted>"
+    for secret in ("sk-model-key-31337", "hmac-s3cr3t-42"):
+        assert secret not in text
 
 
 def test_diagnosis_endpoint_errors_name_the_key(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -189,3 +190,8 @@ def test_demo_opens_and_resolves_an_incident():
     assert "opened" in out.stdout and "resolved" in out.stdout
     assert "webhook received: status=firing" in out.stdout
     assert "webhook received: status=resolved" in out.stdout
+    # Beside the backlog, the stalled engine is caught in the same minute (issue 12).
+    assert "webhook received: status=firing alerts=[VLLMEngineStalled@demo-gemma-stall]" in (
+        out.stdout)
+    assert re.search(r"incidents #\d+ \(VLLMRequestsQueued\) and #\d+ \(VLLMEngineStalled\) "
+                     r"opened, paged, resolved", out.stdout), out.stdout

@@ -29,6 +29,18 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 CANARY = "hf_CanaryE2ECanaryE2ECanaryE2E42"
+# Issue 10: canaries no host list knows, recognised only by their shape.
+PATH_CANARY = "Cn4ryPathT0ken9Xq7Wm2Lk5Vb8"
+QUERY_CANARY = "Qc4n4ryQu3ryV4lu3Zp8Ty6Rd2"
+ENTROPY_CANARY = "e7Kq9Zt2Lm4Xw8Rv1Nb6Hc3Jd5"
+SHAPE_CANARIES = (PATH_CANARY, QUERY_CANARY, ENTROPY_CANARY)
+SHAPE_LINES = (
+    "(APIServer pid=1) WARNING notify failed: POST "
+    f"https://chat.selfhosted.example/api/v4/notify/{PATH_CANARY} 502",
+    "(APIServer pid=1) WARNING GET "
+    f"http://10.0.0.7:9000/upload?sig={QUERY_CANARY}&part=2 timed out",
+    f"(APIServer pid=1) INFO loaded credentials token={ENTROPY_CANARY} for the model hub",
+)
 
 
 def _config(folder: Path, target_url: str, model_url: str, hook_url: str, log: Path) -> Path:
@@ -60,7 +72,9 @@ def _db_text(db) -> str:
     meta = MetaData()
     meta.reflect(db.engine)
     with db.engine.connect() as conn:
-        return "\n".join(repr(row) for table in meta.sorted_tables
+        # tuple(row): a Row's own repr cuts long values ("... characters truncated ..."),
+        # which would hide a secret in a long excerpt from the check.
+        return "\n".join(repr(tuple(row)) for table in meta.sorted_tables
                          for row in conn.execute(select(table)))
 
 
@@ -70,7 +84,8 @@ def test_oom_incident_gets_a_model_runbook_and_no_secret_leaks(tmp_path, sink, c
     target, model = start_sim(), start_sim(max_model_len=4096)
     log_file = tmp_path / "vllm.log"
     log_file.write_text(CRASH_LOG[0] + "\n")
-    crash = [*CRASH_LOG[1:3], f"(APIServer pid=1) INFO HF_TOKEN={CANARY}", *CRASH_LOG[3:]]
+    crash = [*CRASH_LOG[1:3], f"(APIServer pid=1) INFO HF_TOKEN={CANARY}", *SHAPE_LINES,
+             *CRASH_LOG[3:]]
     cfg = _config(tmp_path, target.url, model.url, sink.url, log_file)
     app = App(load_config(cfg))
     app.start()
@@ -97,9 +112,15 @@ def test_oom_incident_gets_a_model_runbook_and_no_secret_leaks(tmp_path, sink, c
         target.stop()
         model.stop()
 
-    assert CANARY not in json.dumps(bodies)
-    assert CANARY not in _db_text(db)
-    assert CANARY not in caplog.text
+    prompts, stored = json.dumps(bodies), _db_text(db)
+    for canary in (CANARY, *SHAPE_CANARIES):
+        assert canary not in prompts
+        assert canary not in stored
+        assert canary not in caplog.text
+    # The lines themselves did reach the excerpt and the prompt, redacted.
+    for kept in ("https://chat.selfhosted.example/api/v4/notify/<redacted> 502",
+                 "upload?sig=<redacted>&part=2", "token=<redacted> for the model hub"):
+        assert kept in stored and kept in prompts
 
     # By hand: `sentinel diagnose` adds another runbook; `incidents show` prints it.
     model = start_sim(port=int(model.url.rsplit(":", 1)[1]))
@@ -113,4 +134,5 @@ def test_oom_incident_gets_a_model_runbook_and_no_secret_leaks(tmp_path, sink, c
     shown = capsys.readouterr().out
     assert "runbook from" in shown and "> Steps:" in shown
     assert len([d for d in runbooks(db, incident) if d["source"] == "model"]) == 2
-    assert CANARY not in shown
+    for canary in (CANARY, *SHAPE_CANARIES):
+        assert canary not in shown

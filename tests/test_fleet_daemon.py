@@ -80,7 +80,9 @@ def _config(folder: Path, url: str, targets: list[str], rule_files: list[str],
             evaluation_interval: str = "1s") -> Path:
     lines = [f"database: sqlite:///{folder / 'sentinel.db'}", "listen: 127.0.0.1:0",
              f"rule_files: [{', '.join(repr(f) for f in rule_files)}]",
-             f"evaluation_interval: {evaluation_interval}", "targets:"]
+             f"evaluation_interval: {evaluation_interval}",
+             "probe_interval: 0s",  # scrape series only (probes write their own via add)
+             "targets:"]
     lines += [f"  - {{url: '{url}', {t}}}" for t in targets]
     path = folder / "sentinel.yaml"
     path.write_text("\n".join(lines) + "\n")

@@ -59,7 +59,9 @@ def _config(folder: Path, ports: list[int], extra: list[str], rules: str, hook: 
     (folder / "rules.yaml").write_text(rules)
     lines = [f"database: sqlite:///{folder / 'sentinel.db'}", "listen: 127.0.0.1:0",
              "rule_files: [rules.yaml]", f"evaluation_interval: {int(EVAL_S)}s",
-             "scrape_interval: 5s", "scrape_timeout: 4s", "targets:"]
+             "scrape_interval: 5s", "scrape_timeout: 4s",
+             "probe_interval: 0s",  # the fleet helper speaks /metrics only
+             "targets:"]
     lines += extra
     lines += [f"  - {{name: f{i}, url: 'http://127.0.0.1:{p}'}}" for i, p in enumerate(ports)]
     if hook:

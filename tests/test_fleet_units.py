@@ -50,6 +50,18 @@ def test_needed_series_keeps_what_recording_rules_write():
     assert {"target:waiting:sum", "vllm:waiting"} <= f.names
 
 
+def test_needed_series_keeps_the_loaders_recording_rule_outputs(tmp_path):
+    from sentinel.rules.loader import load_rule_files
+
+    path = tmp_path / "r.yaml"
+    path.write_text("groups:\n  - name: g\n    rules:\n"
+                    "      - record: job:waiting:sum\n"
+                    "        expr: sum(vllm:num_requests_waiting)\n"
+                    "      - alert: A\n        expr: job:waiting:sum > 5\n")
+    f = needed_series(load_rule_files([str(path)]))
+    assert {"job:waiting:sum", "vllm:num_requests_waiting"} <= f.names
+
+
 def test_scrape_offsets_spread_targets_over_the_interval():
     offsets = {offset_ms(f"vllm-{i}", 5_000) for i in range(1_000)}
     assert len(offsets) > 800 and min(offsets) < 100 and max(offsets) > 4_900

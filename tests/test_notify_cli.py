@@ -11,6 +11,7 @@ from sentinel.incidents.db import Database
 
 
 def test_add_list_expire(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Database(db_url).upgrade()  # the CLI only reads and writes; `db upgrade` creates
     base = ["--database", db_url]
     assert main(["silence", "add", *base, 'target="gemma-26b"', "alertname=~KV.*", "-d", "2h",
                  "-a", "alice", "-C", "node maintenance"]) == 0
@@ -31,6 +32,7 @@ def test_add_list_expire(db_url: str, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_bad_matcher_is_a_clear_error(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    Database(db_url).upgrade()
     assert main(["silence", "add", "--database", db_url, "target~x", "-C", "c"]) == 1
     assert "not a matcher" in capsys.readouterr().err
     assert main(["silence", "add", "--database", db_url, "a=~(", "-C", "c"]) == 1

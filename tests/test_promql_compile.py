@@ -48,13 +48,12 @@ def test_set_operators_and_bool_modifier() -> None:
     ("text", "needle"),
     [
         ("predict_linear_x(x[5m])", None),  # unknown to the parser
-        ("holt_winters(x[5m], 0.5, 0.5)", None),
-        ("rate(x[5m]) + sin(y)", "sin("),
-        ("max_over_time(x[10m:1m])", "[10m:1m]"),
-        ("sum(x @ 100)", "@"),
-        ("x @ start()", "@"),
-        ("  mad_over_time(x[5m])", "mad_over_time("),
-        ("x atan2 y", "atan2"),
+        ("  mad_over_time(x[5m])", "mad_over_time("),  # Prometheus 3 only
+        ("sum(limitk(2, x))", "limitk"),
+        ("limit_ratio(0.5, x)", "limit_ratio"),
+        ("sort_by_label(x, \"a\")", "sort_by_label("),
+        ('{"my.metric"} > 0', '"my.metric"'),  # Prometheus 3 UTF-8 names
+        ('up{a="1", "b.c"="2"}', '"b.c"'),
     ],
 )
 def test_unsupported_constructs_are_rejected_with_position(text: str, needle: str | None) -> None:
@@ -63,6 +62,20 @@ def test_unsupported_constructs_are_rejected_with_position(text: str, needle: st
     if needle is not None:
         assert info.value.position == text.index(needle)
         assert "not supported" in info.value.message
+
+
+def test_subqueries_at_and_holt_winters_compile() -> None:
+    sub = compile_expr("max_over_time(x[10m:1m] offset 2m @ 100)")
+    assert isinstance(sub, n.Call)
+    arg = sub.args[0]
+    assert isinstance(arg, n.Subquery)
+    assert (arg.range_ms, arg.step_ms, arg.offset_ms, arg.at) == (600_000, 60_000, 120_000, 100_000)
+    sel = compile_expr("x @ start()")
+    assert isinstance(sel, n.VectorSelector) and sel.at == n.AT_QUERY
+    # holt_winters (Prometheus 2) and double_exponential_smoothing (3) are one function.
+    old = compile_expr('holt_winters(x{a="holt_winters("}[5m], 0.5, 0.5)')
+    new = compile_expr('double_exponential_smoothing(x{a="holt_winters("}[5m], 0.5, 0.5)')
+    assert old == new
 
 
 def test_unknown_function_position_points_at_the_name() -> None:

@@ -118,7 +118,7 @@ def test_execution_errors_become_text_like_prometheus() -> None:
         ('{{ "abc }}', "template: __alert_A:1: unterminated quoted string"),
         ("{{ .Labels..x }}", "template: __alert_A:1: unexpected <.> in operand"),
         ("{{ $foo }}", 'template: __alert_A:1: undefined variable "$foo"'),
-        ('{{ query "up" }}', 'function "query" is not supported by Sentinel'),
+        ('{{ slice "up" 1 }}', 'function "slice" is not supported by Sentinel'),
         ("{{ 1 | 2 }}", "non executable command in pipeline stage 2"),
     ],
 )

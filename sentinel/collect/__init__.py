@@ -1,1 +1,1 @@
-"""Collect: sources that turn observations into samples (scrape, later probe, logs, tpu)."""
+"""Collect: sources that turn observations into samples (scrape, probe, logs, tpu)."""

@@ -20,6 +20,7 @@ exemplar after ` # `). Malformed lines and duplicate series raise
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,16 +32,34 @@ _METRIC_TYPES = frozenset(
      # OpenMetrics types, tolerated when a server answers in that format.
      "unknown", "info", "stateset", "gaugehistogram"}
 )
-_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
-_QUOTED = r'"(?:[^"\\]|\\.)*"'
-_PAIR = rf"[ \t]*{_LABEL_NAME}[ \t]*=[ \t]*{_QUOTED}[ \t]*"
-_SERIES_RE = re.compile(rf"({_NAME})(?:\{{((?:{_PAIR}(?:,{_PAIR})*,?)?[ \t]*)\}})?")
-_PAIR_RE = re.compile(rf"[ \t]*({_LABEL_NAME})[ \t]*=[ \t]*\"((?:[^\"\\]|\\.)*)\"")
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
+_LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*+"
+# Every quantifier below is possessive (`*+`, `++`, `?+`) and every optional
+# group atomic: once a run of spaces, a name or a quoted value is consumed it
+# is never given back, so a match or a failure costs one pass over the line.
+# The old greedy patterns backtracked through trailing whitespace on a failed
+# match: `a{b="c"` followed by n spaces cost O(n^2) (issue 10).
+_QUOTED = r'"(?:[^"\\]++|\\.)*+"'
+_PAIR = rf"[ \t]*+{_LABEL_NAME}[ \t]*+=[ \t]*+{_QUOTED}[ \t]*+"
+# Prometheus's lexer allows blanks between the name and `{`.
+_SERIES_RE = re.compile(
+    rf"({_NAME})(?:[ \t]*+\{{((?:{_PAIR}(?:,{_PAIR})*+,?+)?+[ \t]*+)\}})?+")
+_PAIR_RE = re.compile(rf"[ \t]*+({_LABEL_NAME})[ \t]*+=[ \t]*+\"((?:[^\"\\]++|\\.)*+)\"")
 # After the series: value, optional timestamp, optional exemplar (` # {...} v [ts]`).
-_REST_RE = re.compile(r"[ \t]+(\S+)(?:[ \t]+([^\s#]\S*))?(?:[ \t]+#.*)?[ \t\r]*")
-_COMMENT_RE = re.compile(rf"#[ \t]+(HELP|TYPE|UNIT)[ \t]+({_NAME})(?:[ \t]+(.*))?")
+_REST_RE = re.compile(
+    r"[ \t]++([^ \t\r]++)(?:[ \t]++([^ \t\r#][^ \t\r]*+))?+(?:[ \t]++#.*+)?+[ \t\r]*+")
+_COMMENT_RE = re.compile(rf"#[ \t]++(HELP|TYPE|UNIT)[ \t]++({_NAME})(?:[ \t]++(.*+))?+")
 _ESCAPE_RE = re.compile(r"\\(.)")
+# A sample value as Prometheus reads it: Go's strconv.ParseFloat after
+# rejecting "p", "P" and "_" (textparse's parseFloat). So decimal digits only
+# (no `1_000`, no Unicode digits, no hex float: Go needs a `p` exponent for
+# those), "Inf"/"Infinity" in any case with an optional sign, "NaN" in any
+# case without one; and a finite literal out of float64's range is an error
+# (ParseFloat's ErrRange), not +Inf.
+_FLOAT_RE = re.compile(
+    r"[+-]?+(?:(?:[0-9]++\.?+[0-9]*+|\.[0-9]++)(?:[eE][+-]?+[0-9]++)?+"
+    r"|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?+)|[nN][aA][nN]")
+_INT64_MAX = 2**63 - 1
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 _EXCERPT = 80
 
@@ -131,7 +150,7 @@ def _check_comment(line: str) -> None:
         raise _EndOfPage
     m = _COMMENT_RE.fullmatch(line.rstrip("\r"))
     if m is None:
-        if re.match(r"#[ \t]+(HELP|TYPE|UNIT)\b", line):
+        if re.match(r"#[ \t]++(HELP|TYPE|UNIT)\b", line):
             raise _LineError(f"malformed {line.split()[1]} line")
         return  # any other comment is allowed and ignored
     if m.group(1) == "TYPE" and (m.group(3) or "").strip() not in _METRIC_TYPES:
@@ -163,19 +182,29 @@ def _unescape(m: re.Match[str]) -> str:
 
 
 def _value(token: str) -> float:
-    try:
-        return float(token)
-    except ValueError:
-        raise _LineError(f"invalid value {token!r}") from None
+    """A sample value, accepted exactly when Prometheus's text parser accepts it."""
+    if _FLOAT_RE.fullmatch(token) is None:
+        raise _LineError(f"invalid value {token!r}")
+    value = float(token)
+    if math.isinf(value) and token[-1] in "0123456789.":
+        raise _LineError(f"value out of range {token!r}")
+    return value
 
 
 def _timestamp(token: str, openmetrics: bool) -> int:
-    try:
-        if openmetrics:
-            return round(float(token) * 1000)
-        return int(token)
-    except ValueError:
-        raise _LineError(f"invalid timestamp {token!r}") from None
+    """Milliseconds: ASCII digits within int64 (Prometheus's lexer has no sign),
+    or for OpenMetrics a finite float of seconds."""
+    if openmetrics:
+        try:
+            seconds = _value(token)
+        except _LineError:
+            seconds = math.nan
+        if not math.isfinite(seconds):
+            raise _LineError(f"invalid timestamp {token!r}")
+        return round(seconds * 1000)
+    if not (token.isascii() and token.isdigit()) or int(token) > _INT64_MAX:
+        raise _LineError(f"invalid timestamp {token!r}")
+    return int(token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,10 +273,16 @@ class SeriesCache:
             slot = get(head)
             if slot is not None:
                 try:
-                    add_value(float(tok))
+                    value = float(tok)
                 except ValueError:
-                    pass  # e.g. `1\t2`: let the full parser decide
-                else:
+                    value = math.nan  # e.g. `1\t2`: let the full parser decide
+                # float() is laxer than Prometheus (`1_000`, Unicode digits,
+                # surrounding blanks, `-nan`, `1e999` as inf): a finite value
+                # from a plain ASCII token is taken as is, anything else goes
+                # through the exact check of the full parser.
+                if (value - value == 0.0 and tok.isascii() and "_" not in tok
+                        and " " < tok[0] and " " < tok[-1]):
+                    add_value(value)
                     add_slot(slot)
                     continue
             self._slow(line, lines, slots, values, stamps)

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -22,9 +23,11 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.config import Config
 from sentinel.daemon import systemd
 from sentinel.daemon.http import StatusServer
+from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
+from sentinel.daemon.probejobs import ProbeJobs
 from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.sourcejobs import SourceJobs
@@ -73,9 +76,12 @@ class App:
         self.pipeline: Pipeline | None = None
         self.engine: Engine | None = None
         self.sources: SourceJobs | None = None
+        self.probes: ProbeJobs | None = None
+        self.metric_check: MetricCheckJob | None = None
         self.diagnosis: DiagnosisWorker | None = None
         self.status: StatusServer | None = None
         self.notifier: Notifier | None = None
+        self.discovered: Any = None  # sentinel.daemon.discovery.DiscoveredTargets
         self._scheduler: BackgroundScheduler | None = None
         # The one event loop for network I/O: scrapes now; other async sources submit here.
         self.io: IOLoop | None = None
@@ -100,9 +106,9 @@ class App:
         self.io = IOLoop().start()
         store = MemoryStore(retention_ms=self._retention_ms(groups))
         store.set_filter(self._series_filter(groups))
-        self.engine = Engine(store)
+        self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms)
         rules = RuleManager(groups, self.engine, default_interval_ms=cfg.evaluation_interval_ms,
-                            external_url=cfg.external_url)
+                            external_url=cfg.external_url, store=store)
         rules.restore(tracker.load_alert_states())
         self._groups = groups
         self.pipeline = Pipeline(
@@ -113,6 +119,10 @@ class App:
             self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
         self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
+        self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms)
+        self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
+                                           self.metrics.registry, cfg.evaluation_interval_ms,
+                                           self._now_ms)
         host, port = _split_listen(cfg.listen)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready)
         self.status.start()
@@ -122,6 +132,7 @@ class App:
         self._scheduler.start()
         self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)
         self.scrape_jobs.start((self._scrape_target(t) for t in cfg.targets), self._now_ms())
+        self._start_discovery()
         self.notifier.start()
         self._not_ready = None
         systemd.notify("READY=1")
@@ -134,6 +145,8 @@ class App:
         """Stop scheduling, let running jobs finish (bounded), close the status server."""
         systemd.notify("STOPPING=1")
         self._not_ready = "stopping"
+        if self.discovered is not None:
+            self.discovered.stop(timeout_s)
         # Scrapes first: stop scheduling them, then cancel those in flight and
         # close their connections on the loop, so none of them hits a closed client.
         if self.scrape_jobs is not None:
@@ -164,6 +177,8 @@ class App:
                 self.pipeline.remediator.stop(timeout_s)
         if self.sources is not None:
             self.sources.close()
+        if self.probes is not None:
+            self.probes.close()
         if self.diagnosis is not None:
             self.diagnosis.close()
         log.info("sentinel stopped")
@@ -208,13 +223,54 @@ class App:
                               self.clock)
         self.pipeline.remediator = Remediator(engine).start()
 
+    # -- discovered targets (kubernetes_sd) --------------------------------
+
+    def _start_discovery(self) -> None:
+        """Targets from the Kubernetes API: scrape jobs follow the pods as they come and go."""
+        if not self.config.kubernetes_sd:
+            return
+        from sentinel.daemon.discovery import DiscoveredTargets
+
+        self.discovered = DiscoveredTargets(self.config, self._add_target, self._remove_target,
+                                            self.metrics.registry).start()
+
+    def _add_target(self, target: Any) -> None:  # config.TargetConfig
+        """Schedule (or reschedule) a discovered target's scrape; tell remediation its address."""
+        from sentinel.respond.remediate.base import TargetInfo
+
+        assert self.scrape_jobs is not None and self.pipeline is not None
+        st = self._scrape_target(target)
+        # On the I/O loop like the static targets (APScheduler's add_job is thread-safe).
+        self.scrape_jobs.add("scrape", st.name, self._scrape_job, st.interval_ms,
+                             self._now_ms(), st)
+        self.missed.track([st.name], ())
+        if self.pipeline.remediator is not None:
+            engine = self.pipeline.remediator.engine  # copy-on-write: readers see a whole map
+            engine.targets = {**engine.targets, target.name: TargetInfo(
+                target.name, target.url, target.xla_cache_path, labels=dict(target.labels))}
+
+    def _remove_target(self, name: str) -> None:
+        """Stop scraping a target that went away; its series end with staleness markers."""
+        from apscheduler.jobstores.base import JobLookupError
+
+        assert self.scrape_jobs is not None and self.pipeline is not None
+        try:
+            self.scrape_jobs.scheduler.remove_job(f"scrape:{name}")
+        except JobLookupError:
+            pass
+        self.pipeline.scraper.forget(name, self._now_ms())
+        if self.pipeline.remediator is not None:
+            engine = self.pipeline.remediator.engine
+            engine.targets = {k: v for k, v in engine.targets.items() if k != name}
+
     # -- scheduling --------------------------------------------------------
 
     def _schedule(self) -> BackgroundScheduler:
         assert self.sources is not None
         # Scrapes run on the I/O loop (ScrapeJobs), not here: this pool is for
         # rule groups and the blocking sources, so evaluation never queues behind scrapes.
-        workers = min(32, len(self._groups) + self.sources.count() + 5)
+        probes = self.probes.count() if self.probes is not None else 0
+        workers = min(64, len(self._groups) + self.sources.count() + probes + 5)
         sched = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=workers)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
@@ -228,6 +284,10 @@ class App:
         self._schedule_rule_groups(sched, warmup_ms)
         assert self.sources is not None
         self.sources.schedule(sched, self._guard, _now_dt())
+        if self.probes is not None:
+            self.probes.schedule(sched, self._guard, _now_dt())
+        if self.metric_check is not None:
+            self.metric_check.schedule(sched, self._guard, _now_dt())
         if self.diagnosis is not None:
             sched.add_job(self._guard("diagnose", self._diagnose_job), "interval",
                           seconds=self.diagnosis.settings.interval_ms / 1000, id="diagnose",

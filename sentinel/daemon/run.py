@@ -9,30 +9,37 @@ import threading
 
 from sentinel.config import Config
 from sentinel.daemon.app import App
-from sentinel.secrets import Redactor, hide_http_client_urls, install_redaction
+from sentinel.logformat import JsonFormatter, TextFormatter
+from sentinel.secretpatterns import PromptRedactor
+from sentinel.secrets import hide_http_client_urls, install_redaction
 
 log = logging.getLogger("sentinel")
 
 STOP_TIMEOUT_S = 5.0
 
 
-def setup_logging(level: str, config: Config) -> None:
-    """Log to stderr (journald and `docker logs` pick it up) with every known secret redacted."""
+def setup_logging(level: str, config: Config, fmt: str = "text") -> None:
+    """Log to stderr (journald and `docker logs` pick it up) with every known secret redacted.
+
+    `fmt` is "text" (for people) or "json" (one object a line, for log pipelines).
+    """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    install_redaction(Redactor(config.secrets()))
+    # Shapes too: a crash line quoted in a log message carries other people's tokens.
+    redaction = install_redaction(PromptRedactor(config.secrets()))
+    handler.setFormatter(JsonFormatter(redaction) if fmt == "json" else TextFormatter())
     hide_http_client_urls()
     root.setLevel(level.upper())
-    # APScheduler logs every job run at INFO: far too chatty for a daemon's log.
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # APScheduler logs every job run at INFO, Alembic every migration step it checks:
+    # far too chatty for a daemon's log.
+    for chatty in ("apscheduler", "httpx", "alembic"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
-def run_daemon(config: Config, log_level: str = "INFO") -> int:
+def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:
     """Start the App and block until SIGTERM or SIGINT; returns the exit code."""
-    setup_logging(log_level, config)
+    setup_logging(log_level, config, log_format)
     app = App(config)
     try:
         app.start()

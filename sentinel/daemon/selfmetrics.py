@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+from sentinel.buildinfo import build_info
 
 
 class SelfMetrics:
@@ -11,6 +20,13 @@ class SelfMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # process_* (CPU, RSS, open fds, start time) and python_info, as every exporter has.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        info = build_info()
+        Gauge("sentinel_build_info", "Always 1; the labels say which build is running.",
+              ["version", "commit", "python"], registry=r,
+              ).labels(info["version"], info["commit"], info["python"]).set(1)
         self.scrapes = Counter(
             "sentinel_scrapes_total", "Scrapes by target and outcome.", ["target", "outcome"],
             registry=r,

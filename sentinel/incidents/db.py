@@ -13,6 +13,7 @@ errors are re-raised as `DatabaseError` with the password scrubbed.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,7 +53,7 @@ def find_migrations_dir() -> Path:
     """Where the Alembic scripts live: $SENTINEL_MIGRATIONS_DIR, else the bundled migrations/.
 
     The bundled folder is found by `sentinel.paths.bundled_dir` ($SENTINEL_HOME,
-    beside the package source, or the working directory).
+    the copy inside an installed wheel, or the checkout).
     """
     env = os.environ.get(MIGRATIONS_ENV)
     if env:
@@ -67,6 +68,47 @@ def find_migrations_dir() -> Path:
     if not (path / "env.py").is_file():
         raise DatabaseError(f"{path} has no env.py; set {MIGRATIONS_ENV}")
     return path
+
+
+def head_revision(migrations: Path | None = None) -> str:
+    """The newest migration's revision id, read from the scripts without importing Alembic.
+
+    The head is the one revision no other script names as its `down_revision`.
+    """
+    folder = (migrations or find_migrations_dir()) / "versions"
+    revisions, parents = set(), set()
+    for script in folder.glob("*.py"):
+        body = script.read_text(encoding="utf-8")
+        rev = re.search(r'^revision(?:: str)? = ["\']([^"\']+)', body, re.M)
+        down = re.search(r'^down_revision(?:: [^=]+)? = ["\']([^"\']+)', body, re.M)
+        if rev:
+            revisions.add(rev.group(1))
+        if down:
+            parents.add(down.group(1))
+    heads = revisions - parents
+    if len(heads) != 1:
+        raise DatabaseError(f"{folder}: expected one head revision, found {sorted(heads)}")
+    return heads.pop()
+
+
+def open_existing(url: str | URL) -> Database:
+    """The database at `url`, which must exist with the current schema; nothing is created.
+
+    For commands that read history or act on it: a wrong path or an old schema is
+    an error that says what to do, never a fresh empty database.
+    """
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        name = parsed.database or ""
+        if name not in ("", ":memory:") and not name.startswith("file:"):
+            path = Path(name).resolve()
+            if not path.is_file():
+                raise DatabaseError(
+                    f"no database at {path} (from {parsed.render_as_string()}): give "
+                    "--database or -c CONFIG, or create it with `sentinel db upgrade`")
+    db = Database(parsed)
+    db.require_current_schema()
+    return db
 
 
 class Database:
@@ -101,6 +143,19 @@ class Database:
         """Connect and run `SELECT 1`, raising `DatabaseError` when that fails."""
         with self._translate_errors(), self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+    def require_current_schema(self) -> None:
+        """Raise DatabaseError unless the schema is at the head migration (without migrating)."""
+        with self._translate_errors(), self.engine.connect() as conn:
+            try:
+                current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            except exc.DatabaseError:
+                current = None
+        head = head_revision()
+        if current != head:
+            found = f"schema version {current}" if current else "no Sentinel schema"
+            raise DatabaseError(f"database {self.safe_url} has {found}, this Sentinel needs "
+                                f"{head}: run `sentinel db upgrade`")
 
     def upgrade(self, revision: str = "head") -> None:
         """Run `alembic upgrade <revision>` with the scripts from `find_migrations_dir()`."""

@@ -11,28 +11,32 @@ Supported subset:
 | family          | supported                                                       |
 |-----------------|-----------------------------------------------------------------|
 | selectors       | `m{l="v"}`, `!=`, `=~`, `!~` (`__name__` too), `[5m]` ranges,   |
-|                 | `offset` (negative too); 5m lookback; staleness markers         |
+|                 | `offset` (negative too), `@ t`, `@ start()`, `@ end()`;         |
+|                 | 5m lookback; staleness markers                                  |
+| subqueries      | `e[10m:1m]`, `e[10m:]`, with offset and `@`; aligned steps      |
 | literals        | numbers (`1`, `1e3`, `Inf`, `NaN`), strings as arguments;       |
 |                 | parentheses; unary `-`                                          |
-| arithmetic      | `+ - * / % ^`: scalar/scalar, vector/scalar, vector/vector      |
+| arithmetic      | `+ - * / % ^ atan2`: scalar/scalar, vector/scalar, vector/vector|
 | comparison      | `== != > < >= <=`, filtering or with `bool`                     |
 | vector matching | one-to-one, `on`, `ignoring`, `group_left`, `group_right`       |
 | set operators   | `and`, `or`, `unless` (with `on`/`ignoring`)                    |
 | aggregations    | `sum avg min max count group stddev stdvar topk bottomk`        |
 |                 | `quantile count_values`, with `by` / `without`                  |
 | counters        | `rate irate increase resets`                                    |
-| gauges          | `delta idelta changes deriv predict_linear`                     |
+| gauges          | `delta idelta changes deriv predict_linear holt_winters`        |
+|                 | (= `double_exponential_smoothing`)                              |
 | over time       | `avg_ min_ max_ sum_ count_ last_ present_ quantile_`           |
 |                 | `stddev_ stdvar_over_time`                                      |
 | histograms      | `histogram_quantile` over classic `le` buckets                  |
 | absence         | `absent`, `absent_over_time`                                    |
 | math            | `abs ceil floor round clamp clamp_min clamp_max exp sqrt ln`    |
-|                 | `log2 log10 sgn`                                                |
+|                 | `log2 log10 sgn`; trigonometry (Go's algorithms) `deg rad pi`   |
+| dates           | `day_of_month day_of_week day_of_year days_in_month hour minute`|
+|                 | `month year`                                                    |
 | labels          | `label_replace`, `label_join`                                   |
 | other           | `time timestamp vector scalar sort sort_desc`                   |
-| NOT supported   | subqueries `x[5m:1m]`, `@`, `atan2`, native histograms, other   |
-|                 | functions (`holt_winters`, trigonometry, dates, ...): rejected  |
-|                 | when compiled, with the position of the construct               |
+| NOT supported   | native histograms, `limitk`, `limit_ratio`, functions newer     |
+|                 | than 2.42: rejected when compiled, with the construct's position|
 """
 
 from sentinel.promql.compile import compile_expr

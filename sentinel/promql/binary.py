@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, format_labels
@@ -17,7 +18,11 @@ ARITHMETIC: dict[str, Callable[[float, float], float]] = {
     "/": f.div,
     "%": f.mod,
     "^": f.power,
+    "atan2": math.atan2,
 }
+# Operators whose result drops the metric name (Prometheus's shouldDropMetricName:
+# atan2 is arithmetic but keeps the name, as in 2.42).
+DROPS_NAME = frozenset({"+", "-", "*", "/", "%", "^"})
 COMPARISON: dict[str, Callable[[float, float], bool]] = {
     "==": lambda a, b: a == b,
     "!=": lambda a, b: a != b,
@@ -55,7 +60,7 @@ def vector_scalar(
         if return_bool:
             value, keep = (1.0 if keep else 0.0), True
         if keep:
-            labels = drop_name(s.labels) if arithmetic or return_bool else s.labels
+            labels = drop_name(s.labels) if op in DROPS_NAME or return_bool else s.labels
             out.append(InstantSample(labels, value))
     return out
 
@@ -150,7 +155,7 @@ def _check_unique(
 
 def _result_labels(lhs: Labels, rhs: Labels, op: str, matching: Matching) -> Labels:
     out = dict(lhs)
-    if op in ARITHMETIC:
+    if op in DROPS_NAME:
         out.pop(METRIC_NAME, None)
     if matching.card == "one-to-one":
         if matching.on:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -9,6 +10,7 @@ from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql import functions as fn
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.mathfuncs import DATE, date_value
 from sentinel.promql.rangefuncs import RANGE_FUNCTIONS, Window
 
 
@@ -46,6 +48,14 @@ class Evaluator(Protocol):
         """The series of a range selector."""
         ...
 
+    def subquery(self, e: n.Subquery) -> list[RangeSeries]:
+        """The series of a subquery."""
+        ...
+
+    def base_ms(self, at: n.At) -> int:
+        """The time a selector or subquery reads at, before its offset."""
+        ...
+
 
 def check_unique(vec: Vector) -> Vector:
     """Prometheus refuses a vector in which two samples have the same labels."""
@@ -79,13 +89,20 @@ def evaluate_call(ev: Evaluator, e: n.Call) -> float | Vector:
     if name in RANGE_FUNCTIONS:
         return check_unique(_range_call(ev, e))
     if name == "absent_over_time":
-        matrix = ev.matrix(_matrix_arg(e))
+        matrix = _range_arg(ev, _matrix_arg(e))
         return [] if matrix else [InstantSample(absent_labels(e.args[0]), 1.0)]
     if name == "absent":
         vec = ev.vector(e.args[0])
         return [] if vec else [InstantSample(absent_labels(e.args[0]), 1.0)]
     if name == "time":
         return ev.at_ms / 1000
+    if name == "pi":
+        return math.pi
+    if name in DATE:
+        if not e.args:
+            return [InstantSample((), date_value(name, ev.at_ms // 1000))]
+        return check_unique([InstantSample(fn.drop_name(s.labels), date_value(name, s.value))
+                             for s in ev.vector(e.args[0])])
     if name == "scalar":
         vec = ev.vector(e.args[0])
         return vec[0].value if len(vec) == 1 else fn.f.NAN
@@ -96,22 +113,30 @@ def evaluate_call(ev: Evaluator, e: n.Call) -> float | Vector:
     return check_unique(_instant_call(ev, e))
 
 
-def _matrix_arg(e: n.Call) -> n.MatrixSelector:
+def _matrix_arg(e: n.Call) -> n.MatrixSelector | n.Subquery:
     for arg in e.args:
         inner = n.unwrap_parens(arg)
-        if isinstance(inner, n.MatrixSelector):
+        if isinstance(inner, n.MatrixSelector | n.Subquery):
             return inner
     raise PromQLError(f"{e.func}() needs a range vector selector")
+
+
+def _range_arg(ev: Evaluator, arg: n.MatrixSelector | n.Subquery) -> list[RangeSeries]:
+    return ev.matrix(arg) if isinstance(arg, n.MatrixSelector) else ev.subquery(arg)
 
 
 def _range_call(ev: Evaluator, e: n.Call) -> Vector:
     sel = _matrix_arg(e)
     scalars = tuple(ev.scalar(a) for a in e.args if n.value_type(a) == n.SCALAR)
-    window = Window(ev.at_ms, sel.range_ms, sel.selector.offset_ms, scalars)
+    if isinstance(sel, n.MatrixSelector):
+        at, offset = sel.selector.at, sel.selector.offset_ms
+    else:
+        at, offset = sel.at, sel.offset_ms
+    window = Window(ev.base_ms(at), sel.range_ms, offset, scalars)
     func = RANGE_FUNCTIONS[e.func]
     keep_name = e.func == "last_over_time"
     out = []
-    for s in ev.matrix(sel):
+    for s in _range_arg(ev, sel):
         value = func(s.ts, s.vs, window)
         if value is not None:
             out.append(InstantSample(s.labels if keep_name else fn.drop_name(s.labels), value))

@@ -31,6 +31,11 @@ SUPPORTED_FUNCTIONS = frozenset(
         "exp", "sqrt", "ln", "log2", "log10", "sgn",
         "time", "timestamp", "vector", "scalar", "label_replace", "label_join",
         "sort", "sort_desc", "deriv", "predict_linear",
+        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+        "asinh", "acosh", "atanh", "deg", "rad", "pi",
+        "day_of_month", "day_of_week", "day_of_year", "days_in_month",
+        "hour", "minute", "month", "year",
+        "double_exponential_smoothing",
     }
 )  # fmt: skip
 
@@ -64,17 +69,62 @@ def compile_expr(text: str) -> n.Expr:
     return _compile_cached(text)
 
 
+# Prometheus 2.x's name for double_exponential_smoothing (renamed in 3.0); the
+# parser knows only the new name, so the old one is renamed before parsing.
+_HOLT_WINTERS = re.compile(r"\bholt_winters(\s*\()")
+
+
+def _rename_holt_winters(text: str) -> str:
+    masked = _masked(text)
+    out, last = [], 0
+    for m in _HOLT_WINTERS.finditer(masked):
+        out += [text[last:m.start()], "double_exponential_smoothing", m.group(1)]
+        last = m.end()
+    return "".join(out) + text[last:]
+
+
 @lru_cache(maxsize=1024)
 def _compile_cached(text: str) -> n.Expr:
     try:
-        parsed = pp.parse(text)
+        parsed = pp.parse(_rename_holt_winters(text) if "holt_winters" in text else text)
     except ValueError as exc:
         raise PromQLError(f"parse error: {exc}", _parse_error_position(text, str(exc))) from None
+    quoted = _quoted_name(text)
+    if quoted is not None:
+        # Prometheus 3 allows `{"my.metric", "a.b"="x"}`; 2.x, the reference, does not.
+        raise PromQLError("a quoted (UTF-8) metric or label name (Prometheus 3) is not "
+                          "supported by Sentinel's engine", quoted)
     expr = _Compiler(text).convert(parsed)
     kind = n.value_type(expr)
     if kind not in (n.VECTOR, n.SCALAR):
         raise PromQLError(f"expression must return an instant vector or a scalar, not a {kind}", 0)
     return expr
+
+
+def _quoted_name(text: str) -> int | None:
+    """Offset of a string used as a name inside `{...}` (Prometheus 3 syntax), if any.
+
+    In 2.x a string inside braces only follows a matcher operator; one right
+    after `{` or `,` is a quoted name.
+    """
+    depth, prev, i = 0, "", 0
+    while i < len(text):
+        c = text[i]
+        lit = _STRING_LITERAL.match(text, i) if c in "\"'`#" else None
+        if lit is not None:
+            if depth and prev in ("{", ",") and c != "#":
+                return i
+            i = lit.end()
+            prev = "s"
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth = max(0, depth - 1)
+        if not c.isspace():
+            prev = c
+        i += 1
+    return None
 
 
 def _masked(text: str) -> str:
@@ -128,12 +178,20 @@ class _Compiler:
         if isinstance(e, pp.BinaryExpr):
             return self.binary(e)
         if isinstance(e, pp.SubqueryExpr):
-            raise self.reject("a subquery", r"\[[^\[\]]*:[^\[\]]*\]")
+            return n.Subquery(self.convert(e.expr), _ms(e.range), _ms(e.step), _ms(e.offset),
+                              self.at(e.at))
         raise PromQLError(f"unsupported expression {type(e).__name__}", None)
 
+    @staticmethod
+    def at(at: object) -> n.At:
+        if at is None:
+            return None
+        if _enum_name(at.type) in ("Start", "End"):  # type: ignore[attr-defined]
+            return n.AT_QUERY
+        when = at.at  # type: ignore[attr-defined]
+        return round(when.timestamp() * 1000)
+
     def selector(self, e: pp.VectorSelector) -> n.VectorSelector:
-        if e.at is not None:
-            raise self.reject("the @ modifier", r"@")
         if e.matchers.or_matchers:
             raise self.reject("`or` inside a label selector", r"\{[^}]*?\bor\b")
         matchers = []
@@ -146,7 +204,7 @@ class _Compiler:
                 position = _find(self.text, re.escape(m.value))
                 message = f"invalid regular expression {m.value!r}: {exc}"
                 raise PromQLError(message, position) from None
-        return n.VectorSelector(tuple(matchers), _ms(e.offset))
+        return n.VectorSelector(tuple(matchers), _ms(e.offset), self.at(e.at))
 
     def call(self, e: pp.Call) -> n.Call:
         name = e.func.name
@@ -158,6 +216,8 @@ class _Compiler:
     def aggregate(self, e: pp.AggregateExpr) -> n.Aggregate:
         op = str(e.op)
         if op not in SUPPORTED_AGGREGATIONS:
+            # limitk/limit_ratio (Prometheus 3) pick series by a hash of their labels
+            # that promtool 2.42 cannot check: rejected rather than approximated.
             raise self.reject(f"aggregation {op}", rf"\b{re.escape(op)}\b")
         grouping: tuple[str, ...] = ()
         without = False
@@ -169,8 +229,6 @@ class _Compiler:
 
     def binary(self, e: pp.BinaryExpr) -> n.Binary:
         op = str(e.op)
-        if op == "atan2":
-            raise self.reject("the atan2 operator", r"\batan2\b")
         mod = e.modifier
         if mod is None:
             card = "many-to-many" if op in ("and", "or", "unless") else "one-to-one"

@@ -7,8 +7,15 @@ Semantics are Prometheus 2.42's for an instant query at `at_ms`:
   marker the series is absent;
 - a range selector takes the samples in the closed window
   [t - offset - range, t - offset], staleness markers skipped;
-- series come out sorted by label set, as Prometheus's storage returns
-  them, so floating-point sums run in the same order.
+- series come out in the order the store created them, as Prometheus's
+  head block returns them (postings are ordered by series reference), so
+  floating-point sums, `first` in templates and aggregation outputs run in
+  the same order as promtool's;
+- `@ T` pins a selector or subquery to time T (`@ start()` and `@ end()` are
+  the query's own time, also inside subqueries);
+- a subquery `e[R:S] offset D` evaluates `e` at every multiple of the step S
+  (the default evaluation interval when omitted) in the closed window
+  [t - D - R, t - D], as Prometheus aligns subquery steps to absolute time.
 """
 
 from __future__ import annotations
@@ -27,13 +34,17 @@ from sentinel.promql.errors import PromQLError
 from sentinel.store.memory import Matcher, Series
 
 DEFAULT_LOOKBACK_MS = 300_000
+DEFAULT_SUBQUERY_STEP_MS = 60_000
 
 
 class SeriesSource(Protocol):
     """What the engine needs from a store (MemoryStore implements it)."""
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[Series]:
-        """Series matching all matchers, with their samples in [start_ms, end_ms]."""
+        """Series matching all matchers, with their samples in [start_ms, end_ms].
+
+        In the order the series were created, as Prometheus's head returns them.
+        """
         ...
 
 
@@ -43,9 +54,13 @@ Value = float | Vector | list[RangeSeries] | str
 class Engine:
     """Evaluates PromQL expressions over a series store at a given time."""
 
-    def __init__(self, store: SeriesSource, lookback_ms: int = DEFAULT_LOOKBACK_MS) -> None:
+    def __init__(self, store: SeriesSource, lookback_ms: int = DEFAULT_LOOKBACK_MS,
+                 subquery_step_ms: int = DEFAULT_SUBQUERY_STEP_MS) -> None:
         self.store = store
         self.lookback_ms = lookback_ms
+        # The step of subqueries written without one: Prometheus's global
+        # evaluation_interval (promtool: the test file's evaluation_interval).
+        self.subquery_step_ms = subquery_step_ms
 
     def query(self, expr: str | n.Expr, at_ms: int) -> Vector | float:
         """The expression's value at `at_ms`: a Vector, or a float for a scalar result.
@@ -54,7 +69,8 @@ class Engine:
         evaluation errors (e.g. many-to-many matching).
         """
         node = compile_expr(expr) if isinstance(expr, str) else expr
-        result = _Evaluator(self.store, self.lookback_ms, at_ms).eval(node)
+        result = _Evaluator(self.store, self.lookback_ms, at_ms, at_ms,
+                            self.subquery_step_ms).eval(node)
         if isinstance(result, float | list):
             return result  # type: ignore[return-value]
         raise PromQLError("expression must return an instant vector or a scalar")
@@ -75,6 +91,8 @@ def _reach(e: n.Expr, lookback_ms: int) -> int:
         return e.offset_ms + lookback_ms
     if isinstance(e, n.MatrixSelector):
         return e.selector.offset_ms + e.range_ms
+    if isinstance(e, n.Subquery):
+        return e.offset_ms + e.range_ms + _reach(e.expr, lookback_ms)
     children: tuple[n.Expr | None, ...] = ()
     if isinstance(e, n.Call):
         children = e.args
@@ -88,10 +106,19 @@ def _reach(e: n.Expr, lookback_ms: int) -> int:
 
 
 class _Evaluator:
-    def __init__(self, store: SeriesSource, lookback_ms: int, at_ms: int) -> None:
+    def __init__(self, store: SeriesSource, lookback_ms: int, at_ms: int, query_ms: int,
+                 subquery_step_ms: int) -> None:
         self.store = store
         self.lookback_ms = lookback_ms
-        self.at_ms = at_ms
+        self.at_ms = at_ms  # this evaluation's time (a step, inside a subquery)
+        self.query_ms = query_ms  # the instant query's time: start() and end()
+        self.subquery_step_ms = subquery_step_ms
+
+    def base_ms(self, at: n.At) -> int:
+        """The time a selector or subquery reads at, before its offset."""
+        if at is None:
+            return self.at_ms
+        return self.query_ms if at == n.AT_QUERY else int(at)
 
     def eval(self, e: n.Expr) -> Value:
         if isinstance(e, n.NumberLiteral):
@@ -104,6 +131,8 @@ class _Evaluator:
             return [InstantSample(labels, v) for labels, _, v in self.instant(e)]
         if isinstance(e, n.MatrixSelector):
             return self.matrix(e)
+        if isinstance(e, n.Subquery):
+            return self.subquery(e)
         if isinstance(e, n.Negate):
             return self.negate(e)
         if isinstance(e, n.Aggregate):
@@ -123,12 +152,10 @@ class _Evaluator:
         return value  # type: ignore[return-value]
 
     def select(self, sel: n.VectorSelector, start_ms: int, end_ms: int) -> list[Series]:
-        found = self.store.select(sel.matchers, start_ms, end_ms)
-        found.sort(key=lambda s: s.labels)
-        return found
+        return self.store.select(sel.matchers, start_ms, end_ms)
 
     def instant(self, sel: n.VectorSelector) -> list[tuple[Labels, int, float]]:
-        ref = self.at_ms - sel.offset_ms
+        ref = self.base_ms(sel.at) - sel.offset_ms
         out = []
         for s in self.select(sel, ref - self.lookback_ms, ref):
             if not is_stale(s.vs[-1]):
@@ -136,16 +163,33 @@ class _Evaluator:
         return out
 
     def matrix(self, e: n.MatrixSelector) -> list[RangeSeries]:
-        end = self.at_ms - e.selector.offset_ms
+        end = self.base_ms(e.selector.at) - e.selector.offset_ms
         out = []
         for s in self.select(e.selector, end - e.range_ms, end):
-            keep = [i for i, v in enumerate(s.vs) if not is_stale(v)]
-            if len(keep) != len(s.vs):
+            # Only a NaN can be a staleness marker (NaN != NaN): skip the check without one.
+            if any(v != v for v in s.vs):
+                keep = [i for i, v in enumerate(s.vs) if not is_stale(v)]
                 s.ts = [s.ts[i] for i in keep]
                 s.vs = [s.vs[i] for i in keep]
             if s.ts:
                 out.append(RangeSeries(s.labels, s.ts, s.vs))
         return out
+
+    def subquery(self, e: n.Subquery) -> list[RangeSeries]:
+        end = self.base_ms(e.at) - e.offset_ms
+        step = e.step_ms or self.subquery_step_ms
+        start = -((e.range_ms - end) // step) * step  # first multiple of step >= end - range
+        points: dict[Labels, RangeSeries] = {}
+        for t in range(start, end + 1, step):
+            inner = _Evaluator(self.store, self.lookback_ms, t, self.query_ms,
+                               self.subquery_step_ms)
+            for sample in inner.vector(e.expr):
+                series = points.get(sample.labels)
+                if series is None:
+                    series = points[sample.labels] = RangeSeries(sample.labels, [], [])
+                series.ts.append(t)
+                series.vs.append(sample.value)
+        return [points[k] for k in sorted(points)]
 
     def negate(self, e: n.Negate) -> Value:
         value = self.eval(e.expr)

@@ -10,6 +10,7 @@ from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, label_val
 from sentinel.promql import floatops as f
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.histogram import bucket_quantile
+from sentinel.promql.mathfuncs import TRIG
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _TEMPLATE = re.compile(r"\$(\$|\{(\w+)\}|(\w+))")
@@ -62,6 +63,7 @@ SIMPLE: dict[str, Callable[[float], float]] = {
     "log2": lambda v: f.log(v, 2),
     "log10": lambda v: f.log(v, 10),
     "sgn": _sgn,
+    **TRIG,
 }
 
 

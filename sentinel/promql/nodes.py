@@ -32,12 +32,19 @@ class StringLiteral:
     value: str
 
 
+# The `@` modifier: an absolute time in ms, or AT_QUERY for `@ start()` / `@ end()`
+# (both are the evaluation time of an instant query); None when absent.
+AT_QUERY = "query"
+At = int | str | None
+
+
 @dataclass(frozen=True, slots=True)
 class VectorSelector:
-    """`name{matchers} offset D`; the metric name is one of the matchers."""
+    """`name{matchers} offset D @ T`; the metric name is one of the matchers."""
 
     matchers: tuple[Matcher, ...]
     offset_ms: int = 0
+    at: At = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,17 @@ class MatrixSelector:
 
     selector: VectorSelector
     range_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Subquery:
+    """`expr[range:step] offset D @ T`; step_ms 0 means the default evaluation interval."""
+
+    expr: Expr
+    range_ms: int
+    step_ms: int
+    offset_ms: int = 0
+    at: At = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +126,7 @@ Expr = (
     | StringLiteral
     | VectorSelector
     | MatrixSelector
+    | Subquery
     | Call
     | Aggregate
     | Binary
@@ -124,7 +143,7 @@ def value_type(expr: Expr) -> str:
         return STRING
     if isinstance(expr, VectorSelector | Aggregate):
         return VECTOR
-    if isinstance(expr, MatrixSelector):
+    if isinstance(expr, MatrixSelector | Subquery):
         return MATRIX
     if isinstance(expr, Call):
         return expr.returns

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sentinel.promql import floatops as f
 from sentinel.promql.histogram import quantile
+from sentinel.promql.mathfuncs import double_exponential_smoothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +236,13 @@ def predict_linear(ts: Sequence[int], vs: Sequence[float], w: Window) -> float |
     return slope * w.scalars[0] + intercept
 
 
+def _double_exponential_smoothing(ts: Sequence[int], vs: Sequence[float], w: Window
+                                  ) -> float | None:
+    return double_exponential_smoothing(list(vs), w.scalars[0], w.scalars[1])
+
+
 RANGE_FUNCTIONS: dict[str, RangeFunc] = {
+    "double_exponential_smoothing": _double_exponential_smoothing,
     "rate": rate,
     "increase": increase,
     "delta": delta,

@@ -96,7 +96,7 @@ class AlertingRuleState:
         out: dict[Labels, tuple[Labels, float]] = {}
         for sample in res:
             data = TemplateData(dict(sample.labels), sample.value, ctx.external_labels,
-                                ctx.external_url)
+                                ctx.external_url, lambda q: query(q, now_ms))
             labels = {k: v for k, v in sample.labels if k != METRIC_NAME}
             for name, tmpl in self.rule.label_templates:
                 labels[name] = expand_alert_template(tmpl, data)

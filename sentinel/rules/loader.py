@@ -3,8 +3,13 @@
     groups:
     - name: vllm
       interval: 15s          # optional; the manager's default otherwise
-      limit: 0               # optional; max alerts per rule, 0 = no limit
+      limit: 0               # optional; max alerts (series) per rule, 0 = no limit
+      query_offset: 0s       # optional (Prometheus 2.53+); queries run this far in the past
+      labels: {team: a}      # optional (Prometheus 3); added to every rule's labels
       rules:
+      - record: job:up:sum   # recording rule: the result is written back to the store
+        expr: sum by (job) (up)
+        labels: {source: recorded}
       - alert: VLLMTargetDown
         expr: up == 0
         for: 1m
@@ -17,9 +22,8 @@ them all as `file:line:col: message`, positions 1-based from the YAML nodes
 (plus the offset PromQL reports inside an expression). Expressions and
 templates are compiled here, so a rule that loads can always be evaluated.
 
-Recording rules (`record:`) are rejected with a clear error: Sentinel
-evaluates alerting rules only; compute the recorded expression inside the
-alert's expression instead.
+Recording rules (`record:`) give `RecordingRule`s, evaluated by
+`recording.RecordingRuleState` and written back to the store by the manager.
 
 Paths given to `load_rule_files` may be glob patterns (expanded here, like
 Prometheus's `rule_files`); a pattern matching nothing is not an error, a
@@ -30,19 +34,21 @@ from __future__ import annotations
 
 import glob
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from sentinel import yamlpos
 from sentinel.durations import parse_duration
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
 from sentinel.rules.template import Template, TemplateSyntaxError, compile_template
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_GROUP_KEYS = ("name", "interval", "limit", "rules")
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_GROUP_KEYS = ("name", "interval", "limit", "query_offset", "labels", "rules")
 _RULE_KEYS = ("record", "alert", "expr", "for", "keep_firing_for", "labels", "annotations")
 
 
@@ -74,14 +80,35 @@ class AlertingRule:
 
 
 @dataclass(frozen=True)
+class RecordingRule:
+    """One `record:` rule as written, with its expression compiled."""
+
+    name: str
+    expr: str
+    labels: tuple[tuple[str, str], ...] = ()  # sorted by name; not templated (as in 2.42)
+    query: Any = field(default=None, compare=False, repr=False)
+    for_ms: int = 0  # recording rules have no `for`; kept so a reload keys all rules alike
+
+
+Rule = AlertingRule | RecordingRule
+
+
+@dataclass(frozen=True)
 class RuleGroup:
     """A named group of rules evaluated together every `interval_ms` (None: the default)."""
 
     name: str
-    rules: tuple[AlertingRule, ...]
+    rules: tuple[Rule, ...]
     interval_ms: int | None = None
     limit: int = 0
     file: str = ""
+    query_offset_ms: int = 0
+
+
+def make_recording_rule(name: str, expr: str, labels: dict[str, str] | None = None
+                        ) -> RecordingRule:
+    """Build a recording rule in code (tests, benchmarks); raises on a bad expression."""
+    return RecordingRule(name, expr, tuple(sorted((labels or {}).items())), compile_expr(expr))
 
 
 def make_rule(
@@ -149,11 +176,12 @@ def parse_rule_file(path: str) -> tuple[list[tuple[RuleGroup, str]], list[str]]:
     except (OSError, UnicodeDecodeError) as e:
         return [], [f"{path}:0:0: cannot read rule file: {e}"]
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{mark.line + 1}:{mark.column + 1}" if mark else "0:0"
-        return [], [f"{path}:{where}: invalid YAML: {getattr(e, 'problem', e)}"]
+        # Checked composition: control characters, deep nesting and alias
+        # bombs are refused with their position (yamlpos).
+        root = yamlpos.compose(text)
+    except yamlpos.YamlSyntaxError as e:
+        problem = e.message.removeprefix("YAML syntax error: ")
+        return [], [f"{path}:{e.line}:{e.column}: invalid YAML: {problem}"]
     return _FileParser(path, text).parse(root)
 
 
@@ -228,7 +256,9 @@ class _FileParser:
                 self.at(fields["limit"][1], f'limit must be a non-negative integer, not "{text}"')
             else:
                 limit = int(text)
-        rules: list[AlertingRule] = []
+        offset = self.duration(fields.get("query_offset"), "") or 0
+        group_labels = self.group_labels(fields.get("labels"))
+        rules: list[Rule] = []
         if "rules" in fields:
             seq = fields["rules"][1]
             if not isinstance(seq, yaml.SequenceNode):
@@ -237,10 +267,23 @@ class _FileParser:
                 for i, rnode in enumerate(seq.value, start=1):
                     rule = self.rule(rnode, name or "", i)
                     if rule is not None:
-                        rules.append(rule)
+                        rules.append(_with_group_labels(rule, group_labels))
         if len(self.problems) > before:
             return None
-        return RuleGroup(name or "", tuple(rules), interval, limit, self.path)
+        return RuleGroup(name or "", tuple(rules), interval, limit, self.path, offset)
+
+    def group_labels(self, kv: tuple[yaml.Node, yaml.Node] | None) -> dict[str, str]:
+        """Group-level `labels` (Prometheus 3): plain names and values."""
+        if kv is None:
+            return {}
+        out = {}
+        for key, (knode, vnode) in self.mapping(kv[1], (), "group labels").items():
+            if not _LABEL_NAME.match(key) or key == "__name__":
+                self.at(knode, f"invalid label name: {key}")
+            value = self.scalar(vnode, f"label {key}")
+            if value is not None:
+                out[key] = value
+        return out
 
     def duration(self, kv: tuple[yaml.Node, yaml.Node] | None, ctx: str) -> int | None:
         if kv is None:
@@ -254,16 +297,15 @@ class _FileParser:
             self.at(kv[1], f'not a valid duration string: "{text}"', ctx)
             return None
 
-    def rule(self, node: yaml.Node, group: str, index: int) -> AlertingRule | None:
+    def rule(self, node: yaml.Node, group: str, index: int) -> Rule | None:
         before = len(self.problems)
         raw = self.mapping(node, _RULE_KEYS, "rule")
         name_kv = raw.get("alert") or raw.get("record")
         rname = self.scalar(name_kv[1], name_kv[0].value) if name_kv else ""
         ctx = f'group "{group}", rule {index}, "{rname or ""}": '
         if "record" in raw:
-            self.at(raw["record"][1], "recording rules are not supported by Sentinel; "
-                    "use an alerting rule (compute the expression inside `expr`)", ctx)
-        elif not rname:
+            return self.recording_rule(node, raw, rname or "", ctx)
+        if not rname:
             self.at(node, "one of 'record' or 'alert' must be set", ctx)
         for_ms = self.duration(raw.get("for"), ctx) or 0
         keep_ms = self.duration(raw.get("keep_firing_for"), ctx) or 0
@@ -290,6 +332,36 @@ class _FileParser:
             label_templates=labels,
             annotation_templates=annotations,
         )
+
+    def recording_rule(self, node: yaml.Node, raw: dict[str, tuple[yaml.Node, yaml.Node]],
+                       name: str, ctx: str) -> RecordingRule | None:
+        """A `record:` rule, checked as rulefmt does."""
+        before = len(self.problems)
+        if "alert" in raw:
+            self.at(node, "only one of 'record' and 'alert' must be set", ctx)
+        for key in ("for", "keep_firing_for", "annotations"):
+            if key in raw:
+                self.at(raw[key][0], f"invalid field '{key}' in recording rule", ctx)
+        if not _METRIC_NAME.match(name):
+            self.at(raw["record"][1], f"invalid recording rule name: {name}", ctx)
+        expr_text = self.scalar(raw["expr"][1], "expr", ctx) if "expr" in raw else ""
+        query = None
+        if not expr_text:
+            self.at(raw["expr"][1] if "expr" in raw else node, "field 'expr' must be set in rule",
+                    ctx)
+        else:
+            query = self.expression(raw["expr"][1], expr_text, ctx)
+        labels: dict[str, str] = {}
+        if "labels" in raw:
+            for key, (knode, vnode) in self.mapping(raw["labels"][1], (), "labels", ctx).items():
+                if not _LABEL_NAME.match(key) or key == "__name__":
+                    self.at(knode, f"invalid label name: {key}", ctx)
+                value = self.scalar(vnode, f"label {key}", ctx)
+                if value is not None:
+                    labels[key] = value
+        if len(self.problems) > before:
+            return None
+        return RecordingRule(name, expr_text or "", tuple(sorted(labels.items())), query)
 
     def expression(self, node: yaml.Node, text: str, ctx: str) -> Any:
         try:
@@ -336,3 +408,18 @@ class _FileParser:
             except TemplateSyntaxError as e:
                 self.at(vnode, f'{what} "{key}": {e}', ctx)
         return tuple(out)
+
+
+def _with_group_labels(rule: Rule, group_labels: dict[str, str]) -> Rule:
+    """A rule with the group's labels added; the rule's own labels win on a clash."""
+    if not group_labels:
+        return rule
+    own = dict(rule.labels)
+    merged = {**group_labels, **own}
+    labels = tuple(sorted(merged.items()))
+    if isinstance(rule, RecordingRule):
+        return replace(rule, labels=labels)
+    extra = tuple((k, compile_template(v, "__alert_" + rule.name))
+                  for k, v in group_labels.items() if k not in own)
+    templates = tuple(sorted(rule.label_templates + extra, key=lambda kv: kv[0]))
+    return replace(rule, labels=labels, label_templates=templates)

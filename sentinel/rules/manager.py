@@ -3,8 +3,10 @@
 The daemon schedules one job per group (`groups`: name → interval) and calls
 `evaluate_group(name, now_ms)`; the returned alerts go to the incident stage.
 Rules of a group are evaluated in file order at the same `now_ms`, as in
-Prometheus. Nothing here reads the clock except to time evaluations for
-`rule_health()`; nothing raises out of an evaluation.
+Prometheus; with a store to write to (`store=`), each rule's output
+(recorded series, ALERTS/ALERTS_FOR_STATE) is written back before the next
+rule runs (see `writeback`). Nothing here reads the clock except to time
+evaluations for `rule_health()`; nothing raises out of an evaluation.
 
 Thread safety: groups may be evaluated from scheduler threads while the
 daemon reloads or snapshots; one lock guards the group table and each
@@ -21,7 +23,9 @@ from typing import Any, Protocol
 
 from sentinel.model import Alert, AlertState, Vector
 from sentinel.rules.alerting import AlertingRuleState, RuleHealth, TemplateContext
-from sentinel.rules.loader import AlertingRule, RuleGroup
+from sentinel.rules.loader import RecordingRule, Rule, RuleGroup
+from sentinel.rules.recording import RecordingRuleState
+from sentinel.rules.writeback import Appender, SeriesWriter, rule_output
 
 DEFAULT_INTERVAL_MS = 60_000
 
@@ -52,14 +56,15 @@ class RuleStatus:
 class _Group:
     spec: RuleGroup
     interval_ms: int
-    rules: list[AlertingRuleState]
+    rules: list[AlertingRuleState | RecordingRuleState]
     lock: threading.Lock
     durations: dict[int, float]
+    writer: SeriesWriter | None = None
 
 
-def _rule_key(r: AlertingRule) -> tuple[str, str, int, tuple[tuple[str, str], ...]]:
+def _rule_key(r: Rule) -> tuple[str, str, str, int, tuple[tuple[str, str], ...]]:
     """What must be unchanged for a rule to keep its alerts across a reload."""
-    return (r.name, r.expr, r.for_ms, r.labels)
+    return (type(r).__name__, r.name, r.expr, r.for_ms, r.labels)
 
 
 class RuleManager:
@@ -73,8 +78,10 @@ class RuleManager:
         default_interval_ms: int = DEFAULT_INTERVAL_MS,
         external_labels: Mapping[str, str] | None = None,
         external_url: str = "",
+        store: Appender | None = None,
     ) -> None:
         self.engine = engine
+        self.store = store
         self.default_interval_ms = default_interval_ms
         self.context = TemplateContext(dict(external_labels or {}), external_url)
         self._lock = threading.Lock()
@@ -97,11 +104,24 @@ class RuleManager:
         with self._lock:
             group = self._groups[name]
         out: list[Alert] = []
+        offset = group.spec.query_offset_ms
+        query = self.engine.query
+        if offset:
+            def query(expr: Any, at_ms: int) -> Vector | float:
+                return self.engine.query(expr, at_ms - offset)
         with group.lock:
             for i, rule in enumerate(group.rules):
                 start = time.perf_counter()
-                out += rule.eval(self.engine.query, now_ms, self.context, group.spec.limit)
+                out += rule.eval(query, now_ms, self.context, group.spec.limit)
+                if group.writer is not None:
+                    samples = rule_output(rule, now_ms, offset)
+                    if samples is not None:
+                        error = group.writer.write(i, samples, now_ms)
+                        if error:
+                            rule.health, rule.last_error = RuleHealth.ERR, error
                 group.durations[i] = time.perf_counter() - start
+            if group.writer is not None:
+                group.writer.flush_stale(now_ms)
         return out
 
     def restore(self, alerts: Iterable[Alert]) -> int:
@@ -139,19 +159,29 @@ class RuleManager:
                 if spec.name in new:
                     raise ValueError(f'duplicate rule group name "{spec.name}"')
                 old = self._groups.get(spec.name)
-                pool: dict[Any, list[AlertingRuleState]] = {}
+                pool: dict[Any, list[AlertingRuleState | RecordingRuleState]] = {}
                 for r in old.rules if old else []:
                     pool.setdefault(_rule_key(r.rule), []).append(r)
-                states = []
-                for rule in spec.rules:
-                    state = AlertingRuleState(rule, spec.name)
+                states: list[AlertingRuleState | RecordingRuleState] = []
+                moved: dict[int, int] = {}  # old rule index → new index, for write-back state
+                for i, rule in enumerate(spec.rules):
+                    state: AlertingRuleState | RecordingRuleState
+                    if isinstance(rule, RecordingRule):
+                        state = RecordingRuleState(rule, spec.name)
+                    else:
+                        state = AlertingRuleState(rule, spec.name)
                     same = pool.get(_rule_key(rule))
                     if same:
-                        state.adopt(same.pop(0))
+                        prior = same.pop(0)
+                        state.adopt(prior)  # type: ignore[arg-type]  # same key: same type
+                        moved[old.rules.index(prior) if old else 0] = i
                     states.append(state)
                 interval = spec.interval_ms or self.default_interval_ms
                 lock = old.lock if old else threading.Lock()
-                new[spec.name] = _Group(spec, interval, states, lock, {})
+                writer = SeriesWriter(self.store) if self.store is not None else None
+                if old is not None and old.writer is not None and writer is not None:
+                    writer.adopt(old.writer, moved, len(old.rules))
+                new[spec.name] = _Group(spec, interval, states, lock, {}, writer)
             self._groups = new
 
     def rule_health(self) -> list[RuleStatus]:

@@ -18,6 +18,7 @@ from typing import Any
 from sentinel.model import METRIC_NAME
 from sentinel.promql import nodes as n
 from sentinel.promql.compile import compile_expr
+from sentinel.rules.loader import RecordingRule
 from sentinel.store.memory import Matcher, SeriesFilter
 
 ALWAYS = frozenset({"up", "ALERTS", "ALERTS_FOR_STATE"})
@@ -35,7 +36,7 @@ def needed_series(groups: Iterable[Any], extra_names: Iterable[str] = (),
     everything = keep_all
     for group in groups:
         for rule in group.rules:
-            record = getattr(rule, "record", None)
+            record = rule.name if isinstance(rule, RecordingRule) else getattr(rule, "record", None)
             if record:
                 names.add(record)
             query = getattr(rule, "query", None)

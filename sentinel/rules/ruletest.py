@@ -41,6 +41,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from sentinel import yamlpos
 from sentinel.durations import format_duration, parse_duration
 from sentinel.model import AlertState, Labels, is_stale, labels_of
 from sentinel.promql.engine import Engine
@@ -131,8 +132,13 @@ def run_test_file(path: str, out: TextIO) -> list[str]:
 def _read(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError) as e:
+            text = f.read()
+        # Checked first (alias bombs, control characters, deep nesting), then loaded.
+        yamlpos.compose(text)
+        doc = yaml.safe_load(text) or {}
+    except yamlpos.YamlSyntaxError as e:
+        raise TestFileError(f"{path}:{e.line}: {e.message}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise TestFileError(f"{path}: {e}") from None
     if not isinstance(doc, dict):
         raise TestFileError(f"{path}: a test file is a mapping")
@@ -145,6 +151,13 @@ def _strict(d: dict[str, Any], allowed: set[str], what: str) -> None:
     if unknown:
         raise TestFileError(f"field {unknown[0]} not found in {what} "
                             f"(allowed: {', '.join(sorted(allowed))})")
+
+
+def _scalar(v: Any) -> str:
+    """A YAML scalar as Go's yaml decoder gives it to a string field (`false`, not `False`)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "" if v is None else str(v)
 
 
 def _duration(value: Any, default: int) -> int:
@@ -190,9 +203,9 @@ def _test_group(t: Any) -> TestGroup:
         exp = []
         for e in a.get("exp_alerts") or []:
             _strict(e, {"exp_labels", "exp_annotations"}, "exp_alerts")
-            labels = {str(k): str(v) for k, v in (e.get("exp_labels") or {}).items()}
+            labels = {str(k): _scalar(v) for k, v in (e.get("exp_labels") or {}).items()}
             labels["alertname"] = alertname  # implied, as promtool adds it
-            anns = {str(k): str(v) for k, v in (e.get("exp_annotations") or {}).items()}
+            anns = {str(k): _scalar(v) for k, v in (e.get("exp_annotations") or {}).items()}
             exp.append((labels_of(labels), tuple(sorted(anns.items()))))
         alerts.append(AlertTest(at, alertname, tuple(exp)))
     exprs = []
@@ -204,20 +217,23 @@ def _test_group(t: Any) -> TestGroup:
             samples.append((str(s.get("labels") or ""), float(s.get("value") or 0)))
         exprs.append(ExprTest(str(x.get("expr", "")), _duration(x.get("eval_time"), 0),
                               tuple(samples)))
-    ext = {str(k): str(v) for k, v in (t.get("external_labels") or {}).items()}
+    ext = {str(k): _scalar(v) for k, v in (t.get("external_labels") or {}).items()}
     return TestGroup(_duration(t.get("interval"), 0), tuple(series), tuple(alerts),
                      tuple(exprs), ext, str(t.get("external_url") or ""), name)
 
 
 def _load_store(tg: TestGroup, horizon_ms: int) -> MemoryStore:
     """A store holding the input series; sample i at i × interval, the first kept on a tie."""
-    store = MemoryStore(retention_ms=horizon_ms + 10 * _LOOKBACK_MS + 86_400_000)
+    parsed = []
     for series, values in tg.input_series:
         try:
-            labels = parse_series(series)
-            vals = expand_values(values)
+            parsed.append((parse_series(series), expand_values(values)))
         except ValueError as e:
             raise TestFileError(f"invalid input series {series!r}: {e}") from None
+    # Retention past the newest input sample, so loading never trims the oldest ones.
+    newest = max((len(v) * tg.interval_ms for _, v in parsed), default=0)
+    store = MemoryStore(retention_ms=max(horizon_ms, newest) + 10 * _LOOKBACK_MS + 86_400_000)
+    for labels, vals in parsed:
         ref = store.ref(labels)
         last_t = None
         for i, v in enumerate(vals):
@@ -241,9 +257,10 @@ def run_test_group(
     except (TestFileError, RuleFileError) as e:
         return [str(e)]
     groups.sort(key=lambda g: order.get(g.name, 0))  # stable: file order otherwise
-    engine = Engine(store, _LOOKBACK_MS)
+    engine = Engine(store, _LOOKBACK_MS, subquery_step_ms=eval_ms)  # as promtool
     mgr = RuleManager(groups, engine, default_interval_ms=tg.interval_ms or 60_000,
-                      external_labels=tg.external_labels, external_url=tg.external_url)
+                      external_labels=tg.external_labels, external_url=tg.external_url,
+                      store=store)
     errors = _run_alert_tests(tg, mgr, eval_ms, max_t)
     if errors and errors[-1].startswith("    rule: "):
         return errors

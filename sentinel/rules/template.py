@@ -33,6 +33,7 @@ from sentinel.rules.template_parse import (
     Text,
     parse_template,
 )
+from sentinel.rules.template_query import QUERY_FUNCS, QueryRunner, query_result
 
 # The variables Prometheus declares in front of every alert template.
 _DEFS = (
@@ -68,6 +69,8 @@ class TemplateData:
     value: float
     external_labels: Mapping[str, str] = field(default_factory=dict)
     external_url: str = ""
+    # `query` in templates: PromQL text → result at the alert's evaluation time.
+    query: QueryRunner | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +88,7 @@ class Template:
 
 def compile_template(text: str, name: str) -> Template:
     """Parse a template at load time; TemplateSyntaxError reads like Go's parse error."""
-    funcs = frozenset(FUNCS) | CONTEXT_FUNCS
+    funcs = frozenset(FUNCS) | CONTEXT_FUNCS | frozenset(QUERY_FUNCS) | {"query"}
     try:
         nodes = parse_template(text, funcs, _PREDECLARED)
     except TemplateSyntaxError as e:
@@ -244,6 +247,12 @@ class _Exec:
             return value.fields[name]
         if isinstance(value, dict):
             return value.get(name, "")  # missingkey=zero: the zero value of a string
+        if hasattr(value, "go_field"):
+            try:
+                return value.go_field(name)
+            except AttributeError:
+                raise self.fail(cmd, f"can't evaluate field {name} in type "
+                                f"{value.go_type_name()}") from None
         if value is None:
             raise self.fail(cmd, f"nil pointer evaluating interface {{}}.{name}")
         kind = type(value).__name__
@@ -255,6 +264,10 @@ class _Exec:
                 return self.data.external_url
             if name == "pathPrefix":
                 return path_prefix(self.data.external_url)
+            if name == "query":
+                return self.query(args)
+            if name in QUERY_FUNCS:
+                return QUERY_FUNCS[name](*args)
             return FUNCS[name](*args)
         except FuncError as e:
             msg = f"error calling {name}: {e}" if e.wrapped else str(e)
@@ -262,6 +275,19 @@ class _Exec:
         except TypeError:
             msg = f"wrong number of args for {name}: got {len(args)}"
             raise self.fail(cmd, msg) from None
+
+
+    def query(self, args: list[Any]) -> list[Any]:
+        if len(args) != 1:
+            raise TypeError("query takes one argument")
+        if self.data.query is None:
+            raise FuncError("query is not available here")
+        try:
+            return query_result(self.data.query(str(args[0])))
+        except FuncError:
+            raise
+        except Exception as e:  # a PromQL error is the template's error, as in Prometheus
+            raise FuncError(str(e) or type(e).__name__) from None
 
 
 def first_text(cmd: Command) -> str:

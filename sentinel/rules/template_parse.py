@@ -16,10 +16,7 @@ from sentinel.rules.template_lex import TemplateSyntaxError, Tok, lex, number, u
 
 # Functions Go or Prometheus define that Sentinel does not implement: a clear
 # load-time error instead of Go's "not defined", since promtool accepts them.
-UNSUPPORTED_FUNCS = frozenset(
-    "query first label value strvalue args safeHtml graphLink tableLink sortByLabel "
-    "parseDuration toTime stripDomain html js call slice".split()
-)
+UNSUPPORTED_FUNCS = frozenset({"call", "slice"})
 
 
 @dataclass(frozen=True)

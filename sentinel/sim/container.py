@@ -10,7 +10,9 @@ What `sentinel sim --docker-socket` exposes through its Docker-API subset:
   the XLA cache directory holds files, else `cold_start_s` (and the cold start
   fills the cache, as compilation would);
 - crash: write an HBM OOM traceback to the log file and stop answering
-  (`down`, the process exited) or answer /health with 503 (`unhealthy`).
+  (`down`, the process exited) or answer /health with 503 (`unhealthy`);
+  `engine_dead`: an EngineCore failure, then a clean shutdown that exits 0
+  (vllm #48966), which a supervisor's on-failure restart never catches.
 
 Every request and transition is kept in `events` with its wall-clock time,
 so tests can measure e.g. crash line → restart request.
@@ -145,9 +147,20 @@ class SimContainer:
         self.start()
 
     def crash(self, mode: str, log: bool = True) -> None:
-        """Log an HBM OOM, then stop answering (`down`) or answer 503 (`unhealthy`)."""
-        if mode not in ("down", "unhealthy"):
-            raise ValueError(f"crash mode must be down or unhealthy, got {mode!r}")
+        """Log an HBM OOM, then stop answering (`down`) or answer 503 (`unhealthy`).
+
+        `engine_dead`: log an EngineCore death and exit with code 0.
+        """
+        if mode not in ("down", "unhealthy", "engine_dead"):
+            raise ValueError(f"crash mode must be down, unhealthy or engine_dead, got {mode!r}")
+        if mode == "engine_dead":
+            if log:
+                self._log(crashlog.render(crashlog.ENGINE_DEAD_EXIT_0, self.pid))
+            self.event("crash engine_dead")
+            self.sim.set_state(down=True)
+            with self._lock:
+                self._exit(0, "")
+            return
         if log:
             self._log(crashlog.render(crashlog.HBM_OOM, self.pid))
         self.event(f"crash {mode}")

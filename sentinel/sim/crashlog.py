@@ -31,6 +31,23 @@ HBM_OOM = [
     "(APIServer pid=1) INFO:     Finished server process [1]",
 ]
 
+# An EngineCore failure that is not an OOM (a device fault in the engine core), after which
+# the API server shuts down cleanly and the process exits with code 0 (vllm #48966), so a
+# supervisor's "restart on failure" never fires.
+ENGINE_DEAD_EXIT_0 = [
+    _ENGINE + " EngineCore encountered a fatal error.",
+    _ENGINE + " Traceback (most recent call last):",
+    _ENGINE + '   File "/workspace/vllm/vllm/v1/engine/core.py", line 701, in run_engine_core',
+    _ENGINE + "     engine_core.run_busy_loop()",
+    _ENGINE + " RuntimeError: Worker failed with error 'device halted', please check the "
+    "stack trace above for the root cause",
+    _API + " AsyncLLM output_handler failed.",
+    _API + " vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+    "See stack trace (above) for the root cause.",
+    "(APIServer pid=1) INFO:     Shutting down",
+    "(APIServer pid=1) INFO:     Finished server process [1]",
+]
+
 TPU_BUSY = [
     "(EngineCore_DP0 pid={pid}) ERROR {ts} [tpu_worker.py:88] RuntimeError: Unable to "
     "initialize backend 'tpu': ABORTED: The TPU is already in use by process with pid "

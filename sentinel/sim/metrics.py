@@ -161,13 +161,14 @@ class VllmMetrics:
             "vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = self._gauge(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        self.sleep_state: Gauge | None = None
         if self.legacy:
             self.kv_usage = self._gauge(
                 "vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.")
         else:
             self.kv_usage = self._gauge(
                 "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
-            sleep = Gauge(
+            self.sleep_state = Gauge(
                 "vllm:engine_sleep_state",
                 "Engine sleep state; awake = 0 means engine is sleeping; "
                 "awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; "
@@ -175,7 +176,8 @@ class VllmMetrics:
                 (*LABELS, "sleep_state"), registry=self.registry)
             for engine in self.engines:
                 for state in ("awake", "weights_offloaded", "discard_all"):
-                    sleep.labels(self.model, engine, state).set(1 if state == "awake" else 0)
+                    self.sleep_state.labels(self.model, engine, state).set(
+                        1 if state == "awake" else 0)  # type: ignore[union-attr]
         info = cache_config.labels()
         if self.legacy:
             Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
@@ -291,6 +293,11 @@ class VllmMetrics:
             self.kv_usage.labels(self.model, engine).set(state.kv_cache_usage)
             if delta > 0:
                 self.preemptions.labels(self.model, engine).inc(delta)
+            if self.sleep_state is not None:
+                # Level 1 sleep (weights offloaded), as POST /sleep?level=1 leaves it.
+                for name, on in (("awake", not state.sleeping),
+                                 ("weights_offloaded", state.sleeping)):
+                    self.sleep_state.labels(self.model, engine, name).set(int(on))
 
     def observe(self, req: ServedRequest) -> None:
         """Count one finished request on its engine, as vLLM's record() does."""

@@ -49,6 +49,17 @@ ENGINE_DEAD_MESSAGE = (
 )
 
 
+def engine_sleeping_error() -> ApiError:
+    """What a generate request gets while the engine sleeps.
+
+    vLLM issue #15483: a request to a sleeping engine used to crash it; the fix
+    proposed in vLLM PR #30186 refuses it with 503 and a hint to call /wake_up.
+    """
+    return ApiError(HTTPStatus.SERVICE_UNAVAILABLE,
+                    "The engine is sleeping; call POST /wake_up before sending requests.",
+                    "EngineSleepingError")
+
+
 def engine_dead_error() -> ApiError:
     """What a chat request gets once the engine core has died."""
     return ApiError(HTTPStatus.INTERNAL_SERVER_ERROR, ENGINE_DEAD_MESSAGE, "EngineDeadError")

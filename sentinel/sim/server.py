@@ -25,6 +25,7 @@ from sentinel.sim import openai_api, structured, tokens
 from sentinel.sim.metrics import CONTENT_TYPE, GARBAGE_PAGE, ServedRequest, VllmMetrics
 from sentinel.sim.openai_api import ApiError, ChatRequest
 from sentinel.sim.state import SimState, SimStateError, apply_update
+from sentinel.sim.traffic import Traffic
 
 DEFAULT_MODEL = "google/gemma-4-26B-A4B-it"
 DEFAULT_MAX_MODEL_LEN = 16384
@@ -43,6 +44,9 @@ class SimConfig:
     engines: int = 1
     legacy_metrics: bool = False
     verbose: bool = False
+    # The traffic generator (`load_rps`) runs in real time; tests that drive
+    # their own clock turn it off and call `SimServer.traffic.advance` instead.
+    auto_traffic: bool = True
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -74,6 +78,9 @@ class SimServer:
         # The bodies of the latest chat requests, so tests can see what a client sent.
         self.chat_requests: deque[object] = deque(maxlen=KEPT_CHAT_REQUESTS)
         self.container: Any = None  # a sim.container.SimContainer, for crashes and restarts
+        self.traffic = Traffic(self.metrics, lambda: self.state, config.engines)
+        self.chat_now = 0
+        self.chat_max_in_flight = 0
 
     @property
     def host(self) -> str:
@@ -127,6 +134,12 @@ class SimServer:
                                                    **({"chat_fault": ""} if not left else {})})
             return state.chat_fault
 
+    def chat_in_flight(self, delta: int) -> None:
+        """Count chat requests being answered; `chat_max_in_flight` keeps the peak."""
+        with self._lock:
+            self.chat_now += delta
+            self.chat_max_in_flight = max(self.chat_max_in_flight, self.chat_now)
+
     def pick_engine(self) -> int:
         """The engine the next request lands on (round-robin, as DP load balancing spreads)."""
         with self._lock:
@@ -138,6 +151,8 @@ class SimServer:
                                         kwargs={"poll_interval": 0.05},
                                         name=f"sentinel-sim-{self.port}", daemon=True)
         self._thread.start()
+        if self.config.auto_traffic:
+            self.traffic.start()
         return self
 
     def serve_forever(self) -> None:
@@ -147,6 +162,7 @@ class SimServer:
     def stop(self) -> None:
         """Stop serving and close the listening socket."""
         self._stopping.set()
+        self.traffic.stop()
         self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:
@@ -155,9 +171,10 @@ class SimServer:
 
 def start_sim(host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL,
               max_model_len: int = DEFAULT_MAX_MODEL_LEN, engines: int = 1,
-              legacy_metrics: bool = False, verbose: bool = False) -> SimServer:
+              legacy_metrics: bool = False, verbose: bool = False,
+              auto_traffic: bool = True) -> SimServer:
     """Start a simulated vLLM server in a background thread and return it."""
-    config = SimConfig(model, max_model_len, engines, legacy_metrics, verbose)
+    config = SimConfig(model, max_model_len, engines, legacy_metrics, verbose, auto_traffic)
     return SimServer(config, host, port).start()
 
 
@@ -301,7 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(HTTPStatus.OK, new.to_json())
 
     def _crash(self) -> None:
-        """POST /sim/crash {"mode": "down"|"unhealthy", "log": true}: needs a container."""
+        """POST /sim/crash {"mode": "down|unhealthy|engine_dead", "log": true} (a container)."""
         try:
             body = self._read_json()
             if not isinstance(body, dict):
@@ -341,6 +358,13 @@ class _Handler(BaseHTTPRequestHandler):
                                                            config.max_model_len))
 
     def _chat(self, state: SimState) -> None:
+        self.sim.chat_in_flight(+1)
+        try:
+            self._chat_answer(state)
+        finally:
+            self.sim.chat_in_flight(-1)
+
+    def _chat_answer(self, state: SimState) -> None:
         config = self.sim.config
         started = time.monotonic()
         body = self._read_json()
@@ -349,19 +373,27 @@ class _Handler(BaseHTTPRequestHandler):
         self.sim.chat_requests.append(body)
         if not state.healthy:
             raise openai_api.engine_dead_error()
+        if state.sleeping:
+            raise openai_api.engine_sleeping_error()
         prompt_tokens = tokens.count_chat(req.messages)
         openai_api.check_context(prompt_tokens, req.max_tokens, config.max_model_len)
         fault = self.sim.take_chat_fault()
         _raise_fault(fault, self.sim)
         # The injected latency stands for time spent waiting in the scheduler queue.
         time.sleep(state.latency_s)
+        if state.stalled:
+            self._hang(req.stream)
+            return
         queued = time.monotonic()
+        time.sleep(state.ttft_s)  # counted as prefill: the first token comes this much later
         if schema is not None or fault == "invalid_json":
             room = config.max_model_len - prompt_tokens
             deltas, finish = structured.plan_answer(
                 None if fault == "invalid_json" else schema, req.max_tokens, room)
         else:
             deltas, finish = openai_api.plan_reply(req, prompt_tokens, config.max_model_len)
+        if state.garbage_output:
+            deltas = [""] * len(deltas)  # tokens were generated, but no text came of them
         emit = _ChatEmitter(self, req, config.model, prompt_tokens,
                             truncate=fault == "truncated_stream")
         stamps = list(emit.run(deltas, finish))
@@ -374,6 +406,23 @@ class _Handler(BaseHTTPRequestHandler):
             prefill_s=first - queued,
             token_gaps_s=tuple(b - a for a, b in itertools.pairwise(stamps)),
             e2e_s=time.monotonic() - started))
+
+    def _hang(self, stream: bool) -> None:
+        """A stalled engine: accept the request, then never produce a token.
+
+        A stream gets its 200 and headers (the front end is alive) and nothing
+        more; either way the connection closes without an answer once the stall
+        clears, the server stops, or CHAT_TIMEOUT_S passes.
+        """
+        if stream:
+            self._start_stream()
+            self.wfile.flush()
+        sim = self.sim
+        deadline = time.monotonic() + CHAT_TIMEOUT_S
+        while sim.state.stalled and time.monotonic() < deadline:
+            if sim._stopping.wait(0.05):
+                break
+        self.close_connection = True
 
 
 def _raise_fault(fault: str, sim: SimServer) -> None:

@@ -37,6 +37,16 @@ class SimState:
         (a structured-output request gets text that is not JSON).
     chat_fault_count: how many chat requests the fault hits before it clears
         itself; 0 keeps it until it is changed.
+    stalled: the engine is wedged behind a live front end (vllm #39863, LLMKube
+        #1624): /health and /v1/models answer 200, chat requests are accepted but
+        no token is ever streamed, token counters stay frozen; running/waiting
+        show what was set.
+    sleeping: vLLM's sleep mode: `vllm:engine_sleep_state{sleep_state="awake"}`
+        is 0 (level 1: weights offloaded) and chat requests are refused with 503.
+    ttft_s: extra delay before the first token (the TTFT histogram observes it).
+    garbage_output: chat answers 200 with an empty completion (no text at all).
+    load_rps: synthetic finished requests per second counted into /metrics, so the
+        counters move as a busy server's do (the traffic generator; 0 = idle).
     """
 
     kv_cache_usage: float = 0.0
@@ -50,6 +60,11 @@ class SimState:
     garbage_metrics: bool = False
     chat_fault: str = ""
     chat_fault_count: int = 0
+    stalled: bool = False
+    sleeping: bool = False
+    ttft_s: float = 0.0
+    garbage_output: bool = False
+    load_rps: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """The state as a JSON object (what GET /sim/state answers)."""

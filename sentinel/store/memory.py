@@ -177,7 +177,10 @@ class MemoryStore:
             self.append(self.ref(labels), t_ms, value)
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[Series]:
-        """Series matching all matchers, with their samples in [start_ms, end_ms]."""
+        """Series matching all matchers, with their samples in [start_ms, end_ms].
+
+        In the order the series were created (the PromQL engine relies on it).
+        """
         with self._lock:
             candidates = self._candidates(matchers)
             buffers = [self._buffers[r] for r in candidates if r in self._buffers]
@@ -193,9 +196,10 @@ class MemoryStore:
         return out
 
     def _candidates(self, matchers: Sequence[Matcher]) -> Iterable[int]:
+        # In creation (reference) order, as Prometheus's head returns series.
         for m in matchers:
             if m.name == METRIC_NAME and m.op == "=":
-                return list(self._by_name.get(m.value, ()))
+                return sorted(self._by_name.get(m.value, ()))
         return list(self._buffers)
 
     def gc(self, now_ms: int) -> int:

@@ -9,6 +9,13 @@ Errors, drawn once (every one carries a message with no secret in it):
 
 Chat is streamed (`stream_options.include_usage`), so a reply that stops
 half-way is seen as such instead of as a short answer.
+
+Nothing the server sends is held whole: the reply text is capped
+(`max_reply_bytes`, `diagnosis.max_reply` in the config): once the cap is
+reached the rest is discarded by closing the stream, and the result says
+`truncated`. Stream lines, error bodies and JSON answers are read in pieces
+against their own limits, so a 50 MiB answer (or a 50 MiB line without a
+newline) costs at most about the cap in memory.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -26,6 +33,12 @@ from sentinel.respond.diagnose.schema import RUNBOOK_SCHEMA, SCHEMA_NAME
 
 Message = dict[str, str]
 _ERROR_TEXT = 300
+DEFAULT_MAX_REPLY_BYTES = 64 * 1024
+# /v1/models, /tokenize and error bodies: small JSON documents.
+_MAX_BODY_BYTES = 1024 * 1024
+# One server-sent event line carries a chunk of the reply, JSON-escaped
+# (`\uXXXX` is 6 bytes per character); beyond this it is cut off.
+_LINE_SLACK = 16 * 1024
 
 
 class ModelError(Exception):
@@ -69,6 +82,7 @@ class ChatResult:
     prompt_tokens: int | None
     completion_tokens: int | None
     latency_ms: int
+    truncated: bool = False  # the reply passed max_reply_bytes; `text` is its head
 
 
 def structured_fields(mode: str) -> dict[str, Any]:
@@ -87,8 +101,10 @@ class ModelClient:
     """HTTP calls to one endpoint; `transport` lets tests swap the network layer."""
 
     def __init__(self, endpoint: ModelEndpointConfig,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> None:
         self.endpoint = endpoint
+        self.max_reply_bytes = max_reply_bytes
         base = endpoint.url.removesuffix("/v1")
         headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
         self.timeout_s = endpoint.timeout_ms / 1000
@@ -148,23 +164,26 @@ class ModelClient:
         try:
             with self._http.stream("POST", "/v1/chat/completions", json=body) as response:
                 if response.status_code >= 400:
-                    response.read()
-                    raise _status_error(response)
-                text, finish, usage = _read_stream(response.iter_lines(),
-                                                   started + self.timeout_s)
+                    raise _status_error(_capped_response(response))
+                lines = _capped_lines(response.iter_bytes(),
+                                      6 * self.max_reply_bytes + _LINE_SLACK)
+                reply = _read_stream(lines, started + self.timeout_s, self.max_reply_bytes)
         except httpx.TimeoutException:
             raise EndpointDown(f"no answer within {self.timeout_s:g}s") from None
         except httpx.RemoteProtocolError:
             raise EndpointDown("the stream was cut off before its end") from None
         except httpx.TransportError as exc:
             raise EndpointDown(f"connection failed: {type(exc).__name__}") from None
-        return ChatResult(text, finish, usage.get("prompt_tokens"),
-                          usage.get("completion_tokens"),
-                          int((time.monotonic() - started) * 1000))
+        # Leaving the `with` closed the connection: a truncated reply is not
+        # downloaded further (and vLLM stops generating when its client goes).
+        return ChatResult(reply.text, reply.finish, reply.usage.get("prompt_tokens"),
+                          reply.usage.get("completion_tokens"),
+                          int((time.monotonic() - started) * 1000), reply.truncated)
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = self._http.request(method, path, **kwargs)
+            with self._http.stream(method, path, **kwargs) as streamed:
+                response = _capped_response(streamed)
         except httpx.TimeoutException:
             raise EndpointDown(f"{path}: no answer within {self.timeout_s:g}s") from None
         except httpx.TransportError as exc:
@@ -196,28 +215,97 @@ def _status_error(response: httpx.Response) -> ModelError:
     return kind(message, response.status_code)
 
 
-def _read_stream(lines: Iterator[str], deadline: float) -> tuple[str, str | None, dict[str, Any]]:
-    """Text, finish reason and usage from server-sent chat chunks, up to `data: [DONE]`."""
-    parts: list[str] = []
+class _TooLong(Exception):
+    """A stream line longer than its limit."""
+
+
+def _capped_response(response: httpx.Response, limit: int = _MAX_BODY_BYTES) -> httpx.Response:
+    """A fully read copy of a streamed response, its body cut at `limit` bytes."""
+    body = bytearray()
+    for piece in response.iter_bytes():
+        body += piece[: limit - len(body)]
+        if len(body) >= limit:
+            break
+    return httpx.Response(response.status_code, headers=response.headers,
+                          content=bytes(body), request=response.request)
+
+
+def _capped_lines(pieces: Iterator[bytes], limit: int) -> Iterator[str]:
+    """Lines of a byte stream (without their ends); raises _TooLong past `limit` bytes."""
+    buf = bytearray()
+    for piece in pieces:
+        seen = len(buf)  # the bytes before `piece` hold no newline: search only the new ones
+        buf += piece
+        while (end := buf.find(b"\n", seen)) >= 0:
+            line = bytes(buf[:end])
+            del buf[: end + 1]
+            seen = 0
+            yield line.decode("utf-8", "replace").rstrip("\r")
+        if len(buf) > limit:
+            raise _TooLong
+    if buf:
+        yield buf.decode("utf-8", "replace").rstrip("\r")
+
+
+@dataclass(slots=True)
+class _Reply:
+    """The reply as read so far."""
+
+    text: str = ""
     finish: str | None = None
-    usage: dict[str, Any] = {}
-    for line in lines:
-        if time.monotonic() > deadline:
-            raise EndpointDown("the answer took longer than the timeout")
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return "".join(parts), finish, usage
-        try:
-            chunk = json.loads(data)
-        except json.JSONDecodeError:
-            raise ServerError("a stream chunk is not JSON") from None
-        if isinstance(chunk.get("error"), dict):
-            raise ServerError(f"error in stream: {str(chunk['error'].get('message'))[:300]}")
-        for choice in chunk.get("choices") or ():
-            parts.append((choice.get("delta") or {}).get("content") or "")
-            finish = choice.get("finish_reason") or finish
-        if isinstance(chunk.get("usage"), dict):
-            usage = chunk["usage"]
-    raise EndpointDown("the stream ended without [DONE]")
+    usage: dict[str, Any] = field(default_factory=dict)
+    truncated: bool = False
+
+
+def _read_stream(lines: Iterator[str], deadline: float, max_bytes: int) -> _Reply:
+    """Text, finish reason and usage from server-sent chat chunks, up to `data: [DONE]`.
+
+    Stops reading when the text passes `max_bytes` (UTF-8): the text is cut
+    there at a character boundary and the reply marked truncated.
+    """
+    parts: list[str] = []
+    size = 0
+    reply = _Reply()
+    try:
+        for line in lines:
+            if time.monotonic() > deadline:
+                raise EndpointDown("the answer took longer than the timeout")
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                reply.text = "".join(parts)
+                return reply
+            try:
+                chunk = json.loads(data)
+            except json.JSONDecodeError:
+                raise ServerError("a stream chunk is not JSON") from None
+            if not isinstance(chunk, dict):
+                raise ServerError("a stream chunk is not a JSON object")
+            if isinstance(chunk.get("error"), dict):
+                raise ServerError(
+                    f"error in stream: {str(chunk['error'].get('message'))[:300]}")
+            for choice in chunk.get("choices") or ():
+                if not isinstance(choice, dict):
+                    continue
+                piece = str((choice.get("delta") or {}).get("content") or "")
+                parts.append(piece)
+                size += len(piece.encode())
+                reply.finish = choice.get("finish_reason") or reply.finish
+            if isinstance(chunk.get("usage"), dict):
+                reply.usage = chunk["usage"]
+            if size > max_bytes:
+                break
+        else:
+            raise EndpointDown("the stream ended without [DONE]")
+    except _TooLong:
+        pass  # one line longer than the cap could ever need: the reply is too long
+    reply.text = _utf8_head("".join(parts), max_bytes)
+    reply.truncated = True
+    reply.finish = "length"
+    return reply
+
+
+def _utf8_head(text: str, max_bytes: int) -> str:
+    """The longest prefix of `text` whose UTF-8 form fits in `max_bytes`."""
+    return text.encode()[:max_bytes].decode("utf-8", "ignore")

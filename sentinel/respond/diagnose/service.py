@@ -62,7 +62,7 @@ class Diagnoser:
         self.config = config
         self.targets = {t.name: t for t in targets}
         self.clients = list(clients) if clients is not None else [
-            ModelClient(e) for e in config.endpoints]
+            ModelClient(e, max_reply_bytes=config.max_reply_bytes) for e in config.endpoints]
 
     def close(self) -> None:
         """Close every client."""

@@ -126,6 +126,10 @@ class DiagnosisWorker:
             data["invalid_reason"] = a.invalid_reason
             data["proposed_action"] = None
             what = f"unvalidated answer ({a.invalid_reason})"
+        if chat.truncated:
+            data["reply_truncated"] = True
+            data["reply_cap_bytes"] = self.settings.max_reply_bytes
+            what += f" (reply cut at {self.settings.max_reply_bytes} bytes, the rest discarded)"
         message = (f"runbook from {a.model} via {a.endpoint} ({chat.latency_ms} ms, "
                    f"{chat.prompt_tokens}+{chat.completion_tokens} tokens): {what}")
         records.add_event(self.db, incident_id, ms_to_dt(now_ms), TimelineKind.RUNBOOK,

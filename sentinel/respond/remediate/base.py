@@ -47,6 +47,9 @@ class TargetInfo:
     url: str
     xla_cache_path: str | None = None
     tpu: Any = None  # sentinel.configsources.TpuConfig
+    # The target's own labels (a discovered pod's namespace and pod among them): an alert
+    # aggregated `by (target)` lost them, and a pod action still needs them.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

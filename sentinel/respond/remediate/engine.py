@@ -193,7 +193,9 @@ class Engine:
                       "action": p.action.kind, **outcome.data})
         if not outcome.ok or not check_recovery:
             return outcome.ok, outcome.detail, None, outcome.data
-        v = self.verifier(p.ctx.target.url, deadline_s)
+        # A pod restart replaces the pod, and with it the address: the action says where.
+        url = str(outcome.data.get("verify_url") or p.ctx.target.url)
+        v = self.verifier(url, deadline_s)
         # Clamped: an alert's active time from another clock must not make it negative.
         recovery_ms = min(max(0, self.now_ms() - c.active_at_ms), 2**31 - 1) if v.ok else None
         message = (f"verified: healthy after {v.healthy_after_s}s, serving after "

@@ -50,11 +50,13 @@ class Reason(enum.StrEnum):
     COLD_CACHE = "cold_cache"
     # The action's precondition failed otherwise (bad label value, no such container).
     PRECONDITION = "precondition"
+    # Kubernetes: the pod is the only ready one of its workload (allow_last_ready: false).
+    LAST_READY = "last_ready"
 
 
 # Refusals a human must hear about; the others resolve themselves with time.
 PAGE_REASONS = frozenset({Reason.GAVE_UP, Reason.BREAKER_OPEN, Reason.RATE_LIMITED,
-                          Reason.COLD_CACHE, Reason.PRECONDITION})
+                          Reason.COLD_CACHE, Reason.PRECONDITION, Reason.LAST_READY})
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ from sentinel.respond.remediate.metrics import RemediationMetrics
 
 def target_infos(config: Config) -> dict[str, TargetInfo]:
     """What actions may know of each configured target."""
-    return {t.name: TargetInfo(t.name, t.url, t.xla_cache_path, t.tpu) for t in config.targets}
+    return {t.name: TargetInfo(t.name, t.url, t.xla_cache_path, t.tpu, dict(t.labels))
+            for t in config.targets}
 
 
 def build_engine(config: Config, db: Database, pager: Pager,

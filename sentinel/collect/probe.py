@@ -1,0 +1,287 @@
+"""Probe a vLLM server's serving path: /health, /v1/models and a streaming canary completion.
+
+A scrape only proves that the API server answers `/metrics`; the failure
+operators report most is an engine wedged behind a live front end (`/health`
+200, requests hang). Per target and probe interval:
+
+- `GET /health`: 200 within the timeout, or not;
+- `GET /v1/models`: 200 and a model card (its id names the canary's model,
+  `max_model_len` is kept for the record); asked at the first probe, then
+  every few minutes or after a failure (the runner decides);
+- a canary chat completion: streaming, a fixed short prompt, `max_tokens`
+  8, temperature 0. It measures time to first token (the first chunk with
+  text) and total time, and checks the answer: every event decodes, the
+  text is not empty, and it contains `expect` when the operator set one.
+
+Each probe yields `sentinel_probe_success{target,probe}` (1/0),
+`sentinel_probe_duration_seconds{target,probe}` and
+`sentinel_probe_http_status{target,probe}` (0: no HTTP answer); the canary
+also `sentinel_probe_ttft_seconds{target}`. A canary skipped because the
+target's own counters prove tokens are flowing writes staleness markers, so
+an old verdict does not linger for the 5-minute lookback.
+
+The network code is async on one shared `httpx.AsyncClient`, so the same
+functions serve today's thread-per-job daemon (through `ProbeRunner`) and a
+single event loop for the whole fleet. `probe_target` never raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from sentinel.model import METRIC_NAME, STALE_NAN, Labels, labels_of
+
+CANARY_PROMPT = "Reply with one word: ok"
+CANARY_MAX_TOKENS = 8
+HEALTH, MODELS, CANARY = "health", "models", "canary"
+
+Sample = tuple[Labels, float]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeTarget:
+    """What to probe on one target, and how (durations in ms)."""
+
+    name: str
+    url: str
+    labels: Labels = ()
+    interval_ms: int = 15_000
+    timeout_ms: int = 10_000
+    canary: bool = True
+    expect: str = ""
+    skip_canary_when_busy: bool = True
+    api_key: str = field(default="", repr=False)
+
+    def headers(self) -> dict[str, str]:
+        """The Authorization header when the target has an API key (vLLM's --api-key)."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """The outcome of one probe of one target."""
+
+    probe: str
+    success: bool
+    duration_s: float
+    status: int = 0  # HTTP status; 0 when the server never answered
+    error: str | None = None
+    ttft_s: float | None = None
+    model: str | None = None
+    max_model_len: int | None = None
+    completion_tokens: int = 0  # what the canary itself added to the server's counters
+
+
+class ProbeFailed(Exception):
+    """A probe got an answer, but not a good one."""
+
+
+async def probe_health(client: httpx.AsyncClient, t: ProbeTarget,
+                       clock: Callable[[], float] = time.monotonic) -> ProbeResult:
+    """GET /health: success is a 200 within the timeout."""
+    start = clock()
+    try:
+        resp = await client.get(_url(t, "/health"), headers=t.headers(),
+                                timeout=t.timeout_ms / 1000)
+    except httpx.HTTPError as exc:
+        return ProbeResult(HEALTH, False, clock() - start, 0, _describe(exc, t))
+    ok = resp.status_code == 200
+    return ProbeResult(HEALTH, ok, clock() - start, resp.status_code,
+                       None if ok else f"HTTP {resp.status_code}")
+
+
+async def probe_models(client: httpx.AsyncClient, t: ProbeTarget,
+                       clock: Callable[[], float] = time.monotonic) -> ProbeResult:
+    """GET /v1/models: a 200 with at least one model card (its id and max_model_len)."""
+    start = clock()
+    try:
+        resp = await client.get(_url(t, "/v1/models"), headers=t.headers(),
+                                timeout=t.timeout_ms / 1000)
+    except httpx.HTTPError as exc:
+        return ProbeResult(MODELS, False, clock() - start, 0, _describe(exc, t))
+    try:
+        if resp.status_code != 200:
+            raise ProbeFailed(f"HTTP {resp.status_code}")
+        cards = resp.json().get("data") or []
+        if not cards or not isinstance(cards[0], dict) or not cards[0].get("id"):
+            raise ProbeFailed("no model served")
+    except (ProbeFailed, ValueError, AttributeError) as exc:
+        return ProbeResult(MODELS, False, clock() - start, resp.status_code,
+                           str(exc) or "bad answer")
+    length = cards[0].get("max_model_len")
+    return ProbeResult(MODELS, True, clock() - start, 200, model=str(cards[0]["id"]),
+                       max_model_len=length if isinstance(length, int) else None)
+
+
+async def probe_canary(client: httpx.AsyncClient, t: ProbeTarget, model: str | None,
+                       clock: Callable[[], float] = time.monotonic) -> ProbeResult:
+    """A streaming chat completion: TTFT, total time, and an answer that makes sense."""
+    body: dict[str, object] = {
+        "messages": [{"role": "user", "content": CANARY_PROMPT}],
+        "max_tokens": CANARY_MAX_TOKENS, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if model:
+        body["model"] = model
+    start = clock()
+    canary = _Canary(start, clock)
+    try:
+        async with asyncio.timeout(t.timeout_ms / 1000):
+            async with client.stream("POST", _url(t, "/v1/chat/completions"), json=body,
+                                     headers=t.headers(), timeout=t.timeout_ms / 1000) as resp:
+                canary.status = resp.status_code
+                if resp.status_code != 200:
+                    await resp.aread()
+                    raise ProbeFailed(f"HTTP {resp.status_code}")
+                # Read to the end even after [DONE]: a response left unread closes
+                # its connection, and a new one per canary costs more CPU than the rest.
+                async for line in resp.aiter_lines():
+                    canary.feed(line)
+        canary.check(t.expect)
+    except (TimeoutError, httpx.TimeoutException):
+        return canary.result(False, f"no answer within {t.timeout_ms / 1000:g}s"
+                             + ("" if canary.ttft_s is not None else " (no token)"))
+    except httpx.HTTPError as exc:
+        return canary.result(False, _describe(exc, t))
+    except ProbeFailed as exc:
+        return canary.result(False, str(exc))
+    return canary.result(True, None)
+
+
+class _Canary:
+    """Reads the canary's server-sent events as they arrive."""
+
+    def __init__(self, start: float, clock: Callable[[], float]) -> None:
+        self.start = start
+        self.clock = clock
+        self.status = 0
+        self.text = ""
+        self.ttft_s: float | None = None
+        self.tokens = 0
+        self.done = False
+
+    def feed(self, line: str) -> None:
+        """Take one SSE line. Raises ProbeFailed on garbage."""
+        if not line.startswith("data:") or self.done:
+            return
+        data = line[5:].strip()
+        if data == "[DONE]":
+            self.done = True
+            return
+        try:
+            event = json.loads(data)
+            choices = event.get("choices") or []
+            usage = event.get("usage") or {}
+        except (ValueError, AttributeError):
+            raise ProbeFailed("answer does not decode (not JSON)") from None
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.tokens = usage["completion_tokens"]
+        for choice in choices:
+            delta = (choice or {}).get("delta") or {}
+            content = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(content, str) and content:
+                if self.ttft_s is None:
+                    self.ttft_s = self.clock() - self.start
+                self.text += content
+
+    def check(self, expect: str) -> None:
+        if not self.done:
+            raise ProbeFailed("stream ended without [DONE]")
+        if not self.text.strip():
+            raise ProbeFailed("empty answer")
+        if "\ufffd" in self.text or "\x00" in self.text:
+            raise ProbeFailed("answer is corrupted (replacement or NUL characters)")
+        if expect and expect.lower() not in self.text.lower():
+            raise ProbeFailed(f"answer does not contain {expect!r}")
+
+    def result(self, ok: bool, error: str | None) -> ProbeResult:
+        return ProbeResult(CANARY, ok, self.clock() - self.start, self.status, error,
+                           self.ttft_s, completion_tokens=self.tokens)
+
+
+async def probe_target(client: httpx.AsyncClient, t: ProbeTarget, now_ms: int, *,
+                       busy: bool = False, canary_slots: asyncio.Semaphore | None = None,
+                       model: str | None = None,
+                       clock: Callable[[], float] = time.monotonic,
+                       ) -> tuple[list[Sample], list[ProbeResult]]:
+    """Probe one target; the samples to store at `now_ms` and the results. Never raises.
+
+    `busy`: the target's counters prove tokens are flowing, so the canary is
+    skipped (when the target allows it). `canary_slots` caps canaries in
+    flight across the fleet. `model`: the served model, already learnt from
+    /v1/models; when given, /v1/models is not asked this time (the caller
+    refreshes it every few minutes: it costs as much CPU as /health).
+    """
+    del now_ms  # the caller stores the samples at the time it chose
+    try:
+        if model is None:
+            health, models = await asyncio.gather(probe_health(client, t, clock),
+                                                  probe_models(client, t, clock))
+            results = [health, models]
+            model = models.model
+        else:
+            results = [await probe_health(client, t, clock)]
+        if t.canary and not (busy and t.skip_canary_when_busy):
+            if canary_slots is None:
+                results.append(await probe_canary(client, t, model, clock))
+            else:
+                async with canary_slots:
+                    results.append(await probe_canary(client, t, model, clock))
+    except Exception as exc:  # a bug, not the target: record it, keep the loop alive
+        results = [ProbeResult(p, False, 0.0, 0, f"internal error: {type(exc).__name__}: {exc}")
+                   for p in (HEALTH, MODELS)]
+    skipped = t.canary and not any(r.probe == CANARY for r in results)
+    return samples_of(t, results, canary_skipped=skipped), results
+
+
+def samples_of(t: ProbeTarget, results: list[ProbeResult],
+               canary_skipped: bool = False) -> list[Sample]:
+    """The series of a set of probe results, as the store takes them."""
+    base = {"target": t.name, **dict(t.labels)}
+    out: list[Sample] = []
+
+    def add(name: str, value: float, **extra: str) -> None:
+        out.append((labels_of({**base, **extra, METRIC_NAME: name}), value))
+
+    for r in results:
+        add("sentinel_probe_success", float(r.success), probe=r.probe)
+        add("sentinel_probe_duration_seconds", r.duration_s, probe=r.probe)
+        add("sentinel_probe_http_status", float(r.status), probe=r.probe)
+        if r.probe == CANARY:
+            # No token at all: no TTFT sample (the success series says it failed).
+            add("sentinel_probe_ttft_seconds", r.ttft_s if r.ttft_s is not None else STALE_NAN)
+    if canary_skipped:
+        for name in ("sentinel_probe_success", "sentinel_probe_duration_seconds",
+                     "sentinel_probe_http_status"):
+            add(name, STALE_NAN, probe=CANARY)
+        add("sentinel_probe_ttft_seconds", STALE_NAN)
+    return out
+
+
+def tokens_flowing(previous_total: float | None, current_total: float | None,
+                   own_tokens: float) -> bool:
+    """Whether a target's generation-token counter moved by more than our own canaries added.
+
+    None (no reading) or a counter reset proves nothing: the canary runs.
+    """
+    if previous_total is None or current_total is None or current_total < previous_total:
+        return False
+    return current_total - previous_total - own_tokens > 0
+
+
+def _url(t: ProbeTarget, path: str) -> str:
+    return t.url.rstrip("/") + path
+
+
+def _describe(exc: Exception, t: ProbeTarget) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out after {t.timeout_ms / 1000:g}s ({type(exc).__name__})"
+    if isinstance(exc, httpx.ConnectError):
+        return f"connection failed: {exc}"
+    return f"{type(exc).__name__}: {exc}"

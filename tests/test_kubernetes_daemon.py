@@ -1,0 +1,92 @@
+"""The daemon with `kubernetes_sd`: scrape jobs follow the pods in the fake API (a scale-up
+is scraped with the pod's labels, a scale-down stops scraping and its series go stale), and
+remediation learns each discovered pod's address."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakes.kube_server import FakeKube, pod
+from fixtures_e2e import wait_for
+
+from sentinel.config import load_config
+from sentinel.daemon.app import App
+from sentinel.sim.server import SimServer, start_sim
+
+pytestmark = pytest.mark.integration
+
+NS = "inference"
+
+
+@pytest.fixture
+def sims() -> Iterator[dict[str, SimServer]]:
+    first = start_sim(host="127.0.0.2")
+    out = {"127.0.0.2": first, "127.0.0.3": start_sim(host="127.0.0.3", port=first.port)}
+    try:
+        yield out
+    finally:
+        for s in out.values():
+            s.stop()
+
+
+def up(app: App, target: str) -> float | None:
+    assert app.engine is not None
+    vec = app.engine.query(f'up{{target="{target}"}}', int(time.time() * 1000))
+    return vec[0].value if vec else None
+
+
+def test_scrape_jobs_follow_the_pods(tmp_path: Path, sims: dict[str, SimServer]) -> None:
+    port = sims["127.0.0.2"].port
+    api = FakeKube().start()
+    labels = {"app": "vllm", "app.kubernetes.io/instance": "gemma4"}
+    api.put("pods", pod("vllm-0", namespace=NS, ip="127.0.0.2", port=port, labels=labels))
+    cfg = tmp_path / "sentinel.yaml"
+    cfg.write_text(f"""\
+database: sqlite:///{tmp_path}/s.db
+listen: 127.0.0.1:0
+scrape_interval: 200ms
+scrape_timeout: 200ms
+targets:
+  - name: static
+    url: {sims["127.0.0.2"].url}
+kubernetes_sd:
+  - name: vllm
+    api: {{api_server: "{api.url}"}}
+    namespaces: [{NS}]
+    label_selector: app=vllm
+    port: http
+remediation:
+  policies:
+    - name: p
+      alerts: [VLLMTargetDown]
+      steps: [{{kubernetes_pod_restart: {{api: {{api_server: "{api.url}"}}}}}}]
+""")
+    app = App(load_config(cfg))
+    app.start()
+    try:
+        wait_for(lambda: up(app, "vllm-0") == 1.0, 10, "the discovered pod scraped")
+        assert app.engine is not None
+        series = app.engine.query('vllm:num_requests_running{target="vllm-0"}',
+                                  int(time.time() * 1000))
+        assert series and dict(series[0].labels)["app_kubernetes_io_instance"] == "gemma4"
+        assert dict(series[0].labels)["namespace"] == NS
+
+        api.put("pods", pod("vllm-1", namespace=NS, ip="127.0.0.3", port=port, labels=labels))
+        wait_for(lambda: up(app, "vllm-1") == 1.0, 10, "the scaled-up pod scraped")
+        assert app.pipeline is not None and app.pipeline.remediator is not None
+        assert app.pipeline.remediator.engine.targets["vllm-1"].url == f"http://127.0.0.3:{port}"
+
+        api.remove("pods", NS, "vllm-0")
+        wait_for(lambda: up(app, "vllm-0") is None, 10, "the removed pod's series to go stale")
+        assert app._scheduler is not None
+        assert app._scheduler.get_job("scrape:vllm-0") is None
+        assert app._scheduler.get_job("scrape:vllm-1") is not None
+        assert app._scheduler.get_job("scrape:static") is not None
+        assert "vllm-0" not in app.pipeline.remediator.engine.targets
+        assert up(app, "static") == 1.0
+    finally:
+        app.stop()
+        api.stop()

@@ -1,0 +1,256 @@
+"""The probe source over loopback: each simulator mode, API key, canary cap and heartbeat."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+import yaml
+
+from sentinel.collect.probe import (
+    CANARY,
+    HEALTH,
+    MODELS,
+    ProbeTarget,
+    probe_target,
+    tokens_flowing,
+)
+from sentinel.collect.probe_runner import ProbeRunner
+from sentinel.collect.scrape import Scraper, ScrapeTarget
+from sentinel.config import parse_config
+from sentinel.config_probe import effective_probe
+from sentinel.daemon.probejobs import build_probe_targets, generation_total_reader
+from sentinel.model import is_stale, label_value
+from sentinel.promql import Engine
+from sentinel.sim.server import start_sim
+from sentinel.store import MemoryStore
+
+
+@pytest.fixture
+def sim() -> Iterator:
+    server = start_sim(auto_traffic=False)
+    yield server
+    server.stop()
+
+
+def _probe(t: ProbeTarget, busy: bool = False):
+    async def run():
+        async with httpx.AsyncClient() as client:
+            return await probe_target(client, t, 0, busy=busy)
+    return asyncio.run(run())
+
+
+def _by_probe(results) -> dict:
+    return {r.probe: r for r in results}
+
+
+@pytest.mark.parametrize(("state", "health", "models", "canary", "error"), [
+    ({}, True, True, True, None),
+    ({"healthy": False}, False, True, False, "HTTP 500"),
+    ({"stalled": True}, True, True, False, "no answer within 2s (no token)"),
+    ({"sleeping": True}, True, True, False, "HTTP 503"),
+    ({"garbage_output": True}, True, True, False, "empty answer"),
+    ({"down": True}, False, False, False, None),
+])
+def test_each_simulator_mode_reads_as_it_should(sim, state, health, models, canary, error):
+    sim.update_state(state)
+    t = ProbeTarget("gemma", sim.url, timeout_ms=2000)  # slack for a loaded CI machine
+    samples, results = _probe(t)
+    got = _by_probe(results)
+    assert (got[HEALTH].success, got[MODELS].success, got[CANARY].success) == (
+        health, models, canary), results
+    if error:
+        assert got[CANARY].error == error
+    if state.get("down"):
+        assert got[HEALTH].status == 0 and got[CANARY].status == 0
+    names = {(label_value(lb, "__name__"), label_value(lb, "probe")) for lb, _ in samples}
+    assert ("sentinel_probe_success", "canary") in names
+    assert ("sentinel_probe_ttft_seconds", "") in names
+    assert all(label_value(lb, "target") == "gemma" for lb, _ in samples)
+
+
+def test_healthy_canary_measures_ttft_and_learns_the_model(sim):
+    sim.set_state(ttft_s=0.3)
+    _, results = _probe(ProbeTarget("gemma", sim.url, timeout_ms=3000, expect="Simulator"))
+    got = _by_probe(results)
+    assert got[MODELS].model == sim.model and got[MODELS].max_model_len == sim.max_model_len
+    assert got[CANARY].success, got[CANARY].error
+    assert 0.3 <= got[CANARY].ttft_s < got[CANARY].duration_s + 0.001
+    body = sim.chat_requests[-1]
+    assert body["stream"] is True and body["max_tokens"] <= 8 and body["temperature"] == 0
+    assert body["model"] == sim.model
+
+
+def test_expect_mismatch_fails_the_canary(sim):
+    _, results = _probe(ProbeTarget("gemma", sim.url, expect="banana"))
+    assert _by_probe(results)[CANARY].error == "answer does not contain 'banana'"
+
+
+def test_busy_target_skips_the_canary_and_marks_its_series_stale(sim):
+    samples, results = _probe(ProbeTarget("gemma", sim.url), busy=True)
+    assert CANARY not in _by_probe(results)
+    assert len(sim.chat_requests) == 0
+    canary = [v for lb, v in samples if label_value(lb, "probe") == CANARY
+              or label_value(lb, "__name__") == "sentinel_probe_ttft_seconds"]
+    assert canary and all(is_stale(v) for v in canary)
+    # A target that opted out of skipping is probed anyway.
+    _probe(ProbeTarget("gemma", sim.url, skip_canary_when_busy=False), busy=True)
+    assert len(sim.chat_requests) == 1
+
+
+@pytest.mark.parametrize(("prev", "cur", "own", "flowing"), [
+    (None, 100, 0, False),     # no earlier reading: nothing proven
+    (100, None, 0, False),     # no current reading
+    (100, 100, 0, False),      # frozen
+    (100, 108, 8, False),      # only our own canary's 8 tokens
+    (100, 140, 8, True),       # traffic beyond the canary
+    (100, 50, 0, False),       # counter reset: nothing proven
+])
+def test_tokens_flowing(prev, cur, own, flowing):
+    assert tokens_flowing(prev, cur, own) is flowing
+
+
+class _KeyRecorder(BaseHTTPRequestHandler):
+    seen: list[str | None] = []
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.seen.append(self.headers.get("Authorization"))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_api_key_from_file_or_env_is_sent_and_redacted(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _KeyRecorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    (tmp_path / "key").write_text("file-key-123\n")
+    config = parse_config(yaml.safe_load(f"""
+        probe_interval: 20s
+        targets:
+          - {{name: a, url: "{url}", probe: {{api_key_file: key, canary: false}}}}
+          - {{name: b, url: "{url}", probe: {{api_key: "${{VLLM_KEY}}", interval: 0s}}}}
+          - {{name: c, url: "{url}"}}
+        """), config_dir=tmp_path, environ={"VLLM_KEY": "env-key-456"})
+    try:
+        assert config.targets[1].probe.api_key == "env-key-456"
+        assert {"file-key-123", "env-key-456"} <= set(config.secrets())
+        targets = build_probe_targets(config)
+        assert [t.name for t in targets] == ["a", "c"]  # b: interval 0 turns its probe off
+        assert (targets[0].interval_ms, targets[0].timeout_ms) == (20_000, 10_000)
+        assert "file-key-123" not in repr(targets[0])
+        _KeyRecorder.seen.clear()
+        _probe(targets[0])
+        assert _KeyRecorder.seen == ["Bearer file-key-123"] * 2
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_effective_probe_interval_and_timeout():
+    assert effective_probe(None, 15_000) == (15_000, 10_000)
+    assert effective_probe(None, 5_000) == (5_000, 5_000)  # timeout capped at the interval
+    assert effective_probe(None, 0)[0] == 0  # probe_interval: 0 turns probing off
+
+
+def test_fifty_targets_never_exceed_the_canary_cap(sim):
+    sim.set_state(ttft_s=0.2)  # slow enough that canaries overlap
+    runner = ProbeRunner(max_canaries=4)
+    targets = [ProbeTarget(f"t{i:02d}", sim.url, timeout_ms=10_000) for i in range(50)]
+    done: list[bool] = []
+    try:
+        threads = [threading.Thread(target=lambda t=t: done.append(
+            _by_probe(runner.probe(t, 0)[1])[CANARY].success)) for t in targets]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(30)
+    finally:
+        runner.close()
+    assert len(done) == 50 and all(done)
+    assert len(sim.chat_requests) == 50
+    assert sim.chat_max_in_flight == 4  # the cap was reached, never passed
+
+
+def test_canary_never_fires_while_the_counters_show_tokens_flowing(sim):
+    """Driven clock: 10 simulated minutes of traffic, scraped every 5 s, probed every 15 s."""
+    store = MemoryStore()
+    scraper = Scraper(store)
+    runner = ProbeRunner(4, generation_total_reader(Engine(store)))
+    target = ProbeTarget("gemma", sim.url, interval_ms=15_000, timeout_ms=2_000)
+    scrape = ScrapeTarget("gemma", sim.url)
+    t0 = 1_700_000_000_000
+    try:
+        sim.set_state(load_rps=2, num_requests_running=3)
+        for step in range(121):
+            now = t0 + step * 5_000
+            sim.traffic.advance(5.0)
+            scraper.scrape(scrape, now)
+            # From the first probe that has a reading one interval back (the counters
+            # can only "show" flow once they have been scraped twice).
+            if step % 3 == 0 and step >= 3:
+                _, _, skipped = runner.probe(target, now)
+                assert skipped, step
+        assert len(sim.chat_requests) == 0, "a canary fired while tokens were flowing"
+        # The traffic stops: the next probes send canaries again (and their own tokens
+        # never count as traffic, so they keep coming).
+        sim.set_state(load_rps=0, num_requests_running=0)
+        for step in range(121, 160):
+            now = t0 + step * 5_000
+            scraper.scrape(scrape, now)
+            if step % 3 == 0:
+                runner.probe(target, now)
+        assert len(sim.chat_requests) >= 12
+    finally:
+        runner.close()
+        scraper.close()
+
+
+def test_runner_asks_v1_models_again_only_every_few_minutes_or_after_a_failure(sim):
+    runner = ProbeRunner(4)
+    t = ProbeTarget("gemma", sim.url, timeout_ms=5000)
+
+    def probes(now_ms: int) -> list[str]:
+        return [r.probe for r in runner.probe(t, now_ms)[1]]
+
+    try:
+        assert probes(0) == [HEALTH, MODELS, CANARY]
+        assert probes(15_000) == [HEALTH, CANARY]  # the model is known
+        assert sim.chat_requests[-1]["model"] == sim.model
+        assert probes(4 * 60_000) == [HEALTH, MODELS, CANARY]  # refreshed under the lookback
+        sim.set_state(healthy=False)
+        assert probes(4 * 60_000 + 15_000) == [HEALTH, CANARY]
+        sim.set_state(healthy=True)
+        assert probes(4 * 60_000 + 30_000) == [HEALTH, MODELS, CANARY]  # after a failure
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize(("lines", "error"), [
+    (['data: {"choices":[{"delta":{"content":"ok"}}]}', "data: [DONE]"], None),
+    (['data: {"choices":[{"delta":{"content":"ok"}}]}'], "stream ended without [DONE]"),
+    (['data: {"choices":[{"delta":{"content":""}}]}', "data: [DONE]"], "empty answer"),
+    (["data: {not json", "data: [DONE]"], "answer does not decode (not JSON)"),
+    (['data: {"choices":[{"delta":{"content":"o\\ufffdk"}}]}', "data: [DONE]"],
+     "answer is corrupted (replacement or NUL characters)"),
+])
+def test_canary_answer_checks(lines, error):
+    from sentinel.collect.probe import ProbeFailed, _Canary
+
+    canary = _Canary(0.0, lambda: 0.25)
+    try:
+        for line in lines:
+            canary.feed(line)
+        canary.check("")
+    except ProbeFailed as exc:
+        assert str(exc) == error
+    else:
+        assert error is None
+        assert canary.ttft_s == 0.25 and canary.text == "ok"
