@@ -101,3 +101,17 @@ def test_jobs_cancelled_at_shutdown_log_no_traceback(caplog):
         except BaseException:
             log.error("Error running job scrape:t1", exc_info=True)
     assert [r.exc_info[1].args for r in caplog.records if r.exc_info] == [("a real failure",)]
+
+
+def test_select_last_hands_out_only_the_newest_sample_in_range():
+    from sentinel.model import labels_of
+    from sentinel.store import Matcher, MemoryStore
+
+    store = MemoryStore(retention_ms=10**9)
+    for t in range(0, 100_000, 5_000):
+        store.add(labels_of({"__name__": "m", "i": "1"}), t, t / 1000)
+    store.add(labels_of({"__name__": "m", "i": "2"}), 1_000, 1.0)  # too old for the window
+    [s] = store.select_last([Matcher("__name__", "=", "m")], 60_000, 72_000)
+    assert (dict(s.labels)["i"], s.ts, s.vs) == ("1", [70_000], [70.0])
+    full = store.select([Matcher("__name__", "=", "m"), Matcher("i", "=", "1")], 60_000, 72_000)
+    assert full[0].ts[-1] == s.ts[0] and full[0].vs[-1] == s.vs[0]

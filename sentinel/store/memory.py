@@ -195,6 +195,26 @@ class MemoryStore:
                 out.append(Series(buf.labels, ts[lo:hi].tolist(), buf.vs[lo:hi].tolist()))
         return out
 
+    def select_last(self, matchers: Sequence[Matcher], start_ms: int,
+                    end_ms: int) -> list[Series]:
+        """Like `select`, but each series carries only its newest sample in the range.
+
+        What an instant vector selector reads: one sample, not the whole lookback
+        window copied out of the packed arrays.
+        """
+        with self._lock:
+            candidates = self._candidates(matchers)
+            buffers = [self._buffers[r] for r in candidates if r in self._buffers]
+        out = []
+        for buf in buffers:
+            if not all(m.matches(label_value(buf.labels, m.name)) for m in matchers):
+                continue
+            ts = buf.ts
+            hi = bisect_right(ts, end_ms)
+            if hi and ts[hi - 1] >= start_ms:
+                out.append(Series(buf.labels, [ts[hi - 1]], [buf.vs[hi - 1]]))
+        return out
+
     def _candidates(self, matchers: Sequence[Matcher]) -> Iterable[int]:
         # In creation (reference) order, as Prometheus's head returns series.
         for m in matchers:
