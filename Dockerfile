@@ -3,7 +3,8 @@
 #   docker run -p 9465:9465 -v sentinel-data:/var/lib/sentinel \
 #     -v $PWD/sentinel.yaml:/etc/sentinel/sentinel.yaml:ro sentinel
 # Inside the container Sentinel listens on 0.0.0.0:9465 (SENTINEL_LISTEN), whatever the
-# config's `listen` says, so the published port reaches it. The SQLite database belongs
+# config's `listen` says, so the published port reaches it; off loopback it refuses to
+# start unless the config has `api.tokens` (a read and a write token, e.g. from ${ENV}). The SQLite database belongs
 # in the /var/lib/sentinel volume (`database: sqlite:////var/lib/sentinel/sentinel.db`).
 # For the docker log source and docker_restart, mount /run/docker.sock and add its group
 # (`--group-add $(stat -c %g /run/docker.sock)`); for journald, mount /var/log/journal.
@@ -35,6 +36,8 @@ COPY sentinel ./sentinel
 COPY rules ./rules
 COPY migrations ./migrations
 RUN pip install --no-deps . && rm -rf /src/build
+# The rules also where a config (and the Kubernetes ConfigMap) names them.
+COPY rules /etc/sentinel/rules
 
 USER 10001:10001
 WORKDIR /var/lib/sentinel

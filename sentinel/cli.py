@@ -182,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     silence_cli.add_parser(sub, _db_args, _database)
 
+    from sentinel.api import cli as api_cli
+
+    api_cli.add_parser(sub, _db_args, _database, _load_config_or_exit)
+
     db = sub.add_parser("db", help="database schema").add_subparsers(title="what", metavar="WHAT")
     du = db.add_parser("upgrade", help="apply migrations (alembic upgrade head)")
     _db_args(du)

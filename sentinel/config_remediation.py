@@ -21,6 +21,8 @@ remediation:
       cooldown: 5m                     # after a verified success on the target
       max_per_hour: 3
       allow_cold: false                # cold restarts (20+ min compiling), node restarts
+      approval: none                   # required: park each action until a person approves
+      approval_expiry: 15m             # a parked action not approved by then is not run
       steps:                           # tried in order; the next once a step's attempts failed
         - docker_restart: {container: "vllm-{target}", socket: /var/run/docker.sock}
           timeout: 2m
@@ -36,7 +38,9 @@ Nothing is remediated unless a policy names the alert.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from datetime import datetime
 from typing import Any
 
@@ -59,6 +63,10 @@ def placeholders(template: str) -> list[str]:
     return _PLACEHOLDER.findall(template)
 
 
+# libtpu's lock file; a crashed server leaves it behind and the next start then fails.
+DEFAULT_LIBTPU_LOCKFILE = os.path.join(tempfile.gettempdir(), "libtpu_lockfile")
+
+
 class DockerRestartConfig(Strict):
     """Restart a container through the Docker Engine API on its unix socket."""
 
@@ -71,6 +79,9 @@ class DockerRestartConfig(Strict):
     settle_ms: PositiveDuration = Field(3_000, alias="settle")
     # A durable copy of the XLA cache (see xla_cache_backup) restored when the cache is cold.
     restore_from: str | None = None
+    # Removed once the old process is gone, before starting (a path in the container is
+    # mapped through its mounts); null leaves it alone.
+    libtpu_lockfile: str | None = DEFAULT_LIBTPU_LOCKFILE
 
 
 class SystemdRestartConfig(Strict):
@@ -79,6 +90,10 @@ class SystemdRestartConfig(Strict):
     unit: str
     xla_cache_path: str | None = None  # default: the target's xla_cache_path
     systemctl: str = "systemctl"
+    # Removed between `systemctl stop` and `systemctl start`; null leaves it alone.
+    libtpu_lockfile: str | None = DEFAULT_LIBTPU_LOCKFILE
+    # A `systemctl start` that fails (the chip still held) is retried with backoff.
+    start_attempts: int = Field(3, ge=1, le=10)
 
 
 class CommandConfig(Strict):
@@ -155,6 +170,16 @@ class PolicyConfig(Strict):
     max_per_hour: int = Field(3, ge=1)
     allow_cold: bool = False
     steps: tuple[StepConfig, ...] = Field(min_length=1)
+    # required: an allowed action waits for a person (API, page, CLI, MCP) until it expires.
+    approval: str = "none"
+    approval_expiry_ms: PositiveDuration = Field(900_000, alias="approval_expiry")
+
+    @field_validator("approval")
+    @classmethod
+    def _check_approval(cls, v: str) -> str:
+        if v not in ("none", "required"):
+            raise problem("must be none or required")
+        return v
 
     @model_validator(mode="after")
     def _cold_last(self) -> PolicyConfig:

@@ -27,6 +27,7 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from sentinel.api.config import ApiConfig
 from sentinel.config_diagnosis import DiagnosisConfig
 from sentinel.config_kubernetes import KubernetesSDConfig
 from sentinel.config_notify import (
@@ -158,6 +159,7 @@ class Config(Strict):
     # Probes of every target's serving path; 0 turns them off (sentinel.config_probe).
     probe_interval_ms: Duration = Field(DEFAULT_PROBE_INTERVAL_MS, alias="probe_interval")
     probe_canary_concurrency: int = Field(DEFAULT_CANARY_CONCURRENCY, ge=1)
+    api: ApiConfig = ApiConfig.model_validate({})
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
@@ -272,6 +274,7 @@ class Config(Strict):
         if self.diagnosis is not None:
             out += self.diagnosis.secrets()
         out += [t.probe.api_key for t in self.targets if t.probe is not None and t.probe.api_key]
+        out += self.api.secrets()
         return out
 
 

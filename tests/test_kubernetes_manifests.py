@@ -112,9 +112,17 @@ def test_the_shipped_sentinel_config_loads(tmp_path: Path) -> None:
     assert "/etc/sentinel/rules/vllm.yaml" in text  # where the Dockerfile puts the rules
     path = tmp_path / "sentinel.yaml"
     path.write_text(text.replace("/etc/sentinel/rules/vllm.yaml", str(ROOT / "rules/vllm.yaml")))
-    url = by_kind("Secret")["stringData"]["url"]
-    config = load_config(path, environ={"SENTINEL_DATABASE_URL": url})
+    secret = by_kind("Secret")["stringData"]
+    url = secret["url"]
+    config = load_config(path, environ={"SENTINEL_DATABASE_URL": url,
+                                        "SENTINEL_READ_TOKEN": secret["read-token"],
+                                        "SENTINEL_WRITE_TOKEN": secret["write-token"]})
     assert config.database == url and config.listen.endswith(":9465")
+    # Off loopback without tokens the daemon refuses to start: the manifests carry them.
+    from sentinel.api.auth import check_bind
+
+    check_bind(config.listen.rpartition(":")[0], config.api.tokens)
+    assert {t.role for t in config.api.tokens} == {"read", "write"}
     assert config.kubernetes_sd[0].namespaces == (by_kind("Role")["metadata"]["namespace"],)
     assert config.remediation.policies[0].steps[0].kind == "kubernetes_pod_restart"
 

@@ -85,7 +85,9 @@ def test_generated_matches_always_carry_an_anchor(sigs: SignatureSet) -> None:
         parsed = sre_parse.parse(pattern)
         for _ in range(200):
             core = _generate(parsed.data, rng)
-            line = "".join(rng.choice(FILLER[:-1]) for _ in range(rng.randint(0, 5))) + core
+            anchored = bool(parsed.data) and parsed.data[0][0] is sre_constants.AT
+            filler = 0 if anchored else rng.randint(0, 5)  # `^...` must start the line
+            line = "".join(rng.choice(FILLER[:-1]) for _ in range(filler)) + core
             assert re.search(pattern, line), (pattern, line)
             assert sigs.match_line(line) is not None, line
             assert sigs.has_anchor(line), (pattern, line)

@@ -151,3 +151,51 @@ def test_hyperscan_candidates_cover_pythons_matches_on_random_patterns() -> None
         assert expected <= set(hs.candidate_lines("\n".join(lines))), pattern
         checked += 1
     assert checked > 150
+
+
+# -- match ids: the pattern Hyperscan reports names the signature ------------------------
+
+@pytest.mark.parametrize(("pattern", "exact"), [
+    ("EngineDeadError", True),
+    (r"Engine core proc [A-Za-z_0-9]+ died unexpectedly", True),
+    (r"(allocate|reserve) [0-9.]+[KMGT]?i?B?", True),
+    (r"exit code \d+", True),
+    (r"NCCL error\s", False),   # \s takes a newline in a block: confirmed by re
+    (r"foo.bar", False),        # . (Hyperscan's and Python's agree, but keep it simple)
+    (r"[^x]yz", False),         # a negated class takes a newline
+    (r"\bdied\b", False),       # anchors
+    (r"(?i)died", False),       # flags
+    (r"a{,3}bcd", False),       # PCRE reads {,n} as text
+])
+def test_exactness_is_claimed_only_for_constructs_that_cannot_cross_a_line(
+        pattern: str, exact: bool) -> None:
+    from sentinel.logs.hsfilter import is_exact
+    assert is_exact(pattern) is exact
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scan_names_the_same_signature_as_match_line_on_every_line(engine: str) -> None:
+    sigs = SignatureSet(parse_signatures(BUNDLED.read_text()), engine)
+    paths = sorted((ROOT / "tests/data/logs").rglob("*.log"))
+    lines = [line for p in paths for line in p.read_text().splitlines() if line.isascii()]
+    rng = random.Random(5)
+    rng.shuffle(lines)
+    for start in range(0, len(lines), 997):  # blocks of odd sizes
+        chunk = lines[start:start + 997]
+        got = {i: (sig, tb) for i, sig, tb in sigs.scan("\n".join(chunk))}
+        want = {i: (sigs.match_line(line), "Traceback (most recent call last):" in line)
+                for i, line in enumerate(chunk)}
+        want = {i: v for i, v in want.items() if v[0] is not None or v[1]}
+        assert got == want
+
+
+@needs_hyperscan
+def test_an_exact_compile_that_fails_falls_back_to_prefilter_mode_and_says_so() -> None:
+    # A lookahead: Hyperscan cannot compile it as is, but can in prefilter mode;
+    # claimed exact on purpose here, the filter must drop the claim, not the engine.
+    hs = build_hyperscan_filter([r"EngineDead(?=Error)", "Traceback"], [True, True])
+    assert hs is not None and hs.exact == (False, False)
+    ids = hs.scan_ids("ok\nEngineDeadError\nTraceback")
+    assert [(line, sorted(pids)) for line, _, pids in ids] == [(1, [0]), (2, [1])]
+    hs = build_hyperscan_filter(["EngineDeadError", "Traceback"], [True, True])
+    assert hs is not None and hs.exact == (True, True)

@@ -104,10 +104,13 @@ def sigs() -> SignatureSet:
     return load_signature_file(BUNDLED)
 
 
-def test_bundled_file_covers_every_category_but_other(sigs: SignatureSet) -> None:
+def test_bundled_file_covers_every_category_and_has_the_catch_all(sigs: SignatureSet) -> None:
     categories = {s.category for s in sigs.signatures}
-    assert categories == set(CATEGORIES) - {"other"}
+    assert categories == set(CATEGORIES)
     assert all(s.runbook for s in sigs.signatures)
+    catch_all = sigs.by_name("unclassified_crash")
+    assert catch_all is not None and catch_all.category == "other"
+    assert catch_all.priority == min(s.priority for s in sigs.signatures)
 
 
 @pytest.mark.parametrize(("line", "name"), REAL_LINES)

@@ -75,11 +75,14 @@ def target(tmp: Path, cache: Path | None = None, url: str = "http://127.0.0.1:1"
 
 def test_systemd_restart_runs_systemctl_with_an_argv_list(tmp_path, monkeypatch) -> None:
     tool = Tool(tmp_path, "systemctl", monkeypatch)
-    params = SystemdRestartConfig.model_validate({"unit": "vllm-{target}.service"})
+    params = SystemdRestartConfig.model_validate({"unit": "vllm-{target}.service",
+                                                  "libtpu_lockfile": str(tmp_path / "lock")})
     ctx = ActionContext(target(tmp_path, warm_dir(tmp_path)), {"target": "tpu-a"}, params, 10)
     outcome = ACTIONS["systemd_restart"].run(ctx)
     assert outcome.ok, outcome.detail
-    assert tool.runs() == [[str(tool.path), "restart", "--", "vllm-tpu-a.service"]]
+    # Stop and start, not restart: the stale libtpu lock file is cleared in between.
+    assert tool.runs() == [[str(tool.path), "stop", "--", "vllm-tpu-a.service"],
+                           [str(tool.path), "start", "--", "vllm-tpu-a.service"]]
     assert outcome.data["warm"] is True and outcome.data["exit_code"] == 0
 
 
@@ -87,7 +90,8 @@ def test_systemd_restart_failure_keeps_stderr(tmp_path, monkeypatch) -> None:
     Tool(tmp_path, "systemctl", monkeypatch)
     monkeypatch.setenv("STANDIN_EXIT", "5")
     monkeypatch.setenv("STANDIN_STDERR", "Failed to restart vllm.service: Unit not found.\n")
-    params = SystemdRestartConfig.model_validate({"unit": "vllm.service"})
+    params = SystemdRestartConfig.model_validate({"unit": "vllm.service",
+                                                  "libtpu_lockfile": None})
     outcome = ACTIONS["systemd_restart"].run(
         ActionContext(target(tmp_path, warm_dir(tmp_path)), {}, params, 10))
     assert not outcome.ok
@@ -97,7 +101,8 @@ def test_systemd_restart_failure_keeps_stderr(tmp_path, monkeypatch) -> None:
 def test_systemd_restart_refused_on_a_cold_cache_and_runs_nothing(tmp_path, monkeypatch) -> None:
     tool = Tool(tmp_path, "systemctl", monkeypatch)
     (tmp_path / "empty").mkdir()
-    params = SystemdRestartConfig.model_validate({"unit": "vllm.service"})
+    params = SystemdRestartConfig.model_validate({"unit": "vllm.service",
+                                                  "libtpu_lockfile": None})
     ctx = ActionContext(target(tmp_path, tmp_path / "empty"), {}, params, 10)
     check = ACTIONS["systemd_restart"].check(ctx)
     assert (check.ok, check.reason) == (False, Reason.COLD_CACHE)
@@ -105,7 +110,7 @@ def test_systemd_restart_refused_on_a_cold_cache_and_runs_nothing(tmp_path, monk
     assert not ACTIONS["systemd_restart"].run(ctx).ok and tool.runs() == []
     # The policy may allow a cold restart.
     cold = ActionContext(ctx.target, {}, params, 10, allow_cold=True)
-    assert ACTIONS["systemd_restart"].run(cold).ok and len(tool.runs()) == 1
+    assert ACTIONS["systemd_restart"].run(cold).ok and len(tool.runs()) == 2  # stop, start
 
 
 def test_command_substitutes_labels_into_the_argv_template(tmp_path, monkeypatch) -> None:
@@ -157,7 +162,8 @@ def sim_container(sock_dir: Path, cache: Path | None, **spec: object
 def docker_ctx(path: str, cache_target: TargetInfo, allow_cold: bool = False,
                **params: object) -> ActionContext:
     p = DockerRestartConfig.model_validate({"container": "{container}", "socket": path,
-                                            "settle": "150ms", **params})
+                                            "settle": "150ms", "libtpu_lockfile": None,
+                                            **params})
     return ActionContext(cache_target, {"container": "vllm"}, p, 10, allow_cold)
 
 

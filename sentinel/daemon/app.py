@@ -82,6 +82,7 @@ class App:
         self.status: StatusServer | None = None
         self.notifier: Notifier | None = None
         self.discovered: Any = None  # sentinel.daemon.discovery.DiscoveredTargets
+        self.approvals: Any = None  # ApprovalRunner, when remediation is configured
         self._scheduler: BackgroundScheduler | None = None
         # The one event loop for network I/O: scrapes now; other async sources submit here.
         self.io: IOLoop | None = None
@@ -96,6 +97,10 @@ class App:
     def start(self) -> None:
         """Migrate the database, load rules, restore alert state, start jobs and serving."""
         cfg = self.config
+        host, port = _split_listen(cfg.listen)
+        from sentinel.api.auth import check_bind
+
+        check_bind(host, cfg.api.tokens)  # before anything: a clear refusal, nothing half-started
         db = Database(cfg.database)
         db.upgrade()
         # With diagnosis on, each message carries its incident's newest runbook.
@@ -123,8 +128,9 @@ class App:
         self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
                                            self.metrics.registry, cfg.evaluation_interval_ms,
                                            self._now_ms)
-        host, port = _split_listen(cfg.listen)
-        self.status = StatusServer(host, port, self.metrics.registry, self.ready)
+        surfaces = self._surfaces(db, host)
+        self.status = StatusServer(host, port, self.metrics.registry, self.ready,
+                                   surfaces.routes, surfaces.lifespans)
         self.status.start()
         self.missed.track((t.name for t in cfg.targets), rules.groups)
         quiet_apscheduler()
@@ -172,6 +178,9 @@ class App:
         if self.status is not None:
             self.status.stop()
             self.status = None
+        if self.approvals is not None:
+            self.approvals.stop(timeout_s)
+            self.approvals = None
         if self.pipeline is not None:
             if self.pipeline.remediator is not None:
                 self.pipeline.remediator.stop(timeout_s)
@@ -221,7 +230,24 @@ class App:
         pager = NotifyPager(self.notifier.page, self._now_ms)
         engine = build_engine(self.config, db, pager, RemediationMetrics(self.metrics.registry),
                               self.clock)
+        engine.external_url = self.config.external_url
         self.pipeline.remediator = Remediator(engine).start()
+        from sentinel.respond.remediate.approval_runner import ApprovalRunner
+
+        self.approvals = ApprovalRunner(engine).start()
+
+    def _surfaces(self, db: Database, host: str) -> Any:
+        """The API, page and MCP served beside /metrics (issue 15)."""
+        from sentinel.api.server import build_surfaces, rule_expr_lookup
+        from sentinel.api.service import ApiService
+
+        assert self.engine is not None
+        service = ApiService(
+            db, query_fn=self.engine.query, targets=[t.name for t in self.config.targets],
+            rule_exprs=rule_expr_lookup(lambda: self._groups),
+            on_approved=self.approvals.kick if self.approvals is not None else (lambda: None),
+            clock=self.clock, external_url=self.config.external_url)
+        return build_surfaces(service, self.config.api, host)
 
     # -- discovered targets (kubernetes_sd) --------------------------------
 

@@ -1,80 +1,113 @@
-"""Sentinel's own HTTP endpoints: /metrics, /healthz, /readyz.
+"""Sentinel's one HTTP listener: /metrics, /healthz, /readyz, and whatever routes are added
+(the API, the page, MCP at /mcp).
 
-A stdlib threading server: it serves a handful of small responses to the
-Prometheus and the orchestrator that watch Sentinel, so it needs no framework.
+Served by uvicorn running a Starlette app in a background thread with its own
+event loop. The stdlib server that was here sufficed for three tiny
+endpoints; the page, the JSON API and above all MCP's streamable HTTP
+transport (an ASGI app in the official `mcp` SDK) need an ASGI server, and one
+listener for all of them keeps one address, one port and one place to check
+tokens. Blocking handlers (database reads) run in Starlette's thread pool, so
+a slow query never stalls the loop. The socket is bound in the constructor,
+so the real port is known before serving starts (port 0 in tests) and a busy
+port fails `start()` at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
+import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
 
 log = logging.getLogger(__name__)
 
+Lifespan = Callable[[], AbstractAsyncContextManager[None]]
+
 
 class StatusServer:
-    """Serves /metrics from a registry, /healthz (alive) and /readyz (`ready()` says why not)."""
+    """Serves /metrics from a registry, /healthz (alive) and /readyz (`ready()` says why not),
+    plus `routes`; `lifespans` run while serving (MCP's session manager)."""
 
     def __init__(
         self, host: str, port: int, registry: CollectorRegistry,
-        ready: Callable[[], str | None],
+        ready: Callable[[], str | None], routes: Sequence[BaseRoute] = (),
+        lifespans: Sequence[Lifespan] = (),
     ) -> None:
-        handler = _handler(registry, ready)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="sentinel-http", daemon=True
-        )
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted connections inherit it: a response written in two sends (headers,
+        # body) must not wait for the client's delayed ACK (Nagle: ~40 ms per request).
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self._sock.bind((host, port))
+            self._sock.listen(128)
+        except OSError:
+            self._sock.close()
+            raise
+        app = Starlette(routes=[*_status_routes(registry, ready), *routes],
+                        lifespan=_combined(lifespans))
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
+                                timeout_graceful_shutdown=2, server_header=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                                        name="sentinel-http", daemon=True)
 
     @property
     def address(self) -> tuple[str, int]:
         """The (host, port) actually bound; the port is real even when 0 was asked for."""
-        host, port = self._server.server_address[:2]
+        host, port = self._sock.getsockname()[:2]
         return str(host), int(port)
 
-    def start(self) -> None:
-        """Serve in a background thread."""
+    def start(self, timeout_s: float = 10.0) -> None:
+        """Serve in a background thread; returns once the server accepts connections."""
         self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the HTTP server did not start")
+            time.sleep(0.01)
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.should_exit = True
+        self._thread.join(5)
+        self._sock.close()
 
 
-def _handler(
-    registry: CollectorRegistry, ready: Callable[[], str | None]
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "Sentinel"
+def _status_routes(registry: CollectorRegistry, ready: Callable[[], str | None]
+                   ) -> list[BaseRoute]:
+    def metrics(_request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._reply(200, b"ok\n")
-            elif path == "/readyz":
-                why = ready()
-                if why is None:
-                    self._reply(200, b"ready\n")
-                else:
-                    self._reply(503, f"not ready: {why}\n".encode())
-            else:
-                self._reply(404, b"not found\n")
+    def healthz(_request: Request) -> Response:
+        return PlainTextResponse("ok\n")
 
-        def _reply(self, status: int, body: bytes, ctype: str = "text/plain; charset=utf-8"):
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def readyz(_request: Request) -> Response:
+        why = ready()
+        if why is None:
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse(f"not ready: {why}\n", status_code=503)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            log.debug("http: " + format, *args)
+    return [Route("/metrics", metrics), Route("/healthz", healthz), Route("/readyz", readyz)]
 
-    return Handler
+
+def _combined(lifespans: Sequence[Lifespan]) -> Any:
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for make in lifespans:
+                await stack.enter_async_context(make())
+            yield
+    return lifespan

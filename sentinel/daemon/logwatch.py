@@ -15,7 +15,7 @@ from typing import Any
 from sentinel.collect.logsource import LogSource
 from sentinel.incidents.db import Database
 from sentinel.incidents.log_events import record_log_events
-from sentinel.logs.classify import Classifier
+from sentinel.logs.classify import DEFAULT_CATCH_ALL, Classifier
 from sentinel.logs.signatures import SignatureSet
 from sentinel.model import LogEvent, labels_of
 from sentinel.secretpatterns import PromptRedactor
@@ -45,10 +45,11 @@ class LogWatch:
         """One poll of one source; never raises for bad lines (the classifier bounds them)."""
         entries = source.poll(now_ms)
         classifier = self._classifiers.setdefault(source.name, Classifier(self.signatures))
-        events = classifier.feed_many(entries)
+        events = classifier.feed_many(entries, now_ms=now_ms)
         if not entries:
-            # The stream went quiet: emit what waited for context-after lines.
-            events += classifier.flush()
+            # The stream went quiet: emit what waited for context-after lines (a
+            # traceback whose fate is undecided waits a bounded time more).
+            events += classifier.flush(now_ms)
         events = [dataclasses.replace(e, excerpt=_REDACTOR.lines(e.excerpt)) for e in events]
         # Where the source stands is saved with the events it led to, and only when it moved.
         cursors = self._moved(getattr(source, "cursor_key", None), getattr(source, "cursor", None))
@@ -78,6 +79,8 @@ class LogWatch:
             # counters that a client library initialises.
             counts = self._counts[target] = {
                 (s.name, s.category): 0 for s in self.signatures.signatures}
+            # The classifier's catch-all counts too, even when the signature file has none.
+            counts.setdefault((DEFAULT_CATCH_ALL.name, DEFAULT_CATCH_ALL.category), 0)
         for event in events:
             key = (event.signature, event.category)
             counts[key] = counts.get(key, 0) + 1

@@ -41,17 +41,18 @@ def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text"
     """Start the App and block until SIGTERM or SIGINT; returns the exit code."""
     setup_logging(log_level, config, log_format)
     app = App(config)
+    # Handlers first: a SIGTERM while starting (migrations, imports) drains like any other.
+    stop = threading.Event()
+    reload = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: reload.set())
     try:
         app.start()
     except Exception as exc:
         log.error("could not start: %s", exc)
         app.stop(0)
         return 1
-    stop = threading.Event()
-    reload = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: reload.set())
     while not stop.is_set():
         stop.wait(0.5)
         if reload.is_set():

@@ -128,6 +128,11 @@ class Incident(Base):
     opened_at: Mapped[datetime]
     resolved_at: Mapped[datetime | None]
     updated_at: Mapped[datetime]
+    # The alert's `category` label (hbm_oom, …) and condition true → firing, for stats.
+    category: Mapped[str | None] = mapped_column(String(64))
+    detect_ms: Mapped[int | None] = mapped_column(BigInteger)
+    # opened → resolved, written with resolved_at: stats read it instead of computing it.
+    resolve_ms: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         CheckConstraint(_in("status", IncidentStatus), name="status"),
@@ -149,6 +154,7 @@ class Incident(Base):
         Index("ix_incidents_status_opened_at_id", "status", "opened_at", "id"),
         Index("ix_incidents_alertname_opened_at_id", "alertname", "opened_at", "id"),
         Index("ix_incidents_target_opened_at_id", "target", "opened_at", "id"),
+        Index("ix_incidents_category_opened_at_id", "category", "opened_at", "id"),
     )
 
 
@@ -198,6 +204,8 @@ class TimelineEvent(Base):
     __table_args__ = (
         CheckConstraint(_in("kind", TimelineKind), name="kind"),
         Index("ix_timeline_events_incident_id_at", "incident_id", "at", "id"),
+        # Stats count pages sent in a window without touching other events.
+        Index("ix_timeline_events_kind_at_incident_id", "kind", "at", "incident_id"),
     )
 
 
@@ -281,5 +289,6 @@ class LogEventRow(Base):
 
 # Tables of other stages live in their own modules; imported here so that
 # `Base.metadata` (migrations' drift test, alembic env) sees every table.
+from sentinel.incidents import models_api as _models_api  # noqa: E402,F401
 from sentinel.incidents import models_notify as _models_notify  # noqa: E402,F401
 from sentinel.incidents import models_remediation  # noqa: E402,F401

@@ -325,6 +325,8 @@ def _insert_incident(s: Session, key: GroupKey, alert: Alert, now: datetime) -> 
         summary=annotations.get("summary") or annotations.get("description") or "",
         labels=labels_to_json(alert.labels), opened_at=_fired_at(alert, now),
         resolved_at=None, updated_at=now,
+        category=label_value(alert.labels, "category") or None,
+        detect_ms=max(0, dt_to_ms(_fired_at(alert, now)) - alert.active_at_ms),
     )
     try:
         with s.begin_nested():
@@ -375,6 +377,7 @@ def _close(s: Session, incident: Incident, rows: list[IncidentAlert], now: datet
     resolved_at = max(r.resolved_at or now for r in rows)
     incident.status = IncidentStatus.RESOLVED
     incident.resolved_at = resolved_at
+    incident.resolve_ms = max(0, dt_to_ms(resolved_at) - dt_to_ms(incident.opened_at))
     incident.updated_at = now
     n = len(rows)
     _event(s, incident, resolved_at, TimelineKind.INCIDENT_RESOLVED,

@@ -28,6 +28,10 @@ except ImportError:  # pragma: no cover
     import sre_parse  # type: ignore[no-redef]
 
 MIN_ANCHOR = 4  # shorter anchors hit too many healthy lines to be worth a pass
+# Where a required literal is this long, shorter substrings of it are not offered:
+# a 4-character anchor shared by several patterns ("ess ") is cheap to cover with
+# but hits healthy lines everywhere, and every hit costs a regex run.
+PREFERRED_ANCHOR = 6
 # Typical healthy serving lines: an anchor found here would make every such
 # line a candidate, so substrings occurring in it are avoided when possible.
 _HEALTHY = "\n".join([
@@ -143,7 +147,8 @@ def choose_anchors(patterns: tuple[str, ...]) -> tuple[str, ...]:
     cover: dict[str, set[int]] = {}
     for index, runs in enumerate(units):
         for run in runs:
-            for size in range(MIN_ANCHOR, min(len(run), _MAX_ANCHOR) + 1):
+            for size in range(max(MIN_ANCHOR, min(len(run), PREFERRED_ANCHOR)),
+                              min(len(run), _MAX_ANCHOR) + 1):
                 for start in range(len(run) - size + 1):
                     cover.setdefault(run[start:start + size], set()).add(index)
     rare = {s: units for s, units in cover.items() if s not in _HEALTHY}

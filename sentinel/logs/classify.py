@@ -17,6 +17,13 @@ signature on a plain line closes the group and opens a new one.
 Excerpts are capped (lines and bytes, keeping head and tail); lines longer
 than `max_line_chars` are truncated before matching and the truncation is
 recorded in the line itself and in `stats`.
+
+A traceback no signature claims is held while the lines that follow decide
+whether the process survived it (see `fatal.py`): when it did not, the event
+is the catch-all `unclassified_crash` (category `other`). A symptom's hit
+(lower priority, e.g. engine-dead) inside an open group's window joins the
+group instead of opening its own event, so the root cause names the event
+and the symptom's lines are part of its excerpt.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sentinel.logs import fatal
 from sentinel.logs.signatures import TRACEBACK, Signature, SignatureSet
 from sentinel.logs.tracebacks import TracebackTracker
 from sentinel.model import LogEntry, LogEvent
@@ -34,6 +42,16 @@ MAX_EXCERPT_LINES = 200
 MAX_EXCERPT_CHARS = 65_536
 MAX_GROUP_LINES = 5_000  # a group this long is closed regardless (a runaway traceback)
 _TRACEBACK_AFTER = 3  # context after a traceback that matched nothing yet
+CATCH_ALL = "unclassified_crash"
+SYMPTOM_PRIORITY = 25  # hits at or below this (engine dead, catch-all) are symptoms of a cause
+# Used when a signature file defines no `unclassified_crash` of its own.
+DEFAULT_CATCH_ALL = Signature(
+    name=CATCH_ALL, category="other", severity="critical",
+    patterns=("Fatal Python error",), priority=5, context_before=5, context_after=5,
+    runbook=("A process ended on an error no crash signature knows (the excerpt shows the "
+             "exception or signal). Restart the server if it did not come back, read the "
+             "first exception in the excerpt, and add a signature for it."),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +82,13 @@ class _Group:
     hits: list[_Hit] = field(default_factory=list)
     traceback: TracebackTracker | None = None
     after_left: int = 0
+    # A traceback no signature claimed yet: header, line before it, last exception line.
+    tb_header: str | None = None
+    tb_before: str = ""
+    tb_process: str | None = None
+    exception: tuple[LogEntry, str, int | None] | None = None
+    tb_start: tuple[LogEntry, int | None] | None = None  # the first header's entry and line
+    waited: int = 0  # neutral lines seen while deciding
 
     def add(self, line: str) -> None:
         self.size += 1
@@ -101,6 +126,9 @@ class Classifier:
         self._lines = 0
         self._truncated = 0
         self._events = 0
+        self._fed_ms: int | None = None
+        found = signatures.by_name(CATCH_ALL)
+        self._catch_all = found if found is not None else DEFAULT_CATCH_ALL
 
     @property
     def stats(self) -> ClassifierStats:
@@ -112,11 +140,21 @@ class Classifier:
         events: list[LogEvent] = []
         for offset, line in enumerate(entry.text.split("\n")):
             line_no = None if entry.line_no is None else entry.line_no + offset
-            events.extend(self._step(entry, self._clean(line), line_no, True))
+            line = self._clean(line)
+            anchored = self.signatures.has_anchor(line)
+            signature = self.signatures.match_line(line) if anchored else None
+            events.extend(self._step(entry, line, line_no, signature,
+                                     anchored and TRACEBACK in line))
         return events
 
-    def feed_many(self, entries: Sequence[LogEntry]) -> list[LogEvent]:
-        """Classify a batch; same result as feeding one by one, much faster on quiet logs."""
+    def feed_many(self, entries: Sequence[LogEntry], now_ms: int | None = None) -> list[LogEvent]:
+        """Classify a batch; same result as feeding one by one, much faster on quiet logs.
+
+        `now_ms` (when the batch was read) starts the settle time of a traceback
+        still undecided at the end of the batch (see `flush`).
+        """
+        if now_ms is not None:
+            self._fed_ms = now_ms
         texts = [e.text for e in entries]
         if not texts:
             return []
@@ -125,23 +163,35 @@ class Classifier:
             return [ev for e in entries for ev in self.feed(e)]  # multi-line or huge: slow path
         events: list[LogEvent] = []
         i = 0
-        for hit in [*self.signatures.candidate_lines(block), len(texts)]:
+        end = len(texts)
+        for hit, signature, starts_tb in [*self.signatures.scan(block), (end, None, False)]:
             while i < hit and self._group is not None:  # an open group needs every line
                 events.extend(self._step(entries[i], texts[i].rstrip("\r"), entries[i].line_no,
-                                         False))
+                                         None, False))
                 i += 1
             if i < hit:  # quiet stretch: only the ring and the counter change
                 self._ring.extend(texts[max(i, hit - (self._ring.maxlen or 1)):hit])
                 self._lines += hit - i
                 i = hit
-            if hit < len(texts):
+            if hit < end:
                 events.extend(self._step(entries[hit], texts[hit].rstrip("\r"),
-                                         entries[hit].line_no, True))
+                                         entries[hit].line_no, signature, starts_tb))
                 i = hit + 1
         return events
 
-    def flush(self) -> list[LogEvent]:
-        """End of stream: close the open group, if any."""
+    def flush(self, now_ms: int | None = None) -> list[LogEvent]:
+        """The stream went quiet (`now_ms` given) or ended (None): close the open group.
+
+        A traceback whose fate is still undecided waits, on a quiet stream,
+        until `fatal.SETTLE_MS` after the batch that brought its last line;
+        then (and at the end of the stream) its shape decides.
+        """
+        group = self._group
+        if group is not None and not group.hits and group.tb_header is not None:
+            if now_ms is not None and self._fed_ms is not None \
+                    and now_ms - self._fed_ms < fatal.SETTLE_MS:
+                return []
+            self._decide_by_shape(group, ended=True)
         return self._close()
 
     def _clean(self, line: str) -> str:
@@ -154,12 +204,12 @@ class Classifier:
         return line
 
     def _step(self, entry: LogEntry, line: str, line_no: int | None,
-              maybe: bool) -> list[LogEvent]:
-        """Advance the state machine by one line. `maybe`: the line may contain an anchor."""
+              signature: Signature | None, starts_tb: bool) -> list[LogEvent]:
+        """Advance the state machine by one line, given what the line matched."""
         self._lines += 1
-        anchored = maybe and self.signatures.has_anchor(line)
-        signature = self.signatures.match_line(line) if anchored else None
-        starts_tb = anchored and TRACEBACK in line
+        if signature is not None and signature.unless_after \
+                and self.signatures.follows_benign(signature, self._ring):
+            signature = None  # e.g. "Killed" right after vLLM stopped its own workers
         events: list[LogEvent] = []
         group = self._group
         if group is not None:
@@ -178,14 +228,18 @@ class Classifier:
                   signature: Signature | None, starts_tb: bool) -> bool:
         """Add `line` to the open group if it belongs there; False means close the group."""
         if group.traceback is not None:
+            was_after = group.traceback.after_exception
             if group.traceback.accepts(line):
                 group.add(line)
+                if not was_after and group.traceback.after_exception:
+                    group.exception = (entry, line, line_no)
                 if signature is not None:
                     group.hit(signature, entry, line_no)
                 return True
             group.traceback = None
             group.after_left = group.window()
-        if starts_tb and group.after_left > 0:
+        deciding = self._deciding(group)
+        if starts_tb and (group.after_left > 0 or deciding):
             group.traceback = TracebackTracker.start(line)
             group.add(line)
             if signature is not None:
@@ -196,12 +250,83 @@ class Classifier:
                 group.add(line)
                 group.after_left = group.window()
                 return True
+            if self._joins(group, signature, deciding):
+                group.add(line)
+                group.hit(signature, entry, line_no)
+                return True
             return False
+        if deciding:
+            return self._decide(group, entry, line, line_no)
         if group.after_left <= 0:
             return False
         group.add(line)
         group.after_left -= 1
         return True
+
+    @staticmethod
+    def _deciding(group: _Group) -> bool:
+        """The group is an unclaimed traceback whose process's fate is still open."""
+        return not group.hits and group.tb_header is not None and group.traceback is None
+
+    @staticmethod
+    def _joins(group: _Group, signature: Signature, deciding: bool) -> bool:
+        """Whether a new signature's hit belongs to the open group rather than its own event.
+
+        An unclaimed traceback is the context of what follows it; within the
+        window, a symptom joins its cause and a cause joins its symptoms.
+        """
+        if not group.hits:
+            return deciding or group.after_left > 0
+        if group.after_left <= 0:
+            return False
+        best = max(h.signature.priority for h in group.hits)
+        return (signature.priority <= SYMPTOM_PRIORITY or best <= SYMPTOM_PRIORITY
+                or (signature.priority < best and signature.severity in ("critical", "error")))
+
+    def _decide(self, group: _Group, entry: LogEntry, line: str, line_no: int | None) -> bool:
+        """One line after an unclaimed traceback: keep waiting, or decide its fate."""
+        verdict = fatal.after_traceback(line, group.tb_process)
+        if verdict is fatal.Verdict.FATAL and group.exception is not None \
+                and fatal.is_benign(group.exception[1]):
+            verdict = fatal.Verdict.SURVIVED  # an operator's stop: the teardown is expected
+        if verdict is fatal.Verdict.SURVIVED:
+            group.tb_header = None  # handled: the group closes without an event
+            return False
+        group.add(line)
+        if verdict is fatal.Verdict.FATAL:
+            self._crash(group)
+            return True
+        group.waited += 1
+        if group.waited >= fatal.DECIDE_LINES:
+            self._decide_by_shape(group)
+            if not group.hits:
+                return False
+        return True
+
+    def _decide_by_shape(self, group: _Group, ended: bool = False) -> None:
+        """No line told: how the traceback was printed decides (see `fatal.by_shape`).
+
+        `ended`: the stream stopped (end of input, or quiet past the settle time).
+        A traceback cut off before its exception line then counts by its header:
+        a process that stops in the middle of printing an uncaught exception died.
+        """
+        if group.tb_header is None or (group.exception is None and not ended):
+            return
+        exception = group.exception[1] if group.exception is not None else ""
+        if fatal.by_shape(group.tb_header, group.tb_before, exception):
+            self._crash(group)
+        else:
+            group.tb_header = None
+
+    def _crash(self, group: _Group) -> None:
+        """The unclaimed traceback ended its process: it is an `unclassified_crash`."""
+        sig = self._catch_all
+        if group.exception is not None:
+            entry, _, line_no = group.exception
+            group.hits.append(_Hit(sig, entry, line_no))
+        elif group.tb_start is not None:
+            group.hits.append(_Hit(sig, *group.tb_start))
+        group.after_left = sig.context_after
 
     def _open(self, entry: LogEntry, line: str, line_no: int | None,
               signature: Signature | None, starts_tb: bool) -> None:
@@ -209,6 +334,10 @@ class Classifier:
         group.add(line)
         if starts_tb:
             group.traceback = TracebackTracker.start(line)
+            group.tb_header = line
+            group.tb_start = (entry, line_no)
+            group.tb_before = self._ring[-1] if self._ring else ""
+            group.tb_process = fatal.process_of(line)
         if signature is not None:
             group.hit(signature, entry, line_no)
         else:

@@ -32,6 +32,11 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+try:  # Python 3.11+: the parser moved; sre_parse still works but warns.
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    import sre_parse  # type: ignore[no-redef]
+
 try:
     import hyperscan
 except ImportError:  # pragma: no cover - depends on the platform
@@ -44,8 +49,9 @@ _OPEN_MIN = re.compile(r"\{,[0-9]+\}")
 class HyperscanFilter:
     """Candidate lines of an ASCII block, by one Hyperscan scan."""
 
-    def __init__(self, database: Any) -> None:
+    def __init__(self, database: Any, exact: tuple[bool, ...] = ()) -> None:
         self._db = database
+        self.exact = exact  # per expression: compiled as is, its match ids need no `re`
         self._local = threading.local()  # a scratch may serve one scan at a time
 
     def candidate_lines(self, block: str) -> list[int]:
@@ -71,32 +77,145 @@ class HyperscanFilter:
         return out
 
 
+    def scan_ids(self, block: str) -> list[tuple[int, int, set[int]]]:
+        """For each line of `block` (ASCII) with a match: (line index, offset of a match end, ids).
+
+        The ids are those of the expressions that matched on that line (see
+        `build_hyperscan_filter`: expression i is pattern i). The offset lies
+        inside the line (or at its end), so the caller can cut the line out of
+        the block without splitting it all.
+        """
+        data = block.encode("ascii")
+        hits: list[tuple[int, int]] = []
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self._db)
+        self._db.scan(data, match_event_handler=_collect_ids, context=hits, scratch=scratch)
+        if not hits:
+            return []
+        hits.sort(key=_end_of)
+        out: list[tuple[int, int, set[int]]] = []
+        line = 0
+        previous = 0
+        count = data.count
+        for end, pattern_id in hits:
+            at = end - 1 if end > 0 and data[end - 1] == 10 else end
+            if at != previous:
+                line += count(b"\n", previous, at)
+                previous = at
+            if out and out[-1][0] == line:
+                out[-1][2].add(pattern_id)
+            else:
+                out.append((line, at, {pattern_id}))
+        return out
+
+
 def _collect(_id: int, _start: int, end: int, _flags: int, ends: list[int]) -> None:
     ends.append(end)
 
 
-def build_hyperscan_filter(patterns: Sequence[str]) -> HyperscanFilter | None:
-    """A filter for these Python patterns, or None when Hyperscan cannot serve them all."""
+def _collect_ids(pattern_id: int, _start: int, end: int, _flags: int,
+                 hits: list[tuple[int, int]]) -> None:
+    hits.append((end, pattern_id))
+
+
+def _end_of(hit: tuple[int, int]) -> int:
+    return hit[0]
+
+
+def build_hyperscan_filter(patterns: Sequence[str],
+                           exact: Sequence[bool] = ()) -> HyperscanFilter | None:
+    """A filter for these Python patterns, or None when Hyperscan cannot serve them all.
+
+    `exact[i]` true: pattern i is compiled as is (not in prefilter mode), so a
+    match id of it needs no confirmation by `re` (see `is_exact`).
+    """
     if hyperscan is None or not patterns:
         return None
-    expressions: list[bytes] = []
-    flags: list[int] = []
-    for pattern in patterns:
-        translated = translate(pattern)
-        if translated is None:
-            log.debug("pattern %r stays on the literal prefilter", pattern)
-            return None
-        source, caseless = translated
-        expressions.append(source.encode("ascii", "backslashreplace"))
-        flags.append(hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_MULTILINE
-                     | (hyperscan.HS_FLAG_CASELESS if caseless else 0))
+    wanted = [bool(e) for e in exact] + [False] * (len(patterns) - len(exact))
+    translated = [translate(p) for p in patterns]
+    if any(t is None for t in translated):
+        log.debug("a pattern stays on the literal prefilter: %r",
+                  next(p for p, t in zip(patterns, translated, strict=True) if t is None))
+        return None
+    # An exact compile can fail where prefilter mode succeeds (a construct Hyperscan
+    # only approximates): then every pattern is confirmed by `re` instead.
+    approximate = [False] * len(patterns)
+    for exactness in ((wanted, approximate) if any(wanted) else (approximate,)):
+        db = _compile([t for t in translated if t is not None], exactness)
+        if db is not None:
+            return HyperscanFilter(db, tuple(exactness))
+    return None
+
+
+def _compile(translated: list[tuple[str, bool]], exact: list[bool]) -> Any:
+    expressions = [source.encode("ascii", "backslashreplace") for source, _ in translated]
+    flags = [(0 if is_exact else hyperscan.HS_FLAG_PREFILTER) | hyperscan.HS_FLAG_MULTILINE
+             | (hyperscan.HS_FLAG_CASELESS if caseless else 0)
+             for (_, caseless), is_exact in zip(translated, exact, strict=True)]
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     try:
         db.compile(expressions=expressions, ids=list(range(len(expressions))), flags=flags)
     except hyperscan.error as exc:
-        log.info("Hyperscan cannot compile the signatures (%s); using the literal prefilter", exc)
+        log.info("Hyperscan cannot compile the signatures%s (%s)",
+                 " exactly" if any(exact) else "; using the literal prefilter", exc)
         return None
-    return HyperscanFilter(db)
+    return db
+
+
+# Parser nodes whose Hyperscan reading equals Python's on one ASCII line and
+# that can never take a newline (so a match cannot straddle two lines).
+_EXACT_OPS = {"LITERAL", "SUBPATTERN", "BRANCH", "MAX_REPEAT", "MIN_REPEAT", "IN", "RANGE"}
+_EXACT_CATEGORIES = {"CATEGORY_DIGIT", "CATEGORY_WORD"}
+
+
+def is_exact(pattern: str) -> bool:
+    """Whether a Hyperscan match of `pattern` (outside prefilter mode) is a Python match.
+
+    True for literals, groups, alternatives, repeats and positive classes of
+    literals, ranges, \\d and \\w, with no flags: constructs both engines read
+    alike on ASCII and that never match a newline. Anything else (anchors,
+    `.`, negated classes, \\s) is confirmed by `re` on the line.
+    """
+    try:
+        compiled = re.compile(pattern)
+        parsed = sre_parse.parse(pattern)
+    except re.error:
+        return False
+    if compiled.flags & ~re.UNICODE or not pattern.isascii() or _OPEN_MIN.search(pattern):
+        return False
+    return _exact_items(list(parsed.data))
+
+
+def _exact_items(items: list[Any]) -> bool:
+    for op, arg in items:
+        name = str(op)
+        if name not in _EXACT_OPS:
+            return False
+        if name == "SUBPATTERN":
+            if arg[1] or arg[2]:  # inline flags
+                return False
+            if not _exact_items(list(arg[3].data)):
+                return False
+        elif name == "BRANCH":
+            if not all(_exact_items(list(b.data)) for b in arg[1]):
+                return False
+        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
+            if not _exact_items(list(arg[2].data)):
+                return False
+        elif name == "IN":
+            for member_op, member in arg:
+                member_name = str(member_op)
+                if member_name == "CATEGORY":
+                    if str(member) not in _EXACT_CATEGORIES:
+                        return False
+                elif member_name not in ("LITERAL", "RANGE"):
+                    return False
+                elif member_name == "LITERAL" and member == 10:
+                    return False
+        elif name == "LITERAL" and arg == 10:
+            return False
+    return True
 
 
 _ALLOWED_FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE | re.UNICODE

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sentinel.logs.anchors import AnchorError, choose_anchors, pattern_units
-from sentinel.logs.hsfilter import build_hyperscan_filter
+from sentinel.logs.hsfilter import build_hyperscan_filter, is_exact
 from sentinel.yamlpos import Positioned, YamlSyntaxError, load_positioned
 
 CATEGORIES = (
@@ -30,7 +30,7 @@ ENGINES = ("auto", "hyperscan", "literal")  # the prefilter: auto = hyperscan wh
 TRACEBACK = "Traceback (most recent call last):"
 
 _KEYS = {"name", "category", "severity", "patterns", "context_before", "context_after",
-         "priority", "runbook"}
+         "priority", "runbook", "exclude", "unless_after"}
 _REQUIRED = ("name", "category", "severity", "patterns", "runbook")
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 MAX_CONTEXT = 50
@@ -56,6 +56,12 @@ class Signature:
     context_before: int = 3
     context_after: int = 3
     priority: int = 50
+    # A line that also matches one of these is not this signature's ("Fatal Python
+    # error ... at interpreter shutdown": the process was exiting anyway).
+    exclude: tuple[str, ...] = ()
+    # A hit right after a line matching one of these (within `context_before` lines)
+    # is not one: "Killed" printed after vLLM terminated its own workers.
+    unless_after: tuple[str, ...] = ()
 
 
 class SignatureSet:
@@ -68,11 +74,28 @@ class SignatureSet:
         patterns = tuple(p for s in self.signatures for p in s.patterns)
         # The traceback marker is an anchor too: the classifier must see where tracebacks start.
         self.anchors = tuple(sorted(set(choose_anchors(patterns)) | {TRACEBACK}))
+        # Hyperscan expression i is pattern i (the traceback marker last), so a
+        # match id names its signature: only that pattern's `re` confirms the
+        # line, and not even that where the Hyperscan rewrite is exact.
+        owner = [i for i, s in enumerate(self.signatures) for _ in s.patterns]
+        self._pattern_sig = [self.signatures[i] for i in owner]
+        self._pattern_rank = [(-self.signatures[i].priority, i) for i in owner]
+        self._pattern_re = [re.compile(p) for p in patterns]
+        self._excluded = {id(s): re.compile("|".join(f"(?:{p})" for p in s.exclude))
+                          for s in self.signatures if s.exclude}
+        self._after = {id(s): re.compile("|".join(f"(?:{p})" for p in s.unless_after))
+                       for s in self.signatures if s.unless_after}
+        self._exact = [is_exact(p) for p in patterns]
+        self._tb_id = len(patterns)
         self._hyperscan = (None if engine == "literal" or not patterns
-                           else build_hyperscan_filter([*patterns, re.escape(TRACEBACK)]))
+                           else build_hyperscan_filter([*patterns, re.escape(TRACEBACK)],
+                                                       [*self._exact, True]))
         if engine == "hyperscan" and self._hyperscan is None:
             raise ValueError("the hyperscan prefilter is unavailable for these signatures")
         self.engine = "hyperscan" if self._hyperscan is not None else "literal"
+        if self._hyperscan is not None:  # what Hyperscan could compile exactly, in the end
+            compiled = self._hyperscan.exact
+            self._exact = [i < len(compiled) and compiled[i] for i in range(len(self._exact))]
         alternatives = [
             f"(?P<s{i}>" + "|".join(f"(?:{p})" for p in s.patterns) + ")"
             for i, s in enumerate(self.signatures)
@@ -81,11 +104,19 @@ class SignatureSet:
         # Per-signature regexes, highest priority first: used only on lines that
         # already matched, to let a root cause later in the line outrank a
         # symptom earlier in it ("compile permanent error. Ran out of memory").
-        self._ranked = sorted(
-            ((s, re.compile("|".join(f"(?:{p})" for p in s.patterns))) for s in self.signatures),
-            key=lambda pair: -pair[0].priority,
-        )
+        # Ties in priority go to the signature listed first.
+        ranked = sorted(range(len(self.signatures)),
+                        key=lambda i: (-self.signatures[i].priority, i))
+        self._ranked = [
+            (self.signatures[i],
+             re.compile("|".join(f"(?:{p})" for p in self.signatures[i].patterns)))
+            for i in ranked
+        ]
         self.max_before = max((s.context_before for s in self.signatures), default=0)
+
+    def by_name(self, name: str) -> Signature | None:
+        """The signature called `name`, or None."""
+        return next((s for s in self.signatures if s.name == name), None)
 
     def match_line(self, line: str) -> Signature | None:
         """The signature matching `line` (the highest priority among several), or None."""
@@ -95,12 +126,87 @@ class SignatureSet:
         if m is None or m.lastgroup is None:
             return None
         found = self.signatures[int(m.lastgroup[1:])]
-        for sig, rx in self._ranked:  # rare: only lines that matched get here
-            if sig.priority <= found.priority:
-                break
-            if rx.search(line):
+        # Only signatures ranked at or above the one found can name the line (ties go
+        # to the one listed first), so the scan stops at the found one's rank.
+        for sig, rx in self._ranked:
+            if sig is found or rx.search(line):
+                if not self.excluded(sig, line):
+                    return sig
+                if sig is found:
+                    break
+        # The line matched only excluded wordings so far: try every signature (rare).
+        for sig, rx in self._ranked:
+            if rx.search(line) and not self.excluded(sig, line):
                 return sig
-        return found
+        return None
+
+    def excluded(self, sig: Signature, line: str) -> bool:
+        """Whether `line` matches one of `sig`'s `exclude` patterns."""
+        rx = self._excluded.get(id(sig))
+        return rx is not None and rx.search(line) is not None
+
+    def follows_benign(self, sig: Signature, before: Sequence[str]) -> bool:
+        """Whether one of the lines just before (the last `context_before`) matches one of
+        `sig`'s `unless_after` patterns, which makes its hit not a hit."""
+        rx = self._after.get(id(sig))
+        if rx is None:
+            return False
+        recent = list(before)[-max(sig.context_before, 1):]
+        return any(rx.search(line) for line in recent)
+
+    def scan(self, block: str) -> list[tuple[int, Signature | None, bool]]:
+        """The lines of `block` that match a signature or start a traceback.
+
+        One `(index, signature or None, starts_traceback)` per such line,
+        ascending; the signature is `match_line`'s answer. With Hyperscan an
+        ASCII block takes one scan whose match ids say which pattern matched,
+        so at most the matched patterns' own regexes run on a line (none where
+        the rewrite is exact): a crash storm costs what its matching lines
+        cost, not what all signatures cost on each of them.
+        """
+        if self._hyperscan is not None and block.isascii():
+            return self._scan_ids(block)
+        indexes = self._literal_candidates(block)
+        if not indexes:
+            return []
+        lines = block.split("\n")
+        out = []
+        for index in indexes:
+            line = lines[index]
+            sig = self.match_line(line)
+            tb = TRACEBACK in line
+            if sig is not None or tb:
+                out.append((index, sig, tb))
+        return out
+
+    def _scan_ids(self, block: str) -> list[tuple[int, Signature | None, bool]]:
+        assert self._hyperscan is not None
+        out: list[tuple[int, Signature | None, bool]] = []
+        tb_id, exact, rank = self._tb_id, self._exact, self._pattern_rank
+        for index, at, ids in self._hyperscan.scan_ids(block):
+            tb = tb_id in ids
+            if tb:
+                ids.discard(tb_id)
+            sig = None
+            line = None
+            for pid in sorted(ids, key=rank.__getitem__) if len(ids) > 1 else ids:
+                if not exact[pid]:
+                    if line is None:
+                        end = block.find("\n", at)
+                        line = block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
+                    if self._pattern_re[pid].search(line) is None:
+                        continue
+                if self._pattern_sig[pid].exclude:
+                    if line is None:
+                        end = block.find("\n", at)
+                        line = block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
+                    if self.excluded(self._pattern_sig[pid], line):
+                        continue
+                sig = self._pattern_sig[pid]
+                break
+            if sig is not None or tb:
+                out.append((index, sig, tb))
+        return out
 
     def has_anchor(self, line: str) -> bool:
         """Whether `line` contains any anchor (a line without one cannot match)."""
@@ -222,10 +328,32 @@ class _ItemChecker:
         after = self._int(item, "context_after", 3, 0, MAX_CONTEXT)
         priority = self._int(item, "priority", 50, 0, 100)
         patterns = self._patterns(item)
+        exclude = self._regex_list(item, "exclude")
+        unless_after = self._regex_list(item, "unless_after")
         if self.problems or None in (name, category, severity, runbook) or not patterns:
             return None
         return Signature(str(name), str(category), str(severity), tuple(patterns),
-                         str(runbook).strip(), before, after, priority)
+                         str(runbook).strip(), before, after, priority, tuple(exclude),
+                         tuple(unless_after))
+
+    def _regex_list(self, item: dict[str, Any], key: str) -> list[str]:
+        """An optional list of regular expressions (no anchor needed: checked on hits only)."""
+        value = item.get(key, [])
+        if not isinstance(value, list):
+            self._problem((key,), "must be a list of regular expressions")
+            return []
+        good = []
+        for i, pattern in enumerate(value):
+            if not isinstance(pattern, str) or not pattern:
+                self._problem((key, i), "must be a non-empty string")
+                continue
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                self._problem((key, i), f"invalid regular expression: {exc}")
+                continue
+            good.append(pattern)
+        return good
 
     def _string(self, item: dict[str, Any], key: str) -> str | None:
         value = item.get(key)

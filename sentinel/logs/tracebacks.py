@@ -48,6 +48,8 @@ class TracebackTracker:
     def start(cls, line: str) -> TracebackTracker:
         """A tracker for the traceback whose header is `line`."""
         prefix = line[: line.find(TRACEBACK)] if TRACEBACK in line else ""
+        if prefix and not prefix[-1].isspace() and prefix[-1] not in ")]|:>":
+            prefix = ""  # junk glued to the header (a terminal's "^C" echo), not a log prefix
         return cls(prefix, prefix[:1].isdigit())
 
     def _body(self, line: str) -> str | None:

@@ -13,6 +13,9 @@ What `sentinel sim --docker-socket` exposes through its Docker-API subset:
   (`down`, the process exited) or answer /health with 503 (`unhealthy`);
   `engine_dead`: an EngineCore failure, then a clean shutdown that exits 0
   (vllm #48966), which a supervisor's on-failure restart never catches.
+- with `lockfile` set, a running process holds libtpu's lock file there: a
+  stop removes it, a `down` crash leaves it behind, and a start that finds it
+  dies "already in use" by the pid written in it (a stale lock, as libtpu's).
 
 Every request and transition is kept in `events` with its wall-clock time,
 so tests can measure e.g. crash line → restart request.
@@ -45,6 +48,8 @@ class ContainerSpec:
     release_s: float = 0.3
     warm_start_s: float = 0.3
     cold_start_s: float = 20.0
+    lockfile: str | None = None
+    lockfile_mounted: bool = True  # the lock file's folder is bind-mounted from the host
 
 
 def _iso(t: float | None) -> str:
@@ -69,6 +74,8 @@ class SimContainer:
         self.finished_at: float | None = None
         self._chip_holder: tuple[int, float] | None = None  # (pid, until)
         self._generation = 0
+        if spec.lockfile:  # the running server holds libtpu's lock file
+            Path(spec.lockfile).write_text(f"{self.pid}\n")
 
     def event(self, what: str) -> None:
         """Record something that happened, with the wall-clock time."""
@@ -93,6 +100,10 @@ class SimContainer:
                 mounts.append({"Type": "bind", "Source": self.spec.xla_cache,
                                "Destination": self.spec.xla_cache, "Mode": "", "RW": True,
                                "Propagation": "rprivate"})
+            if self.spec.lockfile and self.spec.lockfile_mounted:  # e.g. -v /tmp:/tmp
+                folder = os.path.dirname(self.spec.lockfile)
+                mounts.append({"Type": "bind", "Source": folder, "Destination": folder,
+                               "Mode": "", "RW": True, "Propagation": "rprivate"})
             return {
                 "Id": f"{abs(hash(self.spec.name)):064x}"[:64], "Name": f"/{self.spec.name}",
                 "Created": _iso(self.started_at), "Path": "vllm", "Args": ["serve"],
@@ -117,6 +128,8 @@ class SimContainer:
         with self._lock:
             self._exit(0, "")
             self._chip_holder = (old, time.monotonic() + self.spec.release_s)
+        if self.spec.lockfile:  # a clean exit releases libtpu's lock file
+            Path(self.spec.lockfile).unlink(missing_ok=True)
         return True
 
     def start(self) -> bool:
@@ -132,6 +145,13 @@ class SimContainer:
         if holder is not None and time.monotonic() < holder[1]:
             self._die_busy(holder[0])
             return True
+        stale = self._lock_holder()
+        if stale is not None:
+            self.event(f"lockfile present: {self.spec.lockfile}")
+            self._die_busy(stale)
+            return True
+        if self.spec.lockfile:
+            Path(self.spec.lockfile).write_text(f"{self.pid}\n")
         cache = self.spec.xla_cache
         warm = bool(cache) and os.path.isdir(cache or "") and any(os.scandir(cache or "."))
         delay = self.spec.warm_start_s if warm else self.spec.cold_start_s
@@ -172,6 +192,15 @@ class SimContainer:
             self.sim.set_state(healthy=False)
 
     # -- internals ---------------------------------------------------------------
+
+    def _lock_holder(self) -> int | None:
+        """The pid in libtpu's lock file when one is there (stale or held), else None."""
+        if not self.spec.lockfile or not os.path.exists(self.spec.lockfile):
+            return None
+        try:
+            return int(Path(self.spec.lockfile).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
 
     def _exit(self, code: int, error: str) -> None:
         self.running, self.exit_code, self.error = False, code, error

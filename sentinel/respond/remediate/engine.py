@@ -95,6 +95,7 @@ class Engine:
         self.limits = Limits(config.dry_run, config.max_concurrent, config.max_concurrent_percent,
                              config.breaker_failures, config.backoff, config.silences)
         self._last: dict[tuple[int, str], str] = {}  # (incident, policy) → last reason written
+        self.external_url = ""  # approval pages link to the incident page under it
         self._lock = threading.Lock()
 
     def now_ms(self) -> int:
@@ -115,8 +116,12 @@ class Engine:
     # -- decide, check, claim ------------------------------------------------
 
     def prepare(self, c: Candidate, *, manual: bool = False, force_dry_run: bool = False,
-                step: int | None = None) -> Prepared | Result:
-        """Guards, the action's check and the claim; a Result when nothing is to run."""
+                step: int | None = None, approved: bool = False) -> Prepared | Result:
+        """Guards, the action's check and the claim; a Result when nothing is to run.
+
+        Under `approval: required` an allowed action is parked instead of claimed
+        (`approvals.park`); the approval runner calls again with `approved=True`.
+        """
         req = self.request(c, force_dry_run=force_dry_run, step=step, manual=manual)
         claim = state.Claim(c.incident_id, c.target, c.policy.name, len(self.targets))
 
@@ -141,6 +146,8 @@ class Engine:
             self._note(c, decision, f"dry run: would {check.summary}", manual,
                        {"action": spec.kind, "plan": check.summary, **check.data})
             return Result(decision, detail=check.summary)
+        if c.policy.approval == "required" and not manual and not approved:
+            return self._park(c, decision, spec.kind, check.summary)
         decision, attempt_id = state.claim(self.db, claim, guards, self.now_ms(), spec.kind,
                                            manual, {"plan": check.summary, **check.data})
         if attempt_id is None:  # another worker took the slot between peek and claim
@@ -150,6 +157,24 @@ class Engine:
         with self._lock:
             self._last[(c.incident_id, c.policy.name)] = Reason.ALLOWED
         return Prepared(c, decision, attempt_id, ctx, action)
+
+    def _park(self, c: Candidate, d: Decision, kind: str, plan: str) -> Result:
+        """Park the allowed action until a person decides; page once with the links."""
+        from sentinel.respond.remediate import approvals
+
+        parked = approvals.park(
+            self.db, incident_id=c.incident_id, target=c.target, policy=c.policy.name,
+            step=d.step, action=kind, plan=plan, alertname=c.alertname, labels=dict(c.labels),
+            active_at_ms=c.active_at_ms, now_ms=self.now_ms(),
+            expiry_ms=c.policy.approval_expiry_ms)
+        if parked.new:
+            link = f"{self.external_url.rstrip('/')}/incidents/{c.incident_id}"
+            self._page(c, approvals.AWAITING, Reason.ALLOWED,
+                       f"{kind} on {c.target} awaits approval #{parked.approval_id} "
+                       f"({plan}): approve or deny at {link}#approval-{parked.approval_id} "
+                       f"or POST {self.external_url.rstrip('/')}/api/v1/approvals/"
+                       f"{parked.approval_id}/approve|deny")
+        return Result(d, detail=f"approval #{parked.approval_id} {parked.status}")
 
     # -- act, verify, finish -----------------------------------------------------
 

@@ -8,6 +8,11 @@ anything, the container's environment must set VLLM_XLA_CACHE_PATH and that
 directory (seen on the host through the container's mounts) must hold files:
 else the restart is cold (20+ minutes of compilation) and is refused unless
 the policy allows it, or a durable copy (`restore_from`) is restored first.
+
+Between the old process's exit and the start, the stale libtpu lock file is
+removed (see `tpu_lock.py`); a start that dies on a busy chip is retried with
+backoff until the exit deadline. Both are in the outcome's data, which the
+engine writes on the incident's timeline.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import time
 
 from sentinel.config_remediation import DockerRestartConfig
+from sentinel.respond.remediate.actions import tpu_lock
 from sentinel.respond.remediate.base import (
     ActionContext,
     Check,
@@ -88,22 +94,46 @@ class DockerRestart:
                 if waited < 0:
                     return Outcome(False, f"old process (pid {old.pid}) of {name} did not exit "
                                    "before the exit deadline; not started", data)
-                new, starts = self._start_until_settled(docker, name, p.settle_ms / 1000, until)
+                data.update(self._clear_lockfile(old, p.libtpu_lockfile))
+                new, starts = self._start_until_settled(docker, name, p.settle_ms / 1000, until,
+                                                        data)
                 data["starts"] = starts
         except DockerError as exc:
             return Outcome(False, str(exc), data)
         data["new_pid"] = new.pid
+        lock = tpu_lock.describe(data)
         if not new.running:
             return Outcome(False, f"{name} kept dying after start ({new.error or new.status}); "
-                           f"{starts} starts before the exit deadline", data)
-        return Outcome(True, f"restarted {name} (pid {old.pid} → {new.pid})", data)
+                           f"{starts} starts before the exit deadline{lock}", data)
+        return Outcome(True, f"restarted {name} (pid {old.pid} → {new.pid}){lock}", data)
+
+    @staticmethod
+    def _clear_lockfile(info: ContainerInfo, path: str | None) -> dict[str, object]:
+        """Remove the container's stale lock file where the host sees it, through a mount.
+
+        A path no mount covers lives in the container's own filesystem: the host
+        file of the same name belongs to someone else and is never touched.
+        """
+        if not path:
+            return {}
+        mounted = any(path == dest or path.startswith(dest.rstrip("/") + "/")
+                      for _, dest in info.mounts)
+        if not mounted:
+            return {"libtpu_lockfile": path, "lockfile_removed": False,
+                    "lockfile_note": "inside the container's own filesystem (no mount): "
+                                     "not reachable from the host, left alone"}
+        return tpu_lock.clear_stale_lockfile(info.host_path(path))
 
     @staticmethod
     def _start_until_settled(docker: DockerClient, name: str, settle_s: float,
-                             until: float) -> tuple[ContainerInfo, int]:
-        """Start; while the new process dies within `settle_s` (the chip still held by the
-        old one: "The TPU is already in use"), start again until `until`."""
+                             until: float, data: dict[str, object]) -> tuple[ContainerInfo, int]:
+        """Start; while the new process dies within `settle_s` on a busy chip ("The TPU is
+        already in use": the old one's driver teardown), back off and start again until
+        `until`. A death for another reason (an error that is not about the chip) is final.
+        Docker reports a process's own exit with an empty error, which counts as retryable."""
         starts = 0
+        delays = tpu_lock.backoff_delays()
+        waited = 0.0
         while True:
             docker.start(name)
             starts += 1
@@ -113,8 +143,14 @@ class DockerRestart:
                 time.sleep(POLL_S)
                 info = docker.inspect(name)
             if info.running or time.monotonic() >= until:
-                return info, starts
-            time.sleep(POLL_S)
+                break
+            if info.error and not tpu_lock.chip_busy(info.error):
+                break
+            pause = min(next(delays), max(0.0, until - time.monotonic()))
+            waited += pause
+            time.sleep(pause)
+        data.update(busy_retries=starts - 1, backoff_s=round(waited, 3))
+        return info, starts
 
     @staticmethod
     def _wait_exit(docker: DockerClient, name: str, until: float) -> float:

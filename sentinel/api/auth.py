@@ -1,0 +1,153 @@
+"""Who may do what: bearer tokens (read, write), page sessions with CSRF, the bind check.
+
+- A request names itself with `Authorization: Bearer <token>`; tokens are
+  compared in constant time (`hmac.compare_digest`, against every configured
+  token, so timing tells nothing about which one nearly matched).
+- Reads need no token while Sentinel listens on loopback only.
+- Writes need a write token. The page gets one through a login form: the
+  token is checked and a signed session cookie (token *name*, expiry, HMAC
+  with a per-process key) is set; the token itself is kept nowhere. Every form
+  the page posts carries a CSRF value derived from that session.
+- Listening beyond loopback with no token configured is refused at start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sentinel.api.config import TokenConfig
+from sentinel.api.errors import ApiError
+
+SESSION_COOKIE = "sentinel_session"
+SESSION_TTL_S = 12 * 3600
+
+
+class BindRefused(Exception):
+    """Sentinel would listen beyond loopback without any token configured."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is asking: a token's name and role, or the anonymous loopback reader."""
+
+    name: str
+    role: str  # read, write, anonymous
+    via: str  # bearer, session, none
+
+    @property
+    def can_write(self) -> bool:
+        """Whether this principal may change anything."""
+        return self.role == "write"
+
+
+ANONYMOUS = Principal("anonymous", "anonymous", "none")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host only accepts connections from this machine."""
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, tokens: Sequence[TokenConfig]) -> None:
+    """Refuse a non-loopback listen address when no token protects it."""
+    if not is_loopback(host) and not tokens:
+        raise BindRefused(
+            f"refusing to listen on {host or '0.0.0.0'} (not loopback) without an API token: "
+            "configure api.tokens (a read and a write token) or listen on 127.0.0.1")
+
+
+class Auth:
+    """Checks bearer tokens and page sessions; issues sessions and CSRF values."""
+
+    def __init__(self, tokens: Sequence[TokenConfig], reads_open: bool,
+                 clock: Callable[[], float] = time.time, key: bytes | None = None) -> None:
+        self._tokens = [(t.name, t.role, t.token.encode()) for t in tokens]
+        self.reads_open = reads_open
+        self.clock = clock
+        self._key = key or os.urandom(32)
+
+    def from_bearer(self, header: str | None) -> Principal | None:
+        """The principal a bearer header names; None when absent; 401 when wrong."""
+        if not header:
+            return None
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise ApiError(401, "expected Authorization: Bearer <token>")
+        return self.check_token(value.strip())
+
+    def check_token(self, token: str) -> Principal:
+        """The principal of a token value (constant-time against all), or 401."""
+        given = token.encode()
+        found: tuple[str, str] | None = None
+        for name, role, value in self._tokens:
+            if hmac.compare_digest(given, value) and found is None:
+                found = (name, role)
+        if found is None:
+            raise ApiError(401, "unknown token")
+        return Principal(found[0], found[1], "bearer")
+
+    def principal(self, bearer: str | None, cookie: str | None) -> Principal:
+        """Who asks: bearer token first, then the page's session, else anonymous."""
+        p = self.from_bearer(bearer)
+        if p is not None:
+            return p
+        s = self.session_principal(cookie)
+        return s if s is not None else ANONYMOUS
+
+    def require_read(self, p: Principal) -> None:
+        """401 unless reads are open or a token was given."""
+        if p.role == "anonymous" and not self.reads_open:
+            raise ApiError(401, "a token is required (Authorization: Bearer <token>)")
+
+    def require_write(self, p: Principal) -> None:
+        """401 without a token, 403 with a read-only one."""
+        if p.role == "anonymous":
+            raise ApiError(401, "writing needs a write token (Authorization: Bearer <token>)")
+        if not p.can_write:
+            raise ApiError(403, f"token {p.name!r} may only read")
+
+    # -- page sessions -------------------------------------------------------
+
+    def new_session(self, p: Principal) -> str:
+        """A signed cookie value naming the principal (never holding the token)."""
+        expires = int(self.clock()) + SESSION_TTL_S
+        body = f"{p.name}|{p.role}|{expires}"
+        return f"{body}|{self._sign('session', body)}"
+
+    def session_principal(self, cookie: str | None) -> Principal | None:
+        """The principal of a valid, unexpired session cookie."""
+        if not cookie:
+            return None
+        parts = cookie.split("|")
+        if len(parts) != 4:
+            return None
+        body, mac = "|".join(parts[:3]), parts[3]
+        if not hmac.compare_digest(mac, self._sign("session", body)):
+            return None
+        name, role, expires = parts[:3]
+        if not expires.isdigit() or int(expires) < self.clock():
+            return None
+        return Principal(name, role, "session")
+
+    def csrf_for(self, cookie: str | None) -> str:
+        """The CSRF value the page's forms carry for this session ("" without one)."""
+        return self._sign("csrf", cookie) if cookie else ""
+
+    def check_csrf(self, cookie: str | None, value: str | None) -> None:
+        """403 unless the form's CSRF value belongs to the session."""
+        if not cookie or not value or not hmac.compare_digest(self.csrf_for(cookie), value):
+            raise ApiError(403, "missing or wrong CSRF value: reload the page and try again")
+
+    def _sign(self, purpose: str, body: str) -> str:
+        return hmac.new(self._key, f"{purpose}:{body}".encode(), hashlib.sha256).hexdigest()

@@ -1,0 +1,180 @@
+"""Incident history for people and programs: filtered keyset pages and one incident in full.
+
+Both return plain JSON-ready dicts (the API's response bodies), which the
+page renders and MCP hands to assistants, so every surface shows the same data.
+
+Listing is newest first by (opened_at, id). The cursor is the last row's
+(opened_at, id); the next page asks `opened_at <= t AND (opened_at < t OR
+id < i)`, an index range scan on (filter column, opened_at, id) whatever the
+table's size, and a row inserted meanwhile shifts no page (no duplicate, no gap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+
+from sentinel.api.errors import ApiError
+from sentinel.api.params import (
+    choice_param,
+    cursor_param,
+    encode_cursor,
+    int_param,
+    str_param,
+    time_param,
+)
+from sentinel.incidents.convert import dt_to_ms, ms_to_dt, value_from_db
+from sentinel.incidents.db import Database
+from sentinel.incidents.models import Incident, IncidentAlert, TimelineEvent, TimelineKind
+from sentinel.incidents.models_api import Approval
+from sentinel.incidents.models_remediation import RemediationAttempt
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+MAX_TIMELINE = 2000  # events of one incident returned at most (newest kept)
+FILTERS = ("status", "alertname", "target", "category", "since", "until", "limit", "cursor")
+
+
+def iso(dt: datetime | None) -> str | None:
+    """RFC 3339 in UTC with milliseconds, or None."""
+    if dt is None:
+        return None
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def list_incidents(db: Database, params: Mapping[str, str], now_ms: int) -> dict[str, Any]:
+    """One page of incidents matching the filters: {"incidents": [...], "next_cursor": ...}."""
+    unknown = sorted(set(params) - set(FILTERS))
+    if unknown:
+        raise ApiError(400, f"unknown parameter {unknown[0]!r} (known: {', '.join(FILTERS)})",
+                       unknown[0])
+    status = choice_param(params, "status", ("open", "resolved"))
+    since = time_param(params, "since", now_ms)
+    until = time_param(params, "until", now_ms)
+    limit = int_param(params, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    cursor = cursor_param(params)
+    # The alert counts ride along as correlated subqueries (two index probes per row):
+    # one round trip per page, which is what a loaded PostgreSQL server makes you pay for.
+    n_alerts = (select(func.count()).where(IncidentAlert.incident_id == Incident.id)
+                .correlate(Incident).scalar_subquery())
+    n_firing = (select(func.count()).where(IncidentAlert.incident_id == Incident.id,
+                                           IncidentAlert.state == "firing")
+                .correlate(Incident).scalar_subquery())
+    q = select(Incident.id, Incident.alertname, Incident.target, Incident.status,
+               Incident.severity, Incident.summary, Incident.category, Incident.opened_at,
+               Incident.resolved_at, Incident.updated_at, n_alerts.label("n_alerts"),
+               n_firing.label("n_firing"))
+    # Ordering by the (constant) filter column first names its (column, opened_at, id)
+    # index to the planner: PostgreSQL otherwise walks opened_at and filters, which is
+    # slow when the newest rows do not match (status=resolved behind 10,000 open ones).
+    prefix: list[Any] = []
+    if status is not None:
+        q = q.where(Incident.status == status)
+        prefix.append(Incident.status.desc())
+    for name, column in (("alertname", Incident.alertname), ("target", Incident.target),
+                         ("category", Incident.category)):
+        value = str_param(params, name)
+        if value is not None:
+            q = q.where(column == value)
+            prefix = prefix or [column.desc()]
+    if since is not None:
+        q = q.where(Incident.opened_at >= ms_to_dt(since))
+    if until is not None:
+        q = q.where(Incident.opened_at < ms_to_dt(until))
+    if cursor is not None:
+        at = ms_to_dt(cursor[0])
+        q = q.where(Incident.opened_at <= at,
+                    or_(Incident.opened_at < at, and_(Incident.opened_at == at,
+                                                      Incident.id < cursor[1])))
+    q = q.order_by(*prefix[:1], Incident.opened_at.desc(), Incident.id.desc()).limit(limit + 1)
+    with db.session() as s:
+        rows = s.execute(q).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [_summary(r, (int(r.n_alerts), int(r.n_firing))) for r in rows]
+    last = rows[-1] if rows else None
+    return {"incidents": items,
+            "next_cursor": encode_cursor(dt_to_ms(last.opened_at), last.id)
+            if more and last is not None else None}
+
+
+def _summary(r: Any, counts: tuple[int, int]) -> dict[str, Any]:
+    return {"id": r.id, "alertname": r.alertname, "target": r.target, "status": r.status,
+            "severity": r.severity, "summary": r.summary, "category": r.category,
+            "opened_at": iso(r.opened_at), "resolved_at": iso(r.resolved_at),
+            "updated_at": iso(r.updated_at), "alerts": counts[0], "firing": counts[1]}
+
+
+def get_incident(db: Database, incident_id: int) -> dict[str, Any]:
+    """One incident: summary, alerts, timeline, runbooks, excerpts, actions, notifications."""
+    with db.session() as s:
+        inc = s.get(Incident, incident_id)
+        if inc is None:
+            raise ApiError(404, f"no incident {incident_id}")
+        alerts = s.scalars(select(IncidentAlert).where(IncidentAlert.incident_id == incident_id)
+                           .order_by(IncidentAlert.fired_at, IncidentAlert.fingerprint)).all()
+        events = list(reversed(s.scalars(
+            select(TimelineEvent).where(TimelineEvent.incident_id == incident_id)
+            .order_by(TimelineEvent.at.desc(), TimelineEvent.id.desc())
+            .limit(MAX_TIMELINE)).all()))
+        attempts = s.scalars(select(RemediationAttempt).where(
+            RemediationAttempt.incident_id == incident_id).order_by(RemediationAttempt.id)).all()
+        approvals = s.scalars(select(Approval).where(Approval.incident_id == incident_id)
+                              .order_by(Approval.id)).all()
+    firing = sum(1 for a in alerts if a.state == "firing")
+    timeline = [{"id": e.id, "at": iso(e.at), "kind": e.kind, "message": e.message,
+                 "data": e.data} for e in events]
+    return {
+        "incident": {**_summary(inc, (len(alerts), firing)), "labels": dict(inc.labels),
+                     "detect_ms": inc.detect_ms},
+        "alerts": [{"fingerprint": a.fingerprint, "labels": dict(a.labels),
+                    "annotations": dict(a.annotations), "state": a.state,
+                    "value": _num(value_from_db(a.value)), "active_at": iso(a.active_at),
+                    "fired_at": iso(a.fired_at), "resolved_at": iso(a.resolved_at)}
+                   for a in alerts],
+        "timeline": timeline,
+        "runbooks": [t for t in timeline if t["kind"] == TimelineKind.RUNBOOK],
+        "log_excerpts": [t for t in timeline if t["kind"] == TimelineKind.LOG_EXCERPT],
+        "actions": [{"id": a.id, "action": a.action, "policy": a.policy, "step": a.step,
+                     "manual": a.manual, "status": a.status,
+                     "requested_at": iso(a.requested_at), "acted_at": iso(a.acted_at),
+                     "finished_at": iso(a.finished_at), "recovery_ms": a.recovery_ms,
+                     "detail": a.detail} for a in attempts],
+        "decisions": [t for t in timeline if t["kind"] == TimelineKind.ACTION],
+        "approvals": [approval_view(a) for a in approvals],
+        "notifications": [t for t in timeline if t["kind"] in (
+            TimelineKind.NOTIFICATION_SENT, TimelineKind.NOTIFICATION_FAILED)],
+    }
+
+
+def approval_view(a: Approval) -> dict[str, Any]:
+    """An approval as the API shows it."""
+    return {"id": a.id, "incident_id": a.incident_id, "target": a.target, "policy": a.policy,
+            "step": a.step, "action": a.action, "plan": a.plan, "alertname": a.alertname,
+            "status": a.status, "requested_at": iso(a.requested_at),
+            "expires_at": iso(a.expires_at), "decided_at": iso(a.decided_at),
+            "decided_by": a.decided_by, "attempt_id": a.attempt_id, "detail": a.detail}
+
+
+def incident_window_ms(detail: Mapping[str, Any], now_ms: int) -> tuple[int, int]:
+    """The time range a plot of the incident shows: as long before it opened as it lasted
+    (1–10 min), to half that after it resolved (or now)."""
+    inc = detail["incident"]
+    opened = _parse_ms(inc["opened_at"])
+    resolved = _parse_ms(inc["resolved_at"]) if inc["resolved_at"] else now_ms
+    margin = min(600_000, max(60_000, resolved - opened))
+    return opened - margin, min(now_ms, resolved + margin // 2)
+
+
+def _parse_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _num(v: float) -> float | str:
+    return v if v == v and v not in (float("inf"), float("-inf")) else str(v)
+
+
+__all__ = ["approval_view", "get_incident", "incident_window_ms", "iso", "list_incidents"]

@@ -1,0 +1,145 @@
+"""The OpenAPI 3.1 document served at /api/v1/openapi.json.
+
+Written by hand, kept true by tests/test_api_openapi.py: every route the
+server has is documented and every documented path is served; the query
+parameters of each GET are exactly those the handler accepts; and real
+responses validate against the schemas below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sentinel.api.history import FILTERS
+from sentinel.api.stats import PARAMS as STATS_PARAMS
+
+_TIME = {"type": "string", "description": "RFC 3339, epoch seconds, or a duration back from "
+         "now such as 30d"}
+_NULLABLE_STR = {"type": ["string", "null"]}
+_SUMMARY = {"type": "object", "required": ["n", "mean", "p90"], "properties": {
+    "n": {"type": "integer"}, "mean": {"type": ["number", "null"]},
+    "p90": {"type": ["number", "null"]}}}
+_GROUP = {"type": "object", "required": [
+    "count", "open", "resolved", "time_to_detect_ms", "time_to_recovery_ms",
+    "time_to_resolve_ms", "resolved_by_remediation", "resolved_by_itself", "pages_sent"],
+    "properties": {"count": {"type": "integer"}, "time_to_detect_ms": _SUMMARY,
+                   "time_to_recovery_ms": _SUMMARY, "time_to_resolve_ms": _SUMMARY,
+                   "pages_sent": {"type": "integer"}}}
+SCHEMAS: dict[str, Any] = {
+    "Error": {"type": "object", "required": ["status", "error"], "properties": {
+        "status": {"const": "error"}, "error": {"type": "string"},
+        "param": {"type": "string"}}},
+    "IncidentSummary": {"type": "object", "required": [
+        "id", "alertname", "target", "status", "severity", "summary", "category",
+        "opened_at", "resolved_at", "updated_at", "alerts", "firing"], "properties": {
+        "id": {"type": "integer"}, "alertname": {"type": "string"},
+        "target": {"type": "string"}, "status": {"enum": ["open", "resolved"]},
+        "category": _NULLABLE_STR, "opened_at": {"type": "string"},
+        "resolved_at": _NULLABLE_STR, "alerts": {"type": "integer"},
+        "firing": {"type": "integer"}}},
+    "IncidentPage": {"type": "object", "required": ["incidents", "next_cursor"], "properties": {
+        "incidents": {"type": "array", "items": {"$ref": "#/components/schemas/IncidentSummary"}},
+        "next_cursor": _NULLABLE_STR}},
+    "IncidentDetail": {"type": "object", "required": [
+        "incident", "alerts", "timeline", "runbooks", "log_excerpts", "actions", "decisions",
+        "approvals", "notifications"], "properties": {
+        "incident": {"$ref": "#/components/schemas/IncidentSummary"},
+        "alerts": {"type": "array"}, "timeline": {"type": "array", "items": {
+            "type": "object", "required": ["id", "at", "kind", "message", "data"]}},
+        "actions": {"type": "array"}, "approvals": {"type": "array"},
+        "notifications": {"type": "array"}}},
+    "Stats": {"type": "object", "required": ["since", "until", "by", "total", "groups"],
+              "properties": {"total": _GROUP, "groups": {"type": "array", "items": {
+                  "allOf": [_GROUP, {"type": "object", "required": ["key"]}]}}}},
+    "Targets": {"type": "object", "required": ["targets"], "properties": {"targets": {
+        "type": "array", "items": {"type": "object", "required": [
+            "name", "up", "probe_success", "open_incidents", "last_crash"]}}}},
+    "QueryResult": {"type": "object", "required": ["status"], "properties": {
+        "status": {"enum": ["success", "error"]}, "data": {
+            "type": "object", "required": ["resultType", "result"]}}},
+    "Approval": {"type": "object", "required": [
+        "id", "incident_id", "target", "policy", "step", "action", "plan", "status",
+        "requested_at", "expires_at", "decided_at", "decided_by", "attempt_id"]},
+    "Approvals": {"type": "object", "required": ["approvals"], "properties": {"approvals": {
+        "type": "array", "items": {"$ref": "#/components/schemas/Approval"}}}},
+    "Decision": {"type": "object", "required": ["approval", "changed", "status", "message"]},
+    "GettableSilence": {"type": "object", "required": [
+        "id", "status", "updatedAt", "matchers", "startsAt", "endsAt", "createdBy", "comment"]},
+    "PostableSilence": {"type": "object", "required": [
+        "matchers", "startsAt", "endsAt", "createdBy", "comment"]},
+}
+
+_DESCRIPTIONS = {
+    "status": "open or resolved", "alertname": "exact alert name", "target": "exact target",
+    "category": "the alert's category label (hbm_oom, …)", "since": "opened at or after",
+    "until": "opened before", "limit": "1–500, default 50",
+    "cursor": "next_cursor of the previous page", "by": "alertname, target or category",
+    "query": "PromQL expression", "time": "evaluation time (default now)",
+}
+
+
+def _params(names: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [{"name": n, "in": "query", "required": n == "query",
+             "description": _DESCRIPTIONS.get(n, ""),
+             "schema": _TIME if n in ("since", "until", "time") else {"type": "string"}}
+            for n in names]
+
+
+def _op(summary: str, schema: str | None, params: tuple[str, ...] = (), *, write: bool = False,
+        body: str | None = None, path_id: bool = False) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "parameters": _params(params)}
+    if path_id:
+        op["parameters"].append({"name": "id", "in": "path", "required": True,
+                                 "schema": {"type": "string"}})
+    ok: dict[str, Any] = {"description": "OK"}
+    if schema is not None:
+        ok["content"] = {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}
+    err = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    op["responses"] = {"200": ok, "400": {"description": "bad parameter", **err}}
+    if write:
+        op["security"] = [{"bearer": []}]
+        op["responses"]["401"] = {"description": "no or unknown token", **err}
+        op["responses"]["403"] = {"description": "read-only token", **err}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{body}"}}}}
+    return op
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole document."""
+    paths = {
+        "/api/v1/incidents": {"get": _op("Incidents, newest first (keyset pages)",
+                                         "IncidentPage", FILTERS)},
+        "/api/v1/incidents/{id}": {"get": _op("One incident in full", "IncidentDetail",
+                                              path_id=True)},
+        "/api/v1/stats": {"get": _op("Counts and times to detect, recover, resolve", "Stats",
+                                     STATS_PARAMS)},
+        "/api/v1/targets": {"get": _op("Each target's health now", "Targets")},
+        "/api/v1/query": {"get": _op("Instant PromQL query (Prometheus's format)",
+                                     "QueryResult", ("query", "time")),
+                          "post": _op("Instant PromQL query (form-encoded)", "QueryResult",
+                                      ("query", "time"))},
+        "/api/v1/approvals": {"get": _op("Parked actions and their decisions", "Approvals",
+                                         ("status",))},
+        "/api/v1/approvals/{id}/approve": {"post": _op("Approve a parked action", "Decision",
+                                                       write=True, path_id=True)},
+        "/api/v1/approvals/{id}/deny": {"post": _op("Deny a parked action", "Decision",
+                                                    write=True, path_id=True)},
+        "/api/v1/openapi.json": {"get": _op("This document", None)},
+        "/api/v2/silences": {
+            "get": _op("Silences (Alertmanager API v2)", None),
+            "post": _op("Create or replace a silence", None, write=True,
+                        body="PostableSilence")},
+        "/api/v2/silence/{id}": {
+            "get": _op("One silence", "GettableSilence", path_id=True),
+            "delete": _op("Expire a silence", None, write=True, path_id=True)},
+        "/api/v2/status": {"get": _op("Alertmanager-style status (for amtool)", None)},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Sentinel API", "version": "1"},
+        "paths": paths,
+        "components": {"schemas": SCHEMAS, "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer"}}},
+    }

@@ -1,0 +1,133 @@
+"""HTTP routes of the JSON API (`/api/v1`) and Alertmanager's silences API (`/api/v2`).
+
+Handlers are plain `def` functions (Starlette runs them in its thread pool),
+since the database calls are blocking. Every error is JSON with a message, and
+the parameter's name when one is at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from sentinel.api.auth import SESSION_COOKIE, Auth, Principal
+from sentinel.api.errors import ApiError
+from sentinel.api.openapi import openapi_document
+from sentinel.api.service import ApiService
+
+log = logging.getLogger(__name__)
+MAX_BODY = 64 * 1024
+
+
+def principal_of(request: Request, auth: Auth) -> Principal:
+    """Who asks (bearer header, else the page's session cookie, else anonymous)."""
+    return auth.principal(request.headers.get("authorization"),
+                          request.cookies.get(SESSION_COOKIE))
+
+
+def json_error(exc: ApiError) -> JSONResponse:
+    """The JSON body of an ApiError, with WWW-Authenticate on 401."""
+    headers = {"WWW-Authenticate": 'Bearer realm="sentinel"'} if exc.status == 401 else None
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+def _endpoint(auth: Auth, write: bool, fn: Callable[[Request, Principal], Any]
+              ) -> Callable[[Request], Response]:
+    def handle(request: Request) -> Response:
+        try:
+            p = principal_of(request, auth)
+            if write:
+                auth.require_write(p)
+                if p.via == "session":  # a browser form or fetch: ambient credentials
+                    auth.check_csrf(request.cookies.get(SESSION_COOKIE),
+                                    request.headers.get("x-csrf-token"))
+            else:
+                auth.require_read(p)
+            result = fn(request, p)
+        except ApiError as exc:
+            return json_error(exc)
+        if isinstance(result, Response):
+            return result
+        status = 200
+        if isinstance(result, dict) and "_http_status" in result:
+            status = int(result.pop("_http_status"))
+        return JSONResponse(result, status_code=status)
+    return handle
+
+
+def _id(request: Request, name: str = "id") -> int:
+    raw = request.path_params[name]
+    if not str(raw).isdigit():
+        raise ApiError(400, f"bad parameter {name!r}: expected an integer id", name)
+    return int(raw)
+
+
+def _body_json(request: Request) -> Any:
+    import anyio.from_thread
+
+    body = anyio.from_thread.run(request.body)
+    if len(body) > MAX_BODY:
+        raise ApiError(413, "body too large")
+    try:
+        return json.loads(body or b"null")
+    except ValueError:
+        raise ApiError(400, "body is not JSON") from None
+
+
+def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
+    """The /api/v1 and /api/v2 routes."""
+    def r(path: str, fn: Callable[[Request, Principal], Any], methods: tuple[str, ...] = ("GET",),
+          write: bool = False) -> Route:
+        return Route(path, _endpoint(auth, write, fn), methods=list(methods))
+
+    def params(request: Request) -> dict[str, str]:
+        return dict(request.query_params)
+
+    return [
+        r("/api/v1/incidents", lambda q, p: service.incidents(params(q))),
+        r("/api/v1/incidents/{id}", lambda q, p: service.incident(_id(q))),
+        r("/api/v1/stats", lambda q, p: service.stats(params(q))),
+        r("/api/v1/targets", lambda q, p: service.target_health()),
+        r("/api/v1/query", lambda q, p: service.query(params(q)), ("GET", "POST")),
+        r("/api/v1/approvals", lambda q, p: service.approvals(q.query_params.get("status"))),
+        r("/api/v1/approvals/{id}/approve",
+          lambda q, p: service.decide(_id(q), True, p, "api"), ("POST",), write=True),
+        r("/api/v1/approvals/{id}/deny",
+          lambda q, p: service.decide(_id(q), False, p, "api"), ("POST",), write=True),
+        r("/api/v1/openapi.json", lambda q, p: openapi_document()),
+        r("/api/v2/silences", lambda q, p: service.silences()),
+        r("/api/v2/silences",
+          lambda q, p: service.create_silence(_body_json(q), p, "api"), ("POST",), write=True),
+        r("/api/v2/silence/{id}", lambda q, p: _silence(service, q.path_params["id"])),
+        r("/api/v2/silence/{id}",
+          lambda q, p: _expire(service, q.path_params["id"], p), ("DELETE",), write=True),
+        r("/api/v2/status", lambda q, p: _status(service)),
+    ]
+
+
+def _silence(service: ApiService, sid: str) -> dict[str, Any]:
+    for s in service.silences():
+        if s["id"] == sid:
+            return s
+    raise ApiError(404, f"no silence {sid}")
+
+
+def _expire(service: ApiService, sid: str, p: Principal) -> Response:
+    service.expire_silence(sid, p, "api")
+    return Response(status_code=200)
+
+
+def _status(service: ApiService) -> dict[str, Any]:
+    from datetime import UTC, datetime
+
+    return {"cluster": {"status": "ready", "peers": [], "name": "sentinel"},
+            "versionInfo": {"version": "sentinel", "revision": "", "branch": "",
+                            "buildUser": "", "buildDate": "", "goVersion": ""},
+            "config": {"original": ""},
+            "uptime": datetime.fromtimestamp(service.started_ms / 1000, tz=UTC).isoformat()}

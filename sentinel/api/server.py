@@ -1,0 +1,66 @@
+"""Assemble what the daemon's listener serves beyond /metrics: API, page, MCP at /mcp."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.routing import BaseRoute, Route
+
+from sentinel.api.auth import Auth, is_loopback
+from sentinel.api.config import ApiConfig
+from sentinel.api.mcp_server import LocalBackend, McpGate, build_server
+from sentinel.api.routes import api_routes
+from sentinel.api.service import ApiService
+from sentinel.web.routes import web_routes
+
+
+@dataclass
+class Surfaces:
+    """Routes and lifespans for the StatusServer, and the service behind them."""
+
+    routes: list[BaseRoute]
+    lifespans: list[Callable[[], contextlib.AbstractAsyncContextManager[None]]]
+    service: ApiService
+    auth: Auth
+
+
+def build_surfaces(service: ApiService, api: ApiConfig, host: str) -> Surfaces:
+    """The API, page and MCP routes over one service, with tokens from `api`."""
+    from mcp.server.streamable_http_manager import (
+        StreamableHTTPASGIApp,
+        StreamableHTTPSessionManager,
+    )
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    auth = Auth(api.tokens, reads_open=is_loopback(host))
+    mcp = build_server(LocalBackend(service))
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=is_loopback(host),
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+    manager = StreamableHTTPSessionManager(app=mcp._lowlevel_server, json_response=True,
+                                           stateless=True, security_settings=security)
+    gate: Any = McpGate(StreamableHTTPASGIApp(manager), auth)
+
+    @contextlib.asynccontextmanager
+    async def mcp_lifespan() -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    routes: list[BaseRoute] = [*api_routes(service, auth), *web_routes(service, auth),
+                               Route("/mcp", gate)]
+    return Surfaces(routes, [mcp_lifespan], service, auth)
+
+
+def rule_expr_lookup(groups: Callable[[], list[Any]]) -> Callable[[str], str | None]:
+    """alertname → the expression of the (first) rule of that name in the loaded groups."""
+    def lookup(alertname: str) -> str | None:
+        for g in groups():
+            for rule in g.rules:
+                if rule.name == alertname:
+                    return str(rule.expr)
+        return None
+    return lookup

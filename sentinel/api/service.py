@@ -1,0 +1,240 @@
+"""The API's operations as plain methods returning JSON-ready dicts.
+
+The HTTP routes, the page and the MCP tools all call these, so every surface
+answers with the same data. Writes take the `Principal` that asks and are
+audited (token name, when, what, outcome) in `api_audit`; authorisation
+itself is checked by the caller (routes, MCP), which knows how the request came.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select
+
+from sentinel.api import history, stats
+from sentinel.api.auth import Principal
+from sentinel.api.errors import ApiError, bad_param
+from sentinel.api.params import time_param
+from sentinel.incidents.convert import ms_to_dt
+from sentinel.incidents.db import Database
+from sentinel.incidents.models import Incident, LogEventRow
+from sentinel.incidents.models_api import ApiAudit, ApprovalStatus
+from sentinel.model import InstantSample
+from sentinel.promql import PromQLError
+from sentinel.promql.floatops import format_float
+
+MAX_QUERY_RESULT = 10_000  # series in one instant query result
+
+
+@dataclass
+class ApiService:
+    """What the API reads and writes: the database, the series store, the approval runner."""
+
+    db: Database
+    query_fn: Callable[[str, int], Any] | None = None  # Engine.query(expr, at_ms)
+    targets: Sequence[str] = ()
+    rule_exprs: Callable[[str], str | None] = lambda _alertname: None
+    on_approved: Callable[[], None] = lambda: None
+    clock: Callable[[], float] = time.time
+    external_url: str = ""
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    def now_ms(self) -> int:
+        """The service's clock in ms."""
+        return int(self.clock() * 1000)
+
+    # -- reads -----------------------------------------------------------------------
+
+    def incidents(self, params: Mapping[str, str]) -> dict[str, Any]:
+        """GET /api/v1/incidents."""
+        return history.list_incidents(self.db, params, self.now_ms())
+
+    def incident(self, incident_id: int) -> dict[str, Any]:
+        """GET /api/v1/incidents/{id}."""
+        return history.get_incident(self.db, incident_id)
+
+    def stats(self, params: Mapping[str, str]) -> dict[str, Any]:
+        """GET /api/v1/stats."""
+        return stats.stats(self.db, params, self.now_ms())
+
+    def target_health(self) -> dict[str, Any]:
+        """GET /api/v1/targets: up, probe results, open incidents, last crash per target."""
+        now = self.now_ms()
+        up = self._gauge("up", now)
+        probe = self._gauge("sentinel_probe_success", now)
+        ttft = self._gauge("sentinel_probe_ttft_seconds", now)
+        with self.db.session() as s:
+            open_counts = dict(s.execute(select(Incident.target, func.count()).where(
+                Incident.status == "open").group_by(Incident.target)).all())
+            crashes: dict[str, Any] = {}
+            for name in self.targets:
+                row = s.scalars(select(LogEventRow).where(LogEventRow.target == name)
+                                .order_by(LogEventRow.at.desc(), LogEventRow.id.desc())
+                                .limit(1)).first()
+                if row is not None:
+                    crashes[name] = {"at": history.iso(row.at), "signature": row.signature,
+                                     "category": row.category, "severity": row.severity}
+        return {"targets": [{
+            "name": name, "up": up.get(name), "probe_success": probe.get(name),
+            "probe_ttft_seconds": ttft.get(name), "open_incidents": open_counts.get(name, 0),
+            "last_crash": crashes.get(name)} for name in self.targets]}
+
+    def _gauge(self, metric: str, now: int) -> dict[str, float]:
+        if self.query_fn is None:
+            return {}
+        try:
+            result = self.query_fn(metric, now)
+        except PromQLError:
+            return {}
+        out: dict[str, float] = {}
+        for sample in result if isinstance(result, list) else ():
+            target = dict(sample.labels).get("target")
+            if target is not None and not math.isnan(sample.value):
+                out[target] = sample.value
+        return out
+
+    def query(self, params: Mapping[str, str]) -> dict[str, Any]:
+        """GET /api/v1/query: an instant query, answered in Prometheus's response format."""
+        expr = params.get("query")
+        if not expr:
+            raise ApiError(400, "bad parameter 'query': required", "query")
+        at = time_param(params, "time", self.now_ms())
+        at = self.now_ms() if at is None else at
+        if self.query_fn is None:
+            raise ApiError(503, "no series store in this process (ask the daemon)")
+        try:
+            result = self.query_fn(expr, at)
+        except PromQLError as exc:
+            return {"status": "error", "errorType": "bad_data", "error": str(exc),
+                    "_http_status": 400}
+        ts = at / 1000
+        if isinstance(result, list):
+            samples: list[InstantSample] = result[:MAX_QUERY_RESULT]
+            return {"status": "success", "data": {"resultType": "vector", "result": [
+                {"metric": dict(s.labels), "value": [ts, format_float(s.value)]}
+                for s in samples]}}
+        return {"status": "success",
+                "data": {"resultType": "scalar", "result": [ts, format_float(float(result))]}}
+
+    def series_range(self, expr: str, start_ms: int, end_ms: int, points: int = 120
+                     ) -> list[dict[str, Any]]:
+        """`expr` evaluated at `points` steps over [start, end]: [{"labels", "points"}].
+
+        For an alerting expression `x > threshold` the series worth seeing is `x`
+        (the comparison only keeps the samples that fire), so a filtering
+        comparison against a number at the top is peeled off.
+        """
+        if self.query_fn is None or end_ms <= start_ms:
+            return []
+        target: Any = plotted_expr(expr)
+        step = max(1, (end_ms - start_ms) // (points - 1))
+        series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+        for i in range(points):
+            t = start_ms + i * step
+            try:
+                result = self.query_fn(target, t)
+            except PromQLError:
+                return []
+            if not isinstance(result, list):
+                continue
+            for sample in result[:20]:
+                if not math.isnan(sample.value):
+                    series.setdefault(sample.labels, []).append((t, sample.value))
+        return [{"labels": dict(k), "points": v} for k, v in list(series.items())[:20]]
+
+    # -- approvals --------------------------------------------------------------------
+
+    def approvals(self, status: str | None = None) -> dict[str, Any]:
+        """GET /api/v1/approvals."""
+        from sentinel.respond.remediate import approvals
+
+        if status is not None and status not in tuple(ApprovalStatus):
+            raise bad_param("status", f"must be one of {', '.join(ApprovalStatus)}")
+        return {"approvals": [history.approval_view(a)
+                              for a in approvals.listing(self.db, status)]}
+
+    def decide(self, approval_id: int, approve: bool, who: Principal, via: str
+               ) -> dict[str, Any]:
+        """POST /api/v1/approvals/{id}/approve|deny (audited)."""
+        from sentinel.respond.remediate import approvals
+
+        verb = "approve" if approve else "deny"
+        try:
+            d = approvals.decide(self.db, approval_id, approve, who.name, self.now_ms())
+        except LookupError:
+            self.audit(who, via, f"{verb} approval {approval_id}", 404, "no such approval")
+            raise ApiError(404, f"no approval {approval_id}") from None
+        self.audit(who, via, f"{verb} approval {approval_id}", 200, d.message)
+        if d.changed and approve:
+            self.on_approved()
+        return {"approval": approval_id, "changed": d.changed, "status": d.status,
+                "message": d.message, "incident_id": d.incident_id}
+
+    # -- silences ---------------------------------------------------------------------
+
+    def silences(self) -> list[dict[str, Any]]:
+        """Every silence (expired too) in Alertmanager API v2's GettableSilence form."""
+        from sentinel.api import silences_v2
+
+        return silences_v2.list_v2(self.db, self.now_ms())
+
+    def create_silence(self, body: Mapping[str, Any], who: Principal, via: str
+                       ) -> dict[str, Any]:
+        """POST /api/v2/silences (audited); the author is the token's name."""
+        from sentinel.api import silences_v2
+
+        try:
+            sid = silences_v2.create_v2(self.db, body, who.name, self.now_ms())
+        except ValueError as exc:
+            self.audit(who, via, "create silence", 400, str(exc))
+            raise ApiError(400, str(exc)) from None
+        self.audit(who, via, f"create silence {sid}", 200, "")
+        return {"silenceID": str(sid)}
+
+    def expire_silence(self, silence_id: str, who: Principal, via: str) -> None:
+        """DELETE /api/v2/silence/{id} (audited)."""
+        from sentinel.respond.notify.silences import SilenceError, expire_silence
+
+        if not silence_id.isdigit():
+            raise ApiError(404, f"no silence {silence_id}")
+        try:
+            expire_silence(self.db, int(silence_id), self.now_ms())
+        except SilenceError as exc:
+            self.audit(who, via, f"expire silence {silence_id}", 404, str(exc))
+            raise ApiError(404, str(exc)) from None
+        self.audit(who, via, f"expire silence {silence_id}", 200, "")
+
+    # -- audit ------------------------------------------------------------------------
+
+    def audit(self, who: Principal, via: str, action: str, status: int, detail: str) -> None:
+        """One row per write: who (token name, never its value), when, what, outcome."""
+        with self.db.session() as s:
+            s.add(ApiAudit(at=ms_to_dt(self.now_ms()), who=who.name, via=via, action=action,
+                           status=status, detail=detail[:2000]))
+
+
+_COMPARISONS = ("==", "!=", ">", "<", ">=", "<=")
+
+
+def plotted_expr(expr: str) -> Any:
+    """The expression a plot shows: `x` for `x > 3` (or `3 < x`), else the expression itself."""
+    from sentinel.promql import compile_expr
+    from sentinel.promql.nodes import Binary, NumberLiteral, Paren
+
+    try:
+        node = compile_expr(expr)
+    except PromQLError:
+        return expr
+    while isinstance(node, Paren):
+        node = node.expr
+    if isinstance(node, Binary) and node.op in _COMPARISONS and not node.return_bool:
+        if isinstance(node.rhs, NumberLiteral):
+            return node.lhs
+        if isinstance(node.lhs, NumberLiteral):
+            return node.rhs
+    return node

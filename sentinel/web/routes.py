@@ -1,0 +1,231 @@
+"""Routes of the page: `/`, `/incidents/{id}`, `/targets`, `/stats`, `/silences`, login, assets.
+
+Reading works without JavaScript and, on loopback, without a token. Acting
+(approve, deny, silence) needs a write token entered once on /login, which
+becomes a signed session cookie (HttpOnly, SameSite=Strict); every form
+carries the session's CSRF value. Responses carry a Content-Security-Policy
+that allows only Sentinel's own script and stylesheet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+import anyio.from_thread
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from sentinel.api.auth import SESSION_COOKIE, SESSION_TTL_S, Auth, Principal
+from sentinel.api.errors import ApiError
+from sentinel.api.history import incident_window_ms
+from sentinel.api.routes import principal_of
+from sentinel.api.service import ApiService
+from sentinel.durations import parse_duration
+from sentinel.respond.notify.matchers import parse_matcher
+from sentinel.web import pages, svg
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
+                               "base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+STATIC = {"sentinel.css": "text/css; charset=utf-8",
+          "live.js": "text/javascript; charset=utf-8"}
+LIST_FILTERS = ("status", "alertname", "target", "category", "since", "until", "cursor")
+
+
+def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
+    """The page's routes."""
+    def page(fn: Callable[[Request, Principal], str | Response], title: str = "",
+             write: bool = False) -> Callable[[Request], Response]:
+        def handle(request: Request) -> Response:
+            cookie = request.cookies.get(SESSION_COOKIE)
+            try:
+                p = principal_of(request, auth)
+                if write:
+                    auth.require_write(p)
+                    auth.check_csrf(cookie, _form(request).get("csrf"))
+                else:
+                    auth.require_read(p)
+                out = fn(request, p)
+            except ApiError as exc:
+                body = (f"<h1>{exc.status}</h1><p class=flash>{pages.e(exc.message)}</p>"
+                        '<p><a href="/login">log in</a> · <a href="/">incidents</a></p>')
+                return _html(pages.layout("error", body), exc.status)
+            if isinstance(out, Response):
+                return out
+            name = p.name if p.via == "session" else ""
+            return _html(pages.layout(title or "Sentinel", out, name, auth.csrf_for(cookie),
+                                      scripts=request.url.path == "/"))
+        return handle
+
+    def index(request: Request, p: Principal) -> str:
+        filters = {k: v for k, v in request.query_params.items() if k in LIST_FILTERS and v}
+        listing = {k: v for k, v in filters.items() if k != "cursor"}
+        open_now = service.incidents({**{k: v for k, v in listing.items() if k != "status"},
+                                      "status": "open", "limit": "100"})
+        page_ = service.incidents(filters)
+        source = "/fragments/incidents?" + urlencode(filters)
+        return pages.incident_list(open_now["incidents"], page_, listing, source)
+
+    def rows(request: Request, p: Principal) -> Response:
+        filters = {k: v for k, v in request.query_params.items() if k in LIST_FILTERS and v}
+        return _html(pages.incident_rows(service.incidents(filters)["incidents"]))
+
+    def incident(request: Request, p: Principal) -> str:
+        d = service.incident(_int(request.path_params["id"]))
+        return pages.incident_page(d, _plot(service, d), auth.csrf_for(
+            request.cookies.get(SESSION_COOKIE)), p.can_write)
+
+    def decide(approve: bool) -> Callable[[Request, Principal], Response]:
+        def run(request: Request, p: Principal) -> Response:
+            aid = _int(request.path_params["aid"])
+            service.decide(aid, approve, p, "page")
+            return RedirectResponse(f"/incidents/{_int(request.path_params['id'])}"
+                                    f"#approval-{aid}", status_code=303)
+        return run
+
+    def silences(request: Request, p: Principal) -> str:
+        return pages.silences_page(service.silences(),
+                                   auth.csrf_for(request.cookies.get(SESSION_COOKIE)),
+                                   p.can_write)
+
+    def add_silence(request: Request, p: Principal) -> Response:
+        form = _form(request)
+        try:
+            matchers = [parse_matcher(m) for m in form.get("matchers", "").split()]
+            duration = parse_duration(form.get("duration") or "1h")
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        now = service.now_ms()
+        service.create_silence({"matchers": [
+            {"name": m.name, "value": m.value, "isRegex": str(m.op) in ("=~", "!~"),
+             "isEqual": str(m.op) in ("=", "=~")} for m in matchers],
+            "startsAt": _iso(now), "endsAt": _iso(now + duration),
+            "comment": form.get("comment", "")}, p, "page")
+        return RedirectResponse("/silences", status_code=303)
+
+    def expire(request: Request, p: Principal) -> Response:
+        service.expire_silence(str(request.path_params["sid"]), p, "page")
+        return RedirectResponse("/silences", status_code=303)
+
+    def stats(request: Request, p: Principal) -> str:
+        now = service.now_ms()
+        weekly = []
+        for i in range(3, -1, -1):
+            start, end = now - (i + 1) * 7 * 86_400_000, now - i * 7 * 86_400_000
+            weekly.append((f"w-{i}" if i else "this week",
+                           service.stats({"since": str(start / 1000), "until": str(end / 1000)})))
+        return pages.stats_page(service.stats({}), weekly)
+
+    return [
+        Route("/", page(index, "Incidents")),
+        Route("/fragments/incidents", page(rows)),
+        Route("/incidents/{id}", page(incident, "Incident")),
+        Route("/incidents/{id}/approvals/{aid}/approve", page(decide(True), write=True),
+              methods=["POST"]),
+        Route("/incidents/{id}/approvals/{aid}/deny", page(decide(False), write=True),
+              methods=["POST"]),
+        Route("/targets", page(lambda q, p: pages.targets_page(
+            service.target_health()["targets"]), "Targets")),
+        Route("/stats", page(stats, "Stats")),
+        Route("/silences", page(silences, "Silences")),
+        Route("/silences", page(add_silence, write=True), methods=["POST"]),
+        Route("/silences/{sid}/expire", page(expire, write=True), methods=["POST"]),
+        Route("/login", lambda q: _html(pages.layout("log in", pages.login_page()))),
+        Route("/login", _login(auth), methods=["POST"]),
+        Route("/logout", _logout),
+        Route("/static/{name}", _static),
+    ]
+
+
+def _login(auth: Auth) -> Callable[[Request], Response]:
+    def handle(request: Request) -> Response:
+        token = _form(request).get("token", "")
+        try:
+            p = auth.check_token(token)
+        except ApiError:
+            time.sleep(0.2)  # a little friction for guessing through the form
+            return _html(pages.layout("log in", pages.login_page(error="unknown token")), 401)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(SESSION_COOKIE, auth.new_session(p), max_age=SESSION_TTL_S,
+                            httponly=True, samesite="strict", path="/")
+        return response
+    return handle
+
+
+def _logout(request: Request) -> Response:
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+def _static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in STATIC:
+        return Response("not found\n", status_code=404, media_type="text/plain")
+    body = resources.files("sentinel.web").joinpath("static", name).read_bytes()
+    return Response(body, media_type=STATIC[name],
+                    headers={**SECURITY_HEADERS, "Cache-Control": "max-age=300"})
+
+
+def _plot(service: ApiService, d: dict[str, Any]) -> str:
+    inc = d["incident"]
+    expr = service.rule_exprs(inc["alertname"])
+    if not expr:
+        return '<p class="muted">No rule expression known for this alert.</p>'
+    start, end = incident_window_ms(d, service.now_ms())
+    marks = [(_ms(inc["opened_at"]), "incident opened")]
+    if inc["resolved_at"]:
+        marks.append((_ms(inc["resolved_at"]), "resolved"))
+    marks += [(_ms(a["acted_at"]), f"{a['action']} #{a['id']}") for a in d["actions"]
+              if a["acted_at"]]
+    series = service.series_range(expr, start, end)
+    # The store keeps only the recent past: crop to where samples exist, so they do not
+    # shrink to a sliver at the right edge, and sample that span again.
+    first = min((p[0] for sr in series for p in sr["points"]), default=start)
+    cropped = max(start, min(first, marks[0][0]) - max(2_000, (end - first) // 10))
+    if cropped > start + (end - start) // 10:
+        start = cropped
+        series = service.series_range(expr, start, end)
+    return (f'<p class="muted">{pages.e(expr)}</p>'
+            + svg.line_plot(series, start, end, marks, inc["alertname"]))
+
+
+def _ms(ts: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _iso(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+
+
+def _form(request: Request) -> dict[str, str]:
+    cached = request.scope.get("sentinel.form")
+    if cached is None:
+        body = anyio.from_thread.run(request.body)
+        cached = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+        request.scope["sentinel.form"] = cached
+    return cached  # type: ignore[no-any-return]
+
+
+def _int(raw: Any) -> int:
+    if not str(raw).isdigit():
+        raise ApiError(404, "not found")
+    return int(raw)
+
+
+def _html(body: str, status: int = 200) -> Response:
+    return HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)
