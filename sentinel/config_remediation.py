@@ -13,6 +13,8 @@ remediation:
       starts: 2026-12-01T22:00:00Z
       ends: 2026-12-02T02:00:00Z
       comment: kernel upgrade
+  lease: 30s                  # a running attempt whose owner died is failed within this
+  correlation_window: 5m      # one crash, one action: see guards.py (correlated)
   policies:
     - name: restart-crashed-vllm
       alerts: [VLLMHBMOutOfMemory, VLLMTargetDown]
@@ -236,6 +238,11 @@ class RemediationConfig(Strict):
     command_allowlist: tuple[str, ...] = ()
     silences: tuple[SilenceConfig, ...] = ()
     policies: tuple[PolicyConfig, ...] = ()
+    # A running attempt whose owner stops renewing this lease is failed and its slot freed.
+    lease_ms: PositiveDuration = Field(30_000, alias="lease")
+    # A verified success on a target covers incidents on it that began before it was verified
+    # and at most this long before the action started (one crash, one action).
+    correlation_window_ms: Duration = Field(300_000, alias="correlation_window")
 
     @field_validator("command_allowlist")
     @classmethod

@@ -144,7 +144,7 @@ def _build(data: dict[str, Any], source: str, config_dir: Path, environ: Mapping
 def _raw_cross_checks(data: dict[str, Any]) -> list[tuple[YamlPath, str]]:
     """Duplicate names and timeout > interval, on the raw mapping (as the validators check)."""
     out: list[tuple[YamlPath, str]] = []
-    for section in ("targets", "receivers"):
+    for section in ("targets", "receivers", "kubernetes_sd"):
         items = data.get(section)
         seen: dict[str, int] = {}
         for i, item in enumerate(items if isinstance(items, list) else []):

@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from sentinel.api.config import ApiConfig
+from sentinel.config_alert_restore import AlertRestoreConfig
 from sentinel.config_diagnosis import DiagnosisConfig
 from sentinel.config_kubernetes import KubernetesSDConfig
 from sentinel.config_notify import (
@@ -160,6 +161,8 @@ class Config(Strict):
     probe_interval_ms: Duration = Field(DEFAULT_PROBE_INTERVAL_MS, alias="probe_interval")
     probe_canary_concurrency: int = Field(DEFAULT_CANARY_CONCURRENCY, ge=1)
     api: ApiConfig = ApiConfig.model_validate({})
+    # How a restart restores alerts' `for` state (Prometheus's flags; issue 10).
+    alert_restore: AlertRestoreConfig = AlertRestoreConfig.model_validate({})
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

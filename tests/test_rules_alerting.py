@@ -77,7 +77,7 @@ def test_alert_labels_annotations_and_value_refresh() -> None:
     assert a1.active_at_ms == 0 and a1.last_eval_ms == 15 * S
 
 
-def test_firing_alert_resolves_once_then_is_forgotten() -> None:
+def test_resolved_alert_is_reported_until_acknowledged_then_forgotten() -> None:
     eng = FakeEngine()
     eng.results = {0: [sample(1, target="a")]}
     mgr = manager(eng)
@@ -85,8 +85,24 @@ def test_firing_alert_resolves_once_then_is_forgotten() -> None:
     resolved = mgr.evaluate_group("g", 15 * S)
     assert states(resolved) == [("a", AlertState.INACTIVE)]
     assert resolved[0].resolved_at_ms == 15 * S and resolved[0].fired_at_ms == 0
-    assert mgr.evaluate_group("g", 30 * S) == []
+    # The incident stage did not commit it (database down): reported again, unchanged.
+    assert mgr.evaluate_group("g", 30 * S) == resolved
     assert mgr.active_alerts() == []
+    mgr.acknowledge(resolved)
+    assert mgr.evaluate_group("g", 45 * S) == []
+
+
+def test_unacknowledged_resolution_and_a_new_occurrence_are_both_reported() -> None:
+    eng = FakeEngine()
+    eng.results = {0: [sample(1, target="a")], 30 * S: [sample(2, target="a")]}
+    mgr = manager(eng)
+    mgr.evaluate_group("g", 0)
+    mgr.evaluate_group("g", 15 * S)  # resolved, never acknowledged
+    both = mgr.evaluate_group("g", 30 * S)
+    assert states(both) == [("a", AlertState.FIRING), ("a", AlertState.INACTIVE)]
+    assert both[1].resolved_at_ms == 15 * S and both[0].fired_at_ms == 30 * S
+    mgr.acknowledge(both)
+    assert states(mgr.evaluate_group("g", 45 * S)) == [("a", AlertState.INACTIVE)]
 
 
 def test_pending_alert_that_disappears_is_dropped_silently() -> None:

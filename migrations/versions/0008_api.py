@@ -1,7 +1,7 @@
 """Where people look and act: incident category and detection time, approvals, write audit.
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-11-22 16:00:00
 
 - `incidents.category` (the alert's `category` label), `incidents.detect_ms`
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0008"
-down_revision: str | None = "0006"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -28,6 +28,7 @@ from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.probejobs import ProbeJobs
+from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.sourcejobs import SourceJobs
@@ -114,12 +115,18 @@ class App:
         self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms)
         rules = RuleManager(groups, self.engine, default_interval_ms=cfg.evaluation_interval_ms,
                             external_url=cfg.external_url, store=store)
-        rules.restore(tracker.load_alert_states())
+        # Restored alerts are not evaluated as absent before their target answered,
+        # and open incidents are checked against them (issue 10).
+        rules.restore(tracker.load_alert_states(), self._now_ms(), cfg.alert_restore.settings())
+        readiness = DataReadiness(t.name for t in cfg.targets)
+        rules.ready = readiness.ready
         self._groups = groups
         self.pipeline = Pipeline(
             store=store, scraper=Scraper(store, io=self.io), rules=rules, tracker=tracker,
             receivers=(), metrics=self.metrics, on_queued=self.notifier.kick,
+            readiness=readiness, reconcile_pending=True,
         )
+        self.pipeline.reconcile(self._now_ms())
         if cfg.diagnosis is not None:
             self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
         self._start_remediation(db)

@@ -19,6 +19,7 @@ from sentinel.daemon.receivers import build_receivers, receiver_timeouts_ms, sen
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.incidents.db import Database
 from sentinel.model import Notification
+from sentinel.quietlog import QuietFailure
 from sentinel.respond.notify.depth import outbox_depth
 from sentinel.respond.notify.dispatcher import Dispatcher, DispatchSettings
 from sentinel.respond.notify.mute import InhibitRule
@@ -58,6 +59,8 @@ class Notifier:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._dispatch_failure = QuietFailure(log, "notify dispatch")
+        self._send_failure = QuietFailure(log, "notify send")
 
     def start(self) -> None:
         """Start the worker thread."""
@@ -89,12 +92,16 @@ class Notifier:
             self.dispatcher.run(self._clock_ms())
         except Exception:
             self._metrics.notify_failures.labels("dispatch").inc()
-            log.exception("notify dispatch failed")
+            self._dispatch_failure.failed()  # logged once, then summarised (database down)
+        else:
+            self._dispatch_failure.ok()
         try:
             self.sender.run(self._clock_ms)
         except Exception:
             self._metrics.notify_failures.labels("send").inc()
-            log.exception("notify send failed")
+            self._send_failure.failed()
+        else:
+            self._send_failure.ok()
         try:
             depth = outbox_depth(self._db, self._clock_ms())
             self._metrics.outbox_depth.set(depth.pending)

@@ -5,6 +5,13 @@ incidents (open, resolve, timeline) ──► respond (notify receivers)
 
 Each method takes `now_ms` from its caller and never raises: a failing
 target, rule group or receiver is recorded and counted, and the loop goes on.
+
+A transition leaves the rule engine only once the incident stage committed
+it: `evaluate` acknowledges resolved alerts after `tracker.process`
+returned, so a database outage delays a resolution, never loses it. The
+first evaluation (and every one after, until it succeeds) first reconciles
+open incidents with the restored alert state. A failure that repeats is
+logged once with its traceback, then summarised each minute (quietlog).
 """
 
 from __future__ import annotations
@@ -16,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
+from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import Alert, AlertState, Notification
+from sentinel.quietlog import QuietFailure
 from sentinel.respond.diagnose.annotations import annotate
 from sentinel.respond.notify.base import Receiver
 from sentinel.rules.manager import RuleManager
@@ -46,19 +55,25 @@ class Pipeline:
     remediator: Any = None
     # Serialises the incident/DB side of evaluations (groups evaluate in parallel threads).
     record_lock: threading.Lock = field(default_factory=threading.Lock)
-    _saved: frozenset[tuple[Any, ...]] | None = field(default=None, init=False, repr=False)
+    # Which targets answered since start: restored alerts wait for it (set by the App).
+    readiness: DataReadiness | None = None
+    # Open incidents still to be checked against the restored alert state.
+    reconcile_pending: bool = False
+    _failures: dict[str, QuietFailure] = field(default_factory=dict)
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
         """Scrape one target into the store and count the outcome (blocking form)."""
-        return self._count(self.scraper.scrape(target, now_ms))
+        return self._count(self.scraper.scrape(target, now_ms), now_ms)
 
     async def scrape_async(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
         """Scrape one target into the store and count the outcome, on the I/O loop."""
-        return self._count(await self.scraper.scrape_async(target, now_ms))
+        return self._count(await self.scraper.scrape_async(target, now_ms), now_ms)
 
-    def _count(self, result: ScrapeResult) -> ScrapeResult:
+    def _count(self, result: ScrapeResult, now_ms: int) -> ScrapeResult:
         # The scraper logs a failure when its reason changes, not at every scrape.
         name = result.target.name
+        if self.readiness is not None:
+            self.readiness.scraped(name, result.up, now_ms)
         self.metrics.scrapes.labels(name, "success" if result.up else "failure").inc()
         self.metrics.scrape_seconds.labels(name).observe(result.duration_s)
         if result.dropped:
@@ -72,23 +87,34 @@ class Pipeline:
     def evaluate(self, group: str, now_ms: int) -> list[Notification]:
         """Evaluate one rule group, update incidents, send what they ask for."""
         self.metrics.evaluations.labels(group).inc()
+        failure = self._failure(f"evaluation of rule group {group}")
+        reconciled: list[Notification] = []
         with self.metrics.evaluation_seconds.labels(group).time():
             try:
                 # Queries run concurrently across groups (a slow group delays only
-                # itself); recording the outcome in the database is one at a time.
+                # itself); the incident side is recorded one group at a time.
                 alerts = self.rules.evaluate_group(group, now_ms)
                 with self.record_lock:
-                    notifications = self.tracker.process(alerts, now_ms)
-                    self._save_alert_states()
-                    if self.remediator is not None:
-                        # Only matches and queues: actions run off this thread.
-                        self.remediator.offer(alerts, now_ms)
+                    if self.reconcile_pending:
+                        reconciled = self._reconcile(now_ms)
+                    # The rule state is saved in the same transaction as the incidents.
+                    notifications = self.tracker.process(alerts, now_ms,
+                                                         states=self.rules.active_alerts())
+                    # Committed: only now may resolved alerts leave the rule engine.
+                    self.rules.acknowledge(alerts)
             except Exception:
-                # The database may be gone for a moment: keep the rule state in
-                # memory and try again at the next evaluation.
+                # The database may be gone for a moment: the rule engine keeps
+                # reporting what was not committed, and the next evaluation retries.
                 self.metrics.evaluation_failures.labels(group).inc()
-                log.exception("evaluation of rule group %s failed", group)
-                return []
+                failure.failed()
+                if reconciled and self.on_queued is not None:
+                    self.on_queued()
+                return reconciled
+            failure.ok()
+            if self.remediator is not None:
+                # Only matches and queues: actions run off this thread.
+                self.remediator.offer(alerts, now_ms)
+        notifications = reconciled + notifications
         self._count_alerts()
         if self.on_queued is not None:
             if notifications:
@@ -98,20 +124,35 @@ class Pipeline:
             self.notify(notification, now_ms)
         return notifications
 
-    def _save_alert_states(self) -> None:
-        """Persist the active alerts when their states changed (what a restart restores).
+    def reconcile(self, now_ms: int) -> list[Notification]:
+        """Resolve open incidents whose alerts the restored rule state does not fire.
 
-        The saved set is replaced whole; rewriting it at every evaluation of
-        every group cost most of the evaluation time with 1,000 firing
-        alerts. Values and annotations are as of the last change; the first
-        evaluation after a restart refreshes them.
+        Never raises: on failure it stays pending and the next evaluation runs it first.
         """
-        active = self.rules.active_alerts()
-        key = frozenset((a.group, a.rule, a.fingerprint, a.state, a.active_at_ms,
-                         a.fired_at_ms, a.keep_firing_since_ms) for a in active)
-        if key != self._saved:
-            self.tracker.save_alert_states(active)
-            self._saved = key
+        failure = self._failure("reconciling open incidents")
+        try:
+            notifications = self._reconcile(now_ms)
+        except Exception:
+            failure.failed()
+            return []
+        failure.ok()
+        if notifications and self.on_queued is not None:
+            self.on_queued()
+        return notifications
+
+    def _reconcile(self, now_ms: int) -> list[Notification]:
+        notifications = self.tracker.reconcile(self.rules.active_alerts(), now_ms)
+        self.reconcile_pending = False
+        for n in notifications:
+            log.warning("incident %d resolved on reconciliation: its alerts no longer fire",
+                        n.incident_id)
+        return notifications
+
+    def _failure(self, what: str) -> QuietFailure:
+        failure = self._failures.get(what)
+        if failure is None:
+            failure = self._failures.setdefault(what, QuietFailure(log, what))
+        return failure
 
     def notify(self, notification: Notification, now_ms: int) -> None:
         """Deliver one notification to every receiver and record each outcome on the incident."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import delete, insert, select
+from sqlalchemy.orm import Session
 
 from sentinel.incidents.convert import (
     dt_to_ms,
@@ -28,22 +29,33 @@ from sentinel.model import Alert, AlertState
 
 def save(db: Database, alerts: Sequence[Alert]) -> None:
     """Replace the persisted set with `alerts`."""
-    rows = [
-        {
-            "group_name": a.group, "rule": a.rule, "fingerprint": a.fingerprint,
-            "labels": labels_to_json(a.labels), "annotations": labels_to_json(a.annotations),
-            "state": str(a.state), "value": value_to_db(a.value),
-            "active_at": ms_to_dt(a.active_at_ms), "last_eval": ms_to_dt(a.last_eval_ms),
-            "fired_at": opt_ms_to_dt(a.fired_at_ms),
-            "resolved_at": opt_ms_to_dt(a.resolved_at_ms),
-            "keep_firing_since": opt_ms_to_dt(a.keep_firing_since_ms),
-        }
-        for a in alerts
-    ]
     with db.session() as s:
-        s.execute(delete(AlertStateRow))
-        if rows:
-            s.execute(insert(AlertStateRow), rows)
+        save_in(s, alerts)
+
+
+def save_in(s: Session, alerts: Sequence[Alert]) -> None:
+    """Replace the persisted set with `alerts`, in the caller's transaction.
+
+    The incident stage calls this in the transaction that records the same
+    evaluation's transitions, so a crash can never leave the rule state and
+    the incidents telling different stories (issue 10).
+    """
+    rows = [_row(a) for a in alerts]
+    s.execute(delete(AlertStateRow))
+    if rows:
+        s.execute(insert(AlertStateRow), rows)
+
+
+def _row(a: Alert) -> dict[str, object]:
+    return {
+        "group_name": a.group, "rule": a.rule, "fingerprint": a.fingerprint,
+        "labels": labels_to_json(a.labels), "annotations": labels_to_json(a.annotations),
+        "state": str(a.state), "value": value_to_db(a.value),
+        "active_at": ms_to_dt(a.active_at_ms), "last_eval": ms_to_dt(a.last_eval_ms),
+        "fired_at": opt_ms_to_dt(a.fired_at_ms),
+        "resolved_at": opt_ms_to_dt(a.resolved_at_ms),
+        "keep_firing_since": opt_ms_to_dt(a.keep_firing_since_ms),
+    }
 
 
 def load(db: Database) -> list[Alert]:

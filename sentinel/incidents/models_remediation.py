@@ -46,6 +46,9 @@ class RemediationAttempt(Base):
     recovery_ms: Mapped[int | None] = mapped_column(Integer)
     detail: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None]
+    # Who runs it (host:pid:start) and until when its heartbeat holds it (migration 0007).
+    owner: Mapped[str | None] = mapped_column(String)
+    lease_until: Mapped[datetime | None]
 
     __table_args__ = (
         CheckConstraint(f"status IN ({', '.join(repr(s.value) for s in AttemptStatus)})",

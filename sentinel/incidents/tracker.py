@@ -29,13 +29,25 @@ status). Alerts in a notification keep their own state (FIRING or INACTIVE).
 Restarts are idempotent: the rule engine restores firing alerts and reports
 them again; they find their open incident and their already-notified rows,
 so nothing new is opened or sent.
+
+Nothing is lost to a database outage (issue 10): the rule engine reports a
+resolved alert until `process` committed (the caller then acknowledges it),
+and the rule state is saved in the same transaction as the incidents
+(`states`), so the two never disagree after a crash. Within one call,
+resolutions are applied before firings, so an alert that resolved and fired
+again while the database was away closes its incident and opens a new one.
+A firing alert whose row fires with a `fired_at` older than the alert's own
+`active_at` is a new occurrence whose predecessor's end was never recorded
+(an orphaned incident): the old row resolves (paged resolved when its firing
+was) and the new occurrence opens a new incident, paged. `reconcile` (on
+start) resolves open incidents whose alerts the rule engine no longer fires.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -47,8 +59,10 @@ from sentinel.incidents import alert_states
 from sentinel.incidents.convert import (
     dt_to_ms,
     format_value,
+    labels_from_json,
     labels_to_json,
     ms_to_dt,
+    value_from_db,
     value_to_db,
     value_to_json,
 )
@@ -140,19 +154,60 @@ class IncidentTracker:
         # process but not yet confirmed by record_notification: not again.
         self._announced: set[tuple[int, str, int]] = set()
 
-    def process(self, alerts: Sequence[Alert], now_ms: int) -> list[Notification]:
-        """Apply one evaluation's alerts; return the notifications to deliver."""
+    def process(self, alerts: Sequence[Alert], now_ms: int,
+                states: Sequence[Alert] | None = None) -> list[Notification]:
+        """Apply one evaluation's alerts; return the notifications to deliver.
+
+        With `states` (the rule engine's active alerts), the persisted rule
+        state is replaced in the same transaction.
+        """
         groups: dict[GroupKey, list[Alert]] = {}
         for alert in alerts:
             if alert.state is AlertState.FIRING or alert.resolved_at_ms is not None:
                 groups.setdefault(group_key(alert), []).append(alert)
         now = ms_to_dt(now_ms)
-        outcomes: list[_Outcome] = []
+        outcomes: dict[int, _Outcome] = {}
         with self.db.session() as s:
             for key in sorted(groups, key=lambda k: (k.alertname, k.target)):
-                outcome = self._process_group(s, key, groups[key], now)
-                if outcome is not None:
-                    outcomes.append(outcome)
+                for outcome in self._process_key(s, key, groups[key], now):
+                    _merge_outcome(outcomes, outcome)
+            if self.outbox is not None:
+                self._enqueue(s, list(outcomes.values()), now_ms)
+            if states is not None:
+                alert_states.save_in(s, states)
+        return [n for o in outcomes.values() if (n := self._after_commit(o)) is not None]
+
+    def reconcile(self, firing: Sequence[Alert], now_ms: int) -> list[Notification]:
+        """Resolve the open incidents' firing rows whose alert the rule engine does not fire.
+
+        Run on start, after the rule state was restored: an incident left
+        open by a resolution that never reached the database (or by a rule
+        that no longer exists) resolves now, and pages resolved when its
+        firing was paged.
+        """
+        live = {(group_key(a).text, a.fingerprint) for a in firing
+                if a.state is AlertState.FIRING}
+        now = ms_to_dt(now_ms)
+        outcomes: list[_Outcome] = []
+        with self.db.session() as s:
+            for incident in s.scalars(select(Incident).where(Incident.status == _OPEN)
+                                      .order_by(Incident.id)).all():
+                rows = {r.fingerprint: r for r in s.scalars(
+                    select(IncidentAlert).where(IncidentAlert.incident_id == incident.id))}
+                gone = [_row_alert(r, now_ms) for r in rows.values()
+                        if r.state == IncidentAlertState.FIRING
+                        and (incident.group_key, r.fingerprint) not in live]
+                if not gone and any(r.state == IncidentAlertState.FIRING for r in rows.values()):
+                    continue
+                key = GroupKey(incident.alertname, incident.target)
+                outcome = _Outcome(incident.id, key, [], [], closed=False, now=now)
+                for alert in gone:
+                    if self._resolve(s, incident, rows, alert, now):
+                        outcome.resolved.append(alert)
+                if all(r.state == IncidentAlertState.RESOLVED for r in rows.values()):
+                    _close(s, incident, list(rows.values()), now)
+                    outcome.closed = True
+                outcomes.append(outcome)
             if self.outbox is not None:
                 self._enqueue(s, outcomes, now_ms)
         return [n for o in outcomes if (n := self._after_commit(o)) is not None]
@@ -215,20 +270,38 @@ class IncidentTracker:
 
     # -- one incident -------------------------------------------------------
 
-    def _process_group(
+    def _process_key(
         self, s: Session, key: GroupKey, alerts: list[Alert], now: datetime
-    ) -> _Outcome | None:
+    ) -> list[_Outcome]:
+        """Resolutions first (closing the incident when all resolved), then firings."""
         firing = [a for a in alerts if a.state is AlertState.FIRING]
         resolved = [a for a in alerts if a.state is not AlertState.FIRING]
+        out: list[_Outcome] = []
         incident = _open_incident(s, key)
+        if incident is not None:
+            rows = _rows(s, incident)
+            ended = resolved + [_superseded(rows[a.fingerprint], a, now) for a in firing
+                                if _is_superseded(rows.get(a.fingerprint), a)]
+            if ended:
+                outcome = self._apply(s, incident, rows, key, [], ended, now)
+                out.append(outcome)
+                if outcome.closed:
+                    s.flush()  # the closed incident leaves the partial unique index first
+                    incident = None
+        if not firing:
+            return out
         if incident is None:
-            if not firing:
-                return None
             incident = _insert_incident(s, key, firing[0], now)
             s.flush()
             attach_recent(s, incident, key.target, ms_to_dt(firing[0].active_at_ms))
-        rows = {r.fingerprint: r for r in s.scalars(
-            select(IncidentAlert).where(IncidentAlert.incident_id == incident.id))}
+        out.append(self._apply(s, incident, _rows(s, incident), key, firing, [], now))
+        return out
+
+    def _apply(
+        self, s: Session, incident: Incident, rows: dict[str, IncidentAlert], key: GroupKey,
+        firing: list[Alert], resolved: list[Alert], now: datetime,
+    ) -> _Outcome:
+        """Record firing and resolved alerts on one open incident."""
         outcome = _Outcome(incident.id, key, [], [], closed=False, now=now)
         for alert in firing:
             if self._fire(s, incident, rows, alert, now):
@@ -301,6 +374,44 @@ class IncidentTracker:
             fired_ms = dt_to_ms(_fired_at(alert, outcome.now))
             self._announced.add((outcome.incident_id, alert.fingerprint, fired_ms))
         return _notification(outcome)
+
+
+def _merge_outcome(outcomes: dict[int, _Outcome], outcome: _Outcome) -> None:
+    """At most one notification per incident per call: merge a second pass into the first."""
+    known = outcomes.get(outcome.incident_id)
+    if known is None:
+        outcomes[outcome.incident_id] = outcome
+        return
+    known.fired += outcome.fired
+    known.resolved += outcome.resolved
+    known.closed = known.closed or outcome.closed
+
+
+def _rows(s: Session, incident: Incident) -> dict[str, IncidentAlert]:
+    return {r.fingerprint: r for r in s.scalars(
+        select(IncidentAlert).where(IncidentAlert.incident_id == incident.id))}
+
+
+def _is_superseded(row: IncidentAlert | None, alert: Alert) -> bool:
+    """The row fires for an occurrence that fired before this alert even became active."""
+    return (row is not None and row.state == IncidentAlertState.FIRING
+            and row.fired_at < ms_to_dt(alert.active_at_ms))
+
+
+def _superseded(row: IncidentAlert, alert: Alert, now: datetime) -> Alert:
+    """The lost end of the row's occurrence: resolved, at the latest, when the new one began."""
+    return replace(_row_alert(row, dt_to_ms(now)), group=alert.group, rule=alert.rule,
+                   resolved_at_ms=min(alert.active_at_ms, dt_to_ms(now)))
+
+
+def _row_alert(row: IncidentAlert, resolved_at_ms: int) -> Alert:
+    """An incident row as a resolved alert, for its resolution and its notification."""
+    labels = labels_from_json(row.labels)
+    return Alert(group="", rule=label_value(labels, "alertname"), labels=labels,
+                 annotations=labels_from_json(row.annotations), state=AlertState.INACTIVE,
+                 value=value_from_db(row.value), active_at_ms=dt_to_ms(row.active_at),
+                 last_eval_ms=resolved_at_ms, fired_at_ms=dt_to_ms(row.fired_at),
+                 resolved_at_ms=resolved_at_ms)
 
 
 def _notification(outcome: _Outcome) -> Notification | None:

@@ -10,9 +10,20 @@ templated labels, `alertname`):
 
 `now - active_at >= for` fires; with `for: 0` an alert fires in the
 evaluation that creates it. Values and annotations refresh every
-evaluation; labels are the identity. A resolved alert is reported once, in
-the evaluation that resolved it, then forgotten (Prometheus keeps it 15m to
-re-send to Alertmanager; Sentinel's incident stage records it instead).
+evaluation; labels are the identity.
+
+A resolved alert is reported by every evaluation until the incident stage
+acknowledges it (`acknowledge`, after its transaction committed): a
+resolution that meets a database outage is retried, never forgotten
+(Prometheus keeps resolved alerts 15m to re-send them to Alertmanager; here
+the incident stage's commit is the delivery). A firing alert needs no such
+queue: it is reported every evaluation while it fires.
+
+After a restart, a restored alert is not evaluated as absent until its data
+source has answered (`ready(alert, now_ms)`, e.g. its target was scraped
+once since start): an evaluation that runs before the first scrape, or while
+the target stays unreachable, must not resolve it (issue 10).
+
 An evaluation error is data: health "err" and the message, the alerts left
 as they were.
 """
@@ -29,6 +40,8 @@ from sentinel.rules.loader import AlertingRule
 from sentinel.rules.template import TemplateData, expand_alert_template
 
 QueryFunc = Callable[[Any, int], "Vector | float"]
+# Whether absence of a restored alert from the results may count yet (its data answered).
+ReadyFunc = Callable[[Alert, int], bool]
 
 
 class RuleHealth(enum.StrEnum):
@@ -61,18 +74,22 @@ class AlertingRuleState:
         self.last_error = ""
         self.last_eval_ms: int | None = None
         self.active: dict[Labels, Alert] = {}
+        # Resolved alerts the incident stage has not acknowledged: (labels, resolved_at) → alert.
+        self.unacked: dict[tuple[Labels, int], Alert] = {}
+        # Restored alerts whose absence does not count until `ready` says their data answered.
+        self.held: set[Labels] = set()
 
     # -- evaluation -----------------------------------------------------------
-    def eval(self, query: QueryFunc, now_ms: int, ctx: TemplateContext, limit: int = 0
-             ) -> list[Alert]:
-        """Evaluate at `now_ms`: active alerts plus those resolved now (state INACTIVE)."""
+    def eval(self, query: QueryFunc, now_ms: int, ctx: TemplateContext, limit: int = 0,
+             ready: ReadyFunc | None = None) -> list[Alert]:
+        """Evaluate at `now_ms`: active alerts plus the unacknowledged resolved (INACTIVE)."""
         try:
             samples = self._results(query, now_ms, ctx)
         except Exception as e:  # any failure is the rule's health, never a crash of the loop
             self.health = RuleHealth.ERR
             self.last_error = str(e) or type(e).__name__
-            return self.active_alerts()
-        resolved = self._merge(samples, now_ms)
+            return [*self.active_alerts(), *self.unacked.values()]
+        resolved = self._merge(samples, now_ms, ready)
         if limit and len(self.active) > limit:
             # As Prometheus: over the limit, the rule drops all its alerts and errs.
             n = len(self.active)
@@ -85,7 +102,16 @@ class AlertingRuleState:
             self.health = RuleHealth.OK
             self.last_error = ""
         self.last_eval_ms = now_ms
-        return sorted([*self.active.values(), *resolved], key=lambda a: a.labels)
+        for a in resolved:
+            self.unacked[(a.labels, a.resolved_at_ms or now_ms)] = a
+        return sorted([*self.active.values(), *self.unacked.values()],
+                      key=lambda a: (a.labels, a.resolved_at_ms or 0))
+
+    def acknowledge(self, resolved: list[Alert]) -> None:
+        """The incident stage committed these resolutions: stop reporting them."""
+        for a in resolved:
+            if a.resolved_at_ms is not None:
+                self.unacked.pop((a.labels, a.resolved_at_ms), None)
 
     def _results(self, query: QueryFunc, now_ms: int, ctx: TemplateContext
                  ) -> dict[Labels, tuple[Labels, float]]:
@@ -113,10 +139,12 @@ class AlertingRuleState:
             out[key] = (annotations, sample.value)
         return out
 
-    def _merge(self, samples: dict[Labels, tuple[Labels, float]], now_ms: int) -> list[Alert]:
+    def _merge(self, samples: dict[Labels, tuple[Labels, float]], now_ms: int,
+               ready: ReadyFunc | None = None) -> list[Alert]:
         """Apply one evaluation's results; returns the alerts that resolved."""
         rule = self.rule
         for key, (anns, value) in samples.items():
+            self.held.discard(key)
             old = self.active.get(key)
             if old is not None:
                 self.active[key] = replace(old, value=value, annotations=anns,
@@ -127,6 +155,10 @@ class AlertingRuleState:
         resolved: list[Alert] = []
         for key, a in list(self.active.items()):
             if key not in samples:
+                if key in self.held:
+                    if ready is not None and not ready(a, now_ms):
+                        continue  # its data has not answered since the restart
+                    self.held.discard(key)
                 if a.state == AlertState.PENDING:
                     del self.active[key]
                     continue
@@ -156,10 +188,13 @@ class AlertingRuleState:
             return False
         self.active[alert.labels] = replace(alert, group=self.group, rule=self.rule.name,
                                             resolved_at_ms=None)
+        self.held.add(alert.labels)
         return True
 
     def adopt(self, old: AlertingRuleState) -> None:
         """Take over the alerts and health of the same rule before a reload."""
         self.active = {k: replace(a, group=self.group) for k, a in old.active.items()}
+        self.unacked = {k: replace(a, group=self.group) for k, a in old.unacked.items()}
+        self.held = set(old.held)
         self.health, self.last_error, self.last_eval_ms = (
             old.health, old.last_error, old.last_eval_ms)

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sentinel.model import Alert, AlertState, Vector
-from sentinel.rules.alerting import AlertingRuleState, RuleHealth, TemplateContext
+from sentinel.rules.alerting import AlertingRuleState, ReadyFunc, RuleHealth, TemplateContext
 from sentinel.rules.loader import RecordingRule, Rule, RuleGroup
 from sentinel.rules.recording import RecordingRuleState
+from sentinel.rules.restore import RestoreSettings, restore_for_state
 from sentinel.rules.writeback import Appender, SeriesWriter, rule_output
 
 DEFAULT_INTERVAL_MS = 60_000
@@ -86,6 +87,8 @@ class RuleManager:
         self.context = TemplateContext(dict(external_labels or {}), external_url)
         self._lock = threading.Lock()
         self._groups: dict[str, _Group] = {}
+        # Set by the daemon: whether a restored alert's data has answered since start.
+        self.ready: ReadyFunc | None = None
         self.reload(groups)
 
     @property
@@ -112,7 +115,10 @@ class RuleManager:
         with group.lock:
             for i, rule in enumerate(group.rules):
                 start = time.perf_counter()
-                out += rule.eval(query, now_ms, self.context, group.spec.limit)
+                if isinstance(rule, AlertingRuleState):
+                    out += rule.eval(query, now_ms, self.context, group.spec.limit, self.ready)
+                else:
+                    rule.eval(query, now_ms, self.context, group.spec.limit)
                 if group.writer is not None:
                     samples = rule_output(rule, now_ms, offset)
                     if samples is not None:
@@ -124,22 +130,49 @@ class RuleManager:
                 group.writer.flush_stale(now_ms)
         return out
 
-    def restore(self, alerts: Iterable[Alert]) -> int:
+    def restore(self, alerts: Iterable[Alert], now_ms: int | None = None,
+                settings: RestoreSettings | None = None) -> int:
         """Put persisted PENDING/FIRING alerts back into their rules; returns how many.
 
         Matched by group, rule name and labels being producible by the rule
         (its alertname); alerts of rules that no longer exist are ignored.
         A firing alert comes back firing, with no new transition to report.
+        With `now_ms`, the `for` state is restored as Prometheus's
+        RestoreForState does (grace period, outage tolerance; rules/restore.py).
         """
         with self._lock:
             by_rule = {(g.spec.name, r.rule.name): r for g in self._groups.values()
-                       for r in g.rules}
+                       for r in g.rules if isinstance(r, AlertingRuleState)}
         n = 0
         for a in alerts:
             rule = by_rule.get((a.group, a.rule))
-            if rule is not None and rule.restore(a):
+            if rule is None:
+                continue
+            if now_ms is not None:
+                restored = restore_for_state(a, rule.rule.for_ms, now_ms,
+                                             settings or RestoreSettings())
+                if restored is None:
+                    continue
+                a = restored
+            if rule.restore(a):
                 n += 1
         return n
+
+    def acknowledge(self, alerts: Iterable[Alert]) -> None:
+        """The incident stage committed these alerts: resolved ones are reported no more."""
+        by_rule: dict[tuple[str, str], list[Alert]] = {}
+        for a in alerts:
+            if a.resolved_at_ms is not None:
+                by_rule.setdefault((a.group, a.rule), []).append(a)
+        if not by_rule:
+            return
+        with self._lock:
+            groups = [self._groups[g] for g, _ in by_rule if g in self._groups]
+        for g in groups:
+            with g.lock:
+                for r in g.rules:
+                    if isinstance(r, AlertingRuleState):
+                        r.acknowledge(by_rule.get((g.spec.name, r.rule.name), []))
 
     def active_alerts(self) -> list[Alert]:
         """All pending and firing alerts of all groups."""

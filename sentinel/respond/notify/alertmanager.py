@@ -73,7 +73,7 @@ class AlertmanagerReceiver:
             result = DeliveryResult(False, False, None,
                                     self.redactor.redact(f"cannot build request: {exc}"))
         if not result.ok:
-            log.warning("alertmanager %s: push failed: %s", self.name, result.detail)
+            log.debug("alertmanager %s: push failed: %s", self.name, result.detail)
         return result
 
     def close(self) -> None:

@@ -109,7 +109,7 @@ class PagerDutyReceiver:
             result = DeliveryResult(False, False, None,
                                     self.redactor.redact(f"cannot build request: {exc}"))
         if not result.ok:
-            log.warning("pagerduty %s: delivery failed: %s", self.name, result.detail)
+            log.debug("pagerduty %s: delivery failed: %s", self.name, result.detail)
         return result
 
     def close(self) -> None:

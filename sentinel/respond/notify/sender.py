@@ -32,6 +32,7 @@ from sentinel.incidents.db import Database
 from sentinel.incidents.models import TimelineEvent, TimelineKind
 from sentinel.incidents.models_notify import OutboxMessage, OutboxStatus
 from sentinel.model import Notification
+from sentinel.quietlog import QuietFailure
 from sentinel.respond.notify.base import DeliveryResult, Receiver
 from sentinel.respond.notify.codec import notification_from_json
 from sentinel.respond.notify.outbox import Outbox
@@ -81,6 +82,7 @@ class Sender:
         self._lease_ms = dict(lease_ms or {})
         self._rng = rng or random.Random()
         self._on_delivery = on_delivery
+        self._quiet: dict[str, QuietFailure] = {}
 
     def run(self, now_ms: int | Callable[[], int]) -> int:
         """Send every due message (in order per group); returns how many were attempted.
@@ -171,9 +173,15 @@ class Sender:
                 why = "gave up retrying" if result.retryable else "permanent failure"
                 self.outbox.escalate(s, n, f"delivery to {row.receiver} failed ({why}): "
                                      f"{result.detail}", now_ms, escalated_from=row.id)
-        level = logging.DEBUG if result.ok else logging.WARNING
-        log.log(level, "notification %s to %s: %s (%s)", n.idempotency_key[:12], row.receiver,
-                outcome, result.detail)
+        log.debug("notification %s to %s: %s (%s)", n.idempotency_key[:12], row.receiver,
+                  outcome, result.detail)
+        # A receiver that is down is logged once, then summarised each minute (quietlog).
+        quiet = self._quiet.setdefault(row.receiver, QuietFailure(
+            log, f"delivery to receiver {row.receiver}"))
+        if result.ok:
+            quiet.ok()
+        else:
+            quiet.failed(detail=f"{outcome}: {result.detail}")
         if self._on_delivery is not None:
             self._on_delivery(Delivery(row.receiver, outcome))
 

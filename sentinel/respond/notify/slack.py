@@ -112,7 +112,7 @@ class SlackReceiver:
             result = DeliveryResult(False, False, None,
                                     self.redactor.redact(f"cannot build request: {exc}"))
         if not result.ok:
-            log.warning("slack %s: delivery failed: %s", self.name, result.detail)
+            log.debug("slack %s: delivery failed: %s", self.name, result.detail)
         return result
 
     def close(self) -> None:

@@ -94,9 +94,9 @@ class WebhookReceiver:
             log.debug("webhook %s: delivered incident %d (%s)", self.name,
                       notification.incident_id, result.detail)
         else:
-            log.warning("webhook %s: delivery of incident %d failed (%s): %s", self.name,
-                        notification.incident_id, "will retry" if result.retryable else "permanent",
-                        result.detail)
+            log.debug("webhook %s: delivery of incident %d failed (%s): %s", self.name,
+                      notification.incident_id, "will retry" if result.retryable else "permanent",
+                      result.detail)
         return result
 
     def close(self) -> None:

@@ -5,7 +5,9 @@ the policies (microseconds) and queues what matched. One dispatcher thread
 looks up the open incident, decides and claims, one at a time (claims must
 be serial for the concurrency limit to hold); claimed attempts run in a
 pool of `max_concurrent` workers, so a slow restart never blocks the next
-evaluation or the next target's decision.
+evaluation or the next target's decision. A reaper thread fails, every third
+of a lease period, the running attempts whose owner died (lease.py), so their
+slots are free again while this daemon runs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from sentinel.config_remediation import RemediationConfig
 from sentinel.incidents.models import Incident, IncidentStatus
 from sentinel.incidents.tracker import group_key
 from sentinel.model import Alert, AlertState
-from sentinel.respond.remediate import state
+from sentinel.quietlog import QuietFailure
+from sentinel.respond.remediate import lease, state
 from sentinel.respond.remediate.engine import Candidate, Engine, Prepared
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,10 @@ class Remediator:
                                         thread_name_prefix="sentinel-remediate")
         self._thread = threading.Thread(target=self._dispatch, name="sentinel-remediate-dispatch",
                                         daemon=True)
+        self._stopping = threading.Event()
+        self._reaper = threading.Thread(target=self._reap_loop, name="sentinel-remediate-reaper",
+                                        daemon=True)
+        self._reap_failure = QuietFailure(log, "reaping abandoned remediation attempts")
 
     def start(self, stale_after_ms: int | None = None) -> Remediator:
         """Fail attempts a previous run left running, then start the dispatcher."""
@@ -65,13 +72,38 @@ class Remediator:
                                 stale_after_ms if stale_after_ms is not None else longest + 60_000)
         if n:
             log.warning("%d remediation attempts were left running by a previous run", n)
+        self.reap()  # an owner on this host that is gone is freed at once
         self._thread.start()
+        self._reaper.start()
         return self
+
+    def reap(self) -> list[lease.Reaped]:
+        """Fail the running attempts whose owner died; never raises."""
+        try:
+            reaped = lease.reap(self.engine.db, lease.owner_id(), self.engine.now_ms(),
+                                self.engine.limits)
+        except Exception:  # the database may be away: the next round tries again
+            self._reap_failure.failed()
+            return []
+        self._reap_failure.ok()
+        for r in reaped:
+            log.warning("remediation attempt #%d on %s abandoned: %s", r.attempt_id, r.target,
+                        r.why)
+            if self.engine.metrics is not None:
+                self.engine.metrics.abandoned.inc()
+        return reaped
+
+    def _reap_loop(self) -> None:
+        period_s = max(0.05, self.engine.config.lease_ms / 3000)
+        while not self._stopping.wait(period_s):
+            self.reap()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop taking work; running actions finish in the background (within their timeouts)."""
         self._queue.put(_STOP)
+        self._stopping.set()
         self._thread.join(timeout_s)
+        self._reaper.join(timeout_s)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def offer(self, alerts: Sequence[Alert], now_ms: int) -> int:

@@ -25,6 +25,7 @@ from sentinel.respond.remediate import state
 from sentinel.respond.remediate.actions import ACTIONS
 from sentinel.respond.remediate.base import Action, ActionContext, TargetInfo
 from sentinel.respond.remediate.guards import Decision, Limits, Reason, Request, decide
+from sentinel.respond.remediate.lease import Heartbeat, owner_id
 from sentinel.respond.remediate.metrics import RemediationMetrics
 from sentinel.respond.remediate.verify import Verification, verify
 
@@ -123,7 +124,8 @@ class Engine:
         (`approvals.park`); the approval runner calls again with `approved=True`.
         """
         req = self.request(c, force_dry_run=force_dry_run, step=step, manual=manual)
-        claim = state.Claim(c.incident_id, c.target, c.policy.name, len(self.targets))
+        claim = state.Claim(c.incident_id, c.target, c.policy.name, len(self.targets),
+                            c.active_at_ms, self.config.correlation_window_ms)
 
         def guards(t: state.TargetState, f: state.FleetState, e: state.Episode) -> Decision:
             return decide(req, t, f, e, self.now_ms())
@@ -149,7 +151,8 @@ class Engine:
         if c.policy.approval == "required" and not manual and not approved:
             return self._park(c, decision, spec.kind, check.summary)
         decision, attempt_id = state.claim(self.db, claim, guards, self.now_ms(), spec.kind,
-                                           manual, {"plan": check.summary, **check.data})
+                                           manual, {"plan": check.summary, **check.data},
+                                           owner_id(), self.config.lease_ms)
         if attempt_id is None:  # another worker took the slot between peek and claim
             self._refused(c, decision, manual)
             return Result(decision)
@@ -184,8 +187,9 @@ class Engine:
         if self.metrics:
             self.metrics.in_flight.inc()
         try:
-            ok, detail, recovery_ms, data = self._act_and_verify(p, spec.verify,
-                                                                 spec.verify_deadline_ms / 1000)
+            with Heartbeat(self.db, p.attempt_id, self.config.lease_ms, self.now_ms):
+                ok, detail, recovery_ms, data = self._act_and_verify(
+                    p, spec.verify, spec.verify_deadline_ms / 1000)
         except Exception as exc:  # an action bug must still close its attempt
             log.exception("remediation attempt %d raised", p.attempt_id)
             ok, detail, recovery_ms, data = False, f"action raised {type(exc).__name__}", None, {}

@@ -6,6 +6,8 @@ given (state loaded from the database, the policy, the time) and returns a
 it as a metric label. The checks, in order:
 
     done         this alert episode was already remediated (verified)
+    correlated   the target was verified healthy by an action (for another incident)
+                 after this incident began: the same crash, acted on once already
     in_progress  an action on the target is running
     gave_up      every step of the policy's ladder used its attempts
     silenced     a silence matches the alert's labels
@@ -37,6 +39,7 @@ class Reason(enum.StrEnum):
 
     ALLOWED = "allowed"
     DONE = "done"
+    CORRELATED = "correlated"
     IN_PROGRESS = "in_progress"
     GAVE_UP = "gave_up"
     SILENCED = "silenced"
@@ -86,6 +89,8 @@ class Episode:
 
     failed_per_step: tuple[int, ...] = ()
     succeeded: bool = False
+    # A verified success on the target, for another incident, that covers this one (its id).
+    covered_by: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +181,10 @@ def decide(req: Request, target: TargetState, fleet: FleetState, episode: Episod
     limits = req.limits
     if episode.succeeded and not req.manual:
         return Decision(False, Reason.DONE, detail="already remediated and verified")
+    if episode.covered_by is not None and not req.manual:
+        return Decision(False, Reason.CORRELATED, detail=(
+            f"attempt #{episode.covered_by} verified the target healthy after this incident "
+            "began: the same crash was acted on once"))
     if target.in_flight:
         return Decision(False, Reason.IN_PROGRESS, detail="an action on the target is running")
     step = next_step(episode, req.step_attempts)

@@ -19,3 +19,7 @@ class RemediationMetrics:
         self.in_flight = Gauge(
             "sentinel_remediation_in_flight", "Actions running now (this daemon).",
             registry=registry)
+        self.abandoned = Counter(
+            "sentinel_remediation_abandoned_total",
+            "Running attempts failed because their owner stopped renewing the lease or is gone.",
+            registry=registry)

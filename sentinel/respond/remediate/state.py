@@ -49,6 +49,9 @@ class Claim:
     target: str
     policy: str
     fleet_size: int
+    # When the incident's alert became active, and the correlation window (one crash, one action).
+    since_ms: int | None = None
+    window_ms: int = 0
 
 
 def add_event(s: Session, incident_id: int, now_ms: int, message: str,
@@ -95,7 +98,27 @@ def _episode(s: Session, c: Claim) -> Episode:
             failed[step] = failed.get(step, 0) + 1
     width = max(failed, default=-1) + 1
     return Episode(tuple(failed.get(i, 0) for i in range(width)),
-                   any(status == AttemptStatus.SUCCEEDED for _, status in rows))
+                   any(status == AttemptStatus.SUCCEEDED for _, status in rows),
+                   _covered_by(s, c))
+
+
+def _covered_by(s: Session, c: Claim) -> int | None:
+    """A verified success on the target, for another incident, that covers this one.
+
+    It covers when the target was verified healthy after this incident's alert
+    became active (the incident describes the crash that action fixed) and the
+    action started at most `window_ms` before that: a crash signature and the
+    target-down it causes, or two signatures of one traceback, get one action.
+    """
+    if c.since_ms is None:
+        return None
+    return s.scalar(select(RemediationAttempt.id).where(
+        RemediationAttempt.target == c.target,
+        RemediationAttempt.status == AttemptStatus.SUCCEEDED.value,
+        RemediationAttempt.incident_id != c.incident_id,
+        RemediationAttempt.finished_at >= ms_to_dt(c.since_ms),
+        RemediationAttempt.requested_at >= ms_to_dt(c.since_ms - c.window_ms),
+    ).order_by(RemediationAttempt.id.desc()).limit(1))
 
 
 def peek(db: Database, c: Claim, decide: Decide, now_ms: int) -> Decision:
@@ -105,8 +128,13 @@ def peek(db: Database, c: Claim, decide: Decide, now_ms: int) -> Decision:
 
 
 def claim(db: Database, c: Claim, decide: Decide, now_ms: int, action: str,
-          manual: bool, data: dict[str, Any]) -> tuple[Decision, int | None]:
-    """Decide again and, when allowed, write the intent (a running attempt) in one transaction."""
+          manual: bool, data: dict[str, Any], owner: str | None = None,
+          lease_ms: int | None = None) -> tuple[Decision, int | None]:
+    """Decide again and, when allowed, write the intent (a running attempt) in one transaction.
+
+    With `owner` and `lease_ms` the attempt carries a lease its owner's
+    heartbeat renews (lease.py); without, only the age rule frees it.
+    """
     with db.session() as s:
         if db.dialect == "postgresql":
             s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _CLAIM_LOCK})
@@ -117,7 +145,8 @@ def claim(db: Database, c: Claim, decide: Decide, now_ms: int, action: str,
         attempt = RemediationAttempt(
             incident_id=c.incident_id, target=c.target, policy=c.policy, step=decision.step,
             action=action, manual=manual, status=AttemptStatus.RUNNING, requested_at=now,
-            detail="", data=data)
+            detail="", data=data, owner=owner,
+            lease_until=ms_to_dt(now_ms + lease_ms) if lease_ms is not None else None)
         s.add(attempt)
         row = _target_row(s, c.target, now)
         row.last_attempt_at = now
@@ -147,7 +176,13 @@ def finish(db: Database, attempt_id: int, ok: bool, detail: str, now_ms: int, li
     with db.session() as s:
         attempt = s.get(RemediationAttempt, attempt_id)
         assert attempt is not None, f"attempt {attempt_id} vanished"
+        if attempt.status != AttemptStatus.RUNNING:
+            # Its lease ran out meanwhile (the database was away longer than a lease)
+            # and it was failed and counted already: do not count it twice.
+            row = _target_row(s, attempt.target, now)
+            return _state_of(row), _state_of(row)
         attempt.status = AttemptStatus.SUCCEEDED if ok else AttemptStatus.FAILED
+        attempt.lease_until = None
         attempt.finished_at = now
         attempt.detail = detail[:2000]
         attempt.recovery_ms = recovery_ms
@@ -180,7 +215,7 @@ def abandon_stale(db: Database, now_ms: int, older_than_ms: int) -> int:
             RemediationAttempt.status == AttemptStatus.RUNNING.value,
             RemediationAttempt.requested_at < cutoff)).all()
         for r in rows:
-            r.status, r.finished_at = AttemptStatus.FAILED, ms_to_dt(now_ms)
+            r.status, r.finished_at, r.lease_until = AttemptStatus.FAILED, ms_to_dt(now_ms), None
             r.detail = "abandoned: Sentinel stopped before the outcome was known"
             add_event(s, r.incident_id, now_ms, f"attempt #{r.id} abandoned: {r.detail}",
                       {"phase": "outcome", "attempt": r.id, "ok": False, "abandoned": True})

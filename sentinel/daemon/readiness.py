@@ -1,0 +1,49 @@
+"""Whether a restored alert's data has answered since start (issue 10: a restart is invisible).
+
+After a restart the rule engine holds its restored alerts: one that is
+absent from an evaluation's results is not resolved until its data source
+has answered, i.e. its target was scraped successfully at or before the
+evaluation's timestamp. An evaluation that runs before the first scrape
+landed, or while the target stays unreachable (it raises target-down
+instead), resolves nothing by absence. Alerts that name no scrape target
+(an `absent()` rule, a TPU or fleet-wide rule) wait for the first round: every
+target scraped once, successfully or not.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from sentinel.incidents.tracker import group_key
+from sentinel.model import Alert
+
+
+class DataReadiness:
+    """First successful scrape of each target since start, and the end of the first round."""
+
+    def __init__(self, targets: Iterable[str]) -> None:
+        self._targets = frozenset(targets)
+        self._answered: dict[str, int] = {}
+        self._attempted: set[str] = set()
+        self._round_ms: int | None = None if self._targets else 0
+        self._lock = threading.Lock()
+
+    def scraped(self, target: str, up: bool, at_ms: int) -> None:
+        """A scrape of `target` at `at_ms` finished (`up`: it answered)."""
+        if up and target in self._answered and self._round_ms is not None:
+            return  # the common case, without the lock
+        with self._lock:
+            if up:
+                self._answered.setdefault(target, at_ms)
+            self._attempted.add(target)
+            if self._round_ms is None and self._attempted >= self._targets:
+                self._round_ms = at_ms
+
+    def ready(self, alert: Alert, now_ms: int) -> bool:
+        """Whether `alert`'s absence at `now_ms` may count."""
+        target = group_key(alert).target
+        if target in self._targets:
+            at = self._answered.get(target)
+            return at is not None and now_ms >= at
+        return self._round_ms is not None and now_ms >= self._round_ms
