@@ -82,6 +82,10 @@ class TargetConfig(Strict):
     logs: LogsConfig = LogsConfig.model_validate({})
     tpu: TpuConfig | None = None
     xla_cache_path: str | None = None
+    # Prometheus's per-scrape limits: more samples in a page, or more labels on one
+    # series, fail this target's scrape (up 0) and no other's. 0: no limit.
+    sample_limit: int = Field(0, ge=0)
+    label_limit: int = Field(0, ge=0)
     # /health, /v1/models and a canary completion (sentinel.collect.probe); see config_probe.
     probe: ProbeConfig | None = None
 
@@ -141,6 +145,8 @@ class Config(Strict):
     scrape_interval_ms: PositiveDuration = Field(DEFAULT_INTERVAL_MS, alias="scrape_interval")
     scrape_timeout_ms: PositiveDuration = Field(DEFAULT_TIMEOUT_MS, alias="scrape_timeout")
     retention_ms: PositiveDuration = Field(DEFAULT_RETENTION_MS, alias="retention")
+    # Store every scraped series, not only those the loaded rules read.
+    keep_all_series: bool = False
     targets: tuple[TargetConfig, ...] = ()
     # Targets found in the Kubernetes API and kept in sync (sentinel/collect/kubernetes_sd.py).
     kubernetes_sd: tuple[KubernetesSDConfig, ...] = ()

@@ -142,12 +142,13 @@ def write_demo_config(folder: Path, sim_url: str, hook_url: str,
                       stall_url: str | None = None) -> Path:
     """A config for the demo: the simulated targets, the demo rules, the sink as receiver."""
     rules = demo_rules(folder)
+    self_rules = bundled_dir("rules") / "sentinel.yaml"  # Sentinel's own missed work
     path = folder / "sentinel.yaml"
     targets = [(DEMO_TARGET, sim_url)] + ([(STALL_TARGET, stall_url)] if stall_url else [])
     text = (
         f"database: sqlite:///{folder / 'sentinel.db'}\n"
         "listen: 127.0.0.1:0\n"
-        f"rule_files: ['{rules}']\n"
+        f"rule_files: ['{rules}', '{self_rules}']\n"
         "evaluation_interval: 1s\n"
         "targets:\n"
     )

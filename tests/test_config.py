@@ -285,7 +285,8 @@ def test_many_errors_at_once_sorted_by_line(tmp_path: Path) -> None:
         "scrape_interval (5s)",
         f"{path}:7: targets[1].name: duplicate name 'a' (also targets[0])",
         f"{path}:9: targets[1].colour: unknown key (expected one of: name, url, metrics_path, "
-        "scrape_interval, scrape_timeout, labels, logs, tpu, xla_cache_path, probe)",
+        "scrape_interval, scrape_timeout, labels, logs, tpu, xla_cache_path, sample_limit, "
+        "label_limit, probe)",
         f"{path}:12: receivers[0].webhook.url: environment variable NOPE is not set",
         f"{path}:13: receivers[1]: receiver has no kind: add one of webhook, slack, pagerduty, "
             "alertmanager",

@@ -49,6 +49,7 @@ database: sqlite:///{tmp_path}/s.db
 listen: 127.0.0.1:0
 scrape_interval: 200ms
 scrape_timeout: 200ms
+keep_all_series: true   # no rule reads vllm:num_requests_running; this test does
 targets:
   - name: static
     url: {sims["127.0.0.2"].url}
@@ -81,10 +82,11 @@ remediation:
 
         api.remove("pods", NS, "vllm-0")
         wait_for(lambda: up(app, "vllm-0") is None, 10, "the removed pod's series to go stale")
-        assert app._scheduler is not None
-        assert app._scheduler.get_job("scrape:vllm-0") is None
-        assert app._scheduler.get_job("scrape:vllm-1") is not None
-        assert app._scheduler.get_job("scrape:static") is not None
+        assert app.scrape_jobs is not None  # scrape jobs run on the I/O loop's scheduler
+        jobs = app.scrape_jobs.scheduler
+        assert jobs.get_job("scrape:vllm-0") is None
+        assert jobs.get_job("scrape:vllm-1") is not None
+        assert jobs.get_job("scrape:static") is not None
         assert "vllm-0" not in app.pipeline.remediator.engine.targets
         assert up(app, "static") == 1.0
     finally:

@@ -7,6 +7,7 @@ CLI) only parses arguments and calls `App.start()` / `App.stop()`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -17,15 +18,18 @@ from typing import Any
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.config import Config
 from sentinel.daemon import systemd
 from sentinel.daemon.http import StatusServer
 from sentinel.daemon.metriccheckjob import MetricCheckJob
+from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.probejobs import ProbeJobs
 from sentinel.daemon.readiness import DataReadiness
+from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.incidents.db import Database
@@ -33,11 +37,17 @@ from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import labels_of
 from sentinel.promql import Engine, max_lookback_ms
 from sentinel.respond.diagnose.annotations import session_runbook_annotations
-from sentinel.respond.diagnose.gather import store_series
+from sentinel.respond.diagnose.gather import (
+    SERIES_AFTER_MS,
+    SERIES_BEFORE_MS,
+    SERIES_NAMES,
+    store_series,
+)
 from sentinel.respond.diagnose.worker import DiagnosisWorker
 from sentinel.rules.loader import RuleGroup, load_rule_files
 from sentinel.rules.manager import RuleManager
-from sentinel.store import MemoryStore
+from sentinel.rules.needs import needed_series
+from sentinel.store import MemoryStore, SeriesFilter
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +85,10 @@ class App:
         self.discovered: Any = None  # sentinel.daemon.discovery.DiscoveredTargets
         self.approvals: Any = None  # ApprovalRunner, when remediation is configured
         self._scheduler: BackgroundScheduler | None = None
+        # The one event loop for network I/O: scrapes now; other async sources submit here.
+        self.io: IOLoop | None = None
+        self.scrape_jobs: ScrapeJobs | None = None
+        self.missed = MissedWork(self.metrics.registry)
         self._groups: list[RuleGroup] = []
         self._lock = threading.Lock()
         self._not_ready: str | None = "starting"
@@ -95,7 +109,9 @@ class App:
                                  session_runbook_annotations if cfg.diagnosis else None)
         tracker = IncidentTracker(db, outbox=self.notifier.outbox)
         groups = load_rule_files(rule_paths(cfg))
+        self.io = IOLoop().start()
         store = MemoryStore(retention_ms=self._retention_ms(groups))
+        store.set_filter(self._series_filter(groups))
         self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms)
         rules = RuleManager(groups, self.engine, default_interval_ms=cfg.evaluation_interval_ms,
                             external_url=cfg.external_url, store=store)
@@ -106,7 +122,7 @@ class App:
         rules.ready = readiness.ready
         self._groups = groups
         self.pipeline = Pipeline(
-            store=store, scraper=Scraper(store), rules=rules, tracker=tracker,
+            store=store, scraper=Scraper(store, io=self.io), rules=rules, tracker=tracker,
             receivers=(), metrics=self.metrics, on_queued=self.notifier.kick,
             readiness=readiness, reconcile_pending=True,
         )
@@ -123,8 +139,12 @@ class App:
         self.status = StatusServer(host, port, self.metrics.registry, self.ready,
                                    surfaces.routes, surfaces.lifespans)
         self.status.start()
+        self.missed.track((t.name for t in cfg.targets), rules.groups)
+        quiet_apscheduler()
         self._scheduler = self._schedule()
         self._scheduler.start()
+        self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)
+        self.scrape_jobs.start((self._scrape_target(t) for t in cfg.targets), self._now_ms())
         self._start_discovery()
         self.notifier.start()
         self._not_ready = None
@@ -140,6 +160,15 @@ class App:
         self._not_ready = "stopping"
         if self.discovered is not None:
             self.discovered.stop(timeout_s)
+        # Scrapes first: stop scheduling them, then cancel those in flight and
+        # close their connections on the loop, so none of them hits a closed client.
+        if self.scrape_jobs is not None:
+            self.scrape_jobs.stop()
+            self.scrape_jobs = None
+        if self.pipeline is not None:
+            self.pipeline.scraper.close()  # idle connections are closed on the loop
+        if self.io is not None:
+            self.io.stop(min(timeout_s, 2.0))
         if self._scheduler is not None:
             # APScheduler's shutdown(wait=True) has no bound: wait in a helper
             # thread so a hung job cannot hold SIGTERM hostage.
@@ -162,7 +191,6 @@ class App:
         if self.pipeline is not None:
             if self.pipeline.remediator is not None:
                 self.pipeline.remediator.stop(timeout_s)
-            self.pipeline.scraper.close()
         if self.sources is not None:
             self.sources.close()
         if self.probes is not None:
@@ -181,6 +209,9 @@ class App:
         assert self.pipeline is not None and self._scheduler is not None
         with self._lock:
             self.pipeline.rules.reload(groups)
+            store = self.pipeline.store
+            store.retention_ms = self._retention_ms(groups)
+            store.set_filter(self._series_filter(groups))
             self._groups = groups
             for job in self._scheduler.get_jobs():
                 if job.id.startswith("rules:"):
@@ -240,12 +271,12 @@ class App:
         """Schedule (or reschedule) a discovered target's scrape; tell remediation its address."""
         from sentinel.respond.remediate.base import TargetInfo
 
-        assert self._scheduler is not None and self.pipeline is not None
+        assert self.scrape_jobs is not None and self.pipeline is not None
         st = self._scrape_target(target)
-        self._scheduler.add_job(
-            self._guard("scrape", self._scrape_job), "interval", args=[st],
-            seconds=st.interval_ms / 1000, id=f"scrape:{st.name}", next_run_time=_now_dt(),
-            replace_existing=True)
+        # On the I/O loop like the static targets (APScheduler's add_job is thread-safe).
+        self.scrape_jobs.add("scrape", st.name, self._scrape_job, st.interval_ms,
+                             self._now_ms(), st)
+        self.missed.track([st.name], ())
         if self.pipeline.remediator is not None:
             engine = self.pipeline.remediator.engine  # copy-on-write: readers see a whole map
             engine.targets = {**engine.targets, target.name: TargetInfo(
@@ -255,9 +286,9 @@ class App:
         """Stop scraping a target that went away; its series end with staleness markers."""
         from apscheduler.jobstores.base import JobLookupError
 
-        assert self._scheduler is not None and self.pipeline is not None
+        assert self.scrape_jobs is not None and self.pipeline is not None
         try:
-            self._scheduler.remove_job(f"scrape:{name}")
+            self.scrape_jobs.scheduler.remove_job(f"scrape:{name}")
         except JobLookupError:
             pass
         self.pipeline.scraper.forget(name, self._now_ms())
@@ -269,21 +300,21 @@ class App:
 
     def _schedule(self) -> BackgroundScheduler:
         assert self.sources is not None
+        # Scrapes run on the I/O loop (ScrapeJobs), not here: this pool is for
+        # rule groups and the blocking sources, so evaluation never queues behind scrapes.
         probes = self.probes.count() if self.probes is not None else 0
-        workers = min(64, len(self.config.targets) + len(self._groups) + self.sources.count()
-                      + probes + 5 + (64 if self.config.kubernetes_sd else 0))
+        workers = min(64, len(self._groups) + self.sources.count() + probes + 5)
         sched = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=workers)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
         )
-        for target in self.config.targets:
-            st = self._scrape_target(target)
-            sched.add_job(
-                self._guard("scrape", self._scrape_job), "interval", args=[st],
-                seconds=st.interval_ms / 1000, id=f"scrape:{st.name}", next_run_time=_now_dt(),
-            )
-        self._schedule_rule_groups(sched)
+        sched.add_listener(self.missed.listener, MISSED_EVENTS)
+        # Scrapes are spread over their interval: the first evaluation waits until
+        # every target has been scraped once, or a restored firing alert would
+        # resolve for lack of data and page again.
+        warmup_ms = max((t.scrape_interval_ms for t in self.config.targets), default=0)
+        self._schedule_rule_groups(sched, warmup_ms)
         assert self.sources is not None
         self.sources.schedule(sched, self._guard, _now_dt())
         if self.probes is not None:
@@ -294,6 +325,10 @@ class App:
             sched.add_job(self._guard("diagnose", self._diagnose_job), "interval",
                           seconds=self.diagnosis.settings.interval_ms / 1000, id="diagnose",
                           next_run_time=_now_dt())
+        # Missed-work counters into the store, for the self-alert rules (rules/sentinel.yaml).
+        sched.add_job(self._guard("self-metrics", self._self_metrics_job), "interval",
+                      seconds=self.config.evaluation_interval_ms / 1000, id="self-metrics",
+                      next_run_time=_now_dt())
         sched.add_job(self._guard("housekeeping", self._housekeeping_job), "interval",
                       seconds=HOUSEKEEPING_INTERVAL_S, id="housekeeping")
         watchdog = systemd.watchdog_interval_s()
@@ -302,7 +337,7 @@ class App:
                           id="watchdog")
         return sched
 
-    def _schedule_rule_groups(self, sched: BackgroundScheduler) -> None:
+    def _schedule_rule_groups(self, sched: BackgroundScheduler, warmup_ms: int = 0) -> None:
         assert self.pipeline is not None
         for name, interval_ms in self.pipeline.rules.groups.items():
             interval_ms = interval_ms or self.config.evaluation_interval_ms
@@ -312,25 +347,39 @@ class App:
             sched.add_job(
                 self._guard("rules", self._evaluate_job), "interval", args=[name, interval_ms],
                 seconds=interval_ms / 1000, id=f"rules:{name}",
-                start_date=_next_boundary(self.clock(), interval_ms),
+                start_date=_next_boundary(self.clock() + warmup_ms / 1000, interval_ms),
+                # Each run time that cannot start on time is counted as missed (MissedWork).
+                **miss_policy(interval_ms),
             )
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    def _scrape_job(self, target: ScrapeTarget) -> None:
+    async def _scrape_job(self, target: ScrapeTarget) -> None:
+        """One scrape, on the I/O loop; never raises into the scheduler."""
         assert self.pipeline is not None
-        self.pipeline.scrape(target, int(self.clock() * 1000))
+        try:
+            await self.pipeline.scrape_async(target, int(self.clock() * 1000))
+        except asyncio.CancelledError:
+            return  # stopping: the loop cancels scrapes in flight; nothing to report
+        except Exception:
+            self.metrics.job_failures.labels("scrape").inc()
+            log.exception("scrape job of %s failed", target.name)
 
     def _evaluate_job(self, group: str, interval_ms: int) -> None:
         assert self.pipeline is not None
         now_ms = int(self.clock() * 1000) // interval_ms * interval_ms
-        with self._lock:
-            self.pipeline.evaluate(group, now_ms)
+        # No App lock here: a slow group must not hold the others back (the
+        # pipeline serialises the database side; RuleManager guards reloads).
+        self.pipeline.evaluate(group, now_ms)
 
     def _diagnose_job(self) -> None:
         assert self.diagnosis is not None
         self.diagnosis.tick(self._now_ms())
+
+    def _self_metrics_job(self) -> None:
+        assert self.pipeline is not None
+        self.missed.write_to(self.pipeline.store, self._now_ms())
 
     def _housekeeping_job(self) -> None:
         assert self.pipeline is not None
@@ -353,13 +402,28 @@ class App:
             name=target.name, url=target.url, metrics_path=target.metrics_path,
             labels=labels_of(dict(target.labels)),
             interval_ms=target.scrape_interval_ms, timeout_ms=target.scrape_timeout_ms,
+            sample_limit=target.sample_limit, label_limit=target.label_limit,
         )
 
     def _retention_ms(self, groups: list[RuleGroup]) -> int:
+        """The longest range the rules (and diagnosis evidence) read, plus slack.
+
+        A `retention` set in the config is a floor, not the default 15 m.
+        """
         longest = max(
             (max_lookback_ms(rule.expr) for g in groups for rule in g.rules), default=0
         )
-        return max(self.config.retention_ms, longest + RETENTION_SLACK_MS)
+        if self.config.diagnosis is not None:
+            longest = max(longest, SERIES_BEFORE_MS + SERIES_AFTER_MS)
+        needed = longest + RETENTION_SLACK_MS
+        if "retention_ms" in self.config.model_fields_set:
+            return max(self.config.retention_ms, needed)
+        return needed
+
+    def _series_filter(self, groups: list[RuleGroup]) -> SeriesFilter:
+        """Scraped series to keep: what the rules read, plus diagnosis evidence (or everything)."""
+        extra = SERIES_NAMES if self.config.diagnosis is not None else ()
+        return needed_series(groups, extra, keep_all=self.config.keep_all_series)
 
 
 def _split_listen(listen: str) -> tuple[str, int]:

@@ -17,6 +17,7 @@ logged once with its traceback, then summarised each minute (quietlog).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,8 @@ class Pipeline:
     on_queued: Callable[[], None] | None = None
     # sentinel.respond.remediate.dispatch.Remediator, when a response policy is configured.
     remediator: Any = None
+    # Serialises the incident/DB side of evaluations (groups evaluate in parallel threads).
+    record_lock: threading.Lock = field(default_factory=threading.Lock)
     # Which targets answered since start: restored alerts wait for it (set by the App).
     readiness: DataReadiness | None = None
     # Open incidents still to be checked against the restored alert state.
@@ -59,15 +62,26 @@ class Pipeline:
     _failures: dict[str, QuietFailure] = field(default_factory=dict)
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
-        """Scrape one target into the store and count the outcome."""
-        result = self.scraper.scrape(target, now_ms)
+        """Scrape one target into the store and count the outcome (blocking form)."""
+        return self._count(self.scraper.scrape(target, now_ms), now_ms)
+
+    async def scrape_async(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
+        """Scrape one target into the store and count the outcome, on the I/O loop."""
+        return self._count(await self.scraper.scrape_async(target, now_ms), now_ms)
+
+    def _count(self, result: ScrapeResult, now_ms: int) -> ScrapeResult:
+        # The scraper logs a failure when its reason changes, not at every scrape.
+        name = result.target.name
         if self.readiness is not None:
-            self.readiness.scraped(target.name, result.up, now_ms)
-        outcome = "success" if result.up else "failure"
-        self.metrics.scrapes.labels(target.name, outcome).inc()
-        self.metrics.scrape_seconds.labels(target.name).observe(result.duration_s)
-        if not result.up:
-            log.warning("scrape of %s failed: %s", target.name, result.error)
+            self.readiness.scraped(name, result.up, now_ms)
+        self.metrics.scrapes.labels(name, "success" if result.up else "failure").inc()
+        self.metrics.scrape_seconds.labels(name).observe(result.duration_s)
+        if result.dropped:
+            self.metrics.samples_dropped.inc(result.dropped)
+        if result.limit == "sample_limit":
+            self.metrics.sample_limit_exceeded.labels(name).inc()
+        elif result.limit == "label_limit":
+            self.metrics.label_limit_exceeded.labels(name).inc()
         return result
 
     def evaluate(self, group: str, now_ms: int) -> list[Notification]:
@@ -77,14 +91,17 @@ class Pipeline:
         reconciled: list[Notification] = []
         with self.metrics.evaluation_seconds.labels(group).time():
             try:
-                if self.reconcile_pending:
-                    reconciled = self._reconcile(now_ms)
+                # Queries run concurrently across groups (a slow group delays only
+                # itself); the incident side is recorded one group at a time.
                 alerts = self.rules.evaluate_group(group, now_ms)
-                # The rule state is saved in the same transaction as the incidents.
-                notifications = self.tracker.process(alerts, now_ms,
-                                                     states=self.rules.active_alerts())
-                # Committed: only now may resolved alerts leave the rule engine.
-                self.rules.acknowledge(alerts)
+                with self.record_lock:
+                    if self.reconcile_pending:
+                        reconciled = self._reconcile(now_ms)
+                    # The rule state is saved in the same transaction as the incidents.
+                    notifications = self.tracker.process(alerts, now_ms,
+                                                         states=self.rules.active_alerts())
+                    # Committed: only now may resolved alerts leave the rule engine.
+                    self.rules.acknowledge(alerts)
             except Exception:
                 # The database may be gone for a moment: the rule engine keeps
                 # reporting what was not committed, and the next evaluation retries.
@@ -181,3 +198,4 @@ class Pipeline:
         self.store.gc(now_ms)
         self.metrics.series.set(self.store.series_count())
         self.metrics.samples.set(self.store.sample_count())
+        self.metrics.store_bytes.set(self.store.sample_bytes())

@@ -62,6 +62,24 @@ class SelfMetrics:
         self.samples = Gauge(
             "sentinel_store_samples", "Samples held in the embedded store.", registry=r,
         )
+        self.store_bytes = Gauge(
+            "sentinel_store_bytes", "Bytes of samples held in the embedded store.", registry=r,
+        )
+        self.samples_dropped = Counter(
+            "sentinel_store_samples_dropped_total",
+            "Scraped samples not stored because no loaded rule reads their series.", registry=r,
+        )
+        # As Prometheus's prometheus_target_scrapes_exceeded_sample_limit_total, per target.
+        self.sample_limit_exceeded = Counter(
+            "sentinel_scrapes_exceeded_sample_limit_total",
+            "Scrapes that hit the target's sample_limit and were rejected.", ["target"],
+            registry=r,
+        )
+        self.label_limit_exceeded = Counter(
+            "sentinel_scrapes_exceeded_label_limit_total",
+            "Scrapes that hit the target's label_limit and were rejected.", ["target"],
+            registry=r,
+        )
         self.log_source_up = Gauge(
             "sentinel_log_source_up", "Whether a log source's last poll worked.",
             ["target", "source"], registry=r,

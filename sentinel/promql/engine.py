@@ -157,7 +157,12 @@ class _Evaluator:
     def instant(self, sel: n.VectorSelector) -> list[tuple[Labels, int, float]]:
         ref = self.base_ms(sel.at) - sel.offset_ms
         out = []
-        for s in self.select(sel, ref - self.lookback_ms, ref):
+        # Only the newest sample is read: a store that can hand out just that
+        # (MemoryStore.select_last) saves copying the whole lookback window.
+        last = getattr(self.store, "select_last", None)
+        found = (last(sel.matchers, ref - self.lookback_ms, ref) if last is not None
+                 else self.select(sel, ref - self.lookback_ms, ref))
+        for s in found:
             if not is_stale(s.vs[-1]):
                 out.append((s.labels, s.ts[-1], s.vs[-1]))
         return out

@@ -1,15 +1,21 @@
-"""The embedded series store: one bounded ring buffer of samples per series.
+"""The embedded series store: one bounded buffer of samples per series, in packed arrays.
 
 Writers (the sources) get a small integer reference for a label set once and
 append to it cheaply; readers (the PromQL engine) select series by matchers
-over a time range. Memory is bounded twice: samples older than the retention
-are dropped, and the number of series is capped.
+over a time range. Samples live in `array('q')` / `array('d')` pairs (16
+bytes a sample, not ~50 as Python floats in lists). Memory is bounded three
+ways: samples older than the retention are dropped, the number of series is
+capped, and scraped series that no loaded rule reads can be refused at
+ingest (`set_filter` with a `SeriesFilter`; scrapers ask `wants(labels)`).
+Series written with `add` (other sources, recording rules, `ALERTS`) are
+never filtered.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +56,25 @@ class Matcher:
         return hit if self.op == "=~" else not hit
 
 
+@dataclass(frozen=True, slots=True)
+class SeriesFilter:
+    """Which scraped series to keep: metric names, plus `__name__` matchers for regex selectors.
+
+    Built from the rule expressions (`sentinel.rules.needs.needed_series`);
+    `keep_all` keeps everything (a selector with no metric name, or the
+    config switch).
+    """
+
+    names: frozenset[str] = frozenset()
+    name_matchers: tuple[Matcher, ...] = ()
+    keep_all: bool = False
+
+    def wants_name(self, name: str) -> bool:
+        """Whether series of this metric name are kept."""
+        return (self.keep_all or name in self.names
+                or any(m.matches(name) for m in self.name_matchers))
+
+
 @dataclass(slots=True)
 class Series:
     """The samples of one series in a time range, oldest first."""
@@ -64,8 +89,8 @@ class _Buffer:
 
     def __init__(self, labels: Labels) -> None:
         self.labels = labels
-        self.ts: list[int] = []
-        self.vs: list[float] = []
+        self.ts = array("q")
+        self.vs = array("d")
 
 
 class MemoryStore:
@@ -84,6 +109,24 @@ class MemoryStore:
         self._buffers: dict[int, _Buffer] = {}
         self._by_name: dict[str, set[int]] = {}
         self._next_ref = 1
+        self._filter = SeriesFilter(keep_all=True)
+        self._wanted: dict[str, bool] = {}
+        self.filter_version = 0
+
+    def set_filter(self, keep: SeriesFilter) -> None:
+        """Keep only the scraped series `keep` wants from now on (scrapers re-check each page)."""
+        with self._lock:
+            self._filter = keep
+            self._wanted = {}
+            self.filter_version += 1
+
+    def wants(self, labels: Labels) -> bool:
+        """Whether a scraped series with these labels should be stored."""
+        name = label_value(labels, METRIC_NAME)
+        hit = self._wanted.get(name)
+        if hit is None:
+            self._wanted[name] = hit = self._filter.wants_name(name)
+        return hit
 
     def ref(self, labels: Labels) -> int:
         """A stable reference for a label set, creating the series if new."""
@@ -149,7 +192,27 @@ class MemoryStore:
             lo = bisect_left(ts, start_ms)
             hi = bisect_right(ts, end_ms)
             if lo < hi:
-                out.append(Series(buf.labels, ts[lo:hi], buf.vs[lo:hi]))
+                out.append(Series(buf.labels, ts[lo:hi].tolist(), buf.vs[lo:hi].tolist()))
+        return out
+
+    def select_last(self, matchers: Sequence[Matcher], start_ms: int,
+                    end_ms: int) -> list[Series]:
+        """Like `select`, but each series carries only its newest sample in the range.
+
+        What an instant vector selector reads: one sample, not the whole lookback
+        window copied out of the packed arrays.
+        """
+        with self._lock:
+            candidates = self._candidates(matchers)
+            buffers = [self._buffers[r] for r in candidates if r in self._buffers]
+        out = []
+        for buf in buffers:
+            if not all(m.matches(label_value(buf.labels, m.name)) for m in matchers):
+                continue
+            ts = buf.ts
+            hi = bisect_right(ts, end_ms)
+            if hi and ts[hi - 1] >= start_ms:
+                out.append(Series(buf.labels, [ts[hi - 1]], [buf.vs[hi - 1]]))
         return out
 
     def _candidates(self, matchers: Sequence[Matcher]) -> Iterable[int]:
@@ -183,3 +246,8 @@ class MemoryStore:
     def sample_count(self) -> int:
         """Number of samples held across all series."""
         return sum(len(b.ts) for b in list(self._buffers.values()))
+
+    def sample_bytes(self) -> int:
+        """Bytes of the samples held (timestamps and values, 16 bytes a sample)."""
+        return sum(16 * len(b.ts)
+                   for b in list(self._buffers.values()))

@@ -1,0 +1,447 @@
+"""Fleet benchmark: N loopback vLLM targets scraped by Sentinel, then by Prometheus, same run.
+
+Run: `python bench/fleet.py --targets 1000 --seconds 60` (unattended).
+
+One helper process serves a real vLLM /metrics page (tests/data/vllm_metrics.txt,
+42 KB, in 8 variants whose values move) on N loopback ports: keep-alive,
+gzip when asked, and it counts the requests each port answers, so "scrapes
+done" is measured the same way for both systems. Then, one after the other,
+with the same targets, scrape interval (5 s), evaluation interval (5 s) and
+rule files (rules/vllm.yaml, rules/sentinel.yaml):
+
+  * `sentinel run` (this checkout, `python -m sentinel`);
+  * Prometheus (`prometheus` on PATH, e.g. Debian's /usr/bin/prometheus), if installed.
+
+For each it prints: start-up (seconds and CPU seconds until every target
+was scraped once), CPU seconds per second and per scrape over the window,
+scrapes done vs expected, rule group evaluations done vs expected (and the
+missed counters), RSS readings through the window, and how SIGTERM went
+(seconds to exit, tracebacks in the log). With `--py-spy SECONDS`, a py-spy
+profile of Sentinel after the window, summarised as its top functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "tests" / "data" / "vllm_metrics.txt"
+RULE_FILES = [ROOT / "rules" / "vllm.yaml", ROOT / "rules" / "sentinel.yaml"]
+VARIANTS = 8
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+_SAMPLE = re.compile(r"^([^#\s][^ ]*(?:\{[^}]*\})?) ([0-9.e+-]+)$", re.M)
+
+
+# -- the targets ----------------------------------------------------------------------
+
+def page_variants(n: int = VARIANTS, firing: bool = False) -> list[tuple[bytes, bytes]]:
+    """(plain, gzip) bodies of the page; in variant k the counters have grown by k.
+
+    A healthy fleet by default: no request waits, so no shipped alert fires.
+    With `firing`, the page's 3 waiting requests stay and the shipped
+    VLLMRequestsQueued alert fires for every target (an alert storm: one
+    incident per target, which loads the incident stage, not collection).
+    """
+    text = PAGE.read_text()
+    if not firing:
+        text = re.sub(r"^(vllm:num_requests_waiting\{[^}]*\}) \S+$", r"\1 0.0", text, flags=re.M)
+    out = []
+    for k in range(n):
+        def bump(m: re.Match[str], k: int = k) -> str:
+            head = m.group(1).split("{", 1)[0]
+            if not head.endswith(("_total", "_count", "_sum", "_bucket")):
+                return m.group(0)
+            return f"{m.group(1)} {float(m.group(2)) + k:g}"
+        body = _SAMPLE.sub(bump, text).encode()
+        out.append((body, gzip.compress(body, 6)))
+    return out
+
+
+class _Target(asyncio.Protocol):
+    def __init__(self, fleet: _Fleet, port_index: int) -> None:
+        self.fleet = fleet
+        self.i = port_index
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment] (uvloop's is no asyncio.Transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while b"\r\n\r\n" in self.buf:
+            head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+            self.fleet.answer(self, head.lower())
+
+
+class _Fleet:
+    def __init__(self, pages: list[tuple[bytes, bytes]]) -> None:
+        self.pages = pages
+        self.counts: list[int] = []
+        self.n = 0
+
+    def answer(self, t: _Target, head: bytes) -> None:
+        self.counts[t.i] += 1
+        self.n += 1
+        plain, zipped = self.pages[self.n % len(self.pages)]
+        gz = b"gzip" in head and b"accept-encoding" in head
+        body = zipped if gz else plain
+        extra = b"Content-Encoding: gzip\r\n" if gz else b""
+        assert t.transport is not None
+        t.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                          + extra + b"Content-Length: " + str(len(body)).encode()
+                          + b"\r\n\r\n" + body)
+        if b"connection: close" in head:
+            t.transport.close()
+
+
+async def _serve(n: int, firing: bool) -> None:
+    fleet = _Fleet(page_variants(firing=firing))
+    loop = asyncio.get_running_loop()
+    ports = []
+    for i in range(n):
+        fleet.counts.append(0)
+        server = await loop.create_server(lambda i=i: _Target(fleet, i), "127.0.0.1", 0,
+                                          backlog=256)
+        ports.append(server.sockets[0].getsockname()[1])
+
+    async def control(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if (await reader.readline()).strip() == b"reset":
+            fleet.counts = [0] * len(fleet.counts)
+        hit = sum(1 for c in fleet.counts if c)
+        writer.write(json.dumps({"total": fleet.n, "hit": hit}).encode() + b"\n")
+        await writer.drain()
+        writer.close()
+
+    ctl = await asyncio.start_server(control, "127.0.0.1", 0)
+    print(json.dumps({"control": ctl.sockets[0].getsockname()[1], "ports": ports}), flush=True)
+    await asyncio.Event().wait()
+
+
+def serve_main(n: int, firing: bool = False) -> None:
+    """The helper process: serve until killed."""
+    _raise_fd_limit()
+    try:
+        import uvloop  # type: ignore[import-not-found]
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(_serve(n, firing))
+
+
+class FleetProcess:
+    """The helper process serving the targets, and its request counters."""
+
+    def __init__(self, n: int, firing: bool = False) -> None:
+        cmd = [sys.executable, __file__, "--serve", str(n)] + (["--firing"] if firing else [])
+        self.proc = subprocess.Popen(cmd,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        info = json.loads(self.proc.stdout.readline())
+        self.control = info["control"]
+        self.ports: list[int] = info["ports"]
+
+    def counts(self, reset: bool = False) -> dict[str, int]:
+        """{"total": requests answered, "hit": ports asked at least once (since a reset)}."""
+        with socket.create_connection(("127.0.0.1", self.control), timeout=10) as s:
+            s.sendall(b"reset\n" if reset else b"count\n")
+            return json.loads(s.makefile().readline())
+
+    def stop(self) -> None:
+        """Kill the helper (by its pid)."""
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+# -- measuring a process --------------------------------------------------------------
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def metrics(port: int) -> dict[str, float]:
+    """A /metrics page as {series text: value} (comments skipped)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            head, _, value = line.rpartition(" ")
+            try:
+                out[head] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+def total(m: dict[str, float], name: str) -> float:
+    """Sum of every series of a metric name."""
+    return sum(v for k, v in m.items() if k == name or k.startswith(name + "{"))
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Result:
+    """What one system did in one run."""
+
+    system: str
+    targets: int
+    startup_s: float = 0.0
+    startup_cpu_s: float = 0.0
+    window_s: float = 0.0
+    cpu_per_s: float = 0.0
+    cpu_ms_per_scrape: float = 0.0
+    scrapes_done: int = 0
+    scrapes_expected: int = 0
+    groups: int = 0
+    evals_done: float = 0.0
+    evals_expected: float = 0.0
+    evals_missed: float = 0.0
+    scrapes_missed: float = 0.0
+    scrapes_reported: float = 0.0  # by the system itself (attempts)
+    scrapes_failed: float = 0.0
+    rss_mb: list[float] = field(default_factory=list)
+    stop_s: float = 0.0
+    tracebacks: int = 0
+    first_traceback: str = ""
+    profile: list[tuple[str, float]] = field(default_factory=list)
+
+
+# -- the two systems ------------------------------------------------------------------
+
+def sentinel_cmd(work: Path, ports: list[int], listen: int) -> list[str]:
+    """Write a Sentinel config for the fleet; the command that runs it."""
+    lines = [f"database: sqlite:///{work / 'sentinel.db'}", f"listen: 127.0.0.1:{listen}",
+             "rule_files: [" + ", ".join(str(p) for p in RULE_FILES if p.exists()) + "]",
+             "evaluation_interval: 5s", "scrape_interval: 5s", "scrape_timeout: 4s",
+             # Collection against collection: Prometheus does not probe, and the helper
+             # serves /metrics only. (Probes run as thread-pool jobs today, see the notes.)
+             "probe_interval: 0s",
+             "targets:"]
+    lines += [f"  - {{name: t{i}, url: 'http://127.0.0.1:{p}'}}" for i, p in enumerate(ports)]
+    (work / "sentinel.yaml").write_text("\n".join(lines) + "\n")
+    return [sys.executable, "-m", "sentinel", "run", "-c", str(work / "sentinel.yaml")]
+
+
+def prometheus_cmd(work: Path, ports: list[int], listen: int) -> list[str]:
+    """Write a Prometheus config for the fleet; the command that runs it."""
+    targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
+    rules = ", ".join(f"'{p}'" for p in RULE_FILES if p.exists())
+    (work / "prometheus.yml").write_text(
+        "global: {scrape_interval: 5s, scrape_timeout: 4s, evaluation_interval: 5s}\n"
+        f"rule_files: [{rules}]\n"
+        f"scrape_configs:\n  - job_name: vllm\n    static_configs: [{{targets: [{targets}]}}]\n")
+    return ["prometheus", f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{listen}",
+            "--log.level=warn"]
+
+
+NAMES = {
+    "sentinel": ("sentinel_rule_group_evaluations_total",
+                 "sentinel_rule_group_iterations_missed_total", "sentinel_scrapes_missed_total",
+                 "sentinel_scrapes_total", 'sentinel_scrapes_total{outcome="failure"'),
+    "prometheus": ("prometheus_rule_group_iterations_total",
+                   "prometheus_rule_group_iterations_missed_total", "",
+                   "prometheus_target_interval_length_seconds_count", ""),
+}
+
+
+def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
+            work: Path) -> Result:
+    """Run one system against the fleet and measure it (see the module docstring)."""
+    n = len(fleet.ports)
+    listen = free_port()
+    cmd = (sentinel_cmd if system == "sentinel" else prometheus_cmd)(work, fleet.ports, listen)
+    res = Result(system, n)
+    fleet.counts(reset=True)
+    log = open(work / f"{system}.log", "w")  # noqa: SIM115 (closed below)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=_raise_fd_limit)
+    try:
+        hit_all = _wait(lambda: fleet.counts()["hit"] >= n or proc.poll() is not None, 120)
+        res.startup_s = time.monotonic() - t0
+        res.startup_cpu_s = cpu_s(proc.pid)
+        if proc.poll() is not None or not hit_all:
+            raise RuntimeError(f"{system} exited or never scraped every target; see {log.name}")
+        time.sleep(5)  # one more interval: every scrape loop is running
+        names = NAMES[system]
+        m0, c0, k0, w0 = metrics(listen), fleet.counts()["total"], cpu_s(proc.pid), time.monotonic()
+        while time.monotonic() - w0 < seconds:
+            time.sleep(min(10, seconds - (time.monotonic() - w0)))
+            res.rss_mb.append(round(rss_mb(proc.pid), 1))
+        m1, c1, k1 = metrics(listen), fleet.counts()["total"], cpu_s(proc.pid)
+        res.window_s = time.monotonic() - w0
+        res.cpu_per_s = (k1 - k0) / res.window_s
+        res.scrapes_done = c1 - c0
+        res.scrapes_expected = round(n * res.window_s / 5)
+        res.cpu_ms_per_scrape = 1000 * (k1 - k0) / max(1, res.scrapes_done)
+        res.groups = sum(1 for k in m1 if k.startswith(names[0] + "{"))
+        res.evals_done = total(m1, names[0]) - total(m0, names[0])
+        res.evals_expected = res.groups * res.window_s / 5
+        res.evals_missed = total(m1, names[1]) - total(m0, names[1])
+        if names[2]:
+            res.scrapes_missed = total(m1, names[2]) - total(m0, names[2])
+        res.scrapes_reported = total(m1, names[3]) - total(m0, names[3])
+        if names[4]:
+            res.scrapes_failed = sum(v for k, v in m1.items() if names[4] in k) - sum(
+                v for k, v in m0.items() if names[4] in k)
+        if py_spy and system == "sentinel":
+            res.profile = profile(proc.pid, py_spy, work)
+    finally:
+        t1 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        res.stop_s = time.monotonic() - t1
+        log.close()
+    text = (work / f"{system}.log").read_text()
+    res.tracebacks = text.count("Traceback")
+    if res.tracebacks:
+        at = text.index("Traceback")
+        res.first_traceback = text[max(0, at - 300):at + 2500]
+    return res
+
+
+def profile(pid: int, seconds: float, work: Path) -> list[tuple[str, float]]:
+    """Top functions by own samples, from `py-spy record --format raw`."""
+    out = work / "py-spy.txt"
+    if not shutil.which("py-spy"):
+        return [("py-spy not installed (pip install py-spy)", 0.0)]
+    subprocess.run(["py-spy", "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "50",
+                    "-f", "raw", "-o", str(out), "--nonblocking"],
+                   check=False, capture_output=True)
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    for line in out.read_text().splitlines() if out.exists() else []:
+        stack, _, count = line.rpartition(" ")
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        own[frames[-1]] += int(count)
+        for f in set(frames):
+            inclusive[f] += int(count)
+    n = sum(own.values()) or 1
+    top = [(f"self {f}", round(100 * c / n, 1)) for f, c in own.most_common(12)]
+    top += [(f"incl {f}", round(100 * c / n, 1)) for f, c in inclusive.most_common(25)
+            if "sentinel" in f or "asyncio" in f][:12]
+    return top
+
+
+def _wait(predicate, timeout_s: float) -> bool:  # noqa: ANN001
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# -- report ---------------------------------------------------------------------------
+
+def report(results: list[Result]) -> None:
+    """Print one block per system, then the ratios Sentinel / Prometheus."""
+    for r in results:
+        pct = 100 * r.scrapes_done / max(1, r.scrapes_expected)
+        per_min = 60 * r.evals_done / max(1, r.groups) / max(1e-9, r.window_s)
+        print(f"\n== {r.system}: {r.targets} targets, {r.window_s:.0f} s window")
+        print(f"start-up: {r.startup_s:.1f} s, {r.startup_cpu_s:.1f} CPU s "
+              "(until every target scraped once)")
+        print(f"CPU: {r.cpu_per_s:.3f} s/s, {r.cpu_ms_per_scrape:.2f} ms per scrape")
+        print(f"scrapes: {r.scrapes_done} of {r.scrapes_expected} expected ({pct:.1f} %) "
+              f"answered by the targets; {r.scrapes_reported:g} reported by {r.system}"
+              + (f" ({r.scrapes_failed:g} failed), missed counter +{r.scrapes_missed:g}"
+                 if r.system == "sentinel" else ""))
+        print(f"rule group evaluations: {r.evals_done:g} of {r.evals_expected:.0f} expected "
+              f"({per_min:.1f} per group per minute of 12), missed counter +{r.evals_missed:g}")
+        print(f"RSS MB every 10 s: {r.rss_mb}")
+        print(f"SIGTERM: exited in {r.stop_s:.1f} s, {r.tracebacks} tracebacks in the log")
+        if r.first_traceback:
+            print("first traceback:\n" + r.first_traceback)
+        for name, pct_ in r.profile:
+            print(f"  {pct_:5.1f} %  {name}")
+    by = {r.system: r for r in results}
+    if "sentinel" in by and "prometheus" in by:
+        s, p = by["sentinel"], by["prometheus"]
+        print("\nratios Sentinel / Prometheus: "
+              f"CPU per scrape {s.cpu_ms_per_scrape / max(1e-9, p.cpu_ms_per_scrape):.2f}, "
+              f"RSS {s.rss_mb[-1] / max(1e-9, p.rss_mb[-1]):.2f}, "
+              f"start-up CPU {s.startup_cpu_s / max(1e-9, p.startup_cpu_s):.2f}")
+
+
+def main() -> None:
+    """Parse arguments, start the fleet, measure each system in turn, print the report."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=60.0, help="measurement window")
+    ap.add_argument("--systems", default="sentinel,prometheus")
+    ap.add_argument("--py-spy", type=float, default=0.0, metavar="SECONDS",
+                    help="profile Sentinel with py-spy for this long after the window")
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--firing", action="store_true",
+                    help="pages with waiting requests: VLLMRequestsQueued fires for every target")
+    ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        serve_main(args.serve, args.firing)
+        return
+    _raise_fd_limit()
+    systems = [s for s in args.systems.split(",") if s]
+    if "prometheus" in systems and not shutil.which("prometheus"):
+        print("prometheus not installed: measuring Sentinel only")
+        systems.remove("prometheus")
+    fleet = FleetProcess(args.targets, args.firing)
+    results = []
+    try:
+        for system in systems:
+            with tempfile.TemporaryDirectory(prefix=f"fleet-{system}-") as tmp:
+                results.append(measure(system, fleet, args.seconds, args.py_spy, Path(tmp)))
+                time.sleep(2)
+    finally:
+        fleet.stop()
+    report(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=1))
+
+
+if __name__ == "__main__":
+    main()

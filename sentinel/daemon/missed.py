@@ -1,0 +1,132 @@
+"""Work that could not start on time: counted per item, logged once a minute per item.
+
+APScheduler reports what it could not run as events: a job still running
+at its next tick (`EVENT_JOB_MAX_INSTANCES`, every skipped run time) and a
+run that started later than its misfire grace time (`EVENT_JOB_MISSED`).
+Jobs are added with `coalesce=False` and a grace time shorter than their
+interval, so each run time that did not happen is exactly one of those
+events; `MissedWork.listener` turns them into
+`sentinel_scrapes_missed_total{target}` and
+`sentinel_rule_group_iterations_missed_total{group}`, the names Prometheus
+uses for its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from apscheduler.events import (
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    JobExecutionEvent,
+    JobSubmissionEvent,
+    SchedulerEvent,
+)
+from prometheus_client import CollectorRegistry, Counter
+
+from sentinel.model import METRIC_NAME, labels_of
+from sentinel.store import MemoryStore
+
+log = logging.getLogger(__name__)
+
+MISSED_EVENTS = EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED
+LOG_EVERY_S = 60.0
+
+
+def quiet_apscheduler() -> None:
+    """Silence APScheduler's own warning per missed or skipped run: MissedWork counts them
+    and logs once a minute per target or group instead. Its errors still show, except a
+    job cancelled at shutdown (APScheduler logs that as "Error running job")."""
+    for name in ("apscheduler.scheduler", "apscheduler.executors"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    executor_log = logging.getLogger("apscheduler.executors.default")
+    if not any(isinstance(f, _NotCancelled) for f in executor_log.filters):
+        executor_log.addFilter(_NotCancelled())
+
+
+class _NotCancelled(logging.Filter):
+    """Drops log records about a job that was cancelled (the loop stopping), not failed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, asyncio.CancelledError)
+
+
+class MissedWork:
+    """Counts missed scrapes and rule group iterations; logs each item at most once a minute."""
+
+    def __init__(self, registry: CollectorRegistry,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.scrapes = Counter(
+            "sentinel_scrapes_missed_total",
+            "Scrapes that could not start on time (the previous one still running, or "
+            "started later than the grace time).", ["target"], registry=registry)
+        self.iterations = Counter(
+            "sentinel_rule_group_iterations_missed_total",
+            "Rule group evaluations that could not start on time.", ["group"],
+            registry=registry)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_log: dict[tuple[str, str], float] = {}
+        self._unlogged: dict[tuple[str, str], int] = {}
+
+    def track(self, targets: Iterable[str], groups: Iterable[str]) -> None:
+        """Start every target's and group's counter at 0, so the first miss is an increase."""
+        for t in targets:
+            self.scrapes.labels(t)
+        for g in groups:
+            self.iterations.labels(g)
+
+    def write_to(self, store: MemoryStore, now_ms: int) -> int:
+        """Store the counters as series when a loaded rule reads them (the self-alerts)."""
+        n = 0
+        for metric in (self.scrapes, self.iterations):
+            for family in metric.collect():
+                for sample in family.samples:
+                    if not sample.name.endswith("_total"):
+                        continue
+                    labels = labels_of({METRIC_NAME: sample.name, **sample.labels})
+                    if store.wants(labels):  # only when a loaded rule reads it
+                        store.add(labels, now_ms, sample.value)
+                        n += 1
+        return n
+
+    def scrape_missed(self, target: str, n: int = 1) -> None:
+        """Count `n` missed scrapes of a target."""
+        self.scrapes.labels(target).inc(n)
+        self._log("scrape", target, n)
+
+    def iteration_missed(self, group: str, n: int = 1) -> None:
+        """Count `n` missed evaluations of a rule group."""
+        self.iterations.labels(group).inc(n)
+        self._log("rule group", group, n)
+
+    def listener(self, event: SchedulerEvent) -> None:
+        """An APScheduler listener for MISSED_EVENTS on jobs named `scrape:<t>` / `rules:<g>`."""
+        n = 1
+        if isinstance(event, JobSubmissionEvent):
+            n = len(event.scheduled_run_times)
+        elif not isinstance(event, JobExecutionEvent):
+            return
+        kind, _, name = event.job_id.partition(":")
+        if kind == "scrape":
+            self.scrape_missed(name, n)
+        elif kind == "rules":
+            self.iteration_missed(name, n)
+
+    def _log(self, kind: str, name: str, n: int) -> None:
+        key = (kind, name)
+        now = self._clock()
+        with self._lock:
+            self._unlogged[key] = self._unlogged.get(key, 0) + n
+            last = self._last_log.get(key)
+            if last is not None and now - last < LOG_EVERY_S:
+                return
+            self._last_log[key] = now
+            count = self._unlogged.pop(key)
+        log.warning("%s %s: %d run(s) could not start on time%s", kind, name, count,
+                    "" if last is None else f" in the last {now - last:.0f}s")

@@ -1,0 +1,231 @@
+"""The daemon at fleet shape, in process: what the store keeps, per-target limits, missed work."""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fixtures_e2e import wait_for
+
+from sentinel.config import load_config
+from sentinel.daemon.app import App
+from sentinel.model import METRIC_NAME, label_value
+from sentinel.paths import bundled_dir
+from sentinel.rules.manager import RuleManager
+from sentinel.store import Matcher
+
+pytestmark = pytest.mark.integration
+
+VLLM_PAGE = (Path(__file__).parent / "data" / "vllm_metrics.txt").read_bytes()
+BIG_PAGE = b"".join(b'big_series{i="%d"} 1\n' % i for i in range(200_000))
+WIDE_PAGE = b'wide{a="1",b="2",c="3",d="4"} 1\nnarrow 1\n'
+SMALL_PAGE = b"load 1\n"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path == "/hang":
+            self.server.release.wait()  # type: ignore[attr-defined]
+            self.close_connection = True
+            return
+        body = self.server.pages[self.path]  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class Pages(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    """One loopback server, a page per path (`/hang` never answers until closed)."""
+
+    daemon_threads = True
+
+    def __init__(self, pages: dict[str, bytes]) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.pages = pages
+        self.release = threading.Event()
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}"
+
+    def close(self) -> None:
+        self.release.set()
+        self.shutdown()
+        self.server_close()
+
+
+@pytest.fixture
+def pages() -> Iterator[Pages]:
+    p = Pages({"/vllm": VLLM_PAGE, "/big": BIG_PAGE, "/wide": WIDE_PAGE, "/small": SMALL_PAGE})
+    yield p
+    p.close()
+
+
+def _config(folder: Path, url: str, targets: list[str], rule_files: list[str],
+            evaluation_interval: str = "1s") -> Path:
+    lines = [f"database: sqlite:///{folder / 'sentinel.db'}", "listen: 127.0.0.1:0",
+             f"rule_files: [{', '.join(repr(f) for f in rule_files)}]",
+             f"evaluation_interval: {evaluation_interval}",
+             "probe_interval: 0s",  # scrape series only (probes write their own via add)
+             "targets:"]
+    lines += [f"  - {{url: '{url}', {t}}}" for t in targets]
+    path = folder / "sentinel.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _names(app: App, target: str) -> set[str]:
+    assert app.pipeline is not None
+    series = app.pipeline.store.select([Matcher("target", "=", target)], 0, 2**62)
+    return {label_value(s.labels, METRIC_NAME) for s in series}
+
+
+def _ups(app: App, target: str) -> list[float]:
+    assert app.pipeline is not None
+    series = app.pipeline.store.select(
+        [Matcher(METRIC_NAME, "=", "up"), Matcher("target", "=", target)], 0, 2**62)
+    return [v for s in series for v in s.vs]
+
+
+def _metric(app: App, name: str, **labels: str) -> float:
+    return app.metrics.registry.get_sample_value(name, labels or None) or 0.0
+
+
+THREE_RULES = """\
+groups:
+  - name: g
+    rules:
+      - alert: Queue
+        expr: vllm:num_requests_waiting > 100
+      - alert: Prefill
+        expr: rate(vllm:prompt_tokens_total[1m]) > 1e12
+      - alert: KV
+        expr: max by (target) (vllm:kv_cache_usage_perc) > 2
+"""
+FOURTH_RULE = """\
+      - alert: Preempting
+        expr: increase(vllm:num_preemptions_total[10m]) > 1e9
+"""
+META = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
+
+
+def test_store_keeps_only_what_the_rules_read_and_reload_adds_a_rules_series(tmp_path, pages):
+    (tmp_path / "rules.yaml").write_text(THREE_RULES)
+    cfg = _config(tmp_path, pages.url,
+                  ["name: v, metrics_path: /vllm, scrape_interval: 200ms, scrape_timeout: 200ms"],
+                  ["rules.yaml"])
+    app = App(load_config(cfg))
+    app.start()
+    try:
+        wait_for(lambda: len(_ups(app, "v")) >= 2, 10, "two scrapes")
+        assert _names(app, "v") == {"vllm:num_requests_waiting", "vllm:prompt_tokens_total",
+                                    "vllm:kv_cache_usage_perc"} | META
+        assert _metric(app, "sentinel_store_samples_dropped_total") > 100
+        assert app.pipeline is not None
+        # The longest read is an instant selector's 5m lookback, plus 1m slack: not a fixed 15m.
+        assert app.pipeline.store.retention_ms == 6 * 60_000
+
+        (tmp_path / "rules.yaml").write_text(THREE_RULES + FOURTH_RULE)
+        assert app.reload()
+        wait_for(lambda: "vllm:num_preemptions_total" in _names(app, "v"), 5,
+                 "the new rule's series")
+        assert app.pipeline.store.retention_ms == 11 * 60_000  # the new rule's 10m range
+        app._housekeeping_job()
+        assert _metric(app, "sentinel_store_series") == 7  # 4 names + 3 meta, one target
+        assert _metric(app, "sentinel_store_bytes") == 16 * _metric(app, "sentinel_store_samples")
+    finally:
+        app.stop(2)
+
+
+def test_limits_fail_only_their_targets_scrape(tmp_path, pages, caplog):
+    (tmp_path / "rules.yaml").write_text("groups:\n  - name: g\n    rules:\n"
+                                         "      - alert: A\n        expr: load > 5\n")
+    every = "scrape_interval: 500ms, scrape_timeout: 500ms"
+    cfg = _config(tmp_path, pages.url, [
+        f"name: big, metrics_path: /big, sample_limit: 50000, {every}",
+        f"name: wide, metrics_path: /wide, label_limit: 6, {every}",
+        f"name: s1, metrics_path: /small, {every}",
+        f"name: s2, metrics_path: /small, sample_limit: 1, label_limit: 3, {every}",
+    ], ["rules.yaml"])
+    caplog.set_level(logging.WARNING)
+    app = App(load_config(cfg))
+    app.start()
+    try:
+        wait_for(lambda: all(len(_ups(app, t)) >= 3 for t in ("big", "wide", "s1", "s2")), 15,
+                 "three scrapes of every target")
+        assert set(_ups(app, "big")) == {0.0} and set(_ups(app, "wide")) == {0.0}
+        for t in ("s1", "s2"):  # at their limits, not over: they keep scraping
+            assert len(_ups(app, t)) >= 3 and set(_ups(app, t)) == {1.0}
+        assert _metric(app, "sentinel_scrapes_exceeded_sample_limit_total", target="big") >= 3
+        assert _metric(app, "sentinel_scrapes_exceeded_label_limit_total", target="wide") >= 3
+        assert _metric(app, "sentinel_scrapes_exceeded_sample_limit_total", target="s1") == 0
+        text = caplog.text
+        assert "scrape of big failed: sample_limit exceeded: 200000 samples > limit 50000" in text
+        assert ("scrape of wide failed: label_limit exceeded (metric: wide, number of labels: 7, "
+                "limit: 6)") in text
+        assert text.count("scrape of big failed") == 1  # logged when the reason changes
+    finally:
+        app.stop(2)
+
+
+SLOW_RULES = """\
+groups:
+  - name: slow
+    interval: 2s
+    rules:
+      - alert: Never
+        expr: load > 1e9
+"""
+
+
+def test_missed_scrapes_and_evaluations_are_counted_and_alerted(tmp_path, pages, monkeypatch):
+    real = RuleManager.evaluate_group
+
+    def slow(self: RuleManager, name: str, now_ms: int):  # noqa: ANN202
+        if name == "slow":
+            time.sleep(4.5)  # over two intervals: the next ticks find it still running
+        return real(self, name, now_ms)
+
+    monkeypatch.setattr(RuleManager, "evaluate_group", slow)
+    (tmp_path / "rules.yaml").write_text(SLOW_RULES)
+    self_rules = str(bundled_dir("rules") / "sentinel.yaml")
+    cfg = _config(tmp_path, pages.url, [
+        # timeout == interval (allowed): a hung scrape is still running at the next tick
+        "name: hung, metrics_path: /hang, scrape_interval: 2s, scrape_timeout: 2s",
+        "name: ok, metrics_path: /small, scrape_interval: 2s, scrape_timeout: 1s",
+    ], ["rules.yaml", self_rules])
+    app = App(load_config(cfg))
+    app.start()
+    try:
+        def firing() -> set[tuple[str, str]]:
+            assert app.pipeline is not None
+            return {(dict(a.labels).get("alertname", ""),
+                     dict(a.labels).get("target") or dict(a.labels).get("group", ""))
+                    for a in app.pipeline.rules.active_alerts() if a.state.value == "firing"}
+
+        wait_for(lambda: {("SentinelMissedScrapes", "hung"),
+                          ("SentinelMissedRuleEvaluations", "slow")} <= firing(), 40,
+                 "both self-alerts firing")
+        assert _metric(app, "sentinel_scrapes_missed_total", target="hung") >= 1
+        assert _metric(app, "sentinel_rule_group_iterations_missed_total", group="slow") >= 1
+        assert _metric(app, "sentinel_scrapes_missed_total", target="ok") == 0
+        assert _metric(app, "sentinel_rule_group_iterations_missed_total",
+                       group="sentinel-self") == 0
+        assert set(_ups(app, "ok")) == {1.0} and set(_ups(app, "hung")) == {0.0}
+    finally:
+        app.stop(2)

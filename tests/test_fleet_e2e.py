@@ -1,0 +1,124 @@
+"""Fleet-size end to end: detection latency among 500 busy targets; start and stop at 1,000.
+
+The other targets are served by bench/fleet.py's helper (`--serve N`): one
+process, N loopback ports, the 42 KB vLLM page, keep-alive, gzip, and a
+control port that counts requests per port.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fixtures_e2e import bodies_with_status, wait_for
+from test_e2e_daemon import EVAL_S, FOR_S, KV_RULE
+
+from sentinel.config import load_config
+from sentinel.daemon.app import App
+
+pytestmark = pytest.mark.integration
+
+FLEET = Path(__file__).resolve().parent.parent / "bench" / "fleet.py"
+
+
+class Fleet:
+    """bench/fleet.py --serve N in a subprocess; its ports and request counts."""
+
+    def __init__(self, n: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(FLEET), "--serve", str(n)],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        info = json.loads(self.proc.stdout.readline())
+        self.control, self.ports = info["control"], info["ports"]
+
+    def counts(self) -> dict[str, int]:
+        with socket.create_connection(("127.0.0.1", self.control), timeout=10) as s:
+            s.sendall(b"count\n")
+            return json.loads(s.makefile().readline())
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def fleet500() -> Iterator[Fleet]:
+    f = Fleet(500)
+    yield f
+    f.stop()
+
+
+def _config(folder: Path, ports: list[int], extra: list[str], rules: str, hook: str = "") -> Path:
+    (folder / "rules.yaml").write_text(rules)
+    lines = [f"database: sqlite:///{folder / 'sentinel.db'}", "listen: 127.0.0.1:0",
+             "rule_files: [rules.yaml]", f"evaluation_interval: {int(EVAL_S)}s",
+             "scrape_interval: 5s", "scrape_timeout: 4s",
+             "probe_interval: 0s",  # the fleet helper speaks /metrics only
+             "targets:"]
+    lines += extra
+    lines += [f"  - {{name: f{i}, url: 'http://127.0.0.1:{p}'}}" for i, p in enumerate(ports)]
+    if hook:
+        lines += ["receivers:", "  - name: oncall", f"    webhook: {{url: '{hook}', timeout: 2s}}"]
+    path = folder / "sentinel.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_detection_latency_holds_with_500_other_targets(tmp_path, sim, sink, fleet500):
+    cfg = _config(tmp_path, fleet500.ports, [
+        f"  - {{name: gemma, url: '{sim.url}', scrape_interval: 100ms, scrape_timeout: 100ms}}",
+    ], KV_RULE, sink.url)
+    app = App(load_config(cfg))
+    app.start()
+    try:
+        wait_for(lambda: fleet500.counts()["hit"] == 500, 15, "every fleet target scraped")
+        started = time.monotonic()
+        sim.set_state(kv_cache_usage=0.93)
+        firing = wait_for(lambda: bodies_with_status(sink, "firing"), FOR_S + EVAL_S + 3,
+                          "the firing webhook")
+        assert [a["labels"]["target"] for a in firing[0][1]["alerts"]] == ["gemma"]
+        arrived = firing[0][0]
+        assert FOR_S <= arrived - started <= FOR_S + EVAL_S + 0.5, \
+            f"took {arrived - started:.2f}s"
+        missed = app.metrics.registry.get_sample_value(
+            "sentinel_rule_group_iterations_missed_total", {"group": "e2e"})
+        assert missed == 0
+    finally:
+        app.stop(2)
+
+
+@pytest.mark.slow
+def test_1000_targets_scraping_within_10s_and_sigterm_within_5s(tmp_path):
+    fleet = Fleet(1000)
+    try:
+        cfg = _config(tmp_path, fleet.ports, [], KV_RULE)
+        started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(cfg)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_for(lambda: fleet.counts()["hit"] == 1000 or proc.poll() is not None, 20,
+                     "every target scraped")
+            took = time.monotonic() - started
+            assert proc.poll() is None
+            assert took <= 10, f"every target scraped only after {took:.1f}s"
+            time.sleep(3)  # scrapes in flight when the signal comes
+            stop = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=15)
+            assert time.monotonic() - stop <= 5
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0
+        assert "Traceback" not in out, out[-3000:]
+        assert "sentinel stopped" in out
+    finally:
+        fleet.stop()

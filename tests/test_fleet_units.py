@@ -1,0 +1,117 @@
+"""Units of the fleet design: rule-read series, scrape offsets, the self-alert rule file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from test_rules_promtool import REPO, promtool, sentinel_test
+
+from sentinel.daemon.scrapejobs import first_run_ms, miss_policy, offset_ms
+from sentinel.rules.loader import RuleGroup, make_rule
+from sentinel.rules.needs import needed_series
+
+
+def _group(*exprs: str) -> RuleGroup:
+    return RuleGroup("g", tuple(make_rule(f"R{i}", e) for i, e in enumerate(exprs)))
+
+
+def test_needed_series_reads_names_from_every_selector():
+    f = needed_series([_group(
+        "sum by (target) (rate(vllm:prompt_tokens_total[5m])) > 0",
+        "histogram_quantile(0.9, rate(vllm:e2e_request_latency_seconds_bucket[1m])) > 2",
+        "vllm:num_requests_waiting > on(target) group_left up",
+    )], extra_names=["vllm:num_preemptions_total"])
+    assert f.names == {"vllm:prompt_tokens_total", "vllm:e2e_request_latency_seconds_bucket",
+                       "vllm:num_requests_waiting", "up", "ALERTS", "ALERTS_FOR_STATE",
+                       "vllm:num_preemptions_total"}
+    assert not f.keep_all
+    assert f.wants_name("up") and not f.wants_name("vllm:gpu_cache_usage_perc")
+
+
+def test_needed_series_regex_names_and_nameless_selectors():
+    f = needed_series([_group('{__name__=~"vllm:num_.*"} > 0')])
+    assert f.wants_name("vllm:num_requests_running") and not f.wants_name("other")
+    assert needed_series([_group('{target="a"} > 0')]).keep_all
+    assert needed_series([_group("up == 0")], keep_all=True).wants_name("anything")
+
+
+def test_needed_series_keeps_what_recording_rules_write():
+    @dataclass(frozen=True)
+    class Recording:  # what a recording rule object looks like to needed_series
+        record: str
+        expr: str
+        query: object = None
+
+    @dataclass(frozen=True)
+    class Group:
+        rules: tuple[Recording, ...]
+
+    f = needed_series([Group((Recording("target:waiting:sum", "sum(vllm:waiting)"),))])
+    assert {"target:waiting:sum", "vllm:waiting"} <= f.names
+
+
+def test_needed_series_keeps_the_loaders_recording_rule_outputs(tmp_path):
+    from sentinel.rules.loader import load_rule_files
+
+    path = tmp_path / "r.yaml"
+    path.write_text("groups:\n  - name: g\n    rules:\n"
+                    "      - record: job:waiting:sum\n"
+                    "        expr: sum(vllm:num_requests_waiting)\n"
+                    "      - alert: A\n        expr: job:waiting:sum > 5\n")
+    f = needed_series(load_rule_files([str(path)]))
+    assert {"job:waiting:sum", "vllm:num_requests_waiting"} <= f.names
+
+
+def test_scrape_offsets_spread_targets_over_the_interval():
+    offsets = {offset_ms(f"vllm-{i}", 5_000) for i in range(1_000)}
+    assert len(offsets) > 800 and min(offsets) < 100 and max(offsets) > 4_900
+    for now in (0, 1_234, 999_999):
+        first = first_run_ms("vllm-7", 5_000, now)
+        assert now <= first < now + 5_000
+        assert first % 5_000 == offset_ms("vllm-7", 5_000)
+
+
+def test_miss_policy_reports_each_missed_run_once():
+    assert miss_policy(5_000) == {"coalesce": False, "misfire_grace_time": 2}
+    assert miss_policy(60_000) == {"coalesce": False, "misfire_grace_time": 30}
+    assert miss_policy(1_000)["coalesce"] is True  # APScheduler grace is whole seconds
+
+
+def test_self_alert_rules_pass_promtool_and_sentinel():
+    res = promtool("check", "rules", str(REPO / "rules" / "sentinel.yaml"))
+    assert res.returncode == 0 and "SUCCESS: 2 rules found" in res.stdout, res.stdout + res.stderr
+    path = REPO / "rules" / "sentinel_test.yaml"
+    res = promtool("test", "rules", str(path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    rc, out = sentinel_test(path)
+    assert rc == 0, out
+
+
+def test_jobs_cancelled_at_shutdown_log_no_traceback(caplog):
+    import asyncio
+    import logging
+
+    from sentinel.daemon.missed import quiet_apscheduler
+
+    quiet_apscheduler()
+    log = logging.getLogger("apscheduler.executors.default")
+    for exc in (asyncio.CancelledError(), ValueError("a real failure")):
+        try:
+            raise exc
+        except BaseException:
+            log.error("Error running job scrape:t1", exc_info=True)
+    assert [r.exc_info[1].args for r in caplog.records if r.exc_info] == [("a real failure",)]
+
+
+def test_select_last_hands_out_only_the_newest_sample_in_range():
+    from sentinel.model import labels_of
+    from sentinel.store import Matcher, MemoryStore
+
+    store = MemoryStore(retention_ms=10**9)
+    for t in range(0, 100_000, 5_000):
+        store.add(labels_of({"__name__": "m", "i": "1"}), t, t / 1000)
+    store.add(labels_of({"__name__": "m", "i": "2"}), 1_000, 1.0)  # too old for the window
+    [s] = store.select_last([Matcher("__name__", "=", "m")], 60_000, 72_000)
+    assert (dict(s.labels)["i"], s.ts, s.vs) == ("1", [70_000], [70.0])
+    full = store.select([Matcher("__name__", "=", "m"), Matcher("i", "=", "1")], 60_000, 72_000)
+    assert full[0].ts[-1] == s.ts[0] and full[0].vs[-1] == s.vs[0]
