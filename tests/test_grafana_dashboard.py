@@ -1,0 +1,67 @@
+"""The shipped Grafana dashboard reads only what Sentinel exposes: every expression
+parses, and every metric it names is declared on a running daemon's /metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import promql_parser
+import pytest
+from fixtures_e2e import write_config
+
+ROOT = Path(__file__).resolve().parent.parent
+DASHBOARD = ROOT / "deploy" / "grafana" / "sentinel.json"
+NAME = re.compile(r"\b((?:sentinel|process)_[a-z_]+)\b")
+
+pytestmark = pytest.mark.integration
+
+
+def _exprs() -> list[str]:
+    doc = json.loads(DASHBOARD.read_text())
+    return [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
+
+
+def test_every_expression_parses() -> None:
+    exprs = _exprs()
+    assert len(exprs) > 15
+    for expr in exprs:
+        promql_parser.parse(expr)  # raises on a syntax error
+
+
+def _declared(metrics_text: str) -> set[str]:
+    return {m.group(1) for m in re.finditer(r"^# TYPE (\S+) \S+$", metrics_text, re.M)}
+
+
+def test_every_metric_is_exposed_by_the_daemon(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, [("idle", "http://127.0.0.1:9")], "http://127.0.0.1:9/hook",
+                       "groups: []\n", listen="127.0.0.1:0")
+    with cfg.open("a") as f:  # a policy, so the remediation metrics are registered too
+        f.write("remediation:\n  command_allowlist: [/bin/true]\n  policies:\n"
+                "    - {name: p, alerts: [Watchdog], steps: [{command: {argv: [/bin/true]}}]}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(cfg)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        deadline = time.monotonic() + 30
+        assert proc.stderr is not None
+        while port is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            found = re.search(r"listening on [\d.]+:(\d+)", line)
+            port = int(found.group(1)) if found else None
+        assert port, "the daemon did not say where it listens"
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    declared = _declared(text)
+    wanted = {m for e in _exprs() for m in NAME.findall(e)}
+    # A counter is declared without `_total`, a histogram without `_bucket`.
+    missing = sorted(n for n in wanted if n not in declared
+                     and re.sub(r"_(bucket|count|sum|total)$", "", n) not in declared)
+    assert not missing, f"the dashboard reads metrics Sentinel does not expose: {missing}"
