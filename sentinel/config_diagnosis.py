@@ -22,13 +22,11 @@ diagnosis:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sentinel.configbase import PositiveDuration, Strict, http_url, problem
-from sentinel.secrets import read_secret_file
+from sentinel.configbase import PositiveDuration, Strict, http_url, problem, with_key_from_file
 
 DEFAULT_MODEL_TIMEOUT_MS = 60_000
 StructuredOutput = Literal["response_format", "structured_outputs", "guided_json", "none"]
@@ -48,18 +46,7 @@ class ModelEndpointConfig(Strict):
     @model_validator(mode="after")
     def _read_key_file(self, info: ValidationInfo) -> ModelEndpointConfig:
         # After the fields: a typo elsewhere in the endpoint is reported too.
-        if self.api_key_file is None:
-            return self
-        if self.api_key:
-            raise problem("set either api_key or api_key_file, not both", "api_key_file")
-        path = Path(self.api_key_file)
-        if not path.is_absolute():
-            path = Path((info.context or {}).get("config_dir", ".")) / path
-        try:
-            key = read_secret_file(path)
-        except OSError as exc:
-            raise problem(f"cannot read {path}: {exc.strerror}", "api_key_file") from None
-        return self.model_copy(update={"api_key": key})
+        return with_key_from_file(self, info.context)
 
     @field_validator("url")
     @classmethod

@@ -23,12 +23,9 @@ a day.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import Field, ValidationInfo, model_validator
 
-from sentinel.configbase import Duration, PositiveDuration, Strict, problem
-from sentinel.secrets import read_secret_file
+from sentinel.configbase import Duration, PositiveDuration, Strict, problem, with_key_from_file
 
 DEFAULT_PROBE_INTERVAL_MS = 15_000
 DEFAULT_PROBE_TIMEOUT_MS = 10_000
@@ -50,18 +47,7 @@ class ProbeConfig(Strict):
     def _read_key_file(self, info: ValidationInfo) -> ProbeConfig:
         if self.interval_ms is not None and self.interval_ms < 0:
             raise problem("must not be negative", "interval")
-        if self.api_key_file is None:
-            return self
-        if self.api_key:
-            raise problem("set either api_key or api_key_file, not both", "api_key_file")
-        path = Path(self.api_key_file)
-        if not path.is_absolute():
-            path = Path((info.context or {}).get("config_dir", ".")) / path
-        try:
-            key = read_secret_file(path)
-        except OSError as exc:
-            raise problem(f"cannot read {path}: {exc.strerror}", "api_key_file") from None
-        return self.model_copy(update={"api_key": key})
+        return with_key_from_file(self, info.context)
 
 
 DEFAULT_PROBE = ProbeConfig.model_validate({})

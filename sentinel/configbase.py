@@ -6,13 +6,15 @@ Shared by `sentinel.configmodel` (the top-level config) and
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 from pydantic_core import PydanticCustomError
 
 from sentinel.durations import parse_duration
+from sentinel.secrets import read_secret_file
 
 
 def problem(message: str, *path: str | int) -> PydanticCustomError:
@@ -55,3 +57,26 @@ def http_url(value: str, *, what: str = "URL") -> str:
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+
+_WithKey = TypeVar("_WithKey", bound=BaseModel)
+
+
+def with_key_from_file(model: _WithKey, context: dict[str, Any] | None) -> _WithKey:
+    """`model` with `api_key` read from `api_key_file` (relative to the config's folder).
+
+    One of the two may be set; an unreadable file is an error on `api_key_file`.
+    """
+    key_file = getattr(model, "api_key_file", None)
+    if key_file is None:
+        return model
+    if getattr(model, "api_key", ""):
+        raise problem("set either api_key or api_key_file, not both", "api_key_file")
+    path = Path(key_file)
+    if not path.is_absolute():
+        path = Path((context or {}).get("config_dir", ".")) / path
+    try:
+        key = read_secret_file(path)
+    except OSError as exc:
+        raise problem(f"cannot read {path}: {exc.strerror}", "api_key_file") from None
+    return model.model_copy(update={"api_key": key})
