@@ -21,7 +21,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.config import Config
-from sentinel.daemon import systemd
+from sentinel.daemon import heartbeat, systemd
 from sentinel.daemon.http import StatusServer
 from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
@@ -31,11 +31,13 @@ from sentinel.daemon.probejobs import ProbeJobs
 from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
+from sentinel.daemon.selfstore import write_to_store
 from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.incidents.db import Database
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import labels_of
 from sentinel.promql import Engine, max_lookback_ms
+from sentinel.quietlog import QuietFailure
 from sentinel.respond.diagnose.annotations import session_runbook_annotations
 from sentinel.respond.diagnose.gather import (
     SERIES_AFTER_MS,
@@ -52,6 +54,8 @@ from sentinel.store import MemoryStore, SeriesFilter
 log = logging.getLogger(__name__)
 
 HOUSEKEEPING_INTERVAL_S = 30
+# A no-op job on the I/O loop: its heartbeat says the loop (and so every scrape) still runs.
+LOOP_HEARTBEAT_MS = 5_000
 # Evaluation reads samples written up to one scrape interval ago; keep some
 # slack beyond the longest rule range so `rate(x[15m])` sees a full window.
 RETENTION_SLACK_MS = 60_000
@@ -89,6 +93,10 @@ class App:
         self.io: IOLoop | None = None
         self.scrape_jobs: ScrapeJobs | None = None
         self.missed = MissedWork(self.metrics.registry)
+        # Periodic workers' last runs: /healthz, the systemd watchdog, sentinel_worker_*.
+        self.heartbeats = heartbeat.Heartbeats()
+        self._heartbeat_metrics = heartbeat.register(self.heartbeats, self.metrics.registry)
+        self._health_log = QuietFailure(log, "health (a periodic worker is stuck)")
         self._groups: list[RuleGroup] = []
         self._lock = threading.Lock()
         self._not_ready: str | None = "starting"
@@ -106,7 +114,8 @@ class App:
         db.upgrade()
         # With diagnosis on, each message carries its incident's newest runbook.
         self.notifier = Notifier(cfg, db, self.metrics, self._now_ms,
-                                 session_runbook_annotations if cfg.diagnosis else None)
+                                 session_runbook_annotations if cfg.diagnosis else None,
+                                 heartbeats=self.heartbeats)
         tracker = IncidentTracker(db, outbox=self.notifier.outbox)
         groups = load_rule_files(rule_paths(cfg))
         self.io = IOLoop().start()
@@ -137,13 +146,18 @@ class App:
                                            self._now_ms)
         surfaces = self._surfaces(db, host)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready,
-                                   surfaces.routes, surfaces.lifespans)
+                                   surfaces.routes, surfaces.lifespans, healthy=self.healthy)
         self.status.start()
         self.missed.track((t.name for t in cfg.targets), rules.groups)
         quiet_apscheduler()
         self._scheduler = self._schedule()
         self._scheduler.start()
         self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)
+        loop_sched = self.scrape_jobs.scheduler  # per-target scrape jobs are not workers
+        loop_sched.add_listener(self.heartbeats.scheduler_listener(
+            loop_sched, lambda job_id: not job_id.startswith("scrape:")),
+            heartbeat.HEARTBEAT_EVENTS)
+        self.scrape_jobs.add("io-loop", "heartbeat", _alive, LOOP_HEARTBEAT_MS, self._now_ms())
         self.scrape_jobs.start((self._scrape_target(t) for t in cfg.targets), self._now_ms())
         self._start_discovery()
         self.notifier.start()
@@ -223,6 +237,18 @@ class App:
     def ready(self) -> str | None:
         """None when ready to serve, else why not."""
         return self._not_ready
+
+    def healthy(self) -> str | None:
+        """None when every periodic worker ran within 3 of its intervals, else which did not.
+
+        Logged once when it turns unhealthy, summarised while it stays so, and once on recovery.
+        """
+        why = self.heartbeats.unhealthy(time.monotonic(), time.time())
+        if why is None:
+            self._health_log.ok()
+        else:
+            self._health_log.failed(detail=why.replace("\n", "; "))
+        return why
 
     def _start_remediation(self, db: Database) -> None:
         """The remediation engine, when a response policy names anything to do."""
@@ -310,6 +336,8 @@ class App:
             timezone="UTC",
         )
         sched.add_listener(self.missed.listener, MISSED_EVENTS)
+        sched.add_listener(self.heartbeats.scheduler_listener(
+            sched, lambda job_id: job_id != "watchdog"), heartbeat.HEARTBEAT_EVENTS)
         # Scrapes are spread over their interval: the first evaluation waits until
         # every target has been scraped once, or a restored firing alert would
         # resolve for lack of data and page again.
@@ -333,8 +361,7 @@ class App:
                       seconds=HOUSEKEEPING_INTERVAL_S, id="housekeeping")
         watchdog = systemd.watchdog_interval_s()
         if watchdog:
-            sched.add_job(systemd.notify, "interval", args=["WATCHDOG=1"], seconds=watchdog,
-                          id="watchdog")
+            sched.add_job(self._watchdog, "interval", seconds=watchdog, id="watchdog")
         return sched
 
     def _schedule_rule_groups(self, sched: BackgroundScheduler, warmup_ms: int = 0) -> None:
@@ -379,7 +406,15 @@ class App:
 
     def _self_metrics_job(self) -> None:
         assert self.pipeline is not None
-        self.missed.write_to(self.pipeline.store, self._now_ms())
+        m = self.metrics
+        write_to_store((self.missed.scrapes, self.missed.iterations, m.scrapes,
+                        m.evaluation_failures, m.rule_failures, m.outbox_oldest_age,
+                        self._heartbeat_metrics), self.pipeline.store, self._now_ms())
+
+    def _watchdog(self) -> None:
+        """Feed systemd's watchdog only while healthy: a stuck worker gets Sentinel restarted."""
+        if self.healthy() is None:  # unhealthy: logged by healthy(), not fed here
+            systemd.notify("WATCHDOG=1")
 
     def _housekeeping_job(self) -> None:
         assert self.pipeline is not None
@@ -424,6 +459,10 @@ class App:
         """Scraped series to keep: what the rules read, plus diagnosis evidence (or everything)."""
         extra = SERIES_NAMES if self.config.diagnosis is not None else ()
         return needed_series(groups, extra, keep_all=self.config.keep_all_series)
+
+
+async def _alive() -> None:
+    """The I/O loop's heartbeat job: nothing to do but run."""
 
 
 def _split_listen(listen: str) -> tuple[str, int]:

@@ -36,13 +36,15 @@ Lifespan = Callable[[], AbstractAsyncContextManager[None]]
 
 
 class StatusServer:
-    """Serves /metrics from a registry, /healthz (alive) and /readyz (`ready()` says why not),
-    plus `routes`; `lifespans` run while serving (MCP's session manager)."""
+    """Serves /metrics from a registry, /healthz (`healthy()` says why not: a stuck worker)
+    and /readyz (`ready()` says why not), plus `routes`; `lifespans` run while serving
+    (MCP's session manager)."""
 
     def __init__(
         self, host: str, port: int, registry: CollectorRegistry,
         ready: Callable[[], str | None], routes: Sequence[BaseRoute] = (),
         lifespans: Sequence[Lifespan] = (),
+        healthy: Callable[[], str | None] = lambda: None,
     ) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
@@ -56,7 +58,7 @@ class StatusServer:
         except OSError:
             self._sock.close()
             raise
-        app = Starlette(routes=[*_status_routes(registry, ready), *routes],
+        app = Starlette(routes=[*_status_routes(registry, ready, healthy), *routes],
                         lifespan=_combined(lifespans))
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=2, server_header=False)
@@ -86,13 +88,16 @@ class StatusServer:
         self._sock.close()
 
 
-def _status_routes(registry: CollectorRegistry, ready: Callable[[], str | None]
-                   ) -> list[BaseRoute]:
+def _status_routes(registry: CollectorRegistry, ready: Callable[[], str | None],
+                   healthy: Callable[[], str | None]) -> list[BaseRoute]:
     def metrics(_request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     def healthz(_request: Request) -> Response:
-        return PlainTextResponse("ok\n")
+        why = healthy()
+        if why is None:
+            return PlainTextResponse("ok\n")
+        return PlainTextResponse(f"unhealthy: stuck\n{why}\n", status_code=503)
 
     def readyz(_request: Request) -> Response:
         why = ready()

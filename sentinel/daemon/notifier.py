@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from sqlalchemy.orm import Session
 
 from sentinel.config import Config
+from sentinel.daemon.heartbeat import Heartbeats
 from sentinel.daemon.receivers import build_receivers, receiver_timeouts_ms, send_resolved
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.incidents.db import Database
@@ -30,13 +32,16 @@ from sentinel.respond.notify.sender import Delivery, RetryPolicy, Sender
 
 log = logging.getLogger(__name__)
 
+WORKER = "notify"  # its name in the heartbeats (/healthz, sentinel_worker_*{worker})
+
 
 class Notifier:
     """Owns the Outbox, Dispatcher and Sender of one daemon and the thread that runs them."""
 
     def __init__(self, config: Config, db: Database, metrics: SelfMetrics,
                  clock_ms: Callable[[], int],
-                 annotations: Callable[[Session, int], dict[str, str]] | None = None) -> None:
+                 annotations: Callable[[Session, int], dict[str, str]] | None = None,
+                 heartbeats: Heartbeats | None = None) -> None:
         n = config.notify
         self.outbox = Outbox(n.fallback_receiver)
         receivers = build_receivers(config)
@@ -56,6 +61,11 @@ class Notifier:
         self._metrics = metrics
         self._clock_ms = clock_ms
         self._interval_s = n.interval_ms / 1000
+        # Its heartbeat interval: one send may take a receiver's whole timeout, so the
+        # worker is stuck only after 3 x the longer of that and its own interval.
+        self.heartbeat_interval_s = max(
+            [n.interval_ms, *receiver_timeouts_ms(config).values()]) / 1000
+        self._heartbeats = heartbeats
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -64,6 +74,8 @@ class Notifier:
 
     def start(self) -> None:
         """Start the worker thread."""
+        if self._heartbeats is not None:
+            self._heartbeats.expect(WORKER, self.heartbeat_interval_s, time.monotonic())
         self._thread = threading.Thread(target=self._loop, name="sentinel-notify", daemon=True)
         self._thread.start()
 
@@ -85,6 +97,8 @@ class Notifier:
         if self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None
+        if self._heartbeats is not None:
+            self._heartbeats.forget(WORKER)
 
     def run_once(self) -> None:
         """One dispatch and one send round, each guarded; then the depth gauges."""
@@ -114,7 +128,13 @@ class Notifier:
         while not self._stop.is_set():
             self._wake.clear()
             self.run_once()
+            self._beat()
             self._wake.wait(self._interval_s)
 
     def _count(self, d: Delivery) -> None:
         self._metrics.notifications.labels(d.receiver, d.outcome).inc()
+        self._beat()  # each delivery is progress: a long run of many sends is not stuck
+
+    def _beat(self) -> None:
+        if self._heartbeats is not None:
+            self._heartbeats.beat(WORKER, time.monotonic())

@@ -94,6 +94,9 @@ class Pipeline:
                 # Queries run concurrently across groups (a slow group delays only
                 # itself); the incident side is recorded one group at a time.
                 alerts = self.rules.evaluate_group(group, now_ms)
+                failed = self.rules.failed_rules(group)
+                if failed:  # as prometheus_rule_evaluation_failures_total: per rule
+                    self.metrics.rule_failures.labels(group).inc(failed)
                 with self.record_lock:
                     if self.reconcile_pending:
                         reconciled = self._reconcile(now_ms)

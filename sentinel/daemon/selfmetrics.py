@@ -44,6 +44,13 @@ class SelfMetrics:
             "sentinel_rule_group_evaluation_failures_total",
             "Rule group evaluations that raised (the loop went on).", ["group"], registry=r,
         )
+        # Prometheus's prometheus_rule_evaluation_failures_total: one per rule whose query
+        # (or output) failed in an evaluation; the group's other rules still ran.
+        self.rule_failures = Counter(
+            "sentinel_rule_evaluation_failures_total",
+            "Rule evaluations that failed (the rule's health is err), by group.", ["group"],
+            registry=r,
+        )
         self.evaluation_seconds = Histogram(
             "sentinel_rule_group_duration_seconds", "Time to evaluate a rule group and record it.",
             ["group"], registry=r,

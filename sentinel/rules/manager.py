@@ -130,6 +130,12 @@ class RuleManager:
                 group.writer.flush_stale(now_ms)
         return out
 
+    def failed_rules(self, name: str) -> int:
+        """How many rules of a group failed their last evaluation (health "err"); 0 if unknown."""
+        with self._lock:
+            group = self._groups.get(name)
+        return 0 if group is None else sum(r.health == RuleHealth.ERR for r in group.rules)
+
     def restore(self, alerts: Iterable[Alert], now_ms: int | None = None,
                 settings: RestoreSettings | None = None) -> int:
         """Put persisted PENDING/FIRING alerts back into their rules; returns how many.
