@@ -95,7 +95,8 @@ class App:
         self.missed = MissedWork(self.metrics.registry)
         # Periodic workers' last runs: /healthz, the systemd watchdog, sentinel_worker_*.
         self.heartbeats = heartbeat.Heartbeats()
-        self._heartbeat_metrics = heartbeat.register(self.heartbeats, self.metrics.registry)
+        self._heartbeat_metrics = heartbeat.register(self.heartbeats, self.metrics.registry,
+                                                     wall=clock)
         self._health_log = QuietFailure(log, "health (a periodic worker is stuck)")
         self._groups: list[RuleGroup] = []
         self._lock = threading.Lock()
@@ -243,7 +244,7 @@ class App:
 
         Logged once when it turns unhealthy, summarised while it stays so, and once on recovery.
         """
-        why = self.heartbeats.unhealthy(time.monotonic(), time.time())
+        why = self.heartbeats.unhealthy(time.monotonic(), self.clock())
         if why is None:
             self._health_log.ok()
         else:
@@ -368,6 +369,9 @@ class App:
         assert self.pipeline is not None
         for name, interval_ms in self.pipeline.rules.groups.items():
             interval_ms = interval_ms or self.config.evaluation_interval_ms
+            # Failure counters start at 0, so increase() sees the first failure (self-alerts).
+            self.metrics.rule_failures.labels(name)
+            self.metrics.evaluation_failures.labels(name)
             # Start on an interval boundary: evaluation timestamps are then
             # exact multiples of the interval, so `for: 30s` fires after
             # exactly 30 s of evaluations, whatever the scheduler's jitter.

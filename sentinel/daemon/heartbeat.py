@@ -185,8 +185,9 @@ class HeartbeatCollector(Collector):
         return self.collect()
 
 
-def register(heartbeats: Heartbeats, registry: CollectorRegistry) -> HeartbeatCollector:
-    """Expose the heartbeats on a registry; returns the collector."""
-    collector = HeartbeatCollector(heartbeats)
+def register(heartbeats: Heartbeats, registry: CollectorRegistry,
+             wall: Callable[[], float] = time.time) -> HeartbeatCollector:
+    """Expose the heartbeats on a registry (Unix time from `wall`); returns the collector."""
+    collector = HeartbeatCollector(heartbeats, wall=wall)
     registry.register(collector)
     return collector
