@@ -63,6 +63,36 @@ def test_unhealthy_says_which_worker_and_since_when() -> None:
     assert "rules:x: has not completed its first run" in (hb.unhealthy(30.0, 2e9) or "")
 
 
+def test_the_scheduler_listener_watches_jobs_from_their_first_run_until_removed() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from sentinel.daemon.heartbeat import HEARTBEAT_EVENTS
+
+    hb = Heartbeats()
+    sched = BackgroundScheduler(timezone="UTC")
+    sched.add_listener(hb.scheduler_listener(sched, lambda job_id: job_id != "ignored"),
+                       HEARTBEAT_EVENTS)
+    ran = threading.Event()
+    sched.add_job(ran.set, "interval", seconds=3600, id="now", next_run_time=datetime.now(UTC))
+    sched.add_job(ran.set, "interval", seconds=3600, id="later",
+                  next_run_time=datetime.now(UTC) + timedelta(seconds=600))
+    sched.add_job(ran.set, "interval", seconds=1, id="ignored")
+    sched.start()
+    try:
+        wait_for(lambda: any(b.runs for b in hb.beats()), 5, "the first job to run")
+        beats = {b.worker: b for b in hb.beats()}
+        assert set(beats) == {"now", "later"}
+        assert beats["now"].interval_s == 3600 and beats["now"].runs == 1
+        # Not due for 10 minutes: its 3 intervals count from then.
+        assert beats["later"].last_s - time.monotonic() > 590
+        sched.remove_job("later")
+        assert [b.worker for b in hb.beats()] == ["now"]
+    finally:
+        sched.shutdown(wait=False)
+
+
 # -- the must-show test: a real App, its notify worker blocked on purpose ----
 
 

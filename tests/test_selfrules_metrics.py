@@ -69,3 +69,5 @@ def test_every_metric_the_self_rules_read_is_exposed_and_stored(tmp_path: Path) 
     workers = set(re.findall(r'^sentinel_worker_interval_seconds\{worker="([^"]+)"\}', text, re.M))
     assert {"notify", "housekeeping", "self-metrics", "io-loop:heartbeat",
             "rules:sentinel-self", "rules:sentinel-health"} <= workers, workers
+    # Per-target jobs are not workers: one slow target must not fail /healthz.
+    assert not [w for w in workers if w.startswith(("probe:", "scrape:", "logs:"))], workers

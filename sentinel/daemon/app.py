@@ -337,8 +337,8 @@ class App:
             timezone="UTC",
         )
         sched.add_listener(self.missed.listener, MISSED_EVENTS)
-        sched.add_listener(self.heartbeats.scheduler_listener(
-            sched, lambda job_id: job_id != "watchdog"), heartbeat.HEARTBEAT_EVENTS)
+        sched.add_listener(self.heartbeats.scheduler_listener(sched, _is_worker),
+                           heartbeat.HEARTBEAT_EVENTS)
         # Scrapes are spread over their interval: the first evaluation waits until
         # every target has been scraped once, or a restored firing alert would
         # resolve for lack of data and page again.
@@ -463,6 +463,16 @@ class App:
         """Scraped series to keep: what the rules read, plus diagnosis evidence (or everything)."""
         extra = SERIES_NAMES if self.config.diagnosis is not None else ()
         return needed_series(groups, extra, keep_all=self.config.keep_all_series)
+
+
+# Jobs whose heartbeat decides /healthz: Sentinel-wide work. Per-target jobs (log sources,
+# probes, TPU, XLA cache, scrapes) are not: one slow target must not get Sentinel restarted,
+# and their trouble is counted per target. `diagnose` may wait minutes on the model.
+WORKER_JOBS = ("rules:", "housekeeping", "self-metrics", "rule_metrics")
+
+
+def _is_worker(job_id: str) -> bool:
+    return job_id.startswith(WORKER_JOBS)
 
 
 async def _alive() -> None:
