@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 HOUSEKEEPING_INTERVAL_S = 30
 # A no-op job on the I/O loop: its heartbeat says the loop (and so every scrape) still runs.
 LOOP_HEARTBEAT_MS = 5_000
+LOOP_HEARTBEAT_JOB = "io-loop:heartbeat"  # ScrapeJobs names it kind:name
 # Evaluation reads samples written up to one scrape interval ago; keep some
 # slack beyond the longest rule range so `rate(x[15m])` sees a full window.
 RETENTION_SLACK_MS = 60_000
@@ -156,8 +157,7 @@ class App:
         self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)
         loop_sched = self.scrape_jobs.scheduler  # per-target scrape jobs are not workers
         loop_sched.add_listener(self.heartbeats.scheduler_listener(
-            loop_sched, lambda job_id: not job_id.startswith("scrape:")),
-            heartbeat.HEARTBEAT_EVENTS)
+            loop_sched, lambda job_id: job_id == LOOP_HEARTBEAT_JOB), heartbeat.HEARTBEAT_EVENTS)
         self.scrape_jobs.add("io-loop", "heartbeat", _alive, LOOP_HEARTBEAT_MS, self._now_ms())
         self.scrape_jobs.start((self._scrape_target(t) for t in cfg.targets), self._now_ms())
         self._start_discovery()
