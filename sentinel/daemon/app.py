@@ -28,6 +28,7 @@ from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.probejobs import ProbeJobs
+from sentinel.daemon.querybackend import DaemonBackend
 from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
@@ -76,6 +77,7 @@ class App:
         self.metrics = SelfMetrics()
         self.pipeline: Pipeline | None = None
         self.engine: Engine | None = None
+        self.query: DaemonBackend | None = None  # what rules read (query_backend:, issue 16)
         self.sources: SourceJobs | None = None
         self.probes: ProbeJobs | None = None
         self.metric_check: MetricCheckJob | None = None
@@ -113,12 +115,16 @@ class App:
         store = MemoryStore(retention_ms=self._retention_ms(groups))
         store.set_filter(self._series_filter(groups))
         self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms)
-        rules = RuleManager(groups, self.engine, default_interval_ms=cfg.evaluation_interval_ms,
+        self.query = DaemonBackend(cfg, self.engine, self.metrics.registry)
+        self.query.learn(groups)
+        rules = RuleManager(groups, self.query.backend,
+                            default_interval_ms=cfg.evaluation_interval_ms,
                             external_url=cfg.external_url, store=store)
+        self.query.attach(rules)
         # Restored alerts are not evaluated as absent before their target answered,
         # and open incidents are checked against them (issue 10).
         rules.restore(tracker.load_alert_states(), self._now_ms(), cfg.alert_restore.settings())
-        readiness = DataReadiness(t.name for t in cfg.targets)
+        readiness = DataReadiness(t.name for t in self.query.scraped_targets(cfg.targets))
         rules.ready = readiness.ready
         self._groups = groups
         self.pipeline = Pipeline(
@@ -144,7 +150,8 @@ class App:
         self._scheduler = self._schedule()
         self._scheduler.start()
         self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)
-        self.scrape_jobs.start((self._scrape_target(t) for t in cfg.targets), self._now_ms())
+        self.scrape_jobs.start((self._scrape_target(t)
+                                for t in self.query.scraped_targets(cfg.targets)), self._now_ms())
         self._start_discovery()
         self.notifier.start()
         self._not_ready = None
@@ -197,6 +204,8 @@ class App:
             self.probes.close()
         if self.diagnosis is not None:
             self.diagnosis.close()
+        if self.query is not None:
+            self.query.close()
         log.info("sentinel stopped")
 
     def reload(self) -> bool:
@@ -208,6 +217,8 @@ class App:
             return False
         assert self.pipeline is not None and self._scheduler is not None
         with self._lock:
+            if self.query is not None:
+                self.query.learn(groups)
             self.pipeline.rules.reload(groups)
             store = self.pipeline.store
             store.retention_ms = self._retention_ms(groups)
@@ -250,7 +261,8 @@ class App:
 
         assert self.engine is not None
         service = ApiService(
-            db, query_fn=self.engine.query, targets=[t.name for t in self.config.targets],
+            db, query_fn=(self.query.backend.query if self.query is not None
+                          else self.engine.query), targets=[t.name for t in self.config.targets],
             rule_exprs=rule_expr_lookup(lambda: self._groups),
             on_approved=self.approvals.kick if self.approvals is not None else (lambda: None),
             clock=self.clock, external_url=self.config.external_url)
@@ -313,7 +325,9 @@ class App:
         # Scrapes are spread over their interval: the first evaluation waits until
         # every target has been scraped once, or a restored firing alert would
         # resolve for lack of data and page again.
-        warmup_ms = max((t.scrape_interval_ms for t in self.config.targets), default=0)
+        scraped = (self.query.scraped_targets(self.config.targets) if self.query is not None
+                   else self.config.targets)
+        warmup_ms = max((t.scrape_interval_ms for t in scraped), default=0)
         self._schedule_rule_groups(sched, warmup_ms)
         assert self.sources is not None
         self.sources.schedule(sched, self._guard, _now_dt())
@@ -380,6 +394,8 @@ class App:
     def _self_metrics_job(self) -> None:
         assert self.pipeline is not None
         self.missed.write_to(self.pipeline.store, self._now_ms())
+        if self.query is not None:
+            self.query.write_metrics(self.pipeline.store, self._now_ms())
 
     def _housekeeping_job(self) -> None:
         assert self.pipeline is not None

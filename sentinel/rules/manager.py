@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -89,6 +89,9 @@ class RuleManager:
         self._groups: dict[str, _Group] = {}
         # Set by the daemon: whether a restored alert's data has answered since start.
         self.ready: ReadyFunc | None = None
+        # Set with a remote query backend: whether Sentinel evaluates a recording rule
+        # (expression text → bool); the others run in the backend (rules/backend.py).
+        self.evaluates_recording: Callable[[str], bool] | None = None
         self.reload(groups)
 
     @property
@@ -117,6 +120,9 @@ class RuleManager:
                 start = time.perf_counter()
                 if isinstance(rule, AlertingRuleState):
                     out += rule.eval(query, now_ms, self.context, group.spec.limit, self.ready)
+                elif (self.evaluates_recording is not None
+                      and not self.evaluates_recording(rule.rule.expr)):
+                    continue  # recorded by the remote backend's own rule evaluator
                 else:
                     rule.eval(query, now_ms, self.context, group.spec.limit)
                 if group.writer is not None:
