@@ -98,6 +98,7 @@ def test_vector_scalar_and_special_floats_convert_to_the_engine_types(prom: Fake
     path, form, _ = prom.requests[0]
     assert path == "/api/v1/query" and form["query"] == ["up"]
     assert form["time"] == ["1700000000.500"]  # the evaluation time, not "now"
+    assert 0 < float(form["timeout"][0]) <= 2  # seconds as a float: Prometheus rejects "1.5s"
     prom.script = [ok("scalar", [1700000000, "2.5"])]
     assert api(prom.url).query("scalar(up)", 1_700_000_000_000) == 2.5
     prom.script = [ok("string", [1700000000, "hi"])]

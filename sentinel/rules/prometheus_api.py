@@ -153,7 +153,7 @@ class PrometheusAPI:
             while True:
                 remaining = deadline - time.monotonic()
                 try:
-                    data = self._attempt(path, {**form, "timeout": f"{max(remaining, 0.001):.3f}s"},
+                    data = self._attempt(path, {**form, "timeout": f"{max(remaining, 0.001):.3f}"},
                                          max(remaining, 0.001))
                 except QueryBackendError as e:
                     pause = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** attempt) * self._rng.random()
