@@ -241,3 +241,18 @@ def test_a_failing_backend_keeps_alerts_and_reports_err(tmp_path: Path) -> None:
     remote.value = []
     (resolved,) = rules.evaluate_group("g", 62_000)
     assert resolved.resolved_at_ms == 62_000  # resolves only when the backend says so
+
+
+def test_evidence_comes_from_query_range_around_the_onset(prom: FakeProm) -> None:
+    from sentinel.respond.diagnose.gather import SERIES_NAMES
+    from sentinel.respond.diagnose.gather_remote import remote_series
+
+    prom.script = [ok("matrix", [{"metric": {}, "values": [[1000, "0.5"], [1060, "0.97"]]}])]
+    read = remote_series(api(prom.url))
+    out = read('g"1', 1_060_000)
+    assert [s.name for s in out] == list(SERIES_NAMES)
+    assert out[0].points == ((-60, 0.5), (0, 0.97))
+    path, form, _ = prom.requests[0]
+    assert path == "/api/v1/query_range"
+    assert form["query"] == [f'max({{__name__="{SERIES_NAMES[0]}",target="g\\"1"}})']
+    assert form["start"] == ["760.000"] and form["end"] == ["1120.000"]

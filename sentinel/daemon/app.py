@@ -134,7 +134,8 @@ class App:
         )
         self.pipeline.reconcile(self._now_ms())
         if cfg.diagnosis is not None:
-            self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
+            self.diagnosis = DiagnosisWorker(
+                db, cfg, series=self.query.series_reader() or store_series(store))
         self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms)
@@ -285,10 +286,11 @@ class App:
 
         assert self.scrape_jobs is not None and self.pipeline is not None
         st = self._scrape_target(target)
-        # On the I/O loop like the static targets (APScheduler's add_job is thread-safe).
-        self.scrape_jobs.add("scrape", st.name, self._scrape_job, st.interval_ms,
-                             self._now_ms(), st)
-        self.missed.track([st.name], ())
+        if self.query is None or self.query.scrapes:  # a remote backend's Prometheus scrapes
+            # On the I/O loop like the static targets (APScheduler's add_job is thread-safe).
+            self.scrape_jobs.add("scrape", st.name, self._scrape_job, st.interval_ms,
+                                 self._now_ms(), st)
+            self.missed.track([st.name], ())
         if self.pipeline.remediator is not None:
             engine = self.pipeline.remediator.engine  # copy-on-write: readers see a whole map
             engine.targets = {**engine.targets, target.name: TargetInfo(

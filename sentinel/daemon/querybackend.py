@@ -53,6 +53,14 @@ class DaemonBackend:
         """The targets Sentinel scrapes itself: all, or none with a remote backend."""
         return list(targets) if self.scrapes else []
 
+    def series_reader(self) -> Any:
+        """Diagnosis evidence from the backend when it holds the data (None: the store)."""
+        if self.remote is None or self.scrapes:
+            return None
+        from sentinel.respond.diagnose.gather_remote import remote_series
+
+        return remote_series(self.remote)
+
     def write_metrics(self, store: Any, now_ms: int) -> None:
         """The backend's `up` and error counters into the store, for the self-alert."""
         if self.remote is not None:
