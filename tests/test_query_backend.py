@@ -256,3 +256,35 @@ def test_evidence_comes_from_query_range_around_the_onset(prom: FakeProm) -> Non
     assert path == "/api/v1/query_range"
     assert form["query"] == [f'max({{__name__="{SERIES_NAMES[0]}",target="g\\"1"}})']
     assert form["start"] == ["760.000"] and form["end"] == ["1120.000"]
+
+
+def test_rule_health_is_on_metrics_and_an_error_is_logged_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from sentinel.daemon.rulehealth import RuleHealthCollector
+
+    (tmp_path / "r.yaml").write_text(
+        "groups:\n- name: g\n  rules:\n  - alert: Queued\n    expr: x > 0\n")
+    groups = load_rule_files([str(tmp_path / "r.yaml")])
+    remote = Down()
+    routed = RoutedBackend(Engine(MemoryStore()), remote)
+    routed.learn(groups)
+    rules = RuleManager(groups, routed)
+    registry = CollectorRegistry()
+    registry.register(RuleHealthCollector(lambda: rules))
+
+    def health(h: str) -> float | None:
+        return registry.get_sample_value("sentinel_rule_health",
+                                         {"group": "g", "rule": "Queued", "health": h})
+
+    assert health("unknown") == 1
+    rules.evaluate_group("g", 0)
+    assert health("ok") == 1 and health("err") is None
+    remote.down = True
+    with caplog.at_level("WARNING", logger="sentinel.rules.manager"):
+        for t in (1000, 2000, 3000):
+            rules.evaluate_group("g", t)
+    assert health("err") == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "rule g/Queued: query backend: connection refused"]

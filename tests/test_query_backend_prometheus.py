@@ -231,6 +231,8 @@ def test_backend_outage_resolves_nothing_fires_the_self_alert_and_evaluation_res
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - paused)))
         health, error = _health(app, "Queued")
         assert health == RuleHealth.ERR and "no answer" in error, error
+        assert app.metrics.registry.get_sample_value(
+            "sentinel_rule_health", {"group": "load", "rule": "Queued", "health": "err"}) == 1
         assert _errors(app) > errors_before
         assert [a.state.value for a in rules.active_alerts() if a.rule == "Queued"] == ["firing"]
         prom.resume()

@@ -121,6 +121,9 @@ class App:
                             default_interval_ms=cfg.evaluation_interval_ms,
                             external_url=cfg.external_url, store=store)
         self.query.attach(rules)
+        from sentinel.daemon.rulehealth import RuleHealthCollector
+
+        self.metrics.registry.register(RuleHealthCollector(lambda: rules))
         # Restored alerts are not evaluated as absent before their target answered,
         # and open incidents are checked against them (issue 10).
         rules.restore(tracker.load_alert_states(), self._now_ms(), cfg.alert_restore.settings())

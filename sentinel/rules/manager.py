@@ -15,6 +15,7 @@ group has its own evaluation lock.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -27,6 +28,8 @@ from sentinel.rules.loader import RecordingRule, Rule, RuleGroup
 from sentinel.rules.recording import RecordingRuleState
 from sentinel.rules.restore import RestoreSettings, restore_for_state
 from sentinel.rules.writeback import Appender, SeriesWriter, rule_output
+
+log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 60_000
 
@@ -116,6 +119,9 @@ class RuleManager:
             def query(expr: Any, at_ms: int) -> Vector | float:
                 return self.engine.query(expr, at_ms - offset)
         with group.lock:
+            # Logged once per new error text, not every evaluation of a failing rule.
+            errors = {i: r.last_error for i, r in enumerate(group.rules)
+                      if r.health == RuleHealth.ERR}
             for i, rule in enumerate(group.rules):
                 start = time.perf_counter()
                 if isinstance(rule, AlertingRuleState):
@@ -125,6 +131,8 @@ class RuleManager:
                     continue  # recorded by the remote backend's own rule evaluator
                 else:
                     rule.eval(query, now_ms, self.context, group.spec.limit)
+                if rule.health == RuleHealth.ERR and rule.last_error != errors.get(i):
+                    log.warning("rule %s/%s: %s", name, rule.rule.name, rule.last_error)
                 if group.writer is not None:
                     samples = rule_output(rule, now_ms, offset)
                     if samples is not None:

@@ -182,7 +182,7 @@ class PrometheusAPI:
         try:
             resp = self._client.post(path, data=form, headers=self._auth(), timeout=timeout_s)
         except httpx.TimeoutException:
-            raise QueryBackendError(f"query backend: no answer within {timeout_s:.1f}s",
+            raise QueryBackendError("query backend: no answer (timed out)",
                                     retryable=True, reason="timeout") from None
         except httpx.TransportError as e:
             raise QueryBackendError(f"query backend: {type(e).__name__}: {e}",
