@@ -120,7 +120,7 @@ class App:
         rules = RuleManager(groups, self.query.backend,
                             default_interval_ms=cfg.evaluation_interval_ms,
                             external_url=cfg.external_url, store=store)
-        self.query.attach(rules)
+        self.query.attach(rules, groups)
         from sentinel.daemon.rulehealth import RuleHealthCollector
 
         self.metrics.registry.register(RuleHealthCollector(lambda: rules))

@@ -15,13 +15,17 @@ matters. With one:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from sentinel.config import Config
 from sentinel.rules.backend import QueryBackend, RoutedBackend
+from sentinel.rules.loader import RecordingRule
 from sentinel.rules.prometheus_api import BackendMetrics, PrometheusAPI
+
+log = logging.getLogger(__name__)
 
 
 class DaemonBackend:
@@ -44,10 +48,16 @@ class DaemonBackend:
         if self.routed is not None:
             self.routed.learn(groups)
 
-    def attach(self, rules: Any) -> None:
+    def attach(self, rules: Any, groups: Any) -> None:
         """Tell the rule manager which recording rules Sentinel evaluates itself."""
-        if self.routed is not None:
-            rules.evaluates_recording = self.routed.evaluates_recording
+        if self.routed is None:
+            return
+        rules.evaluates_recording = self.routed.evaluates_recording
+        left = [r.name for g in groups for r in g.rules
+                if isinstance(r, RecordingRule) and not self.routed.evaluates_recording(r.expr)]
+        if left:
+            log.info("recording rules left to the query backend's ruler (load the same rule "
+                     "files there): %s", ", ".join(left))
 
     def scraped_targets(self, targets: Any) -> list[Any]:
         """The targets Sentinel scrapes itself: all, or none with a remote backend."""
