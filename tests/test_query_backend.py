@@ -288,3 +288,49 @@ def test_rule_health_is_on_metrics_and_an_error_is_logged_once(
     assert health("err") == 1
     assert [r.getMessage() for r in caplog.records] == [
         "rule g/Queued: query backend: connection refused"]
+
+
+def test_google_credentials_get_a_token_from_the_token_uri_and_send_it(
+        prom: FakeProm, tmp_path: Path) -> None:
+    """Managed Service for Prometheus: a service-account key; its token from a local token_uri."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    grants: list[dict[str, list[str]]] = []
+
+    class Token(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            n = int(self.headers.get("Content-Length", 0))
+            grants.append(parse_qs(self.rfile.read(n).decode()))
+            body = json.dumps({"access_token": "ya29.loopback", "expires_in": 3600,
+                               "token_type": "Bearer"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Token)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+        (tmp_path / "sa.json").write_text(json.dumps({
+            "type": "service_account", "project_id": "p", "private_key_id": "1",
+            "private_key": pem, "client_email": "sentinel@p.iam.gserviceaccount.com",
+            "client_id": "1", "token_uri": f"http://127.0.0.1:{server.server_address[1]}/token",
+        }))
+        prom.script = [ok("vector", [])]
+        a = api(prom.url, google_credentials=str(tmp_path / "sa.json"))
+        a.query("up", 0)
+        a.query("up", 1000)
+        assert [r[2]["Authorization"] for r in prom.requests] == ["Bearer ya29.loopback"] * 2
+        assert len(grants) == 1  # cached until it expires
+        assert grants[0]["grant_type"] == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]
+    finally:
+        server.shutdown()
+        server.server_close()
