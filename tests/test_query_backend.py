@@ -196,6 +196,7 @@ def test_own_series_stay_in_the_embedded_store() -> None:
     assert not reads_only_local("up == 0")
     assert not reads_only_local("sentinel_x > 0 and on() up")
     assert not reads_only_local('{__name__=~"sentinel_.*"}')
+    assert not reads_only_local("limitk(2, sentinel_x)")  # not in Sentinel's subset
 
 
 class Down:

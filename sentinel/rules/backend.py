@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from sentinel.model import Vector
 from sentinel.promql import nodes as n
 from sentinel.promql.compile import compile_expr
+from sentinel.promql.errors import PromQLError
 from sentinel.rules.needs import _name_matchers, _selectors
 
 # Series that only Sentinel writes: they stay in the embedded store.
@@ -51,7 +52,10 @@ def reads_only_local(expr: str | n.Expr) -> bool:
 
     An expression without selectors (`vector(1)`) is local too: it needs no data.
     """
-    node = compile_expr(expr) if isinstance(expr, str) else expr
+    try:
+        node = compile_expr(expr) if isinstance(expr, str) else expr
+    except PromQLError:
+        return False  # beyond Sentinel's subset (e.g. an API query): only the backend can run it
     for sel in _selectors(node):
         name, _ = _name_matchers(sel)
         if name is None or not (name in LOCAL_NAMES or name.startswith(LOCAL_PREFIXES)):
