@@ -101,6 +101,9 @@ def test_vector_scalar_and_special_floats_convert_to_the_engine_types(prom: Fake
     assert 0 < float(form["timeout"][0]) <= 2  # seconds as a float: Prometheus rejects "1.5s"
     prom.script = [ok("scalar", [1700000000, "2.5"])]
     assert api(prom.url).query("scalar(up)", 1_700_000_000_000) == 2.5
+    prom.script = [ok("vector", [{"metric": {}}])]
+    with pytest.raises(QueryBackendError, match="malformed result"):
+        api(prom.url).query("up", 1_700_000_000_000)
     prom.script = [ok("string", [1700000000, "hi"])]
     with pytest.raises(QueryBackendError, match="instant vector or a scalar"):
         api(prom.url).query('"hi"', 1_700_000_000_000)
@@ -128,6 +131,7 @@ def test_5xx_and_429_are_retried_then_answered(prom: FakeProm) -> None:
 @pytest.mark.parametrize("status", [400, 422])
 def test_a_bad_query_is_permanent_at_once(prom: FakeProm, status: int) -> None:
     a = api(prom.url)
+    a.metrics.up.set(0)  # as after an outage
     prom.script = [(status, {"status": "error", "errorType": "bad_data",
                              "error": "parse error at char 3"})]
     with pytest.raises(QueryBackendError, match=f"HTTP {status}: bad_data: parse error") as e:

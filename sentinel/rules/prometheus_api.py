@@ -127,7 +127,12 @@ class PrometheusAPI:
             raise QueryBackendError(f"{down[1]} (earlier query at this evaluation)",
                                     retryable=True, reason=down[1].reason)
         data = self._call("/api/v1/query", {"query": str(expr), "time": _seconds(at_ms)}, at_ms)
-        return parse_instant(data)
+        try:
+            return parse_instant(data)
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            self.metrics.errors.labels("bad_response").inc()
+            raise QueryBackendError(f"query backend: malformed result: {e!r}"[:300],
+                                    retryable=False, reason="bad_response") from None
 
     def query_range(self, expr: str, start_ms: int, end_ms: int, step_ms: int
                     ) -> list[RangeSeries]:
@@ -169,8 +174,8 @@ class PrometheusAPI:
                 return data
         except QueryBackendError as e:
             m.errors.labels(e.reason).inc()
+            m.up.set(0 if e.retryable else 1)  # a 4xx is an answer: the backend is up
             if e.retryable:
-                m.up.set(0)
                 if at_ms is not None:
                     with self._lock:
                         self._down = (at_ms, e)
