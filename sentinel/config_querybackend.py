@@ -7,6 +7,7 @@
       #    needs the google-auth package)
       timeout: 10s                         # budget of one query, retries included
       headers: {X-Scope-OrgID: team-a}     # e.g. Mimir's tenant
+      method: POST                         # or GET (the parameters in the URL)
       scrape: false                        # also scrape `targets:` into the embedded store
 
 Absent: rules read the embedded store (the default). With a backend, Sentinel
@@ -19,7 +20,7 @@ the embedded store; see sentinel/rules/backend.py.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -45,6 +46,9 @@ class QueryBackendConfig(Strict):
     google_credentials: str | None = None
     timeout_ms: PositiveDuration = Field(DEFAULT_TIMEOUT_MS, alias="timeout")
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    # POST form (Prometheus's recommendation for long expressions) or GET with the
+    # parameters in the URL (Managed Service for Prometheus documents GET).
+    method: Literal["POST", "GET"] = "POST"
     scrape: bool = False
 
     @field_validator("url")

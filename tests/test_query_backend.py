@@ -54,6 +54,16 @@ class FakeProm:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def do_GET(self) -> None:  # noqa: N802
+                path, _, query = self.path.partition("?")
+                fake.requests.append((path, parse_qs(query), dict(self.headers)))
+                status, body = fake.script.pop(0) if len(fake.script) > 1 else fake.script[0]
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def log_message(self, *args: object) -> None:
                 pass
 
@@ -339,3 +349,11 @@ def test_google_credentials_get_a_token_from_the_token_uri_and_send_it(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_get_puts_the_parameters_in_the_url(prom: FakeProm) -> None:
+    prom.script = [ok("scalar", [1, "1"])]
+    assert api(prom.url, method="GET").query("vector(1)", 1_000) == 1.0
+    path, params, _ = prom.requests[0]
+    assert path == "/api/v1/query" and params["query"] == ["vector(1)"]
+    assert params["time"] == ["1.000"]

@@ -4,7 +4,9 @@
     api.query('sum by (target) (vllm:num_requests_waiting) > 0', at_ms=now_ms)
 
 Each instant query is a POST form (`query`, `time` = the evaluation time in
-seconds, `timeout`), as Prometheus's own clients send long expressions. The
+seconds, `timeout` in float seconds), as Prometheus's own clients send long
+expressions; `method: GET` puts them in the URL instead (Managed Service for
+Prometheus documents GET). The
 JSON answer (`{"status", "data": {"resultType", "result"}}`) becomes the
 engine's types: a vector → `Vector` (labels incl. `__name__`, values parsed
 from strings: "NaN", "+Inf", "-Inf"), a scalar → float; a string result is an
@@ -185,7 +187,12 @@ class PrometheusAPI:
 
     def _attempt(self, path: str, form: dict[str, str], timeout_s: float) -> dict[str, Any]:
         try:
-            resp = self._client.post(path, data=form, headers=self._auth(), timeout=timeout_s)
+            if self.config.method == "GET":
+                resp = self._client.get(path, params=form, headers=self._auth(),
+                                        timeout=timeout_s)
+            else:
+                resp = self._client.post(path, data=form, headers=self._auth(),
+                                         timeout=timeout_s)
         except httpx.TimeoutException:
             raise QueryBackendError("query backend: no answer (timed out)",
                                     retryable=True, reason="timeout") from None
