@@ -43,6 +43,7 @@ from sentinel.config_probe import (
     DEFAULT_PROBE_INTERVAL_MS,
     ProbeConfig,
 )
+from sentinel.config_querybackend import QueryBackendConfig
 from sentinel.config_remediation import RemediationConfig, check_against_targets
 from sentinel.configbase import (
     Duration,
@@ -163,6 +164,8 @@ class Config(Strict):
     api: ApiConfig = ApiConfig.model_validate({})
     # How a restart restores alerts' `for` state (Prometheus's flags; issue 10).
     alert_restore: AlertRestoreConfig = AlertRestoreConfig.model_validate({})
+    # Rules query a Prometheus-compatible API instead of the embedded store (issue 16).
+    query_backend: QueryBackendConfig | None = None
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

@@ -28,6 +28,7 @@ from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.probejobs import ProbeJobs
+from sentinel.daemon.querybackend import DaemonBackend
 from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
@@ -81,6 +82,7 @@ class App:
         self.metrics = SelfMetrics()
         self.pipeline: Pipeline | None = None
         self.engine: Engine | None = None
+        self.query: DaemonBackend | None = None  # what rules read (query_backend:, issue 16)
         self.sources: SourceJobs | None = None
         self.probes: ProbeJobs | None = None
         self.metric_check: MetricCheckJob | None = None
@@ -124,12 +126,19 @@ class App:
         store = MemoryStore(retention_ms=self._retention_ms(groups))
         store.set_filter(self._series_filter(groups))
         self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms)
-        rules = RuleManager(groups, self.engine, default_interval_ms=cfg.evaluation_interval_ms,
+        self.query = DaemonBackend(cfg, self.engine, self.metrics.registry)
+        self.query.learn(groups)
+        rules = RuleManager(groups, self.query.backend,
+                            default_interval_ms=cfg.evaluation_interval_ms,
                             external_url=cfg.external_url, store=store)
+        self.query.attach(rules, groups)
+        from sentinel.daemon.rulehealth import RuleHealthCollector
+
+        self.metrics.registry.register(RuleHealthCollector(lambda: rules))
         # Restored alerts are not evaluated as absent before their target answered,
         # and open incidents are checked against them (issue 10).
         rules.restore(tracker.load_alert_states(), self._now_ms(), cfg.alert_restore.settings())
-        readiness = DataReadiness(t.name for t in cfg.targets)
+        readiness = DataReadiness(t.name for t in self.query.scraped_targets(cfg.targets))
         rules.ready = readiness.ready
         self._groups = groups
         self.pipeline = Pipeline(
@@ -139,7 +148,8 @@ class App:
         )
         self.pipeline.reconcile(self._now_ms())
         if cfg.diagnosis is not None:
-            self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
+            self.diagnosis = DiagnosisWorker(
+                db, cfg, series=self.query.series_reader() or store_series(store))
         self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms)
@@ -159,7 +169,8 @@ class App:
         loop_sched.add_listener(self.heartbeats.scheduler_listener(
             loop_sched, lambda job_id: job_id == LOOP_HEARTBEAT_JOB), heartbeat.HEARTBEAT_EVENTS)
         self.scrape_jobs.add("io-loop", "heartbeat", _alive, LOOP_HEARTBEAT_MS, self._now_ms())
-        self.scrape_jobs.start((self._scrape_target(t) for t in cfg.targets), self._now_ms())
+        self.scrape_jobs.start((self._scrape_target(t)
+                                for t in self.query.scraped_targets(cfg.targets)), self._now_ms())
         self._start_discovery()
         self.notifier.start()
         self._not_ready = None
@@ -212,6 +223,8 @@ class App:
             self.probes.close()
         if self.diagnosis is not None:
             self.diagnosis.close()
+        if self.query is not None:
+            self.query.close()
         log.info("sentinel stopped")
 
     def reload(self) -> bool:
@@ -223,6 +236,8 @@ class App:
             return False
         assert self.pipeline is not None and self._scheduler is not None
         with self._lock:
+            if self.query is not None:
+                self.query.learn(groups)
             self.pipeline.rules.reload(groups)
             store = self.pipeline.store
             store.retention_ms = self._retention_ms(groups)
@@ -277,7 +292,8 @@ class App:
 
         assert self.engine is not None
         service = ApiService(
-            db, query_fn=self.engine.query, targets=[t.name for t in self.config.targets],
+            db, query_fn=(self.query.backend.query if self.query is not None
+                          else self.engine.query), targets=[t.name for t in self.config.targets],
             rule_exprs=rule_expr_lookup(lambda: self._groups),
             on_approved=self.approvals.kick if self.approvals is not None else (lambda: None),
             clock=self.clock, external_url=self.config.external_url)
@@ -300,10 +316,11 @@ class App:
 
         assert self.scrape_jobs is not None and self.pipeline is not None
         st = self._scrape_target(target)
-        # On the I/O loop like the static targets (APScheduler's add_job is thread-safe).
-        self.scrape_jobs.add("scrape", st.name, self._scrape_job, st.interval_ms,
-                             self._now_ms(), st)
-        self.missed.track([st.name], ())
+        if self.query is None or self.query.scrapes:  # a remote backend's Prometheus scrapes
+            # On the I/O loop like the static targets (APScheduler's add_job is thread-safe).
+            self.scrape_jobs.add("scrape", st.name, self._scrape_job, st.interval_ms,
+                                 self._now_ms(), st)
+            self.missed.track([st.name], ())
         if self.pipeline.remediator is not None:
             engine = self.pipeline.remediator.engine  # copy-on-write: readers see a whole map
             engine.targets = {**engine.targets, target.name: TargetInfo(
@@ -342,7 +359,9 @@ class App:
         # Scrapes are spread over their interval: the first evaluation waits until
         # every target has been scraped once, or a restored firing alert would
         # resolve for lack of data and page again.
-        warmup_ms = max((t.scrape_interval_ms for t in self.config.targets), default=0)
+        scraped = (self.query.scraped_targets(self.config.targets) if self.query is not None
+                   else self.config.targets)
+        warmup_ms = max((t.scrape_interval_ms for t in scraped), default=0)
         self._schedule_rule_groups(sched, warmup_ms)
         assert self.sources is not None
         self.sources.schedule(sched, self._guard, _now_dt())
@@ -414,6 +433,8 @@ class App:
         write_to_store((self.missed.scrapes, self.missed.iterations, m.scrapes,
                         m.evaluation_failures, m.rule_failures, m.outbox_oldest_age,
                         self._heartbeat_metrics), self.pipeline.store, self._now_ms())
+        if self.query is not None:
+            self.query.write_metrics(self.pipeline.store, self._now_ms())
 
     def _watchdog(self) -> None:
         """Feed systemd's watchdog only while healthy: a stuck worker gets Sentinel restarted."""

@@ -15,9 +15,10 @@ group has its own evaluation lock.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,6 +28,8 @@ from sentinel.rules.loader import RecordingRule, Rule, RuleGroup
 from sentinel.rules.recording import RecordingRuleState
 from sentinel.rules.restore import RestoreSettings, restore_for_state
 from sentinel.rules.writeback import Appender, SeriesWriter, rule_output
+
+log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 60_000
 
@@ -89,6 +92,9 @@ class RuleManager:
         self._groups: dict[str, _Group] = {}
         # Set by the daemon: whether a restored alert's data has answered since start.
         self.ready: ReadyFunc | None = None
+        # Set with a remote query backend: whether Sentinel evaluates a recording rule
+        # (expression text → bool); the others run in the backend (rules/backend.py).
+        self.evaluates_recording: Callable[[str], bool] | None = None
         self.reload(groups)
 
     @property
@@ -113,12 +119,20 @@ class RuleManager:
             def query(expr: Any, at_ms: int) -> Vector | float:
                 return self.engine.query(expr, at_ms - offset)
         with group.lock:
+            # Logged once per new error text, not every evaluation of a failing rule.
+            errors = {i: r.last_error for i, r in enumerate(group.rules)
+                      if r.health == RuleHealth.ERR}
             for i, rule in enumerate(group.rules):
                 start = time.perf_counter()
                 if isinstance(rule, AlertingRuleState):
                     out += rule.eval(query, now_ms, self.context, group.spec.limit, self.ready)
+                elif (self.evaluates_recording is not None
+                      and not self.evaluates_recording(rule.rule.expr)):
+                    continue  # recorded by the remote backend's own rule evaluator
                 else:
                     rule.eval(query, now_ms, self.context, group.spec.limit)
+                if rule.health == RuleHealth.ERR and rule.last_error != errors.get(i):
+                    log.warning("rule %s/%s: %s", name, rule.rule.name, rule.last_error)
                 if group.writer is not None:
                     samples = rule_output(rule, now_ms, offset)
                     if samples is not None:

@@ -1,0 +1,98 @@
+"""The real `prometheus` (Debian's package) on loopback, for the remote query backend tests.
+
+Skipped without the binary, unless CI=true, where that is a failure (as the
+PostgreSQL and promtool tests do).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def prometheus_binary() -> str:
+    """The path of `prometheus`, or skip (fail under CI=true)."""
+    path = shutil.which("prometheus")
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("prometheus is required in CI (Debian package prometheus)")
+        pytest.skip("prometheus not installed (apt-get install prometheus)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Prometheus:
+    """One Prometheus process scraping `targets` (name → host:port) every `interval`."""
+
+    def __init__(self, work: Path, targets: dict[str, str], interval: str = "1s",
+                 rule_files: tuple[str, ...] = ()) -> None:
+        self.binary = prometheus_binary()
+        self.work = work
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        statics = "".join(
+            f"      - {{targets: ['{addr}'], labels: {{target: '{name}'}}}}\n"
+            for name, addr in targets.items())
+        rules = ", ".join(f"'{p}'" for p in rule_files)
+        (work / "prometheus.yml").write_text(
+            f"global: {{scrape_interval: {interval}, scrape_timeout: {interval}, "
+            f"evaluation_interval: {interval}}}\n"
+            f"rule_files: [{rules}]\n"
+            "scrape_configs:\n  - job_name: vllm\n    static_configs:\n" + statics)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = work / "prometheus.log"
+
+    def start(self) -> Prometheus:
+        """Start (or restart on the same data dir and port) and wait until it is ready."""
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [self.binary, f"--config.file={self.work / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={self.work / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+                stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("prometheus did not become ready in 30 s")
+
+    def pause(self) -> None:
+        """SIGSTOP: the socket still accepts connections, nothing answers (a hung backend)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after pause()."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Terminate this process (resumed first if paused) and wait for it."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
