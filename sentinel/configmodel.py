@@ -30,6 +30,7 @@ from sqlalchemy.exc import ArgumentError
 from sentinel.api.config import ApiConfig
 from sentinel.config_alert_restore import AlertRestoreConfig
 from sentinel.config_diagnosis import DiagnosisConfig
+from sentinel.config_ha import HAConfig
 from sentinel.config_kubernetes import KubernetesSDConfig
 from sentinel.config_notify import (
     DEFAULT_WEBHOOK_TIMEOUT_MS,
@@ -163,6 +164,8 @@ class Config(Strict):
     api: ApiConfig = ApiConfig.model_validate({})
     # How a restart restores alerts' `for` state (Prometheus's flags; issue 10).
     alert_restore: AlertRestoreConfig = AlertRestoreConfig.model_validate({})
+    # A leader lease on the shared PostgreSQL (sentinel.config_ha); absent: act alone.
+    ha: HAConfig | None = None
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

@@ -52,6 +52,8 @@ from sentinel.store import MemoryStore, SeriesFilter
 log = logging.getLogger(__name__)
 
 HOUSEKEEPING_INTERVAL_S = 30
+# Jobs that write incidents or their timelines: with `ha:`, only the leader runs them.
+LEADER_JOBS = frozenset({"logs", "diagnose"})
 # Evaluation reads samples written up to one scrape interval ago; keep some
 # slack beyond the longest rule range so `rate(x[15m])` sees a full window.
 RETENTION_SLACK_MS = 60_000
@@ -92,6 +94,10 @@ class App:
         self._groups: list[RuleGroup] = []
         self._lock = threading.Lock()
         self._not_ready: str | None = "starting"
+        # HA (issue 16): the leader lease, and whether this daemon took over as leader.
+        self.lease: Any = None  # sentinel.daemon.leader.LeaderLease, with `ha:` configured
+        self.leading = False
+        self.started_ms = 0
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -104,10 +110,14 @@ class App:
         check_bind(host, cfg.api.tokens)  # before anything: a clear refusal, nothing half-started
         db = Database(cfg.database)
         db.upgrade()
+        self.started_ms = self._now_ms()
+        # With `ha:`, the leader's work goes through a database fenced by the lease.
+        work_db = self._lease_for(db)
         # With diagnosis on, each message carries its incident's newest runbook.
-        self.notifier = Notifier(cfg, db, self.metrics, self._now_ms,
-                                 session_runbook_annotations if cfg.diagnosis else None)
-        tracker = IncidentTracker(db, outbox=self.notifier.outbox)
+        self.notifier = Notifier(cfg, work_db, self.metrics, self._now_ms,
+                                 session_runbook_annotations if cfg.diagnosis else None,
+                                 active=self.acting if self.lease is not None else None)
+        tracker = IncidentTracker(work_db, outbox=self.notifier.outbox)
         groups = load_rule_files(rule_paths(cfg))
         self.io = IOLoop().start()
         store = MemoryStore(retention_ms=self._retention_ms(groups))
@@ -117,7 +127,9 @@ class App:
                             external_url=cfg.external_url, store=store)
         # Restored alerts are not evaluated as absent before their target answered,
         # and open incidents are checked against them (issue 10).
-        rules.restore(tracker.load_alert_states(), self._now_ms(), cfg.alert_restore.settings())
+        if self.lease is None:  # with `ha:`, the leader restores when it takes over
+            rules.restore(tracker.load_alert_states(), self._now_ms(),
+                          cfg.alert_restore.settings())
         readiness = DataReadiness(t.name for t in cfg.targets)
         rules.ready = readiness.ready
         self._groups = groups
@@ -126,10 +138,11 @@ class App:
             receivers=(), metrics=self.metrics, on_queued=self.notifier.kick,
             readiness=readiness, reconcile_pending=True,
         )
-        self.pipeline.reconcile(self._now_ms())
         if cfg.diagnosis is not None:
-            self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
-        self._start_remediation(db)
+            self.diagnosis = DiagnosisWorker(work_db, cfg, series=store_series(store))
+        if self.lease is None:
+            self.pipeline.reconcile(self._now_ms())
+            self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms)
         self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
@@ -137,7 +150,8 @@ class App:
                                            self._now_ms)
         surfaces = self._surfaces(db, host)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready,
-                                   surfaces.routes, surfaces.lifespans)
+                                   surfaces.routes, surfaces.lifespans,
+                                   role=self.lease.describe if self.lease is not None else None)
         self.status.start()
         self.missed.track((t.name for t in cfg.targets), rules.groups)
         quiet_apscheduler()
@@ -146,6 +160,8 @@ class App:
         self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)
         self.scrape_jobs.start((self._scrape_target(t) for t in cfg.targets), self._now_ms())
         self._start_discovery()
+        if self.lease is not None:
+            self.lease.start()  # one round now: a lone daemon leads from the first evaluation
         self.notifier.start()
         self._not_ready = None
         systemd.notify("READY=1")
@@ -158,6 +174,8 @@ class App:
         """Stop scheduling, let running jobs finish (bounded), close the status server."""
         systemd.notify("STOPPING=1")
         self._not_ready = "stopping"
+        if self.lease is not None:  # hand the lease back: a standby takes over at once
+            self.lease.stop(timeout_s)
         if self.discovered is not None:
             self.discovered.stop(timeout_s)
         # Scrapes first: stop scheduling them, then cancel those in flight and
@@ -224,6 +242,24 @@ class App:
         """None when ready to serve, else why not."""
         return self._not_ready
 
+    def acting(self) -> bool:
+        """Whether this daemon evaluates, records and responds: always, or as the HA leader."""
+        return self.lease is None or (self.leading and self.lease.is_leader())
+
+    def _lease_for(self, db: Database) -> Database:
+        """With `ha:`, the leader lease and a database fenced by it; else `db` itself."""
+        if self.config.ha is None:
+            return db
+        from sentinel.daemon import takeover
+        from sentinel.daemon.leader import FencedDatabase, LeaderLease
+        from sentinel.respond.remediate.lease import owner_id
+
+        self.lease = LeaderLease(
+            db, self.config.ha.lease_ms, self.config.ha.name, owner_id(),
+            registry=self.metrics.registry, on_elected=lambda epoch: takeover.elected(self, epoch),
+            on_demoted=lambda: takeover.demoted(self))
+        return FencedDatabase(db, self.lease.fence)
+
     def _start_remediation(self, db: Database) -> None:
         """The remediation engine, when a response policy names anything to do."""
         if not self.config.remediation.policies:
@@ -238,6 +274,7 @@ class App:
         engine = build_engine(self.config, db, pager, RemediationMetrics(self.metrics.registry),
                               self.clock)
         engine.external_url = self.config.external_url
+        engine.may_act = self.acting
         self.pipeline.remediator = Remediator(engine).start()
         from sentinel.respond.remediate.approval_runner import ApprovalRunner
 
@@ -368,6 +405,8 @@ class App:
 
     def _evaluate_job(self, group: str, interval_ms: int) -> None:
         assert self.pipeline is not None
+        if not self.acting():
+            return  # a standby: the leader evaluates (sentinel/daemon/leader.py)
         now_ms = int(self.clock() * 1000) // interval_ms * interval_ms
         # No App lock here: a slow group must not hold the others back (the
         # pipeline serialises the database side; RuleManager guards reloads).
@@ -388,6 +427,8 @@ class App:
     def _guard(self, name: str, job: Callable[..., None]) -> Callable[..., None]:
         """Wrap a job so nothing escapes into the scheduler unrecorded."""
         def run(*args: object) -> None:
+            if name in LEADER_JOBS and not self.acting():
+                return  # they write incidents: only the HA leader runs them
             try:
                 job(*args)
             except Exception:
