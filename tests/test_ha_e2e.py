@@ -1,0 +1,213 @@
+"""HA on PostgreSQL with two real daemons (issue 16's must-shows).
+
+- 20 fire/resolve rounds on 10 simulated targets, the leader `kill -9`'d at five
+  seeded random moments (and restarted, so two run most of the time): every
+  firing and resolved page arrives, one idempotency key per transition, every
+  remediation runs once per claimed decision, no timeline event twice, and
+  takeover within one lease plus one evaluation interval.
+- A leader stopped (SIGSTOP) for longer than its lease, then woken: it steps
+  down and neither pages nor acts.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections import Counter
+
+import pytest
+from ha_helpers import (
+    EVAL_S,
+    LEASE_S,
+    Daemon,
+    action_lines,
+    db_report,
+    page_report,
+    wait,
+    write_setup,
+)
+
+from sentinel.incidents.db import Database
+from sentinel.sim.server import start_sim
+
+pytestmark = pytest.mark.integration
+
+ROUNDS = 20
+TARGETS = 10
+KILLS = 5
+
+
+def _distinct(sink, status: str) -> Counter[str]:
+    """Per target, how many distinct occurrences (startsAt) were paged with this status."""
+    seen = {(t, s) for (t, st, s) in page_report(sink)["transitions"] if st == status}
+    return Counter(t for t, _ in seen)
+
+
+def _leader(a: Daemon, b: Daemon) -> tuple[Daemon, Daemon]:
+    if a.leads():
+        return a, b
+    wait(lambda: a.leads() or b.leads(), LEASE_S * 3, "a leader")
+    return (a, b) if a.leads() else (b, a)
+
+
+def _evaluations(d: Daemon) -> float:
+    return d.metric("sentinel_rule_group_evaluations_total", '{group="ha"}') or 0.0
+
+
+@pytest.fixture
+def sims():
+    servers = {f"t{i}": start_sim() for i in range(TARGETS)}
+    yield servers
+    for s in servers.values():
+        s.stop()
+
+
+@pytest.fixture
+def db(fresh_postgres_url):
+    d = Database(fresh_postgres_url)
+    d.upgrade()
+    yield d
+    d.dispose()
+
+
+def _start_pair(tmp_path, db, sims, sink) -> tuple[Daemon, Daemon, object]:
+    out = write_setup(tmp_path, db.url.render_as_string(hide_password=False),
+                      {n: s.url for n, s in sims.items()}, sink.url)
+    a = Daemon(tmp_path, "a").start()
+    wait(a.leads, 30, "the first daemon to lead")
+    b = Daemon(tmp_path, "b").start()
+    wait(lambda: "ha: standby" in b.readyz(), 30, "the second daemon to stand by")
+    return a, b, out
+
+
+@pytest.mark.slow
+def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
+        tmp_path, db, sims, sink):
+    rng = random.Random(16)
+    a, b, out = _start_pair(tmp_path, db, sims, sink)
+    kills = set(rng.sample([(r, p) for r in range(1, ROUNDS) for p in ("firing", "resolved")],
+                           KILLS))
+    takeovers: list[tuple[float, float]] = []
+    started = time.monotonic()
+    try:
+        time.sleep(1.0)  # both stores warm
+        for r in range(ROUNDS):
+            for status, value in (("firing", 0.93), ("resolved", 0.10)):
+                for s in sims.values():
+                    s.set_state(kv_cache_usage=value)
+                if (r, status) in kills:
+                    time.sleep(rng.uniform(0.0, 2.5))  # anywhere in pending, firing, paging
+                    leader, other = _leader(a, b)
+                    before = _evaluations(other)
+                    t0 = time.monotonic()
+                    leader.kill9()
+                    wait(other.leads, LEASE_S + EVAL_S + 5, "the standby to take over")
+                    t_lease = time.monotonic() - t0
+                    wait(lambda: _evaluations(other) > before, EVAL_S + 5,
+                         "the new leader's first evaluation")
+                    takeovers.append((t_lease, time.monotonic() - t0))
+                    leader.start()  # back as the standby: two run again
+                wait(lambda: min(_distinct(sink, status)[t] for t in sims) >= r + 1, 30,
+                     f"round {r}: every {status} page")
+        took = time.monotonic() - started
+        wait(lambda: sum(action_lines(out).values()) >= ROUNDS * TARGETS, 20, "every action")
+        time.sleep(LEASE_S)  # anything late (a duplicate) has time to show up
+    finally:
+        a.stop()
+        b.stop()
+
+    report = page_report(sink)
+    transitions = report["transitions"]
+    firing = _distinct(sink, "firing")
+    resolved = _distinct(sink, "resolved")
+    redelivered = {k: n for k, n in report["deliveries"].items() if n > 1}
+    dbr = db_report(db)
+    lines = action_lines(out)
+    print(f"\nHA e2e: {ROUNDS} rounds x {TARGETS} targets in {took:.1f}s, kills at {sorted(kills)}")
+    for i, (lease_s, eval_s) in enumerate(takeovers):
+        print(f"  takeover {i + 1}: lease held by the standby after {lease_s:.2f}s, "
+              f"first evaluation after {eval_s:.2f}s (bound {LEASE_S + EVAL_S:.1f}s)")
+    print(f"  pages: {sum(report['deliveries'].values())} deliveries, "
+          f"{len(report['deliveries'])} keys, redelivered keys {redelivered}")
+    print(f"  incidents {dbr['incidents']}, attempts {dbr['attempts']}, "
+          f"action runs {sum(lines.values())}, leases {dbr['leases']}")
+
+    # Every firing and resolved page arrived: one occurrence per round per target.
+    assert all(firing[t] == ROUNDS and resolved[t] == ROUNDS for t in sims), (firing, resolved)
+    # At most once per dedup key: no transition was paged under two keys...
+    assert all(len(keys) == 1 for keys in transitions.values()), \
+        {k: v for k, v in transitions.items() if len(v) > 1}
+    # ...and a key was delivered again only when a kill caught its delivery in flight
+    # (the receiver de-duplicates on it; at-least-once across a crash mid-send).
+    assert sum(n - 1 for n in redelivered.values()) <= KILLS, redelivered
+    assert dbr["incidents"] == {"resolved": ROUNDS * TARGETS}
+    assert dbr["dup_events"] == [], dbr["dup_events"]
+    # Each remediation ran exactly once per allowed decision (claimed attempt).
+    assert dbr["multi_attempts"] == []
+    by_target: dict[str, dict[str, int]] = {}
+    for target, status, n in dbr["attempts"]:
+        by_target.setdefault(target, {})[status] = n
+    abandoned = sum(st.get("failed", 0) for st in by_target.values())
+    for t in sims:
+        done = by_target.get(t, {}).get("succeeded", 0)
+        total = sum(by_target.get(t, {}).values())
+        assert done <= lines[t] <= total, (t, lines[t], by_target.get(t))
+    assert sum(lines.values()) >= ROUNDS * TARGETS - abandoned
+    assert abandoned <= KILLS
+    for lease_s, eval_s in takeovers:
+        assert eval_s <= LEASE_S + EVAL_S + 0.3, takeovers  # 0.3 s: polling and scheduling
+
+
+@pytest.mark.slow
+def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
+        tmp_path, db, sims, sink):
+    a, b, out = _start_pair(tmp_path, db, sims, sink)
+    try:
+        time.sleep(1.0)
+        for s in sims.values():
+            s.set_state(kv_cache_usage=0.93)
+        wait(lambda: min(_distinct(sink, "firing")[t] for t in sims) >= 1, 20, "firing pages")
+        wait(lambda: sum(action_lines(out).values()) >= TARGETS, 20, "the first actions")
+        for s in sims.values():  # the leader has work in hand when it stops
+            s.set_state(kv_cache_usage=0.10)
+        time.sleep(0.9)
+        a.signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        wait(b.leads, LEASE_S + EVAL_S + 5, "the standby to take over")
+        took = time.monotonic() - t0
+        wait(lambda: min(_distinct(sink, "resolved")[t] for t in sims) >= 1, 20,
+             "resolved pages from the new leader")
+        for s in sims.values():  # a second occurrence while a sleeps: b pages and acts
+            s.set_state(kv_cache_usage=0.93)
+        wait(lambda: min(_distinct(sink, "firing")[t] for t in sims) >= 2, 20,
+             "second firing pages")
+        stopped_for = time.monotonic() - t0
+        assert stopped_for > LEASE_S * 1.5
+        mark = len(a.log_text())
+        before_pages = len(sink.received)
+        a.signal(signal.SIGCONT)
+        wait(lambda: "ha: standby" in a.readyz(), 10, "the woken daemon to say standby")
+        time.sleep(LEASE_S * 1.5)  # time for anything it had in hand to go out
+        woken_log = a.log_text()[mark:]
+        stepped = a.metric("sentinel_ha_leader_changes_total", '{change="stepped_down"}')
+        leader_gauge = a.metric("sentinel_ha_leader")
+        wait(lambda: sum(action_lines(out).values()) >= 2 * TARGETS, 20, "the second actions")
+    finally:
+        a.stop()
+        b.stop()
+    report = page_report(sink)
+    print(f"\nSIGSTOP: takeover after {took:.2f}s; leader stopped {stopped_for:.1f}s; "
+          f"pages after SIGCONT {len(sink.received) - before_pages}; "
+          f"the woken one's log:\n{woken_log[-1500:]}")
+    assert leader_gauge == 0 and stepped is not None and stepped >= 1
+    assert "lost" in woken_log
+    assert " page to oncall sent" not in woken_log, woken_log
+    assert "firing on" not in woken_log and "resolved on" not in woken_log, woken_log
+    assert all(len(keys) == 1 for keys in report["transitions"].values())
+    assert all(n == 1 for n in report["deliveries"].values()), report["deliveries"]
+    dbr = db_report(db)
+    assert dbr["dup_events"] == []
+    assert dbr["multi_attempts"] == []
+    lines = action_lines(out)
+    assert all(lines[t] == 2 for t in sims), lines
