@@ -289,7 +289,8 @@ class App:
         service = ApiService(
             db, query_fn=self.engine.query, targets=[t.name for t in self.config.targets],
             rule_exprs=rule_expr_lookup(lambda: self._groups),
-            on_approved=self.approvals.kick if self.approvals is not None else (lambda: None),
+            # Looked up at each approval: with `ha:` the runner starts when this daemon leads.
+            on_approved=lambda: self.approvals.kick() if self.approvals is not None else None,
             clock=self.clock, external_url=self.config.external_url)
         return build_surfaces(service, self.config.api, host)
 
