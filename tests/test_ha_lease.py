@@ -146,3 +146,21 @@ def test_ha_config_section():
     assert Config.model_validate({"targets": []}).ha is None
     with pytest.raises(ValueError, match="at least 1s"):
         Config.model_validate({"targets": [], "ha": {"lease": "500ms"}})
+
+
+def test_targets_discovered_while_standing_by_reach_the_new_remediation_engine():
+    from types import SimpleNamespace
+
+    from sentinel.config import TargetConfig
+    from sentinel.daemon.takeover import _add_discovered
+    from sentinel.respond.remediate.base import TargetInfo
+
+    engine = SimpleNamespace(targets={"static": TargetInfo("static", "http://s", None)})
+    pod = TargetConfig.model_validate({"name": "pod-a", "url": "http://10.0.0.1:8000",
+                                       "labels": {"pod": "pod-a"}, "scrape_interval": "5s",
+                                       "scrape_timeout": "4s"})
+    app = SimpleNamespace(discovered=SimpleNamespace(targets=lambda: [pod]),
+                          pipeline=SimpleNamespace(remediator=SimpleNamespace(engine=engine)))
+    _add_discovered(app)  # type: ignore[arg-type]
+    assert set(engine.targets) == {"static", "pod-a"}
+    assert engine.targets["pod-a"].labels == {"pod": "pod-a"}

@@ -53,6 +53,7 @@ def elected(app: App, epoch: int) -> None:
         pipeline.reconcile_pending = True
         if pipeline.remediator is None and cfg.remediation.policies:
             app._start_remediation(pipeline.tracker.db)
+            _add_discovered(app)
         app.leading = True
     log.info("took over as leader (epoch %d, holder %s): %d alerts restored",
              epoch, lease.holder if lease is not None else "-", n)
@@ -69,3 +70,16 @@ def demoted(app: App) -> None:
         approvals, app.approvals = app.approvals, None
         approvals.stop(1.0)
     log.info("standing by: another Sentinel leads")
+
+
+def _add_discovered(app: App) -> None:
+    """Targets discovered while standing by: the new remediation engine must know them too."""
+    from sentinel.respond.remediate.base import TargetInfo
+
+    pipeline = app.pipeline
+    if app.discovered is None or pipeline is None or pipeline.remediator is None:
+        return
+    engine = pipeline.remediator.engine
+    found = {t.name: TargetInfo(t.name, t.url, t.xla_cache_path, labels=dict(t.labels))
+             for t in app.discovered.targets()}
+    engine.targets = {**found, **engine.targets}  # copy-on-write, static names win
