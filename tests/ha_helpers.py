@@ -53,7 +53,9 @@ def write_setup(folder: Path, db_url: str, targets: dict[str, str], hook_url: st
         f"database: '{db_url}'", "rule_files: [rules.yaml]", f"evaluation_interval: {int(EVAL_S)}s",
         "probe_interval: 0s", f"ha: {{lease: {int(LEASE_S)}s}}", "targets:",
     ]
-    lines += [f"  - {{name: {n}, url: '{u}', scrape_interval: 200ms, scrape_timeout: 200ms}}"
+    # Generous scrape timeouts: on a loaded machine a failed scrape resolves an alert by
+    # absence (as in Prometheus), and the next one fires it again: a real new occurrence.
+    lines += [f"  - {{name: {n}, url: '{u}', scrape_interval: 500ms, scrape_timeout: 500ms}}"
               for n, u in targets.items()]
     lines += [
         "receivers:", "  - name: oncall", f"    webhook: {{url: '{hook_url}', timeout: 1s}}",

@@ -143,15 +143,19 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
     print(f"  incidents {dbr['incidents']}, attempts {dbr['attempts']}, "
           f"action runs {sum(lines.values())}, leases {dbr['leases']}")
 
-    # Every firing and resolved page arrived: one occurrence per round per target.
-    assert all(firing[t] == ROUNDS and resolved[t] == ROUNDS for t in sims), (firing, resolved)
+    # Every firing and resolved page arrived: each occurrence (incident) was paged firing and
+    # resolved. An occurrence is one per round and target, plus any flap a failed scrape
+    # caused under load (resolved by absence, fired again: a new incident, paged as such).
+    assert all(firing[t] >= ROUNDS and resolved[t] == firing[t] for t in sims), (firing, resolved)
+    occurrences = sum(firing.values())
+    assert occurrences <= ROUNDS * TARGETS + 5, f"{occurrences - ROUNDS * TARGETS} flaps"
     # At most once per dedup key: no transition was paged under two keys...
     assert all(len(keys) == 1 for keys in transitions.values()), \
         {k: v for k, v in transitions.items() if len(v) > 1}
     # ...and a key was delivered again only when a kill caught its delivery in flight
     # (the receiver de-duplicates on it; at-least-once across a crash mid-send).
     assert sum(n - 1 for n in redelivered.values()) <= KILLS, redelivered
-    assert dbr["incidents"] == {"resolved": ROUNDS * TARGETS}
+    assert dbr["incidents"] == {"resolved": occurrences}  # one incident per occurrence
     assert dbr["dup_events"] == [], dbr["dup_events"]
     # Each remediation ran exactly once per allowed decision (claimed attempt).
     assert dbr["multi_attempts"] == []
@@ -163,15 +167,31 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
         done = by_target.get(t, {}).get("succeeded", 0)
         total = sum(by_target.get(t, {}).values())
         assert done <= lines[t] <= total, (t, lines[t], by_target.get(t))
-    assert sum(lines.values()) >= ROUNDS * TARGETS - abandoned
+    assert sum(lines.values()) >= occurrences - abandoned
     assert abandoned <= KILLS
     for _lease_s, eval_s in takeovers:
         assert eval_s <= LEASE_S + EVAL_S + 0.5, takeovers  # 0.5 s: polling /metrics, scheduling
 
 
+def _quiet(db: Database) -> tuple[int, int] | None:
+    """(timeline events, incidents) once no message is pending and no action runs, else None."""
+    with db.session() as s:
+        pending = s.execute(text("SELECT count(*) FROM notify_outbox WHERE status = 'pending'")
+                            ).scalar()
+        intents = s.execute(text("SELECT count(*) FROM notify_intents WHERE dispatched_at IS NULL")
+                            ).scalar()
+        running = s.execute(text("SELECT count(*) FROM remediation_attempts "
+                                 "WHERE status = 'running'")).scalar()
+        events = s.execute(text("SELECT count(*) FROM timeline_events")).scalar()
+        incidents = s.execute(text("SELECT count(*) FROM incidents")).scalar()
+    return (int(events or 0), int(incidents or 0)) if pending == intents == running == 0 else None
+
+
 @pytest.mark.slow
 def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
         tmp_path, db, sims, sink):
+    """Stopped with work in hand for longer than its lease (and its outbox claims), the old
+    leader wakes into a quiet system: anything it then sent, ran or wrote would show."""
     a, b, out = _start_pair(tmp_path, db, sims, sink)
     try:
         time.sleep(1.0)
@@ -192,32 +212,48 @@ def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
             s.set_state(kv_cache_usage=0.93)
         wait(lambda: min(_distinct(sink, "firing")[t] for t in sims) >= 2, 20,
              "second firing pages")
+        wait(lambda: sum(action_lines(out).values()) >= 2 * TARGETS, 20, "the second actions")
+        # Everything b had to do is done, including resending what a had claimed.
+        quiet = wait(lambda: _quiet(db), 20, "no pending message, intent or action")
         stopped_for = time.monotonic() - t0
         assert stopped_for > LEASE_S * 1.5
         mark = len(a.log_text())
-        before_pages = len(sink.received)
+        pages_before, lines_before = len(sink.received), sum(action_lines(out).values())
         a.signal(signal.SIGCONT)
         wait(lambda: "ha: standby" in a.readyz(), 10, "the woken daemon to say standby")
         time.sleep(LEASE_S * 1.5)  # time for anything it had in hand to go out
         woken_log = a.log_text()[mark:]
         stepped = a.metric("sentinel_ha_leader_changes_total", '{change="stepped_down"}')
         leader_gauge = a.metric("sentinel_ha_leader")
-        wait(lambda: sum(action_lines(out).values()) >= 2 * TARGETS, 20, "the second actions")
+        after = _quiet(db)
+        pages_after, lines_after = len(sink.received), sum(action_lines(out).values())
     finally:
         a.stop()
         b.stop()
     report = page_report(sink)
+    redelivered = {k: n for k, n in report["deliveries"].items() if n > 1}
     print(f"\nSIGSTOP: takeover after {took:.2f}s; leader stopped {stopped_for:.1f}s; "
-          f"pages after SIGCONT {len(sink.received) - before_pages}; "
-          f"the woken one's log:\n{woken_log[-1500:]}")
+          f"after SIGCONT: pages {pages_after - pages_before}, actions "
+          f"{lines_after - lines_before}, (events, incidents) {quiet} -> {after}; "
+          f"redelivered before SIGCONT {redelivered}")
+    # The woken leader stepped down, and sent, ran and wrote nothing.
     assert leader_gauge == 0 and stepped is not None and stepped >= 1
     assert "lost" in woken_log
+    assert pages_after == pages_before
+    assert lines_after == lines_before
+    assert after == quiet
     assert " page to oncall sent" not in woken_log, woken_log
     assert "firing on" not in woken_log and "resolved on" not in woken_log, woken_log
+    # One key per transition; a key delivered twice only for the one message a may have had
+    # on the wire when it stopped (sent, not yet recorded: b resent it when its claim ran out).
     assert all(len(keys) == 1 for keys in report["transitions"].values())
-    assert all(n == 1 for n in report["deliveries"].values()), report["deliveries"]
+    assert sum(n - 1 for n in redelivered.values()) <= 1, redelivered
     dbr = db_report(db)
     assert dbr["dup_events"] == []
     assert dbr["multi_attempts"] == []
     lines = action_lines(out)
-    assert all(lines[t] == 2 for t in sims), lines
+    attempts: Counter[str] = Counter()
+    for target, _status, n in dbr["attempts"]:
+        attempts[target] += n
+    # Each claimed decision ran once (two occurrences per target, more only if one flapped).
+    assert all(lines[t] == attempts[t] >= 2 for t in sims), (lines, attempts)
