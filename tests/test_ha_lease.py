@@ -164,3 +164,20 @@ def test_targets_discovered_while_standing_by_reach_the_new_remediation_engine()
     _add_discovered(app)  # type: ignore[arg-type]
     assert set(engine.targets) == {"static", "pod-a"}
     assert engine.targets["pod-a"].labels == {"pod": "pod-a"}
+
+
+def test_work_pinned_to_a_term_is_refused_in_the_next_even_by_the_same_daemon(pg):
+    a = _lease(pg, "a")
+    a._round()
+    fenced = FencedDatabase(pg, a.fence)
+    with a.term() as epoch:
+        assert epoch == 1
+        _write(fenced, "term1")
+        # Demoted and elected again while this work was held up.
+        a.stop()
+        a._stop.clear()
+        a._round()
+        assert a.epoch == 2
+        with pytest.raises(NotLeader, match="epoch 1 refused in epoch 2"):
+            _write(fenced, "stale")
+    _write(fenced, "term2")  # unpinned work of the new term goes through

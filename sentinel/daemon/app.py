@@ -411,7 +411,11 @@ class App:
         now_ms = int(self.clock() * 1000) // interval_ms * interval_ms
         # No App lock here: a slow group must not hold the others back (the
         # pipeline serialises the database side; RuleManager guards reloads).
-        self.pipeline.evaluate(group, now_ms)
+        if self.lease is None:
+            self.pipeline.evaluate(group, now_ms)
+            return
+        with self.lease.term():  # its writes are refused in a later term
+            self.pipeline.evaluate(group, now_ms)
 
     def _diagnose_job(self) -> None:
         assert self.diagnosis is not None

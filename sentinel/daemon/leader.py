@@ -109,6 +109,7 @@ class LeaderLease:
         self._acting = False  # on_elected ran and on_demoted has not (lease thread only)
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._pinned = threading.local()  # the epoch a piece of work started under
         self._thread: threading.Thread | None = None
         self._failure = QuietFailure(log, "leader lease")
         self.other: str | None = None  # the holder seen last, when not us
@@ -147,6 +148,20 @@ class LeaderLease:
             return f"ha: leader (epoch {st.epoch}, since {st.since_s:.3f}, holder {self.holder})"
         return f"ha: standby (leader {self.other or 'unknown'}, holder {self.holder})"
 
+    @contextmanager
+    def term(self) -> Iterator[int | None]:
+        """Pin this thread's fenced transactions to the epoch it starts under.
+
+        Work that began in one term (an evaluation) must not write in the next, even if
+        this same daemon leads again by then.
+        """
+        epoch = self.epoch
+        self._pinned.epoch = epoch if epoch is not None else -1  # not leading: refuse all
+        try:
+            yield epoch
+        finally:
+            self._pinned.epoch = None
+
     def fence(self, s: Session) -> None:
         """Open a transaction of the leader's work: raise NotLeader unless the lease is ours.
 
@@ -156,6 +171,9 @@ class LeaderLease:
         st = self._state
         if st is None or self._mono() >= st.deadline:
             raise NotLeader(f"{self.holder} does not hold the lease {self.name!r}")
+        pinned = getattr(self._pinned, "epoch", None)
+        if pinned is not None and pinned != st.epoch:
+            raise NotLeader(f"work of epoch {pinned} refused in epoch {st.epoch}")
         if not self._shared:
             return
         idle_ms = max(200, int(self.lease_s * 1000 / 3))
