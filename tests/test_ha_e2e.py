@@ -60,6 +60,15 @@ def _decided(db: Database, n: int) -> bool:
     return len(rows) == TARGETS and all(total >= n and running == 0 for _, total, running in rows)
 
 
+def _story(*daemons: Daemon) -> None:
+    """On failure: each daemon's lease story and errors, for the CI log."""
+    for d in daemons:
+        lines = [ln for ln in d.log_text().splitlines()
+                 if any(w in ln for w in ("lease", "took over", "standing by", "ERROR",
+                                          "WARNING", "started:"))]
+        print(f"--- {d.name} ({d.log}):\n" + "\n".join(ln[:240] for ln in lines[-40:]))
+
+
 def _evaluations(d: Daemon) -> float:
     return d.metric("sentinel_rule_group_evaluations_total", '{group="ha"}') or 0.0
 
@@ -123,6 +132,9 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
                     wait(lambda n=r + 1: _decided(db, n), 30, f"round {r}: every remediation")
         took = time.monotonic() - started
         time.sleep(LEASE_S)  # anything late (a duplicate) has time to show up
+    except AssertionError:
+        _story(a, b)
+        raise
     finally:
         a.stop()
         b.stop()
