@@ -181,3 +181,14 @@ def test_work_pinned_to_a_term_is_refused_in_the_next_even_by_the_same_daemon(pg
         with pytest.raises(NotLeader, match="epoch 1 refused in epoch 2"):
             _write(fenced, "stale")
     _write(fenced, "term2")  # unpinned work of the new term goes through
+
+
+def test_a_term_lost_and_retaken_between_rounds_is_a_fresh_takeover(pg):
+    calls: list[str] = []
+    a = _lease(pg, "a", on_elected=lambda e: calls.append(f"elected {e}"),
+               on_demoted=lambda: calls.append("demoted"))
+    a._round()
+    a.stop()  # the lease moves on (here: handed back) without the lease thread noticing
+    a._stop.clear()
+    a._round()  # retaken in the same round: epoch 2
+    assert calls == ["elected 1", "demoted", "elected 2"]

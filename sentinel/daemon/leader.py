@@ -106,7 +106,7 @@ class LeaderLease:
         self._mono = monotonic
         self._shared = db.dialect == "postgresql"
         self._state: Leadership | None = None
-        self._acting = False  # on_elected ran and on_demoted has not (lease thread only)
+        self._acting: int | None = None  # the epoch on_elected ran for (lease thread only)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._pinned = threading.local()  # the epoch a piece of work started under
@@ -291,12 +291,20 @@ class LeaderLease:
             self._wake.set()  # the lease thread calls on_demoted
 
     def _settle(self) -> None:
-        """Run the callbacks for a change of role (always on the lease thread or in start)."""
+        """Run the callbacks for a change of role (always on the lease thread or in start).
+
+        A term is acted on once: lost (perhaps noticed by a fence in another thread) and
+        retaken since, this daemon steps down first, so a new epoch always starts with a
+        fresh takeover (state restored from the database).
+        """
         st = self._state
-        if st is not None and not self._acting:
+        if self._acting is not None and (st is None or st.epoch != self._acting):
+            self._demote()
+        st = self._state
+        if st is not None and self._acting is None:
             log.info("leader lease %r acquired (epoch %d) by %s", self.name, st.epoch,
                      self.holder)
-            self._acting = True
+            self._acting = st.epoch
             if self._changes is not None:
                 self._changes.labels("elected").inc()
             if self._on_elected is not None:
@@ -306,16 +314,18 @@ class LeaderLease:
                     log.exception("taking over as leader failed; handing the lease back")
                     self._state = None
                     self._release_quietly(st)
-        if self._state is None and self._acting:
-            self._acting = False
-            if self._changes is not None:
-                self._changes.labels("stepped_down").inc()
-            if self._on_demoted is not None:
-                try:
-                    self._on_demoted()
-                except Exception:
-                    log.exception("stepping down failed")
+                    self._demote()
         self._set_metrics()
+
+    def _demote(self) -> None:
+        self._acting = None
+        if self._changes is not None:
+            self._changes.labels("stepped_down").inc()
+        if self._on_demoted is not None:
+            try:
+                self._on_demoted()
+            except Exception:
+                log.exception("stepping down failed")
 
     def _release_quietly(self, st: Leadership) -> None:
         if not self._shared:
