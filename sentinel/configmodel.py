@@ -30,6 +30,7 @@ from sqlalchemy.exc import ArgumentError
 from sentinel.api.config import ApiConfig
 from sentinel.config_alert_restore import AlertRestoreConfig
 from sentinel.config_diagnosis import DiagnosisConfig
+from sentinel.config_ha import HAConfig
 from sentinel.config_kubernetes import KubernetesSDConfig
 from sentinel.config_notify import (
     DEFAULT_WEBHOOK_TIMEOUT_MS,
@@ -166,6 +167,8 @@ class Config(Strict):
     alert_restore: AlertRestoreConfig = AlertRestoreConfig.model_validate({})
     # Rules query a Prometheus-compatible API instead of the embedded store (issue 16).
     query_backend: QueryBackendConfig | None = None
+    # A leader lease on the shared PostgreSQL (sentinel.config_ha); absent: act alone.
+    ha: HAConfig | None = None
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

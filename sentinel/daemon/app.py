@@ -58,6 +58,8 @@ HOUSEKEEPING_INTERVAL_S = 30
 # A no-op job on the I/O loop: its heartbeat says the loop (and so every scrape) still runs.
 LOOP_HEARTBEAT_MS = 5_000
 LOOP_HEARTBEAT_JOB = "io-loop:heartbeat"  # ScrapeJobs names it kind:name
+# Jobs that write incidents or their timelines: with `ha:`, only the leader runs them.
+LEADER_JOBS = frozenset({"logs", "diagnose"})
 # Evaluation reads samples written up to one scrape interval ago; keep some
 # slack beyond the longest rule range so `rate(x[15m])` sees a full window.
 RETENTION_SLACK_MS = 60_000
@@ -104,6 +106,10 @@ class App:
         self._groups: list[RuleGroup] = []
         self._lock = threading.Lock()
         self._not_ready: str | None = "starting"
+        # HA (issue 16): the leader lease, and whether this daemon took over as leader.
+        self.lease: Any = None  # sentinel.daemon.leader.LeaderLease, with `ha:` configured
+        self.leading = False
+        self.started_ms = 0
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -116,11 +122,15 @@ class App:
         check_bind(host, cfg.api.tokens)  # before anything: a clear refusal, nothing half-started
         db = Database(cfg.database)
         db.upgrade()
+        self.started_ms = self._now_ms()
+        # With `ha:`, the leader's work goes through a database fenced by the lease.
+        work_db = self._lease_for(db)
         # With diagnosis on, each message carries its incident's newest runbook.
-        self.notifier = Notifier(cfg, db, self.metrics, self._now_ms,
+        self.notifier = Notifier(cfg, work_db, self.metrics, self._now_ms,
                                  session_runbook_annotations if cfg.diagnosis else None,
-                                 heartbeats=self.heartbeats)
-        tracker = IncidentTracker(db, outbox=self.notifier.outbox)
+                                 heartbeats=self.heartbeats,
+                                 active=self.acting if self.lease is not None else None)
+        tracker = IncidentTracker(work_db, outbox=self.notifier.outbox)
         groups = load_rule_files(rule_paths(cfg))
         self.io = IOLoop().start()
         store = MemoryStore(retention_ms=self._retention_ms(groups))
@@ -134,10 +144,14 @@ class App:
         self.query.attach(rules, groups)
         from sentinel.daemon.rulehealth import RuleHealthCollector
 
-        self.metrics.registry.register(RuleHealthCollector(lambda: rules))
+        # The pipeline's manager, not this one: an HA takeover replaces it (daemon/takeover.py).
+        self.metrics.registry.register(RuleHealthCollector(
+            lambda: self.pipeline.rules if self.pipeline is not None else rules))
         # Restored alerts are not evaluated as absent before their target answered,
         # and open incidents are checked against them (issue 10).
-        rules.restore(tracker.load_alert_states(), self._now_ms(), cfg.alert_restore.settings())
+        if self.lease is None:  # with `ha:`, the leader restores when it takes over
+            rules.restore(tracker.load_alert_states(), self._now_ms(),
+                          cfg.alert_restore.settings())
         readiness = DataReadiness(t.name for t in self.query.scraped_targets(cfg.targets))
         rules.ready = readiness.ready
         self._groups = groups
@@ -146,11 +160,12 @@ class App:
             receivers=(), metrics=self.metrics, on_queued=self.notifier.kick,
             readiness=readiness, reconcile_pending=True,
         )
-        self.pipeline.reconcile(self._now_ms())
         if cfg.diagnosis is not None:
             self.diagnosis = DiagnosisWorker(
-                db, cfg, series=self.query.series_reader() or store_series(store))
-        self._start_remediation(db)
+                work_db, cfg, series=self.query.series_reader() or store_series(store))
+        if self.lease is None:
+            self.pipeline.reconcile(self._now_ms())
+            self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms)
         self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
@@ -158,7 +173,8 @@ class App:
                                            self._now_ms)
         surfaces = self._surfaces(db, host)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready,
-                                   surfaces.routes, surfaces.lifespans, healthy=self.healthy)
+                                   surfaces.routes, surfaces.lifespans, healthy=self.healthy,
+                                   role=self.lease.describe if self.lease is not None else None)
         self.status.start()
         self.missed.track((t.name for t in cfg.targets), rules.groups)
         quiet_apscheduler()
@@ -172,6 +188,8 @@ class App:
         self.scrape_jobs.start((self._scrape_target(t)
                                 for t in self.query.scraped_targets(cfg.targets)), self._now_ms())
         self._start_discovery()
+        if self.lease is not None:
+            self.lease.start()  # one round now: a lone daemon leads from the first evaluation
         self.notifier.start()
         self._not_ready = None
         systemd.notify("READY=1")
@@ -184,6 +202,8 @@ class App:
         """Stop scheduling, let running jobs finish (bounded), close the status server."""
         systemd.notify("STOPPING=1")
         self._not_ready = "stopping"
+        if self.lease is not None:  # hand the lease back: a standby takes over at once
+            self.lease.stop(timeout_s)
         if self.discovered is not None:
             self.discovered.stop(timeout_s)
         # Scrapes first: stop scheduling them, then cancel those in flight and
@@ -265,6 +285,23 @@ class App:
         else:
             self._health_log.failed(detail=why.replace("\n", "; "))
         return why
+    def acting(self) -> bool:
+        """Whether this daemon evaluates, records and responds: always, or as the HA leader."""
+        return self.lease is None or (self.leading and self.lease.is_leader())
+
+    def _lease_for(self, db: Database) -> Database:
+        """With `ha:`, the leader lease and a database fenced by it; else `db` itself."""
+        if self.config.ha is None:
+            return db
+        from sentinel.daemon import takeover
+        from sentinel.daemon.leader import FencedDatabase, LeaderLease
+        from sentinel.respond.remediate.lease import owner_id
+
+        self.lease = LeaderLease(
+            db, self.config.ha.lease_ms, self.config.ha.name, owner_id(),
+            registry=self.metrics.registry, on_elected=lambda epoch: takeover.elected(self, epoch),
+            on_demoted=lambda: takeover.demoted(self))
+        return FencedDatabase(db, self.lease.fence)
 
     def _start_remediation(self, db: Database) -> None:
         """The remediation engine, when a response policy names anything to do."""
@@ -280,6 +317,7 @@ class App:
         engine = build_engine(self.config, db, pager, RemediationMetrics(self.metrics.registry),
                               self.clock)
         engine.external_url = self.config.external_url
+        engine.may_act = self.acting
         self.pipeline.remediator = Remediator(engine).start()
         from sentinel.respond.remediate.approval_runner import ApprovalRunner
 
@@ -295,7 +333,8 @@ class App:
             db, query_fn=(self.query.backend.query if self.query is not None
                           else self.engine.query), targets=[t.name for t in self.config.targets],
             rule_exprs=rule_expr_lookup(lambda: self._groups),
-            on_approved=self.approvals.kick if self.approvals is not None else (lambda: None),
+            # Looked up at each approval: with `ha:` the runner starts when this daemon leads.
+            on_approved=lambda: self.approvals.kick() if self.approvals is not None else None,
             clock=self.clock, external_url=self.config.external_url)
         return build_surfaces(service, self.config.api, host)
 
@@ -418,10 +457,16 @@ class App:
 
     def _evaluate_job(self, group: str, interval_ms: int) -> None:
         assert self.pipeline is not None
+        if not self.acting():
+            return  # a standby: the leader evaluates (sentinel/daemon/leader.py)
         now_ms = int(self.clock() * 1000) // interval_ms * interval_ms
         # No App lock here: a slow group must not hold the others back (the
         # pipeline serialises the database side; RuleManager guards reloads).
-        self.pipeline.evaluate(group, now_ms)
+        if self.lease is None:
+            self.pipeline.evaluate(group, now_ms)
+            return
+        with self.lease.term():  # its writes are refused in a later term
+            self.pipeline.evaluate(group, now_ms)
 
     def _diagnose_job(self) -> None:
         assert self.diagnosis is not None
@@ -448,6 +493,8 @@ class App:
     def _guard(self, name: str, job: Callable[..., None]) -> Callable[..., None]:
         """Wrap a job so nothing escapes into the scheduler unrecorded."""
         def run(*args: object) -> None:
+            if name in LEADER_JOBS and not self.acting():
+                return  # they write incidents: only the HA leader runs them
             try:
                 job(*args)
             except Exception:

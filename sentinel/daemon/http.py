@@ -45,6 +45,7 @@ class StatusServer:
         ready: Callable[[], str | None], routes: Sequence[BaseRoute] = (),
         lifespans: Sequence[Lifespan] = (),
         healthy: Callable[[], str | None] = lambda: None,
+        role: Callable[[], str] | None = None,
     ) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
@@ -58,7 +59,7 @@ class StatusServer:
         except OSError:
             self._sock.close()
             raise
-        app = Starlette(routes=[*_status_routes(registry, ready, healthy), *routes],
+        app = Starlette(routes=[*_status_routes(registry, ready, healthy, role), *routes],
                         lifespan=_combined(lifespans))
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=2, server_header=False)
@@ -89,7 +90,8 @@ class StatusServer:
 
 
 def _status_routes(registry: CollectorRegistry, ready: Callable[[], str | None],
-                   healthy: Callable[[], str | None]) -> list[BaseRoute]:
+                   healthy: Callable[[], str | None],
+                   role: Callable[[], str] | None = None) -> list[BaseRoute]:
     def metrics(_request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -101,9 +103,12 @@ def _status_routes(registry: CollectorRegistry, ready: Callable[[], str | None],
 
     def readyz(_request: Request) -> Response:
         why = ready()
+        # HA: a hot standby is ready too (it serves the API and keeps its store warm);
+        # the body's second line says which role it has (sentinel/daemon/leader.py).
+        extra = f"{role()}\n" if role is not None else ""
         if why is None:
-            return PlainTextResponse("ready\n")
-        return PlainTextResponse(f"not ready: {why}\n", status_code=503)
+            return PlainTextResponse("ready\n" + extra)
+        return PlainTextResponse(f"not ready: {why}\n" + extra, status_code=503)
 
     return [Route("/metrics", metrics), Route("/healthz", healthz), Route("/readyz", readyz)]
 

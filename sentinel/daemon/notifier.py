@@ -41,8 +41,11 @@ class Notifier:
     def __init__(self, config: Config, db: Database, metrics: SelfMetrics,
                  clock_ms: Callable[[], int],
                  annotations: Callable[[Session, int], dict[str, str]] | None = None,
-                 heartbeats: Heartbeats | None = None) -> None:
+                 heartbeats: Heartbeats | None = None,
+                 active: Callable[[], bool] | None = None) -> None:
         n = config.notify
+        # HA: only the leader dispatches and sends (standbys' runs are skipped).
+        self._active = active or (lambda: True)
         self.outbox = Outbox(n.fallback_receiver)
         receivers = build_receivers(config)
         settings = DispatchSettings(
@@ -53,7 +56,8 @@ class Notifier:
         self.sender = Sender(
             db, {r.name: r for r in receivers}, self.outbox,
             RetryPolicy(n.retry_initial_ms, n.retry_max_ms, n.give_up_after_ms),
-            lease_ms=receiver_timeouts_ms(config), on_delivery=self._count)
+            lease_ms=receiver_timeouts_ms(config), on_delivery=self._count,
+            may_send=active)
         for r in receivers:  # the counter shows every receiver from the start
             for outcome in ("success", "retry", "failure"):
                 metrics.notifications.labels(r.name, outcome)
@@ -127,7 +131,8 @@ class Notifier:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            self.run_once()
+            if self._active():
+                self.run_once()
             self._beat()
             self._wake.wait(self._interval_s)
 

@@ -290,5 +290,6 @@ class LogEventRow(Base):
 # Tables of other stages live in their own modules; imported here so that
 # `Base.metadata` (migrations' drift test, alembic env) sees every table.
 from sentinel.incidents import models_api as _models_api  # noqa: E402,F401
+from sentinel.incidents import models_ha as _models_ha  # noqa: E402,F401
 from sentinel.incidents import models_notify as _models_notify  # noqa: E402,F401
 from sentinel.incidents import models_remediation  # noqa: E402,F401

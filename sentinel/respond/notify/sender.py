@@ -74,8 +74,11 @@ class Sender:
     def __init__(self, db: Database, receivers: Mapping[str, Receiver], outbox: Outbox,
                  policy: RetryPolicy | None = None, *, lease_ms: Mapping[str, int] | None = None,
                  rng: random.Random | None = None,
-                 on_delivery: Callable[[Delivery], None] | None = None) -> None:
+                 on_delivery: Callable[[Delivery], None] | None = None,
+                 may_send: Callable[[], bool] | None = None) -> None:
         self.db = db
+        # HA: asked just before each send; a leader that lost its lease sends nothing.
+        self._may_send = may_send
         self.receivers = dict(receivers)
         self.outbox = outbox
         self.policy = policy or RetryPolicy()
@@ -137,6 +140,8 @@ class Sender:
             assert row is not None
             receiver_name, data = row.receiver, row.notification
         notification = notification_from_json(data)
+        if self._may_send is not None and not self._may_send():
+            return False  # the claim's lease runs out; the new leader sends it
         receiver = self.receivers.get(receiver_name)
         if receiver is None:
             result = DeliveryResult(False, False, None, f"no receiver named {receiver_name!r} "

@@ -97,6 +97,9 @@ class Engine:
                              config.breaker_failures, config.backoff, config.silences)
         self._last: dict[tuple[int, str], str] = {}  # (incident, policy) → last reason written
         self.external_url = ""  # approval pages link to the incident page under it
+        # Whether this daemon may still act (HA: it holds the leader lease), asked just
+        # before an action starts: a leader that lost its lease after the claim must not.
+        self.may_act: Callable[[], bool] = lambda: True
         self._lock = threading.Lock()
 
     def now_ms(self) -> int:
@@ -214,6 +217,8 @@ class Engine:
     def _act_and_verify(self, p: Prepared, check_recovery: bool, deadline_s: float
                         ) -> tuple[bool, str, int | None, dict[str, object]]:
         c = p.candidate
+        if not self.may_act():
+            raise RuntimeError(f"not acting on attempt {p.attempt_id}: no longer the leader")
         outcome = p.action.run(p.ctx)
         state.mark_acted(self.db, p.attempt_id, self.now_ms())
         state.record(self.db, c.incident_id, self.now_ms(),

@@ -1,0 +1,195 @@
+"""Two (or more) real `sentinel run` daemons sharing one PostgreSQL, for the HA tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from sentinel.incidents.db import Database
+
+LEASE_S = 2.0
+EVAL_S = 1.0
+
+RULES = """\
+groups:
+  - name: ha
+    rules:
+      - alert: KVCacheHigh
+        expr: max by (target) (vllm:kv_cache_usage_perc) > 0.85
+        for: 1s
+        labels: {severity: page}
+"""
+
+SCRIPT = """#!/bin/sh
+echo "$1 $(date +%s.%N)" >> "OUT"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_setup(folder: Path, db_url: str, targets: dict[str, str], hook_url: str) -> Path:
+    """Rules and the allow-listed remediation script; returns the script's output file."""
+    (folder / "rules.yaml").write_text(RULES)
+    out = folder / "actions.log"
+    script = folder / "fix.sh"
+    script.write_text(SCRIPT.replace("OUT", str(out)))
+    script.chmod(0o755)
+    lines = [
+        f"database: '{db_url}'", "rule_files: [rules.yaml]", f"evaluation_interval: {int(EVAL_S)}s",
+        "probe_interval: 0s", f"ha: {{lease: {int(LEASE_S)}s}}", "targets:",
+    ]
+    # Generous scrape timeouts: on a loaded machine a failed scrape resolves an alert by
+    # absence (as in Prometheus), and the next one fires it again: a real new occurrence.
+    lines += [f"  - {{name: {n}, url: '{u}', scrape_interval: 500ms, scrape_timeout: 500ms}}"
+              for n, u in targets.items()]
+    lines += [
+        "receivers:", "  - name: oncall", f"    webhook: {{url: '{hook_url}', timeout: 1s}}",
+        "notify:", "  interval: 200ms",
+        "  route: {receiver: oncall, group_by: [alertname, target], group_wait: 0s, "
+        "group_interval: 0s, repeat_interval: 1h}",
+        "remediation:", f"  command_allowlist: [{script}]", "  max_concurrent: 10",
+        "  breaker_failures: 10", "  lease: 3s", "  correlation_window: 0s",
+        "  policies:", "    - name: fix", "      alerts: [KVCacheHigh]", "      cooldown: 0s",
+        "      max_per_hour: 1000",
+        "      steps:", f"        - command: {{argv: [{script}, '{{target}}']}}",
+        "          verify: false",
+    ]
+    (folder / "base.yaml").write_text("\n".join(lines) + "\n")
+    return out
+
+
+class Daemon:
+    """One `sentinel run` subprocess with its own listen port; restartable after a kill."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.folder, self.name = folder, name
+        self.port = free_port()
+        self.config = folder / f"{name}.yaml"
+        self.config.write_text((folder / "base.yaml").read_text()
+                               + f"listen: 127.0.0.1:{self.port}\n")
+        self.log = folder / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Daemon:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c",
+                                          str(self.config)], stdout=log, stderr=log,
+                                         cwd=self.folder, env=env)
+        return self
+
+    def readyz(self) -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz",
+                                        timeout=0.5) as r:
+                return r.read().decode()
+        except Exception:
+            return ""
+
+    def metric(self, name: str, labels: str = "") -> float | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics",
+                                        timeout=1) as r:
+                body = r.read().decode()
+        except Exception:
+            return None
+        m = re.search(rf"^{re.escape(name + labels)} (\S+)$", body, re.M)
+        return float(m.group(1)) if m else None
+
+    def leads(self) -> bool:
+        return "ha: leader" in self.readyz()
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def wait(pred: Any, timeout_s: float, what: str, step: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def pages(sink: Any) -> list[tuple[str, str, str, str]]:
+    """(target, status, startsAt, idempotency key) of every alert of every delivery."""
+    out = []
+    for _, body, headers in list(sink.received):
+        key = headers.get("Idempotency-Key") or headers.get("idempotency-key") or ""
+        for a in body.get("alerts", []):
+            out.append((a["labels"].get("target", ""), a["status"], a["startsAt"], key))
+    return out
+
+
+def page_report(sink: Any) -> dict[str, Any]:
+    """Transitions paged, keys per transition, deliveries per key."""
+    by_transition: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    deliveries: Counter[str] = Counter()
+    for _, body, headers in list(sink.received):
+        key = headers.get("Idempotency-Key") or ""
+        deliveries[key] += 1
+        for a in body.get("alerts", []):
+            by_transition[(a["labels"].get("target", ""), a["status"], a["startsAt"])].add(key)
+    return {"transitions": by_transition, "deliveries": deliveries}
+
+
+def db_report(db: Database) -> dict[str, Any]:
+    """Incidents, duplicated timeline events, remediation attempts by target and status."""
+    with db.session() as s:
+        incidents = s.execute(text("SELECT status, count(*) FROM incidents GROUP BY status")).all()
+        dup_events = s.execute(text(
+            "SELECT incident_id, kind, at, message, count(*) FROM timeline_events "
+            "GROUP BY incident_id, kind, at, message HAVING count(*) > 1")).all()
+        attempts = s.execute(text(
+            "SELECT target, status, count(*) FROM remediation_attempts "
+            "GROUP BY target, status")).all()
+        per_incident = s.execute(text(
+            "SELECT incident_id, count(*) FROM remediation_attempts GROUP BY incident_id "
+            "HAVING count(*) > 1")).all()
+        leases = s.execute(text("SELECT holder, epoch FROM ha_leases")).all()
+    return {"incidents": dict((str(k), int(v)) for k, v in incidents),
+            "dup_events": dup_events, "attempts": attempts, "multi_attempts": per_incident,
+            "leases": leases}
+
+
+def action_lines(path: Path) -> Counter[str]:
+    """How many times the remediation script ran, per target."""
+    if not path.exists():
+        return Counter()
+    return Counter(line.split()[0] for line in path.read_text().splitlines() if line.strip())
