@@ -22,7 +22,7 @@ equality would only hold up to that jitter.) The evaluation times are those
 at which Prometheus evaluated the pack, so a recorded sample exists at each.
 
 Outage: a real daemon with `query_backend:` on that Prometheus, Prometheus
-SIGSTOPped for 40 s (longer than every `for` here and 40 evaluation
+SIGSTOPped for 60 s (longer than every `for` here and 60 evaluation
 intervals; a hung backend is the harder case than a refused connection,
 since every query waits for its timeout). No alert resolves, the rule's
 health is "err" with the error, the error counter counts, the self-alert
@@ -189,7 +189,7 @@ def load_remote_config(url: str) -> Any:
     return QueryBackendConfig.model_validate({"url": url, "timeout": "10s"})
 
 
-OUTAGE_S = 40
+OUTAGE_S = 60  # the figure: longer than every `for` here and 60 evaluations
 
 
 def test_backend_outage_resolves_nothing_fires_the_self_alert_and_evaluation_resumes(
