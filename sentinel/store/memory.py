@@ -17,10 +17,10 @@ import re
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sentinel.model import METRIC_NAME, Labels, label_value
+from sentinel.model import METRIC_NAME, Labels, is_stale, label_value
 
 DEFAULT_RETENTION_MS = 15 * 60 * 1000
 
@@ -84,19 +84,100 @@ class Series:
     vs: list[float]
 
 
-class _Buffer:
-    __slots__ = ("labels", "ts", "vs")
+@dataclass(slots=True)
+class Summary:
+    """What rate(), increase(), delta() and friends read of a series in a range.
 
-    def __init__(self, labels: Labels) -> None:
+    The non-stale samples in the range: how many, the first and the last,
+    and the counter corrections (the value before each drop, in order) that
+    Prometheus's extrapolatedRate adds. Built from the store's indexes
+    without copying the samples out.
+    """
+
+    labels: Labels
+    count: int
+    t_first: int
+    v_first: float
+    t_last: int
+    v_last: float
+    corrections: list[float]
+
+
+_INT32 = 2**31 - 1
+
+
+class _Buffer:
+    """One series: timestamps as int32 ms after `base` (int64 past ~24 days), values.
+
+    Two small indexes are kept as samples arrive, so range functions need
+    not walk the samples: the times of staleness markers, and every counter
+    drop (the time of the sample that is lower than the previous non-stale
+    value, and that previous value). `last` is the newest non-stale value.
+    """
+
+    __slots__ = ("labels", "base", "ts", "vs", "last", "stale_ts", "reset_ts", "reset_vs")
+
+    def __init__(self, labels: Labels, base: int) -> None:
         self.labels = labels
-        self.ts = array("q")
+        self.base = base
+        self.ts = array("i")
         self.vs = array("d")
+        self.last: float | None = None
+        self.stale_ts: list[int] | None = None
+        self.reset_ts: list[int] | None = None
+        self.reset_vs: list[float] | None = None
+
+    def note(self, t_ms: int, value: float) -> None:
+        """Index a sample just appended."""
+        if value != value and is_stale(value):
+            if self.stale_ts is None:
+                self.stale_ts = []
+            self.stale_ts.append(t_ms)
+            return
+        last = self.last
+        if last is not None and value < last:
+            if self.reset_ts is None:
+                self.reset_ts, self.reset_vs = [], []
+            self.reset_ts.append(t_ms)
+            self.reset_vs.append(last)  # type: ignore[union-attr]
+        self.last = value
+
+    def reindex(self) -> None:
+        """Rebuild the indexes from the samples (after the newest one was overwritten)."""
+        self.last = self.stale_ts = self.reset_ts = self.reset_vs = None
+        base = self.base
+        for t, v in zip(self.ts, self.vs, strict=True):
+            self.note(base + t, v)
+
+    def rebase(self, t_ms: int) -> None:
+        """Make room for `t_ms`: a new base at the oldest sample, or int64 timestamps."""
+        old = [self.base + t for t in self.ts]
+        self.base = old[0] if old else t_ms
+        rel = [t - self.base for t in old]
+        code = "i" if t_ms - self.base <= _INT32 else "q"
+        self.ts = array(code, rel)
+
+    def trim(self, cutoff_ms: int) -> None:
+        """Drop samples (and index entries) older than `cutoff_ms`."""
+        cut = bisect_left(self.ts, cutoff_ms - self.base)
+        if cut:
+            del self.ts[:cut]
+            del self.vs[:cut]
+        if self.stale_ts:
+            del self.stale_ts[:bisect_left(self.stale_ts, cutoff_ms)]
+        if self.reset_ts:
+            k = bisect_left(self.reset_ts, cutoff_ms)
+            del self.reset_ts[:k]
+            del self.reset_vs[:k]  # type: ignore[index, union-attr]
 
 
 class MemoryStore:
-    """In-memory series store with per-series ring buffers and a metric-name index.
+    """In-memory series store with per-series packed buffers and a metric-name index.
 
-    Thread-safe: scrapes append from worker threads while rules read.
+    Thread-safe: scrapes append from worker threads while rules read. Label
+    pairs are interned (one `("target", "a")` tuple for all of a target's
+    series), and the name index keeps each name's buffers in creation order,
+    so a selector by name neither scans nor sorts.
     """
 
     def __init__(
@@ -107,7 +188,9 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._refs: dict[Labels, int] = {}
         self._buffers: dict[int, _Buffer] = {}
-        self._by_name: dict[str, set[int]] = {}
+        # name -> ref -> buffer, in creation (= reference) order: refs only grow.
+        self._by_name: dict[str, dict[int, _Buffer]] = {}
+        self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
         self._next_ref = 1
         self._filter = SeriesFilter(keep_all=True)
         self._wanted: dict[str, bool] = {}
@@ -141,8 +224,10 @@ class MemoryStore:
                 raise StoreFullError(f"series limit {self.max_series} reached")
             ref = self._next_ref
             self._next_ref += 1
-            self._buffers[ref] = _Buffer(labels)
-            self._by_name.setdefault(label_value(labels, METRIC_NAME), set()).add(ref)
+            pairs = self._pairs
+            labels = tuple([pairs.setdefault(kv, kv) for kv in labels])
+            buf = self._buffers[ref] = _Buffer(labels, 0)
+            self._by_name.setdefault(label_value(labels, METRIC_NAME), {})[ref] = buf
             self._refs[labels] = ref
             return ref
 
@@ -156,19 +241,28 @@ class MemoryStore:
         if buf is None:
             return False
         ts = buf.ts
-        if ts and t_ms <= ts[-1]:
-            if t_ms == ts[-1]:
-                buf.vs[-1] = value
-            return True
-        ts.append(t_ms)
+        if ts:
+            newest = buf.base + ts[-1]
+            if t_ms <= newest:
+                if t_ms == newest:
+                    buf.vs[-1] = value
+                    buf.reindex()
+                return True
+        else:
+            buf.base = t_ms
+        rel = t_ms - buf.base
+        if rel > _INT32 and ts.typecode == "i":
+            buf.rebase(t_ms)
+            ts = buf.ts
+            rel = t_ms - buf.base
+        ts.append(rel)
         buf.vs.append(value)
-        # Trim in batches (a quarter of the retention at a time) so the cost of
-        # deleting a list prefix is amortised over many appends.
+        buf.note(t_ms, value)
+        # Trim in small batches (a sixteenth of the retention at a time): the
+        # buffers stay near the retention's size, and each cut is one memmove.
         cutoff = t_ms - self.retention_ms
-        if ts[0] < cutoff - self.retention_ms // 4:
-            cut = bisect_left(ts, cutoff)
-            del ts[:cut]
-            del buf.vs[:cut]
+        if buf.base + ts[0] < cutoff - self.retention_ms // 16:
+            buf.trim(cutoff)
         return True
 
     def add(self, labels: Labels, t_ms: int, value: float) -> None:
@@ -176,23 +270,36 @@ class MemoryStore:
         if not self.append(self.ref(labels), t_ms, value):
             self.append(self.ref(labels), t_ms, value)
 
+    def _matching(self, matchers: Sequence[Matcher]) -> list[_Buffer]:
+        """Buffers whose labels satisfy all matchers, in creation (reference) order."""
+        with self._lock:
+            rest = list(matchers)
+            for i, m in enumerate(matchers):
+                if m.name == METRIC_NAME and m.op == "=":
+                    del rest[i]
+                    found = self._by_name.get(m.value)
+                    buffers = list(found.values()) if found else []
+                    break
+            else:
+                buffers = list(self._buffers.values())
+        if not rest:
+            return buffers
+        return [b for b in buffers
+                if all(m.matches(label_value(b.labels, m.name)) for m in rest)]
+
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[Series]:
         """Series matching all matchers, with their samples in [start_ms, end_ms].
 
         In the order the series were created (the PromQL engine relies on it).
         """
-        with self._lock:
-            candidates = self._candidates(matchers)
-            buffers = [self._buffers[r] for r in candidates if r in self._buffers]
         out = []
-        for buf in buffers:
-            if not all(m.matches(label_value(buf.labels, m.name)) for m in matchers):
-                continue
-            ts = buf.ts
-            lo = bisect_left(ts, start_ms)
-            hi = bisect_right(ts, end_ms)
+        for buf in self._matching(matchers):
+            ts, base = buf.ts, buf.base
+            lo = bisect_left(ts, start_ms - base)
+            hi = bisect_right(ts, end_ms - base)
             if lo < hi:
-                out.append(Series(buf.labels, ts[lo:hi].tolist(), buf.vs[lo:hi].tolist()))
+                out.append(Series(buf.labels, [base + t for t in ts[lo:hi]],
+                                  buf.vs[lo:hi].tolist()))
         return out
 
     def select_last(self, matchers: Sequence[Matcher], start_ms: int,
@@ -202,25 +309,45 @@ class MemoryStore:
         What an instant vector selector reads: one sample, not the whole lookback
         window copied out of the packed arrays.
         """
-        with self._lock:
-            candidates = self._candidates(matchers)
-            buffers = [self._buffers[r] for r in candidates if r in self._buffers]
         out = []
-        for buf in buffers:
-            if not all(m.matches(label_value(buf.labels, m.name)) for m in matchers):
-                continue
-            ts = buf.ts
-            hi = bisect_right(ts, end_ms)
-            if hi and ts[hi - 1] >= start_ms:
-                out.append(Series(buf.labels, [ts[hi - 1]], [buf.vs[hi - 1]]))
+        for buf in self._matching(matchers):
+            ts, base = buf.ts, buf.base
+            hi = bisect_right(ts, end_ms - base)
+            if hi and base + ts[hi - 1] >= start_ms:
+                out.append(Series(buf.labels, [base + ts[hi - 1]], [buf.vs[hi - 1]]))
         return out
 
-    def _candidates(self, matchers: Sequence[Matcher]) -> Iterable[int]:
-        # In creation (reference) order, as Prometheus's head returns series.
-        for m in matchers:
-            if m.name == METRIC_NAME and m.op == "=":
-                return sorted(self._by_name.get(m.value, ()))
-        return list(self._buffers)
+    def summarize(self, matchers: Sequence[Matcher], start_ms: int,
+                  end_ms: int) -> list[Summary]:
+        """Like `select`, but a `Summary` of each series' non-stale samples in the range.
+
+        Read from the indexes (two bisects and the counter drops in the range)
+        unless a staleness marker lies in the range; series with no non-stale
+        sample in it are left out.
+        """
+        out = []
+        for buf in self._matching(matchers):
+            ts, base = buf.ts, buf.base
+            lo = bisect_left(ts, start_ms - base)
+            hi = bisect_right(ts, end_ms - base)
+            if lo >= hi:
+                continue
+            stale = buf.stale_ts
+            if stale and bisect_right(stale, end_ms) > bisect_left(stale, start_ms):
+                summary = _walk(buf, lo, hi)
+                if summary is not None:
+                    out.append(summary)
+                continue
+            t0, t1 = base + ts[lo], base + ts[hi - 1]
+            corrections: list[float] = []
+            drops = buf.reset_ts
+            if drops:
+                a, b = bisect_right(drops, t0), bisect_right(drops, t1)
+                if a < b:
+                    corrections = buf.reset_vs[a:b]  # type: ignore[index]
+            vs = buf.vs
+            out.append(Summary(buf.labels, hi - lo, t0, vs[lo], t1, vs[hi - 1], corrections))
+        return out
 
     def gc(self, now_ms: int) -> int:
         """Drop samples older than the retention and series left empty; returns series removed."""
@@ -228,15 +355,14 @@ class MemoryStore:
         removed = 0
         with self._lock:
             for ref, buf in list(self._buffers.items()):
-                cut = bisect_left(buf.ts, cutoff)
-                if cut:
-                    del buf.ts[:cut]
-                    del buf.vs[:cut]
+                buf.trim(cutoff)
                 if not buf.ts:
                     del self._buffers[ref]
                     del self._refs[buf.labels]
-                    self._by_name[label_value(buf.labels, METRIC_NAME)].discard(ref)
+                    del self._by_name[label_value(buf.labels, METRIC_NAME)][ref]
                     removed += 1
+            if removed and len(self._pairs) > 2 * len(self._buffers) + 10_000:
+                self._pairs = {kv: kv for b in self._buffers.values() for kv in b.labels}
         return removed
 
     def series_count(self) -> int:
@@ -248,6 +374,27 @@ class MemoryStore:
         return sum(len(b.ts) for b in list(self._buffers.values()))
 
     def sample_bytes(self) -> int:
-        """Bytes of the samples held (timestamps and values, 16 bytes a sample)."""
-        return sum(16 * len(b.ts)
-                   for b in list(self._buffers.values()))
+        """Bytes of the samples held (timestamps and values)."""
+        return sum(len(b.ts) * (b.ts.itemsize + 8) for b in list(self._buffers.values()))
+
+
+def _walk(buf: _Buffer, lo: int, hi: int) -> Summary | None:
+    """The summary of samples lo..hi-1 the long way, skipping staleness markers."""
+    base, ts, vs = buf.base, buf.ts, buf.vs
+    count = 0
+    t0 = t1 = 0
+    v0 = v1 = 0.0
+    corrections: list[float] = []
+    for i in range(lo, hi):
+        v = vs[i]
+        if v != v and is_stale(v):
+            continue
+        if count == 0:
+            t0, v0 = base + ts[i], v
+        elif v < v1:
+            corrections.append(v1)
+        t1, v1 = base + ts[i], v
+        count += 1
+    if not count:
+        return None
+    return Summary(buf.labels, count, t0, v0, t1, v1, corrections)
