@@ -107,7 +107,10 @@ _INT32 = 2**31 - 1
 
 
 class _Buffer:
-    """One series: timestamps as int32 ms after `base` (int64 past ~24 days), values.
+    """One series: timestamps as int32 ms after `base` (int64 past ~24 days), values as
+    float32 while each is exactly a float32 (counts, bucket counts, small integers),
+    float64 from the first value that is not (and for any NaN, so staleness markers
+    keep their bits).
 
     Two small indexes are kept as samples arrive, so range functions need
     not walk the samples: the times of staleness markers, and every counter
@@ -121,7 +124,7 @@ class _Buffer:
         self.labels = labels
         self.base = base
         self.ts = array("i")
-        self.vs = array("d")
+        self.vs = array("f")  # float32 while every value is exactly one, then float64
         self.last: float | None = None
         self.stale_ts: list[int] | None = None
         self.reset_ts: list[int] | None = None
@@ -148,6 +151,11 @@ class _Buffer:
         base = self.base
         for t, v in zip(self.ts, self.vs, strict=True):
             self.note(base + t, v)
+
+    def widen(self) -> None:
+        """Hold values as float64 from now on (float32 values convert exactly)."""
+        if self.vs.typecode == "f":
+            self.vs = array("d", self.vs)
 
     def rebase(self, t_ms: int) -> None:
         """Make room for `t_ms`: a new base at the oldest sample, or int64 timestamps."""
@@ -246,6 +254,9 @@ class MemoryStore:
             if t_ms <= newest:
                 if t_ms == newest:
                     buf.vs[-1] = value
+                    if buf.vs[-1] != value:  # not a float32 (or a NaN): widen
+                        buf.widen()
+                        buf.vs[-1] = value
                     buf.reindex()
                 return True
         else:
@@ -256,7 +267,11 @@ class MemoryStore:
             ts = buf.ts
             rel = t_ms - buf.base
         ts.append(rel)
-        buf.vs.append(value)
+        vs = buf.vs
+        vs.append(value)
+        if vs[-1] != value:  # not exactly a float32 (or a NaN): widen to float64
+            buf.widen()
+            buf.vs[-1] = value
         buf.note(t_ms, value)
         # Trim in small batches (a sixteenth of the retention at a time): the
         # buffers stay near the retention's size, and each cut is one memmove.
@@ -375,7 +390,8 @@ class MemoryStore:
 
     def sample_bytes(self) -> int:
         """Bytes of the samples held (timestamps and values)."""
-        return sum(len(b.ts) * (b.ts.itemsize + 8) for b in list(self._buffers.values()))
+        return sum(len(b.ts) * (b.ts.itemsize + b.vs.itemsize)
+                   for b in list(self._buffers.values()))
 
 
 def _walk(buf: _Buffer, lo: int, hi: int) -> Summary | None:
