@@ -18,8 +18,8 @@ import pytest
 
 from sentinel.model import STALE_NAN, labels_of
 from sentinel.promql.engine import Engine
-from sentinel.store.memory import MemoryStore, Series
 from sentinel.store.memory import Matcher as M
+from sentinel.store.memory import MemoryStore, Series
 
 FUNCS = ["rate", "increase", "delta", "count_over_time", "last_over_time",
          "present_over_time"]
