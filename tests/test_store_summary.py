@@ -134,3 +134,15 @@ def test_values_stay_exact_in_float32_and_float64() -> None:
         store.add(small, 1000 * (i + 1), float(i))
     assert store._buffers[store.ref(small)].vs.itemsize == 4
     assert store._buffers[store.ref(labels)].vs.itemsize == 8
+
+
+def test_has_live_counts_staleness_markers() -> None:
+    store = MemoryStore()
+    a = labels_of({"__name__": "g", "target": "a"})
+    store.add(a, 1000, 1.0)
+    store.add(a, 6000, STALE_NAN)
+    assert store.has_live("g", 0, 7000)
+    assert not store.has_live("g", 2000, 7000)  # only the marker in range
+    assert not store.has_live("h", 0, 7000)
+    store.add(labels_of({"__name__": "g", "target": "b"}), 6500, 2.0)
+    assert store.has_live("g", 2000, 7000)

@@ -364,6 +364,21 @@ class MemoryStore:
             out.append(Summary(buf.labels, hi - lo, t0, vs[lo], t1, vs[hi - 1], corrections))
         return out
 
+    def has_live(self, name: str, start_ms: int, end_ms: int) -> bool:
+        """Whether some series of the metric `name` has a non-stale sample in the range."""
+        with self._lock:
+            found = self._by_name.get(name)
+            buffers = list(found.values()) if found else []
+        for buf in buffers:
+            ts, base = buf.ts, buf.base
+            n = bisect_right(ts, end_ms - base) - bisect_left(ts, start_ms - base)
+            stale = buf.stale_ts
+            if stale:
+                n -= bisect_right(stale, end_ms) - bisect_left(stale, start_ms)
+            if n > 0:
+                return True
+        return False
+
     def gc(self, now_ms: int) -> int:
         """Drop samples older than the retention and series left empty; returns series removed."""
         cutoff = now_ms - self.retention_ms
