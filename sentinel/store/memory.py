@@ -100,7 +100,7 @@ class Summary:
     v_first: float
     t_last: int
     v_last: float
-    corrections: list[float]
+    corrections: Sequence[float]
 
 
 _INT32 = 2**31 - 1
@@ -126,21 +126,22 @@ class _Buffer:
         self.ts = array("i")
         self.vs = array("f")  # float32 while every value is exactly one, then float64
         self.last: float | None = None
-        self.stale_ts: list[int] | None = None
-        self.reset_ts: list[int] | None = None
-        self.reset_vs: list[float] | None = None
+        # Packed too (16 bytes an entry): counters of a fleet can drop often.
+        self.stale_ts: array[int] | None = None
+        self.reset_ts: array[int] | None = None
+        self.reset_vs: array[float] | None = None
 
     def note(self, t_ms: int, value: float) -> None:
         """Index a sample just appended."""
         if value != value and is_stale(value):
             if self.stale_ts is None:
-                self.stale_ts = []
+                self.stale_ts = array("q")
             self.stale_ts.append(t_ms)
             return
         last = self.last
         if last is not None and value < last:
             if self.reset_ts is None:
-                self.reset_ts, self.reset_vs = [], []
+                self.reset_ts, self.reset_vs = array("q"), array("d")
             self.reset_ts.append(t_ms)
             self.reset_vs.append(last)  # type: ignore[union-attr]
         self.last = value
@@ -165,9 +166,12 @@ class _Buffer:
         code = "i" if t_ms - self.base <= _INT32 else "q"
         self.ts = array(code, rel)
 
-    def trim(self, cutoff_ms: int) -> None:
-        """Drop samples (and index entries) older than `cutoff_ms`."""
+    def trim(self, cutoff_ms: int, most: int = 0) -> None:
+        """Drop samples (and index entries) older than `cutoff_ms`; at most `most` if set."""
         cut = bisect_left(self.ts, cutoff_ms - self.base)
+        if most and cut > most:
+            cut = most
+            cutoff_ms = self.base + self.ts[cut]
         if cut:
             del self.ts[:cut]
             del self.vs[:cut]
@@ -273,11 +277,13 @@ class MemoryStore:
             buf.widen()
             buf.vs[-1] = value
         buf.note(t_ms, value)
-        # Trim in small batches (a sixteenth of the retention at a time): the
-        # buffers stay near the retention's size, and each cut is one memmove.
+        # Trim as samples age out, fewer than 16 at a time: CPython's array keeps
+        # its allocation when it shrinks by less than 16 items, so once a buffer
+        # has grown to the retention's size it is never reallocated again (no
+        # churn of differently sized blocks, hence no fragmentation).
         cutoff = t_ms - self.retention_ms
-        if buf.base + ts[0] < cutoff - self.retention_ms // 16:
-            buf.trim(cutoff)
+        if buf.base + ts[0] < cutoff:
+            buf.trim(cutoff, 15)
         return True
 
     def add(self, labels: Labels, t_ms: int, value: float) -> None:
@@ -354,7 +360,7 @@ class MemoryStore:
                     out.append(summary)
                 continue
             t0, t1 = base + ts[lo], base + ts[hi - 1]
-            corrections: list[float] = []
+            corrections: Sequence[float] = ()
             drops = buf.reset_ts
             if drops:
                 a, b = bisect_right(drops, t0), bisect_right(drops, t1)
