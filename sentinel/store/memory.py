@@ -104,6 +104,14 @@ class Summary:
 
 
 _INT32 = 2**31 - 1
+_EPOCH = 2**30  # buffer bases are multiples of this (~12.4 days), so they are shared
+_BASES: dict[int, int] = {}
+
+
+def _base_for(t_ms: int) -> int:
+    """A shared int object for the base of a buffer whose oldest sample is at `t_ms`."""
+    base = t_ms - t_ms % _EPOCH
+    return _BASES.setdefault(base, base)
 
 
 class _Buffer:
@@ -112,46 +120,57 @@ class _Buffer:
     float64 from the first value that is not (and for any NaN, so staleness markers
     keep their bits).
 
-    Two small indexes are kept as samples arrive, so range functions need
-    not walk the samples: the times of staleness markers, and every counter
-    drop (the time of the sample that is lower than the previous non-stale
-    value, and that previous value). `last` is the newest non-stale value.
+    Two small packed indexes are kept as samples arrive, so range functions
+    need not walk the samples: the times of staleness markers, and the times
+    of counter drops (a sample lower than the previous non-stale one).
     """
 
-    __slots__ = ("labels", "base", "ts", "vs", "last", "stale_ts", "reset_ts", "reset_vs")
+    __slots__ = ("labels", "base", "ts", "vs", "stale_ts", "reset_ts")
 
     def __init__(self, labels: Labels, base: int) -> None:
         self.labels = labels
         self.base = base
         self.ts = array("i")
         self.vs = array("f")  # float32 while every value is exactly one, then float64
-        self.last: float | None = None
-        # Packed too (16 bytes an entry): counters of a fleet can drop often.
         self.stale_ts: array[int] | None = None
         self.reset_ts: array[int] | None = None
-        self.reset_vs: array[float] | None = None
 
     def note(self, t_ms: int, value: float) -> None:
-        """Index a sample just appended."""
+        """Index the sample just appended (the newest)."""
         if value != value and is_stale(value):
             if self.stale_ts is None:
                 self.stale_ts = array("q")
             self.stale_ts.append(t_ms)
             return
-        last = self.last
-        if last is not None and value < last:
-            if self.reset_ts is None:
-                self.reset_ts, self.reset_vs = array("q"), array("d")
-            self.reset_ts.append(t_ms)
-            self.reset_vs.append(last)  # type: ignore[union-attr]
-        self.last = value
+        vs = self.vs
+        i = len(vs) - 2
+        while i >= 0:  # the previous non-stale value
+            prev = vs[i]
+            if prev != prev and is_stale(prev):
+                i -= 1
+                continue
+            if value < prev:
+                if self.reset_ts is None:
+                    self.reset_ts = array("q")
+                self.reset_ts.append(t_ms)
+            return
 
     def reindex(self) -> None:
         """Rebuild the indexes from the samples (after the newest one was overwritten)."""
-        self.last = self.stale_ts = self.reset_ts = self.reset_vs = None
-        base = self.base
-        for t, v in zip(self.ts, self.vs, strict=True):
-            self.note(base + t, v)
+        self.stale_ts = self.reset_ts = None
+        base, ts, vs = self.base, self.ts, self.vs
+        prev: float | None = None
+        for t, v in zip(ts, vs, strict=True):
+            if v != v and is_stale(v):
+                if self.stale_ts is None:
+                    self.stale_ts = array("q")
+                self.stale_ts.append(base + t)
+                continue
+            if prev is not None and v < prev:
+                if self.reset_ts is None:
+                    self.reset_ts = array("q")
+                self.reset_ts.append(base + t)
+            prev = v
 
     def widen(self) -> None:
         """Hold values as float64 from now on (float32 values convert exactly)."""
@@ -159,9 +178,9 @@ class _Buffer:
             self.vs = array("d", self.vs)
 
     def rebase(self, t_ms: int) -> None:
-        """Make room for `t_ms`: a new base at the oldest sample, or int64 timestamps."""
+        """Make room for `t_ms`: a new base before the oldest sample, or int64 timestamps."""
         old = [self.base + t for t in self.ts]
-        self.base = old[0] if old else t_ms
+        self.base = _base_for(old[0] if old else t_ms)
         rel = [t - self.base for t in old]
         code = "i" if t_ms - self.base <= _INT32 else "q"
         self.ts = array(code, rel)
@@ -178,9 +197,7 @@ class _Buffer:
         if self.stale_ts:
             del self.stale_ts[:bisect_left(self.stale_ts, cutoff_ms)]
         if self.reset_ts:
-            k = bisect_left(self.reset_ts, cutoff_ms)
-            del self.reset_ts[:k]
-            del self.reset_vs[:k]  # type: ignore[index, union-attr]
+            del self.reset_ts[:bisect_left(self.reset_ts, cutoff_ms)]
 
 
 class MemoryStore:
@@ -264,7 +281,7 @@ class MemoryStore:
                     buf.reindex()
                 return True
         else:
-            buf.base = t_ms
+            buf.base = _base_for(t_ms)
         rel = t_ms - buf.base
         if rel > _INT32 and ts.typecode == "i":
             buf.rebase(t_ms)
@@ -361,12 +378,15 @@ class MemoryStore:
                 continue
             t0, t1 = base + ts[lo], base + ts[hi - 1]
             corrections: Sequence[float] = ()
+            vs = buf.vs
             drops = buf.reset_ts
             if drops:
                 a, b = bisect_right(drops, t0), bisect_right(drops, t1)
                 if a < b:
-                    corrections = buf.reset_vs[a:b]  # type: ignore[index]
-            vs = buf.vs
+                    # No marker in the range: each drop's correction (the value
+                    # before it) is the sample just before it.
+                    corrections = [vs[bisect_left(ts, t - base, lo, hi) - 1]
+                                   for t in drops[a:b]]
             out.append(Summary(buf.labels, hi - lo, t0, vs[lo], t1, vs[hi - 1], corrections))
         return out
 
