@@ -146,3 +146,17 @@ def test_has_live_counts_staleness_markers() -> None:
     assert not store.has_live("h", 0, 7000)
     store.add(labels_of({"__name__": "g", "target": "b"}), 6500, 2.0)
     assert store.has_live("g", 2000, 7000)
+
+
+def test_cached_postings_follow_new_and_collected_series() -> None:
+    store = MemoryStore(retention_ms=10_000)
+    sel = [M("__name__", "=", "r"), M("code", "=~", "5..")]
+    store.add(labels_of({"__name__": "r", "code": "500", "t": "a"}), 1000, 1.0)
+    store.add(labels_of({"__name__": "r", "code": "200", "t": "a"}), 1000, 1.0)
+    assert len(store.select(sel, 0, 5000)) == 1
+    assert len(store.select(sel, 0, 5000)) == 1  # from the cache
+    store.add(labels_of({"__name__": "r", "code": "503", "t": "b"}), 2000, 1.0)
+    assert [dict(s.labels)["code"] for s in store.select(sel, 0, 5000)] == ["500", "503"]
+    store.add(labels_of({"__name__": "r", "code": "503", "t": "b"}), 30_000, 1.0)
+    assert store.gc(30_000) == 2  # the t=a series aged out
+    assert [dict(s.labels)["code"] for s in store.select(sel, 0, 40_000)] == ["503"]

@@ -220,6 +220,10 @@ class MemoryStore:
         # name -> ref -> buffer, in creation (= reference) order: refs only grow.
         self._by_name: dict[str, dict[int, _Buffer]] = {}
         self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
+        # Postings of (name, other matchers) -> (series version, buffers), as
+        # Prometheus caches postings: valid until a series is created or removed.
+        self._postings: dict[tuple[str, tuple[Matcher, ...]], tuple[int, list[_Buffer]]] = {}
+        self._version = 0
         self._next_ref = 1
         self._filter = SeriesFilter(keep_all=True)
         self._wanted: dict[str, bool] = {}
@@ -258,6 +262,7 @@ class MemoryStore:
             buf = self._buffers[ref] = _Buffer(labels, 0)
             self._by_name.setdefault(label_value(labels, METRIC_NAME), {})[ref] = buf
             self._refs[labels] = ref
+            self._version += 1
             return ref
 
     def append(self, ref: int, t_ms: int, value: float) -> bool:
@@ -312,9 +317,16 @@ class MemoryStore:
         """Buffers whose labels satisfy all matchers, in creation (reference) order."""
         with self._lock:
             rest = list(matchers)
+            key = None
             for i, m in enumerate(matchers):
                 if m.name == METRIC_NAME and m.op == "=":
                     del rest[i]
+                    key = (m.value, tuple(rest))
+                    version = self._version
+                    if rest:
+                        hit = self._postings.get(key)
+                        if hit is not None and hit[0] == version:
+                            return hit[1]
                     found = self._by_name.get(m.value)
                     buffers = list(found.values()) if found else []
                     break
@@ -322,8 +334,14 @@ class MemoryStore:
                 buffers = list(self._buffers.values())
         if not rest:
             return buffers
-        return [b for b in buffers
-                if all(m.matches(label_value(b.labels, m.name)) for m in rest)]
+        buffers = [b for b in buffers
+                   if all(m.matches(label_value(b.labels, m.name)) for m in rest)]
+        if key is not None:
+            with self._lock:
+                if len(self._postings) > 10_000:
+                    self._postings.clear()
+                self._postings[key] = (version, buffers)
+        return buffers
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[Series]:
         """Series matching all matchers, with their samples in [start_ms, end_ms].
@@ -417,6 +435,7 @@ class MemoryStore:
                     del self._refs[buf.labels]
                     del self._by_name[label_value(buf.labels, METRIC_NAME)][ref]
                     removed += 1
+                    self._version += 1
             if removed and len(self._pairs) > 2 * len(self._buffers) + 10_000:
                 self._pairs = {kv: kv for b in self._buffers.values() for kv in b.labels}
         return removed
