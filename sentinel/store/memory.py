@@ -121,11 +121,13 @@ class _Buffer:
     keep their bits).
 
     Two small packed indexes are kept as samples arrive, so range functions
-    need not walk the samples: the times of staleness markers, and the times
-    of counter drops (a sample lower than the previous non-stale one).
+    need not walk the samples: the times of staleness markers, and the sample
+    numbers of counter drops (a sample lower than the previous non-stale
+    one). A sample's number is its position plus `gone`, the samples trimmed
+    so far, so it holds while older samples are trimmed.
     """
 
-    __slots__ = ("labels", "base", "ts", "vs", "stale_ts", "reset_ts")
+    __slots__ = ("labels", "base", "ts", "vs", "stale_ts", "reset_at", "gone")
 
     def __init__(self, labels: Labels, base: int) -> None:
         self.labels = labels
@@ -133,7 +135,8 @@ class _Buffer:
         self.ts = array("i")
         self.vs = array("f")  # float32 while every value is exactly one, then float64
         self.stale_ts: array[int] | None = None
-        self.reset_ts: array[int] | None = None
+        self.reset_at: array[int] | None = None
+        self.gone = 0
 
     def note(self, t_ms: int, value: float) -> None:
         """Index the sample just appended (the newest)."""
@@ -150,26 +153,26 @@ class _Buffer:
                 i -= 1
                 continue
             if value < prev:
-                if self.reset_ts is None:
-                    self.reset_ts = array("q")
-                self.reset_ts.append(t_ms)
+                if self.reset_at is None:
+                    self.reset_at = array("q")
+                self.reset_at.append(self.gone + len(vs) - 1)
             return
 
     def reindex(self) -> None:
         """Rebuild the indexes from the samples (after the newest one was overwritten)."""
-        self.stale_ts = self.reset_ts = None
+        self.stale_ts = self.reset_at = None
         base, ts, vs = self.base, self.ts, self.vs
         prev: float | None = None
-        for t, v in zip(ts, vs, strict=True):
+        for i, (t, v) in enumerate(zip(ts, vs, strict=True)):
             if v != v and is_stale(v):
                 if self.stale_ts is None:
                     self.stale_ts = array("q")
                 self.stale_ts.append(base + t)
                 continue
             if prev is not None and v < prev:
-                if self.reset_ts is None:
-                    self.reset_ts = array("q")
-                self.reset_ts.append(base + t)
+                if self.reset_at is None:
+                    self.reset_at = array("q")
+                self.reset_at.append(self.gone + i)
             prev = v
 
     def widen(self) -> None:
@@ -194,10 +197,11 @@ class _Buffer:
         if cut:
             del self.ts[:cut]
             del self.vs[:cut]
+            self.gone += cut
         if self.stale_ts:
             del self.stale_ts[:bisect_left(self.stale_ts, cutoff_ms)]
-        if self.reset_ts:
-            del self.reset_ts[:bisect_left(self.reset_ts, cutoff_ms)]
+        if self.reset_at:
+            del self.reset_at[:bisect_left(self.reset_at, self.gone)]
 
 
 class MemoryStore:
@@ -397,14 +401,14 @@ class MemoryStore:
             t0, t1 = base + ts[lo], base + ts[hi - 1]
             corrections: Sequence[float] = ()
             vs = buf.vs
-            drops = buf.reset_ts
+            drops = buf.reset_at
             if drops:
-                a, b = bisect_right(drops, t0), bisect_right(drops, t1)
+                gone = buf.gone
+                a, b = bisect_right(drops, gone + lo), bisect_left(drops, gone + hi)
                 if a < b:
                     # No marker in the range: each drop's correction (the value
                     # before it) is the sample just before it.
-                    corrections = [vs[bisect_left(ts, t - base, lo, hi) - 1]
-                                   for t in drops[a:b]]
+                    corrections = [vs[d - gone - 1] for d in drops[a:b]]
             out.append(Summary(buf.labels, hi - lo, t0, vs[lo], t1, vs[hi - 1], corrections))
         return out
 
