@@ -160,3 +160,36 @@ def test_cached_postings_follow_new_and_collected_series() -> None:
     store.add(labels_of({"__name__": "r", "code": "503", "t": "b"}), 30_000, 1.0)
     assert store.gc(30_000) == 2  # the t=a series aged out
     assert [dict(s.labels)["code"] for s in store.select(sel, 0, 40_000)] == ["503"]
+
+
+def test_readers_never_see_a_sample_half_appended_or_trimmed() -> None:
+    import sys
+    import threading
+
+    store = MemoryStore(retention_ms=20_000)
+    refs = [store.ref(labels_of({"__name__": "z", "k": str(k)})) for k in range(50)]
+    stop = threading.Event()
+
+    def write() -> None:
+        t = 1000
+        while not stop.is_set():
+            t += 1000
+            for r in refs:  # value = time in seconds: first/last must agree with it
+                store.append(r, t, t / 1000)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        bad = 0
+        for _ in range(300):
+            for s in store.summarize([M("__name__", "=", "z")], 0, 10**12):
+                bad += s.v_first != s.t_first / 1000 or s.v_last != s.t_last / 1000
+            for x in store.select([M("__name__", "=", "z")], 0, 10**12):
+                bad += [v * 1000 for v in x.vs] != x.ts
+    finally:
+        stop.set()
+        writer.join()
+        sys.setswitchinterval(old)
+    assert bad == 0

@@ -219,6 +219,9 @@ class MemoryStore:
         self.retention_ms = retention_ms
         self.max_series = max_series
         self._lock = threading.Lock()
+        # Samples change under this lock and are read under it, one series at a
+        # time: a reader never sees timestamps and values half appended or trimmed.
+        self._data = threading.Lock()
         self._refs: dict[Labels, int] = {}
         self._buffers: dict[int, _Buffer] = {}
         # name -> ref -> buffer, in creation (= reference) order: refs only grow.
@@ -278,6 +281,11 @@ class MemoryStore:
         buf = self._buffers.get(ref)
         if buf is None:
             return False
+        with self._data:
+            self._append(buf, t_ms, value)
+        return True
+
+    def _append(self, buf: _Buffer, t_ms: int, value: float) -> None:
         ts = buf.ts
         if ts:
             newest = buf.base + ts[-1]
@@ -288,7 +296,7 @@ class MemoryStore:
                         buf.widen()
                         buf.vs[-1] = value
                     buf.reindex()
-                return True
+                return
         else:
             buf.base = _base_for(t_ms)
         rel = t_ms - buf.base
@@ -310,7 +318,6 @@ class MemoryStore:
         cutoff = t_ms - self.retention_ms
         if buf.base + ts[0] < cutoff:
             buf.trim(cutoff, 15)
-        return True
 
     def add(self, labels: Labels, t_ms: int, value: float) -> None:
         """Append one sample by label set."""
@@ -353,13 +360,16 @@ class MemoryStore:
         In the order the series were created (the PromQL engine relies on it).
         """
         out = []
+        data = self._data
         for buf in self._matching(matchers):
-            ts, base = buf.ts, buf.base
-            lo = bisect_left(ts, start_ms - base)
-            hi = bisect_right(ts, end_ms - base)
-            if lo < hi:
-                out.append(Series(buf.labels, [base + t for t in ts[lo:hi]],
-                                  buf.vs[lo:hi].tolist()))
+            with data:
+                ts, base = buf.ts, buf.base
+                lo = bisect_left(ts, start_ms - base)
+                hi = bisect_right(ts, end_ms - base)
+                if lo >= hi:
+                    continue
+                rel, vs = ts[lo:hi], buf.vs[lo:hi]
+            out.append(Series(buf.labels, [base + t for t in rel], vs.tolist()))
         return out
 
     def select_last(self, matchers: Sequence[Matcher], start_ms: int,
@@ -370,11 +380,15 @@ class MemoryStore:
         window copied out of the packed arrays.
         """
         out = []
+        data = self._data
         for buf in self._matching(matchers):
-            ts, base = buf.ts, buf.base
-            hi = bisect_right(ts, end_ms - base)
-            if hi and base + ts[hi - 1] >= start_ms:
-                out.append(Series(buf.labels, [base + ts[hi - 1]], [buf.vs[hi - 1]]))
+            with data:
+                ts, base = buf.ts, buf.base
+                hi = bisect_right(ts, end_ms - base)
+                if not hi or base + ts[hi - 1] < start_ms:
+                    continue
+                t, v = base + ts[hi - 1], buf.vs[hi - 1]
+            out.append(Series(buf.labels, [t], [v]))
         return out
 
     def summarize(self, matchers: Sequence[Matcher], start_ms: int,
@@ -386,30 +400,12 @@ class MemoryStore:
         sample in it are left out.
         """
         out = []
+        data = self._data
         for buf in self._matching(matchers):
-            ts, base = buf.ts, buf.base
-            lo = bisect_left(ts, start_ms - base)
-            hi = bisect_right(ts, end_ms - base)
-            if lo >= hi:
-                continue
-            stale = buf.stale_ts
-            if stale and bisect_right(stale, end_ms) > bisect_left(stale, start_ms):
-                summary = _walk(buf, lo, hi)
-                if summary is not None:
-                    out.append(summary)
-                continue
-            t0, t1 = base + ts[lo], base + ts[hi - 1]
-            corrections: Sequence[float] = ()
-            vs = buf.vs
-            drops = buf.reset_at
-            if drops:
-                gone = buf.gone
-                a, b = bisect_right(drops, gone + lo), bisect_left(drops, gone + hi)
-                if a < b:
-                    # No marker in the range: each drop's correction (the value
-                    # before it) is the sample just before it.
-                    corrections = [vs[d - gone - 1] for d in drops[a:b]]
-            out.append(Summary(buf.labels, hi - lo, t0, vs[lo], t1, vs[hi - 1], corrections))
+            with data:
+                summary = _summary(buf, start_ms, end_ms)
+            if summary is not None:
+                out.append(summary)
         return out
 
     def has_live(self, name: str, start_ms: int, end_ms: int) -> bool:
@@ -417,12 +413,14 @@ class MemoryStore:
         with self._lock:
             found = self._by_name.get(name)
             buffers = list(found.values()) if found else []
+        data = self._data
         for buf in buffers:
-            ts, base = buf.ts, buf.base
-            n = bisect_right(ts, end_ms - base) - bisect_left(ts, start_ms - base)
-            stale = buf.stale_ts
-            if stale:
-                n -= bisect_right(stale, end_ms) - bisect_left(stale, start_ms)
+            with data:
+                ts, base = buf.ts, buf.base
+                n = bisect_right(ts, end_ms - base) - bisect_left(ts, start_ms - base)
+                stale = buf.stale_ts
+                if stale:
+                    n -= bisect_right(stale, end_ms) - bisect_left(stale, start_ms)
             if n > 0:
                 return True
         return False
@@ -433,7 +431,8 @@ class MemoryStore:
         removed = 0
         with self._lock:
             for ref, buf in list(self._buffers.items()):
-                buf.trim(cutoff)
+                with self._data:
+                    buf.trim(cutoff)
                 if not buf.ts:
                     del self._buffers[ref]
                     del self._refs[buf.labels]
@@ -456,6 +455,30 @@ class MemoryStore:
         """Bytes of the samples held (timestamps and values)."""
         return sum(len(b.ts) * (b.ts.itemsize + b.vs.itemsize)
                    for b in list(self._buffers.values()))
+
+
+def _summary(buf: _Buffer, start_ms: int, end_ms: int) -> Summary | None:
+    """One series' summary of [start_ms, end_ms], or None without a non-stale sample."""
+    ts, base = buf.ts, buf.base
+    lo = bisect_left(ts, start_ms - base)
+    hi = bisect_right(ts, end_ms - base)
+    if lo >= hi:
+        return None
+    stale = buf.stale_ts
+    if stale and bisect_right(stale, end_ms) > bisect_left(stale, start_ms):
+        return _walk(buf, lo, hi)  # a marker in the range: the long way
+    t0, t1 = base + ts[lo], base + ts[hi - 1]
+    corrections: Sequence[float] = ()
+    vs = buf.vs
+    drops = buf.reset_at
+    if drops:
+        gone = buf.gone
+        a, b = bisect_right(drops, gone + lo), bisect_left(drops, gone + hi)
+        if a < b:
+            # No marker in the range: each drop's correction (the value
+            # before it) is the sample just before it.
+            corrections = [vs[d - gone - 1] for d in drops[a:b]]
+    return Summary(buf.labels, hi - lo, t0, vs[lo], t1, vs[hi - 1], corrections)
 
 
 def _walk(buf: _Buffer, lo: int, hi: int) -> Summary | None:
