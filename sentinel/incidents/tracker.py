@@ -172,8 +172,12 @@ class IncidentTracker:
         now = ms_to_dt(now_ms)
         outcomes: dict[int, _Outcome] = {}
         with self.db.session() as s:
+            # Two queries for the whole evaluation, not three per alert group: under
+            # an alert storm (a fleet's `up == 0`) per-key lookups of open incidents
+            # and their rows were most of the evaluation time.
+            known = _preload(s, [k.text for k in groups])
             for key in sorted(groups, key=lambda k: (k.alertname, k.target)):
-                for outcome in self._process_key(s, key, groups[key], now):
+                for outcome in self._process_key(s, key, groups[key], now, known):
                     _merge_outcome(outcomes, outcome)
             if self.outbox is not None:
                 self._enqueue(s, list(outcomes.values()), now_ms)
@@ -275,15 +279,25 @@ class IncidentTracker:
     # -- one incident -------------------------------------------------------
 
     def _process_key(
-        self, s: Session, key: GroupKey, alerts: list[Alert], now: datetime
+        self, s: Session, key: GroupKey, alerts: list[Alert], now: datetime,
+        known: dict[str, tuple[Incident, dict[str, IncidentAlert]]] | None = None,
     ) -> list[_Outcome]:
-        """Resolutions first (closing the incident when all resolved), then firings."""
+        """Resolutions first (closing the incident when all resolved), then firings.
+
+        `known`: the open incidents of the evaluation's keys and their rows,
+        loaded up front (`_preload`); without it they are queried here.
+        """
         firing = [a for a in alerts if a.state is AlertState.FIRING]
         resolved = [a for a in alerts if a.state is not AlertState.FIRING]
         out: list[_Outcome] = []
-        incident = _open_incident(s, key)
+        rows: dict[str, IncidentAlert] | None = None
+        if known is None:
+            incident = _open_incident(s, key)
+        else:
+            incident, rows = known.get(key.text, (None, None))
         if incident is not None:
-            rows = _rows(s, incident)
+            if rows is None:
+                rows = _rows(s, incident)
             ended = resolved + [_superseded(rows[a.fingerprint], a, now) for a in firing
                                 if _is_superseded(rows.get(a.fingerprint), a)]
             if ended:
@@ -299,7 +313,10 @@ class IncidentTracker:
             incident = _insert_incident(s, key, firing[0], now)
             s.flush()
             attach_recent(s, incident, key.target, ms_to_dt(firing[0].active_at_ms))
-        outcome = self._apply(s, incident, _rows(s, incident), key, firing, [], now)
+            rows = None
+        if rows is None:
+            rows = _rows(s, incident)
+        outcome = self._apply(s, incident, rows, key, firing, [], now)
         outcome.opened = opened
         out.append(outcome)
         return out
@@ -447,6 +464,23 @@ def _notification(outcome: _Outcome) -> Notification | None:
         return None
     kind = NotificationKind.RESOLVED if outcome.closed else NotificationKind.FIRING
     return Notification(outcome.incident_id, kind, announced, outcome.key.labels)
+
+
+def _preload(s: Session, keys: list[str]
+             ) -> dict[str, tuple[Incident, dict[str, IncidentAlert]]]:
+    """The open incidents of these group keys, each with its rows by fingerprint."""
+    found: dict[str, tuple[Incident, dict[str, IncidentAlert]]] = {}
+    for i in range(0, len(keys), 500):
+        for incident in s.scalars(select(Incident).where(
+                Incident.group_key.in_(keys[i:i + 500]), Incident.status == _OPEN)):
+            found[incident.group_key] = (incident, {})
+    by_id = {incident.id: rows for incident, rows in found.values()}
+    ids = list(by_id)
+    for i in range(0, len(ids), 500):
+        for row in s.scalars(select(IncidentAlert).where(
+                IncidentAlert.incident_id.in_(ids[i:i + 500]))):
+            by_id[row.incident_id][row.fingerprint] = row
+    return found
 
 
 def _open_incident(s: Session, key: GroupKey) -> Incident | None:

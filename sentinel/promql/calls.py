@@ -11,7 +11,8 @@ from sentinel.promql import functions as fn
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.mathfuncs import DATE, date_value
-from sentinel.promql.rangefuncs import RANGE_FUNCTIONS, Window
+from sentinel.promql.rangefuncs import RANGE_FUNCTIONS, SUMMARY_FUNCTIONS, Window
+from sentinel.store.memory import Summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,10 @@ class Evaluator(Protocol):
 
     def subquery(self, e: n.Subquery) -> list[RangeSeries]:
         """The series of a subquery."""
+        ...
+
+    def summaries(self, e: n.MatrixSelector) -> list[Summary] | None:
+        """Summaries of a range selector's series, or None when the store has none."""
         ...
 
     def base_ms(self, at: n.At) -> int:
@@ -133,8 +138,22 @@ def _range_call(ev: Evaluator, e: n.Call) -> Vector:
     else:
         at, offset = sel.at, sel.offset_ms
     window = Window(ev.base_ms(at), sel.range_ms, offset, scalars)
-    func = RANGE_FUNCTIONS[e.func]
     keep_name = e.func == "last_over_time"
+    quick = SUMMARY_FUNCTIONS.get(e.func)
+    if quick is not None and isinstance(sel, n.MatrixSelector):
+        summaries = ev.summaries(sel)
+        if summaries is not None:
+            # First/last sample, count and counter drops come from the store's
+            # indexes: the samples in the range are not copied or walked.
+            vec = []
+            for su in summaries:
+                value = quick(su.count, su.t_first, su.v_first, su.t_last, su.v_last,
+                              su.corrections, window)
+                if value is not None:
+                    vec.append(InstantSample(su.labels if keep_name else fn.drop_name(su.labels),
+                                             value))
+            return vec
+    func = RANGE_FUNCTIONS[e.func]
     out = []
     for s in _range_arg(ev, sel):
         value = func(s.ts, s.vs, window)

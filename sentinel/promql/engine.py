@@ -31,7 +31,7 @@ from sentinel.promql.binary import scalar_op, set_op, vector_scalar, vector_vect
 from sentinel.promql.calls import RangeSeries, check_unique, evaluate_call
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
-from sentinel.store.memory import Matcher, Series
+from sentinel.store.memory import Matcher, Series, Summary
 
 DEFAULT_LOOKBACK_MS = 300_000
 DEFAULT_SUBQUERY_STEP_MS = 60_000
@@ -179,6 +179,14 @@ class _Evaluator:
             if s.ts:
                 out.append(RangeSeries(s.labels, s.ts, s.vs))
         return out
+
+    def summaries(self, e: n.MatrixSelector) -> list[Summary] | None:
+        summarize = getattr(self.store, "summarize", None)
+        if summarize is None:
+            return None
+        end = self.base_ms(e.selector.at) - e.selector.offset_ms
+        found: list[Summary] = summarize(e.selector.matchers, end - e.range_ms, end)
+        return found
 
     def subquery(self, e: n.Subquery) -> list[RangeSeries]:
         end = self.base_ms(e.at) - e.offset_ms

@@ -18,6 +18,8 @@ _TEMPLATE = re.compile(r"\$(\$|\{(\w+)\}|(\w+))")
 
 def drop_name(labels: Labels) -> Labels:
     """The label set without `__name__`."""
+    if labels and labels[0][0] == METRIC_NAME:  # sorted labels: it is usually first
+        return labels[1:]
     if labels and any(k == METRIC_NAME for k, _ in labels):
         return tuple(kv for kv in labels if kv[0] != METRIC_NAME)
     return labels

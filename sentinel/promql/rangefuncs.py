@@ -34,22 +34,38 @@ def _extrapolated_rate(
 ) -> float | None:
     if len(vs) < 2:
         return None
-    range_start = w.eval_ms - (w.range_ms + w.offset_ms)
-    range_end = w.eval_ms - w.offset_ms
-    result = vs[-1] - vs[0]
+    corrections = []
     if is_counter:
         last = 0.0
         for v in vs:
             if v < last:
-                result += last
+                corrections.append(last)
             last = v
-    to_start = (ts[0] - range_start) / 1000
-    to_end = (range_end - ts[-1]) / 1000
-    sampled = (ts[-1] - ts[0]) / 1000
-    avg_step = sampled / (len(vs) - 1)
-    if is_counter and result > 0 and vs[0] >= 0:
+    return extrapolate(len(vs), ts[0], vs[0], ts[-1], vs[-1], corrections, w,
+                       is_counter, is_rate)
+
+
+def extrapolate(count: int, t_first: int, v_first: float, t_last: int, v_last: float,
+                corrections: Sequence[float], w: Window, is_counter: bool, is_rate: bool
+                ) -> float | None:
+    """Prometheus's extrapolatedRate from the first and last sample, their number and the
+    counter corrections (the value before each drop, in order): what rate(), increase()
+    and delta() need, so a store can hand it over without copying the samples."""
+    if count < 2:
+        return None
+    range_start = w.eval_ms - (w.range_ms + w.offset_ms)
+    range_end = w.eval_ms - w.offset_ms
+    result = v_last - v_first
+    if is_counter:
+        for c in corrections:
+            result += c
+    to_start = (t_first - range_start) / 1000
+    to_end = (range_end - t_last) / 1000
+    sampled = (t_last - t_first) / 1000
+    avg_step = sampled / (count - 1)
+    if is_counter and result > 0 and v_first >= 0:
         # A counter cannot go below zero: do not extrapolate past its zero point.
-        to_zero = sampled * (vs[0] / result)
+        to_zero = sampled * (v_first / result)
         if to_zero < to_start:
             to_start = to_zero
     threshold = avg_step * 1.1
@@ -240,6 +256,22 @@ def _double_exponential_smoothing(ts: Sequence[int], vs: Sequence[float], w: Win
                                   ) -> float | None:
     return double_exponential_smoothing(list(vs), w.scalars[0], w.scalars[1])
 
+
+# Range functions that need only a series' first and last sample, the number of
+# samples and its counter drops: (count, t_first, v_first, t_last, v_last,
+# corrections, window) -> value. The engine feeds them store summaries.
+SummaryFunc = Callable[[int, int, float, int, float, Sequence[float], Window], "float | None"]
+
+SUMMARY_FUNCTIONS: dict[str, SummaryFunc] = {
+    "rate": lambda n, t0, v0, t1, v1, c, w: extrapolate(n, t0, v0, t1, v1, c, w, True, True),
+    "increase": lambda n, t0, v0, t1, v1, c, w: extrapolate(n, t0, v0, t1, v1, c, w,
+                                                            True, False),
+    "delta": lambda n, t0, v0, t1, v1, c, w: extrapolate(n, t0, v0, t1, v1, c, w,
+                                                         False, False),
+    "count_over_time": lambda n, t0, v0, t1, v1, c, w: float(n),
+    "last_over_time": lambda n, t0, v0, t1, v1, c, w: v1,
+    "present_over_time": lambda n, t0, v0, t1, v1, c, w: 1.0,
+}
 
 RANGE_FUNCTIONS: dict[str, RangeFunc] = {
     "double_exponential_smoothing": _double_exponential_smoothing,

@@ -132,6 +132,9 @@ def describe(rule: str, metric: str) -> MissingMetric:
 def store_has(store: MemoryStore, now_ms: int, window_ms: int) -> Callable[[str], bool]:
     """Whether the store holds a live (not stale) sample of a name within the window."""
     def present(name: str) -> bool:
+        has_live = getattr(store, "has_live", None)
+        if has_live is not None:  # MemoryStore: counted on its indexes, nothing copied
+            return bool(has_live(name, now_ms - window_ms, now_ms))
         for s in store.select([Matcher(METRIC_NAME, "=", name)], now_ms - window_ms, now_ms):
             if any(not is_stale(v) for v in s.vs):
                 return True

@@ -1,0 +1,97 @@
+"""Rule evaluation and store memory at fleet size, without the network.
+
+Run: `python bench/ruleeval.py --targets 1000 [--minutes 6] [--rounds 3]`.
+
+Fills a MemoryStore through the scrape path's own series code (the real
+vLLM page of tests/data, its counters growing, one scrape every 5 s per
+target, the store filter the shipped rules compute) for the retention the
+rules need, then evaluates every rule of rules/vllm.yaml and
+rules/sentinel.yaml at the last scrape time. Prints the CPU seconds of one
+evaluation of all rules (best of --rounds), the store's series and
+samples, and the Python heap the store holds (tracemalloc), so a change to
+the store or the engine can be measured in seconds instead of a fleet run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sentinel.collect.scrapeseries import SharedSeries, TargetSeries  # noqa: E402
+from sentinel.promql.engine import Engine, max_lookback_ms  # noqa: E402
+from sentinel.rules.loader import load_rule_files  # noqa: E402
+from sentinel.rules.needs import needed_series  # noqa: E402
+from sentinel.store.memory import MemoryStore  # noqa: E402
+
+PAGE = ROOT / "tests" / "data" / "vllm_metrics.txt"
+RULES = [str(ROOT / "rules" / "vllm.yaml"), str(ROOT / "rules" / "sentinel.yaml")]
+_COUNTER = re.compile(r"^([^#\s][^ ]*?(?:_total|_count|_sum|_bucket)(?:\{[^}]*\})?) (\S+)$", re.M)
+
+
+def pages(n: int) -> list[str]:
+    """n versions of the page, counters grown by k in version k."""
+    text = PAGE.read_text()
+    return [_COUNTER.sub(lambda m, k=k: f"{m.group(1)} {float(m.group(2)) + k:g}", text)
+            for k in range(n)]
+
+
+def main() -> None:
+    """Fill the store, evaluate every rule, print timings and memory."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", type=int, default=1000)
+    ap.add_argument("--minutes", type=float, default=0.0,
+                    help="history to fill (default: the retention the rules need)")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    groups = load_rule_files(RULES)
+    rules = [r for g in groups for r in g.rules]
+    reach = max(max_lookback_ms(r.query) for r in rules)
+    minutes = args.minutes or (reach + 60_000) / 60_000
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    store = MemoryStore(retention_ms=int(minutes * 60_000))
+    store.set_filter(needed_series(groups))
+    shared = SharedSeries(store)
+    targets = [TargetSeries(shared, f"t{i}", {"target": f"t{i}", "instance": f"127.0.0.1:{i}"})
+               for i in range(args.targets)]
+    texts = pages(int(minutes * 12) + 1)
+    t0 = time.process_time()
+    now = 1_700_000_000_000
+    for step, text in enumerate(texts):
+        for i, ts in enumerate(targets):
+            t = now + step * 5000 + i % 5000
+            ts.store_page(ts.parse(text, False), t)
+            ts.report(t, True, 0.01, 1000)
+    fill_s = time.process_time() - t0
+    heap = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    at = now + (len(texts) - 1) * 5000 + 5000
+    engine = Engine(store)
+    best = float("inf")
+    per_rule: dict[str, float] = {}
+    for _ in range(args.rounds):
+        t0 = time.process_time()
+        for r in rules:
+            r0 = time.process_time()
+            engine.query(r.query, at)
+            per_rule[r.name] = min(per_rule.get(r.name, 1e9), time.process_time() - r0)
+        best = min(best, time.process_time() - t0)
+    print(f"{args.targets} targets, {minutes:.1f} min of history: {store.series_count()} series, "
+          f"{store.sample_count()} samples, {store.sample_bytes() / 2**20:.1f} MiB of samples, "
+          f"{heap / 2**20:.1f} MiB Python heap for store + parse cache "
+          f"({heap / max(1, store.series_count()):.0f} B a series)")
+    print(f"ingest: {1e6 * fill_s / (len(texts) * args.targets):.0f} µs CPU a scrape")
+    print(f"one evaluation of all {len(rules)} rules: {best:.3f} CPU s (best of {args.rounds})")
+    for name, s in sorted(per_rule.items(), key=lambda kv: -kv[1])[:8]:
+        print(f"  {s:.3f} s  {name}")
+
+
+if __name__ == "__main__":
+    main()
