@@ -7,7 +7,6 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 import yaml
 
@@ -15,6 +14,7 @@ from sentinel.collect.probe import (
     CANARY,
     HEALTH,
     MODELS,
+    ProbeClient,
     ProbeTarget,
     probe_target,
     tokens_flowing,
@@ -39,7 +39,7 @@ def sim() -> Iterator:
 
 def _probe(t: ProbeTarget, busy: bool = False):
     async def run():
-        async with httpx.AsyncClient() as client:
+        async with ProbeClient() as client:
             return await probe_target(client, t, 0, busy=busy)
     return asyncio.run(run())
 

@@ -131,7 +131,8 @@ class App:
             self.diagnosis = DiagnosisWorker(db, cfg, series=store_series(store))
         self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
-        self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms)
+        self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms,
+                                self.io)
         self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
                                            self.metrics.registry, cfg.evaluation_interval_ms,
                                            self._now_ms)
@@ -145,6 +146,7 @@ class App:
         self._scheduler.start()
         self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)
         self.scrape_jobs.start((self._scrape_target(t) for t in cfg.targets), self._now_ms())
+        self.probes.schedule(self.scrape_jobs, self._now_ms())  # on the same loop and scheduler
         self._start_discovery()
         self.notifier.start()
         self._not_ready = None
@@ -167,6 +169,8 @@ class App:
             self.scrape_jobs = None
         if self.pipeline is not None:
             self.pipeline.scraper.close()  # idle connections are closed on the loop
+        if self.probes is not None:
+            self.probes.close()  # the same, for the probes' connections
         if self.io is not None:
             self.io.stop(min(timeout_s, 2.0))
         if self._scheduler is not None:
@@ -193,8 +197,6 @@ class App:
                 self.pipeline.remediator.stop(timeout_s)
         if self.sources is not None:
             self.sources.close()
-        if self.probes is not None:
-            self.probes.close()
         if self.diagnosis is not None:
             self.diagnosis.close()
         log.info("sentinel stopped")
@@ -300,10 +302,9 @@ class App:
 
     def _schedule(self) -> BackgroundScheduler:
         assert self.sources is not None
-        # Scrapes run on the I/O loop (ScrapeJobs), not here: this pool is for
+        # Scrapes and probes run on the I/O loop (ScrapeJobs), not here: this pool is for
         # rule groups and the blocking sources, so evaluation never queues behind scrapes.
-        probes = self.probes.count() if self.probes is not None else 0
-        workers = min(64, len(self._groups) + self.sources.count() + probes + 5)
+        workers = min(64, len(self._groups) + self.sources.count() + 5)
         sched = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=workers)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
@@ -317,8 +318,6 @@ class App:
         self._schedule_rule_groups(sched, warmup_ms)
         assert self.sources is not None
         self.sources.schedule(sched, self._guard, _now_dt())
-        if self.probes is not None:
-            self.probes.schedule(sched, self._guard, _now_dt())
         if self.metric_check is not None:
             self.metric_check.schedule(sched, self._guard, _now_dt())
         if self.diagnosis is not None:
