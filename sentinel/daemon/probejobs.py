@@ -25,7 +25,7 @@ from sentinel.config import Config
 from sentinel.config_probe import effective_probe
 from sentinel.daemon.missed import MISSED_EVENTS
 from sentinel.daemon.scrapejobs import ScrapeJobs
-from sentinel.model import labels_of
+from sentinel.model import label_value, labels_of
 from sentinel.promql import Engine, compile_expr
 from sentinel.store import MemoryStore
 
@@ -48,21 +48,33 @@ def build_probe_targets(config: Config) -> list[ProbeTarget]:
     return out
 
 
+# How long one fleet-wide reading of the token counters serves the probes. The
+# heartbeat compares readings 15 s apart, so a second of age changes nothing, and
+# one query per second replaces one per probe (each scanned every target's series).
+READING_MS = 1_000
+
+
 def generation_total_reader(engine: Engine) -> Callable[[str, int], float | None]:
-    """Reads `sum(vllm:generation_tokens_total{target=...})` at a time, None when absent."""
-    compiled: dict[str, Any] = {}  # target -> its compiled query: parsing costs more than it
+    """Reads `sum(vllm:generation_tokens_total{target=...})` at a time, None when absent.
+
+    One query, `sum by (target) (...)`, answers every target at once; its
+    result serves every read within READING_MS of the same whole second.
+    """
+    node = compile_expr("sum by (target) (vllm:generation_tokens_total)")
+    readings: dict[int, dict[str, float]] = {}
 
     def read(target: str, at_ms: int) -> float | None:
-        node = compiled.get(target)
-        if node is None:
-            if len(compiled) > 100_000:
-                compiled.clear()
-            node = compiled[target] = compile_expr(
-                f'sum(vllm:generation_tokens_total{{target="{target}"}})')
-        vec = engine.query(node, at_ms)
-        if not isinstance(vec, list) or not vec or math.isnan(vec[0].value):
-            return None
-        return float(vec[0].value)
+        key = at_ms // READING_MS
+        totals = readings.get(key)
+        if totals is None:
+            vec = engine.query(node, at_ms)
+            totals = {} if not isinstance(vec, list) else {
+                label_value(s.labels, "target"): float(s.value) for s in vec
+                if not math.isnan(s.value)}
+            if len(readings) >= 4:  # first probes also read one interval back
+                readings.pop(min(readings))
+            readings[key] = totals
+        return totals.get(target)
     return read
 
 
