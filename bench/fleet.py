@@ -373,7 +373,8 @@ class Result:
 
 # -- the two systems ------------------------------------------------------------------
 
-def sentinel_cmd(work: Path, ports: list[int], listen: int, probes: bool = False) -> list[str]:
+def sentinel_cmd(work: Path, ports: list[int], listen: int, probes: bool = False,
+                 canary_cap: int = 0) -> list[str]:
     """Write a Sentinel config for the fleet; the command that runs it.
 
     `probes`: probes at their default interval (15 s) and canary cap; else off."""
@@ -383,6 +384,7 @@ def sentinel_cmd(work: Path, ports: list[int], listen: int, probes: bool = False
              # Collection against collection: Prometheus does not probe. With --probes,
              # the default (15 s) against the helper's /health, /v1/models, completions.
              *([] if probes else ["probe_interval: 0s"]),
+             *([f"probe_canary_concurrency: {canary_cap}"] if canary_cap else []),
              "targets:"]
     lines += [f"  - {{name: t{i}, url: 'http://127.0.0.1:{p}'}}" for i, p in enumerate(ports)]
     (work / "sentinel.yaml").write_text("\n".join(lines) + "\n")
@@ -413,12 +415,13 @@ NAMES = {
 
 
 def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
-            work: Path, probes: bool = False, settle_s: float = 5.0) -> Result:
+            work: Path, probes: bool = False, settle_s: float = 5.0,
+            canary_cap: int = 0) -> Result:
     """Run one system against the fleet and measure it (see the module docstring)."""
     n = len(fleet.ports)
     listen = free_port()
     if system == "sentinel":
-        cmd = sentinel_cmd(work, fleet.ports, listen, probes)
+        cmd = sentinel_cmd(work, fleet.ports, listen, probes, canary_cap)
     else:
         cmd = prometheus_cmd(work, fleet.ports, listen)
     res = Result(system + ("+probes" if probes else ""), n)
@@ -594,6 +597,11 @@ def main() -> None:
     ap.add_argument("--traffic", choices=("mixed", "busy", "idle"), default="mixed",
                     help="the targets' token counters: mixed (as before), busy (growing: "
                          "canaries skipped), idle (still: canaries sent)")
+    ap.add_argument("--canary-cap", type=int, default=0,
+                    help="probe_canary_concurrency (default: Sentinel's, 4); at 1,000 idle "
+                         "targets 4 slots of ~70 ms canaries cannot send all 67 a second")
+    ap.add_argument("--rule-files", default="",
+                    help="comma-separated rule files instead of the shipped ones")
     ap.add_argument("--settle", type=float, default=None,
                     help="seconds between every target scraped once and the window "
                          "(default 5; 35 with --probes: a probe's first two runs, before its "
@@ -603,6 +611,8 @@ def main() -> None:
     if args.serve:
         serve_main(args.serve, args.firing, args.traffic)
         return
+    if args.rule_files:
+        RULE_FILES[:] = [Path(f).resolve() for f in args.rule_files.split(",")]
     if args.settle is None:
         args.settle = 5.0 if args.probes == "off" else 35.0
     _raise_fd_limit()
@@ -622,7 +632,7 @@ def main() -> None:
         for system, probes in runs:
             with tempfile.TemporaryDirectory(prefix=f"fleet-{system}-") as tmp:
                 results.append(measure(system, fleet, args.seconds, args.py_spy, Path(tmp),
-                                       probes, args.settle))
+                                       probes, args.settle, args.canary_cap))
                 time.sleep(2)
     finally:
         fleet.stop()

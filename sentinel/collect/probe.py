@@ -316,7 +316,11 @@ async def probe_target(client: ProbeClient, t: ProbeTarget, now_ms: int, *,
 
     `busy`: the target's counters prove tokens are flowing, so the canary is
     skipped (when the target allows it). `canary_slots` caps canaries in
-    flight across the fleet. `model`: the served model, already learnt from
+    flight across the fleet; a canary waits for a slot only as long as its
+    interval leaves beside its timeout (`slot_wait_s`), else it is not sent
+    this time (its series go stale, as for a busy target), so a fleet that
+    wants more canaries than the cap allows never delays its probes past
+    their interval. `model`: the served model, already learnt from
     /v1/models; when given, /v1/models is not asked this time (the caller
     refreshes it every few minutes: it costs as much CPU as /health).
     """
@@ -332,14 +336,35 @@ async def probe_target(client: ProbeClient, t: ProbeTarget, now_ms: int, *,
         if t.canary and not (busy and t.skip_canary_when_busy):
             if canary_slots is None:
                 results.append(await probe_canary(client, t, model, clock))
-            else:
-                async with canary_slots:
+            elif await _take_slot(canary_slots, slot_wait_s(t)):
+                try:
                     results.append(await probe_canary(client, t, model, clock))
+                finally:
+                    canary_slots.release()
     except Exception as exc:  # a bug, not the target: record it, keep the loop alive
         results = [ProbeResult(p, False, 0.0, 0, f"internal error: {type(exc).__name__}: {exc}")
                    for p in (HEALTH, MODELS)]
     skipped = t.canary and not any(r.probe == CANARY for r in results)
     return samples_of(t, results, canary_skipped=skipped), results
+
+
+def slot_wait_s(t: ProbeTarget) -> float:
+    """How long a canary may wait for a slot under the fleet cap: its interval less its timeout."""
+    return max(0.0, (t.interval_ms - t.timeout_ms) / 1000)
+
+
+async def _take_slot(slots: asyncio.Semaphore, wait_s: float) -> bool:
+    if not slots.locked():
+        await slots.acquire()  # free: returns at once
+        return True
+    if wait_s <= 0:
+        return False
+    try:
+        async with asyncio.timeout(wait_s):
+            await slots.acquire()
+    except TimeoutError:
+        return False
+    return True
 
 
 def samples_of(t: ProbeTarget, results: list[ProbeResult],

@@ -38,6 +38,9 @@ WAIT_SLACK_S = 5.0
 # so its series never goes stale; sooner after any failed probe (a restart may have
 # changed the model). It costs as much CPU as /health: every probe would double that.
 MODELS_REFRESH_MS = 4 * 60_000
+# Why a canary was not sent: the target's counters showed tokens flowing, or the
+# fleet-wide cap stayed full for longer than the probe could wait.
+SKIP_BUSY, SKIP_CAP = "busy", "cap"
 
 
 @dataclass
@@ -105,9 +108,9 @@ class ProbeRunner:
         self._models: dict[str, tuple[str, int]] = {}  # target -> (model, learnt at)
 
     async def probe_async(self, t: ProbeTarget, now_ms: int,
-                          ) -> tuple[list[Sample], list[ProbeResult], bool]:
-        """Probe one target now, on the loop: (samples, results, whether the canary was
-        skipped because tokens were flowing)."""
+                          ) -> tuple[list[Sample], list[ProbeResult], str]:
+        """Probe one target now, on the loop: (samples, results, why the canary was not
+        sent: SKIP_BUSY, SKIP_CAP, or "" when it was sent or is off)."""
         busy = self.heartbeat.busy(t, now_ms)
         known = self._models.get(t.name)
         model = known[0] if known and now_ms - known[1] < MODELS_REFRESH_MS else None
@@ -119,9 +122,14 @@ class ProbeRunner:
             self._models[t.name] = (learnt, now_ms)
         if not all(r.success for r in results):
             self._models.pop(t.name, None)  # ask /v1/models again next time
-        return samples, results, busy and t.canary and t.skip_canary_when_busy
+        if not t.canary or any(r.probe == CANARY for r in results):
+            return samples, results, ""
+        if busy and t.skip_canary_when_busy:
+            return samples, results, SKIP_BUSY
+        internal = any((r.error or "").startswith("internal error") for r in results)
+        return samples, results, "" if internal else SKIP_CAP
 
-    def probe(self, t: ProbeTarget, now_ms: int) -> tuple[list[Sample], list[ProbeResult], bool]:
+    def probe(self, t: ProbeTarget, now_ms: int) -> tuple[list[Sample], list[ProbeResult], str]:
         """`probe_async`, blocking until done (never call it on the loop's own thread)."""
         return self.io.run(self.probe_async(t, now_ms), t.timeout_ms / 1000 * 3 + WAIT_SLACK_S)
 

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.probe import ProbeTarget
-from sentinel.collect.probe_runner import ProbeRunner
+from sentinel.collect.probe_runner import SKIP_BUSY, SKIP_CAP, ProbeRunner
 from sentinel.config import Config
 from sentinel.config_probe import effective_probe
 from sentinel.daemon.missed import MISSED_EVENTS
@@ -95,6 +95,12 @@ class ProbeJobs:
             "sentinel_probe_canaries_skipped",
             "Canaries skipped because the target's own counters showed tokens flowing.",
             ["target"], registry=registry)
+        self.capped = Counter(
+            "sentinel_probe_canaries_capped",
+            "Canaries not sent because probe_canary_concurrency canaries stayed in flight "
+            "for longer than the probe could wait (its interval less its timeout).",
+            ["target"], registry=registry)
+        self._capped_logged = -1e9
         self.missed = Counter(
             "sentinel_probes_missed",
             "Probes that could not start on time (the previous one still running, or "
@@ -141,11 +147,19 @@ class ProbeJobs:
             log.exception("probe of %s failed unexpectedly", t.name)
 
     def _record(self, t: ProbeTarget, now: int, samples: list[Any], results: list[Any],
-                skipped: bool) -> None:
+                skipped: str) -> None:
         for labels, value in samples:
             self.store.add(labels, now, value)
-        if skipped:
+        if skipped == SKIP_BUSY:
             self.skipped.labels(t.name).inc()
+        elif skipped == SKIP_CAP:
+            self.capped.labels(t.name).inc()
+            if now - self._capped_logged >= 60_000:  # fleet-wide, at most once a minute
+                self._capped_logged = now
+                log.warning("canary of %s not sent: probe_canary_concurrency (%d) canaries "
+                            "were in flight the whole time it could wait; raise it for a "
+                            "fleet this size", t.name, self.runner.max_canaries
+                            if self.runner else 0)
         for r in results:
             self.probes.labels(t.name, r.probe, "success" if r.success else "failure").inc()
             key = (t.name, r.probe)
