@@ -183,6 +183,12 @@ def test_daemon_runs_probes_on_the_io_loop_with_no_thread_of_their_own(tmp_path,
         wait_for(lambda: len(sim.chat_requests) >= 2, 10, "two canaries")
         assert app.probes is not None and app.probes.runner is not None
         assert app.probes.runner.io is app.io
+        # No rule reads the token counter, yet the store keeps it: the heartbeat does.
+        from sentinel.model import labels_of
+
+        store = app.pipeline.store
+        assert store.wants(labels_of({"__name__": "vllm:generation_tokens_total"}))
+        assert not store.wants(labels_of({"__name__": "vllm:num_requests_running"}))
     finally:
         app.stop(2)
 

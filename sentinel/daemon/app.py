@@ -27,7 +27,7 @@ from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
-from sentinel.daemon.probejobs import ProbeJobs
+from sentinel.daemon.probejobs import HEARTBEAT_SERIES, ProbeJobs, build_probe_targets
 from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
@@ -422,6 +422,8 @@ class App:
     def _series_filter(self, groups: list[RuleGroup]) -> SeriesFilter:
         """Scraped series to keep: what the rules read, plus diagnosis evidence (or everything)."""
         extra = SERIES_NAMES if self.config.diagnosis is not None else ()
+        if build_probe_targets(self.config):  # the probes' heartbeat reads the token counter
+            extra = (*extra, HEARTBEAT_SERIES)
         return needed_series(groups, extra, keep_all=self.config.keep_all_series)
 
 

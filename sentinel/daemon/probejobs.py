@@ -52,6 +52,9 @@ def build_probe_targets(config: Config) -> list[ProbeTarget]:
 # heartbeat compares readings 15 s apart, so a second of age changes nothing, and
 # one query per second replaces one per probe (each scanned every target's series).
 READING_MS = 1_000
+# The counter the heartbeat reads: the store keeps it whenever probes are on,
+# whether or not a loaded rule reads it.
+HEARTBEAT_SERIES = "vllm:generation_tokens_total"
 
 
 def generation_total_reader(engine: Engine) -> Callable[[str, int], float | None]:
@@ -60,7 +63,7 @@ def generation_total_reader(engine: Engine) -> Callable[[str, int], float | None
     One query, `sum by (target) (...)`, answers every target at once; its
     result serves every read within READING_MS of the same whole second.
     """
-    node = compile_expr("sum by (target) (vllm:generation_tokens_total)")
+    node = compile_expr(f"sum by (target) ({HEARTBEAT_SERIES})")
     readings: dict[int, dict[str, float]] = {}
 
     def read(target: str, at_ms: int) -> float | None:
