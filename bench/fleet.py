@@ -566,7 +566,7 @@ def report_probes(results: list[Result]) -> None:
         canaries = b.probe_requests.get("canary", 0) / max(1e-9, b.window_s)
         # A run that could not do all its work (CPU taken by others) spent less than
         # it needed: its CPU says nothing about the cost, so the pair is marked.
-        short = [r.system for r in (a, b) if r.scrapes_done < 0.99 * r.scrapes_expected
+        short = [r.system for r in (a, b) if r.scrapes_done < 0.97 * r.scrapes_expected
                  or r.evals_missed or r.scrapes_missed]
         print(f"  pair {i + 1}: off {a.cpu_per_s:.3f}, on {b.cpu_per_s:.3f}, "
               f"added {100 * share:+.1f} % ({canaries:.1f} canaries/s, "
