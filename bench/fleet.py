@@ -87,20 +87,30 @@ class _Target(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buf += data
         while b"\r\n\r\n" in self.buf:
-            head, _, self.buf = self.buf.partition(b"\r\n\r\n")
-            self.fleet.answer(self, head.lower())
+            head, _, rest = self.buf.partition(b"\r\n\r\n")
+            head = head.lower()
+            need = _content_length(head)  # a probe's POST carries a body
+            if len(rest) < need:
+                return
+            self.buf = rest[need:]
+            if head.startswith(b"get /metrics"):
+                self.fleet.answer(self, head)
+            else:
+                self.fleet.probes.answer(self, head)
 
 
 class _Fleet:
-    def __init__(self, pages: list[tuple[bytes, bytes]]) -> None:
+    def __init__(self, pages: list[tuple[bytes, bytes]], traffic: str = "mixed") -> None:
         self.pages = pages
         self.counts: list[int] = []
         self.n = 0
+        self.probes = _ProbeAnswers()
+        self.traffic = _Traffic(traffic, pages)
 
     def answer(self, t: _Target, head: bytes) -> None:
         self.counts[t.i] += 1
         self.n += 1
-        plain, zipped = self.pages[self.n % len(self.pages)]
+        plain, zipped = self.traffic.page(self.n, t.i, self.counts[t.i])
         gz = b"gzip" in head and b"accept-encoding" in head
         body = zipped if gz else plain
         extra = b"Content-Encoding: gzip\r\n" if gz else b""
@@ -112,8 +122,124 @@ class _Fleet:
             t.transport.close()
 
 
-async def _serve(n: int, firing: bool) -> None:
-    fleet = _Fleet(page_variants(firing=firing))
+# -- the targets' serving endpoints, for the probes (--probes) ------------------------------
+
+def _content_length(head: bytes) -> int:
+    at = head.find(b"content-length:")
+    if at < 0:
+        return 0
+    end = head.find(b"\r\n", at)
+    return int(head[at + 15:end if end >= 0 else len(head)])
+
+
+_MODELS = json.dumps({"object": "list", "data": [
+    {"id": "gemma-4", "object": "model", "max_model_len": 16384}]}).encode()
+# The canary's answer as vLLM streams it: a role chunk, one event per token (8: the
+# canary's max_tokens, the costliest case), the finish chunk, usage, [DONE]; 20 ms to
+# the first token, then 5 ms per token (~200 tok/s, seeds/001's single stream).
+_TOKENS = 8
+_TTFT_S, _ITL_S = 0.020, 0.005
+
+
+def _sse(obj: object) -> bytes:
+    data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _chunk(delta: dict[str, str], finish: str | None = None) -> dict[str, object]:
+    return {"id": "cmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "gemma-4",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+_STREAM = ([_sse(_chunk({"role": "assistant", "content": ""}))]
+           + [_sse(_chunk({"content": "ok" if i == 0 else " ok"})) for i in range(_TOKENS)]
+           + [_sse(_chunk({"content": ""}, "length")),
+              _sse({"id": "cmpl-1", "object": "chat.completion.chunk", "created": 0,
+                    "model": "gemma-4", "choices": [], "usage": {
+                        "prompt_tokens": 12, "completion_tokens": _TOKENS,
+                        "total_tokens": 12 + _TOKENS}}),
+              _sse(b"[DONE]") + b"0\r\n\r\n"])
+
+
+class _ProbeAnswers:
+    """/health, /v1/models and a streamed /v1/(chat/)completions, counted by kind."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def answer(self, t: _Target, head: bytes) -> None:
+        assert t.transport is not None
+        path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b""
+        if path.endswith(b"/health"):
+            self.counts["health"] += 1
+            t.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        elif path.endswith(b"/v1/models"):
+            self.counts["models"] += 1
+            t.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                              b"Content-Length: %d\r\n\r\n%s" % (len(_MODELS), _MODELS))
+        elif path.endswith(b"/completions"):
+            self.counts["canary"] += 1
+            t.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                              b"Transfer-Encoding: chunked\r\n\r\n")
+            loop = asyncio.get_running_loop()
+            for i, event in enumerate(_STREAM):
+                loop.call_later(_TTFT_S + max(0, i - 1) * _ITL_S, _write, t, event)
+        else:
+            self.counts["other"] += 1
+            t.transport.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+
+def _write(t: _Target, data: bytes) -> None:
+    if t.transport is not None and not t.transport.is_closing():
+        t.transport.write(data)
+
+
+class _Traffic:
+    """Which page a scrape gets, by `--traffic`.
+
+    - mixed (the default, as before): variant `n % 8` by the fleet's request
+      count, so a target's counters go up and down between scrapes (to the
+      probes' heartbeat, tokens flow at some probes and not at others);
+    - busy: the same, but `vllm:generation_tokens_total` grows at every
+      scrape of the target (a gzip member of its own per answer), so the
+      heartbeat sees tokens flowing and the canaries are skipped;
+    - idle: one page where nothing moves and nothing runs or waits, so every
+      probe sends its canary.
+    """
+
+    GEN = re.compile(rb"^vllm:generation_tokens_total\{[^}]*\} \S+\n", re.M)
+
+    def __init__(self, mode: str, pages: list[tuple[bytes, bytes]]) -> None:
+        self.mode = mode
+        self.pages = pages
+        if mode == "idle":
+            text = re.sub(rb"^(vllm:num_requests_(?:running|waiting)\{[^}]*\}) \S+$",
+                          rb"\1 0.0", pages[0][0], flags=re.M)
+            self.idle = (text, gzip.compress(text, 6))
+        elif mode == "busy":
+            self.split = []
+            for plain, _ in pages:
+                m = self.GEN.search(plain)
+                assert m is not None, "the page has no vllm:generation_tokens_total"
+                head, tail = plain[:m.start()], plain[m.end():]
+                name = m.group(0).rsplit(b" ", 1)[0]
+                self.split.append((head, gzip.compress(head, 6), name, tail,
+                                   gzip.compress(tail, 6)))
+
+    def page(self, n: int, port: int, scrapes: int) -> tuple[bytes, bytes]:
+        """(plain, gzip) body for the request `n` of the fleet, the `scrapes`-th of `port`."""
+        if self.mode == "idle":
+            return self.idle
+        if self.mode == "busy":
+            head, zhead, name, tail, ztail = self.split[n % len(self.split)]
+            line = b"%s %d\n" % (name, 1_000_000 + 50 * scrapes)  # ~10 tokens/s
+            # Concatenated gzip members are one valid gzip stream (RFC 1952 2.2).
+            return head + line + tail, zhead + gzip.compress(line, 1) + ztail
+        return self.pages[n % len(self.pages)]
+
+
+async def _serve(n: int, firing: bool, traffic: str = "mixed") -> None:
+    fleet = _Fleet(page_variants(firing=firing), traffic)
     loop = asyncio.get_running_loop()
     ports = []
     for i in range(n):
@@ -125,8 +251,10 @@ async def _serve(n: int, firing: bool) -> None:
     async def control(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if (await reader.readline()).strip() == b"reset":
             fleet.counts = [0] * len(fleet.counts)
+            fleet.probes.counts.clear()
         hit = sum(1 for c in fleet.counts if c)
-        writer.write(json.dumps({"total": fleet.n, "hit": hit}).encode() + b"\n")
+        writer.write(json.dumps({"total": fleet.n, "hit": hit,
+                                 "probes": dict(fleet.probes.counts)}).encode() + b"\n")
         await writer.drain()
         writer.close()
 
@@ -135,7 +263,7 @@ async def _serve(n: int, firing: bool) -> None:
     await asyncio.Event().wait()
 
 
-def serve_main(n: int, firing: bool = False) -> None:
+def serve_main(n: int, firing: bool = False, traffic: str = "mixed") -> None:
     """The helper process: serve until killed."""
     _raise_fd_limit()
     try:
@@ -143,14 +271,15 @@ def serve_main(n: int, firing: bool = False) -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(_serve(n, firing))
+    asyncio.run(_serve(n, firing, traffic))
 
 
 class FleetProcess:
     """The helper process serving the targets, and its request counters."""
 
-    def __init__(self, n: int, firing: bool = False) -> None:
-        cmd = [sys.executable, __file__, "--serve", str(n)] + (["--firing"] if firing else [])
+    def __init__(self, n: int, firing: bool = False, traffic: str = "mixed") -> None:
+        cmd = [sys.executable, __file__, "--serve", str(n), "--traffic", traffic] + (
+            ["--firing"] if firing else [])
         self.proc = subprocess.Popen(cmd,
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
@@ -158,8 +287,9 @@ class FleetProcess:
         self.control = info["control"]
         self.ports: list[int] = info["ports"]
 
-    def counts(self, reset: bool = False) -> dict[str, int]:
-        """{"total": requests answered, "hit": ports asked at least once (since a reset)}."""
+    def counts(self, reset: bool = False) -> dict:
+        """{"total": scrapes answered, "hit": ports scraped at least once (since a reset),
+        "probes": {kind: probe requests answered (since a reset)}}."""
         with socket.create_connection(("127.0.0.1", self.control), timeout=10) as s:
             s.sendall(b"reset\n" if reset else b"count\n")
             return json.loads(s.makefile().readline())
@@ -238,18 +368,23 @@ class Result:
     tracebacks: int = 0
     first_traceback: str = ""
     profile: list[tuple[str, float]] = field(default_factory=list)
+    probe_requests: dict[str, int] = field(default_factory=dict)  # in the window, by kind
 
 
 # -- the two systems ------------------------------------------------------------------
 
-def sentinel_cmd(work: Path, ports: list[int], listen: int) -> list[str]:
-    """Write a Sentinel config for the fleet; the command that runs it."""
+def sentinel_cmd(work: Path, ports: list[int], listen: int, probes: bool = False,
+                 canary_cap: int = 0) -> list[str]:
+    """Write a Sentinel config for the fleet; the command that runs it.
+
+    `probes`: probes at their default interval (15 s) and canary cap; else off."""
     lines = [f"database: sqlite:///{work / 'sentinel.db'}", f"listen: 127.0.0.1:{listen}",
              "rule_files: [" + ", ".join(str(p) for p in RULE_FILES if p.exists()) + "]",
              "evaluation_interval: 5s", "scrape_interval: 5s", "scrape_timeout: 4s",
-             # Collection against collection: Prometheus does not probe, and the helper
-             # serves /metrics only. (Probes run as thread-pool jobs today, see the notes.)
-             "probe_interval: 0s",
+             # Collection against collection: Prometheus does not probe. With --probes,
+             # the default (15 s) against the helper's /health, /v1/models, completions.
+             *([] if probes else ["probe_interval: 0s"]),
+             *([f"probe_canary_concurrency: {canary_cap}"] if canary_cap else []),
              "targets:"]
     lines += [f"  - {{name: t{i}, url: 'http://127.0.0.1:{p}'}}" for i, p in enumerate(ports)]
     (work / "sentinel.yaml").write_text("\n".join(lines) + "\n")
@@ -280,12 +415,16 @@ NAMES = {
 
 
 def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
-            work: Path) -> Result:
+            work: Path, probes: bool = False, settle_s: float = 5.0,
+            canary_cap: int = 0) -> Result:
     """Run one system against the fleet and measure it (see the module docstring)."""
     n = len(fleet.ports)
     listen = free_port()
-    cmd = (sentinel_cmd if system == "sentinel" else prometheus_cmd)(work, fleet.ports, listen)
-    res = Result(system, n)
+    if system == "sentinel":
+        cmd = sentinel_cmd(work, fleet.ports, listen, probes, canary_cap)
+    else:
+        cmd = prometheus_cmd(work, fleet.ports, listen)
+    res = Result(system + ("+probes" if probes else ""), n)
     fleet.counts(reset=True)
     log = open(work / f"{system}.log", "w")  # noqa: SIM115 (closed below)
     t0 = time.monotonic()
@@ -297,13 +436,16 @@ def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
         res.startup_cpu_s = cpu_s(proc.pid)
         if proc.poll() is not None or not hit_all:
             raise RuntimeError(f"{system} exited or never scraped every target; see {log.name}")
-        time.sleep(5)  # one more interval: every scrape loop is running
+        time.sleep(settle_s)  # every scrape loop is running (probes: past their first two)
         names = NAMES[system]
-        m0, c0, k0, w0 = metrics(listen), fleet.counts()["total"], cpu_s(proc.pid), time.monotonic()
+        f0 = fleet.counts()
+        m0, c0, k0, w0 = metrics(listen), f0["total"], cpu_s(proc.pid), time.monotonic()
         while time.monotonic() - w0 < seconds:
             time.sleep(min(10, seconds - (time.monotonic() - w0)))
             res.rss_mb.append(round(rss_mb(proc.pid), 1))
-        m1, c1, k1 = metrics(listen), fleet.counts()["total"], cpu_s(proc.pid)
+        f1 = fleet.counts()
+        m1, c1, k1 = metrics(listen), f1["total"], cpu_s(proc.pid)
+        res.probe_requests = {k: v - f0["probes"].get(k, 0) for k, v in f1["probes"].items()}
         res.window_s = time.monotonic() - w0
         res.cpu_per_s = (k1 - k0) / res.window_s
         res.scrapes_done = c1 - c0
@@ -397,6 +539,8 @@ def report(results: list[Result]) -> None:
         print(f"SIGTERM: exited in {r.stop_s:.1f} s, {r.tracebacks} tracebacks in the log")
         if r.first_traceback:
             print("first traceback:\n" + r.first_traceback)
+        if r.probe_requests:
+            print(f"probe requests answered in the window: {r.probe_requests}")
         for name, pct_ in r.profile:
             print(f"  {pct_:5.1f} %  {name}")
     by = {r.system: r for r in results}
@@ -406,6 +550,33 @@ def report(results: list[Result]) -> None:
               f"CPU per scrape {s.cpu_ms_per_scrape / max(1e-9, p.cpu_ms_per_scrape):.2f}, "
               f"RSS {s.rss_mb[-1] / max(1e-9, p.rss_mb[-1]):.2f}, "
               f"start-up CPU {s.startup_cpu_s / max(1e-9, p.startup_cpu_s):.2f}")
+
+
+def report_probes(results: list[Result]) -> None:
+    """CPU of Sentinel with probes on against off, pair by pair, and what the probes added."""
+    off = [r for r in results if r.system == "sentinel"]
+    on = [r for r in results if r.system == "sentinel+probes"]
+    if not off or not on:
+        return
+    print("\nprobes at the default interval (15 s) vs off: Sentinel CPU s/s")
+    added = []
+    for i, (a, b) in enumerate(zip(off, on, strict=False)):
+        share = (b.cpu_per_s - a.cpu_per_s) / max(1e-9, a.cpu_per_s)
+        added.append(share)
+        canaries = b.probe_requests.get("canary", 0) / max(1e-9, b.window_s)
+        # A run that could not do all its work (CPU taken by others) spent less than
+        # it needed: its CPU says nothing about the cost, so the pair is marked.
+        short = [r.system for r in (a, b) if r.scrapes_done < 0.97 * r.scrapes_expected
+                 or r.evals_missed or r.scrapes_missed]
+        print(f"  pair {i + 1}: off {a.cpu_per_s:.3f}, on {b.cpu_per_s:.3f}, "
+              f"added {100 * share:+.1f} % ({canaries:.1f} canaries/s, "
+              f"{b.probe_requests.get('health', 0) / max(1e-9, b.window_s):.1f} health/s)"
+              + (f"  SATURATED: {', '.join(short)} missed work" if short else ""))
+    added.sort()
+    mean_off = sum(r.cpu_per_s for r in off) / len(off)
+    mean_on = sum(r.cpu_per_s for r in on) / len(on)
+    print(f"  median added {100 * added[len(added) // 2]:+.1f} %; means off {mean_off:.3f}, "
+          f"on {mean_on:.3f} s/s: {100 * (mean_on - mean_off) / max(1e-9, mean_off):+.1f} %")
 
 
 def main() -> None:
@@ -419,26 +590,54 @@ def main() -> None:
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--firing", action="store_true",
                     help="pages with waiting requests: VLLMRequestsQueued fires for every target")
+    ap.add_argument("--probes", choices=("off", "on", "both"), default="off",
+                    help="Sentinel with probes at the default interval; both: off and on, "
+                         "alternating, --repeat pairs (measure with --systems sentinel)")
+    ap.add_argument("--repeat", type=int, default=1, help="pairs of runs with --probes both")
+    ap.add_argument("--traffic", choices=("mixed", "busy", "idle"), default="mixed",
+                    help="the targets' token counters: mixed (as before), busy (growing: "
+                         "canaries skipped), idle (still: canaries sent)")
+    ap.add_argument("--canary-cap", type=int, default=0,
+                    help="probe_canary_concurrency (default: Sentinel's, 4); at 1,000 idle "
+                         "targets 4 slots of ~70 ms canaries cannot send all 67 a second")
+    ap.add_argument("--rule-files", default="",
+                    help="comma-separated rule files instead of the shipped ones")
+    ap.add_argument("--settle", type=float, default=None,
+                    help="seconds between every target scraped once and the window "
+                         "(default 5; 35 with --probes: a probe's first two runs, before its "
+                         "heartbeat has a counter history, are start-up)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve_main(args.serve, args.firing)
+        serve_main(args.serve, args.firing, args.traffic)
         return
+    if args.rule_files:
+        RULE_FILES[:] = [Path(f).resolve() for f in args.rule_files.split(",")]
+    if args.settle is None:
+        args.settle = 5.0 if args.probes == "off" else 35.0
     _raise_fd_limit()
     systems = [s for s in args.systems.split(",") if s]
     if "prometheus" in systems and not shutil.which("prometheus"):
         print("prometheus not installed: measuring Sentinel only")
         systems.remove("prometheus")
-    fleet = FleetProcess(args.targets, args.firing)
+    fleet = FleetProcess(args.targets, args.firing, args.traffic)
+    runs = [(s, args.probes == "on" and s == "sentinel") for s in systems]
+    if args.probes == "both" and "sentinel" in systems:
+        runs = [r for r in runs if r[0] != "sentinel"]
+        for i in range(max(1, args.repeat)):  # alternate the order: drift hits both sides
+            pair = [("sentinel", False), ("sentinel", True)]
+            runs += pair if i % 2 == 0 else pair[::-1]
     results = []
     try:
-        for system in systems:
+        for system, probes in runs:
             with tempfile.TemporaryDirectory(prefix=f"fleet-{system}-") as tmp:
-                results.append(measure(system, fleet, args.seconds, args.py_spy, Path(tmp)))
+                results.append(measure(system, fleet, args.seconds, args.py_spy, Path(tmp),
+                                       probes, args.settle, args.canary_cap))
                 time.sleep(2)
     finally:
         fleet.stop()
     report(results)
+    report_probes(results)
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=1))
 

@@ -2,7 +2,7 @@
 
 The simulator runs in a child process (`sentinel sim`), so only Sentinel's
 side is measured: `time.process_time()` of this process (every thread,
-including the probe runner's event loop) over N scrapes, N probes with the
+including the I/O loop the probes run on) over N scrapes, N probes with the
 canary, and N probes with the canary skipped (a busy target), interleaved
 run by run because the machine is noisy. The projection compares CPU per
 second per target at the default intervals (scrape every 5 s, probe every
@@ -10,8 +10,10 @@ second per target at the default intervals (scrape every 5 s, probe every
 part of Sentinel's work (rules, incidents), so that ratio is an upper bound
 on the share probes add.
 
-The 1,000-target figure needs the fleet bench of the scale issue (one event
-loop for all collection); this bench measures one target at a time.
+This bench measures one target at a time, each call handed to the I/O loop
+from this thread (the scrape's and the probe's alike). The 1,000-target
+figure is the fleet bench's: `python bench/fleet.py --targets 1000
+--systems sentinel --probes both --traffic idle|busy`.
 
     python bench/probe.py [--n 200] [--runs 3]
 """

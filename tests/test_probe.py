@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 import yaml
 
@@ -15,6 +15,7 @@ from sentinel.collect.probe import (
     CANARY,
     HEALTH,
     MODELS,
+    ProbeClient,
     ProbeTarget,
     probe_target,
     tokens_flowing,
@@ -39,7 +40,7 @@ def sim() -> Iterator:
 
 def _probe(t: ProbeTarget, busy: bool = False):
     async def run():
-        async with httpx.AsyncClient() as client:
+        async with ProbeClient() as client:
             return await probe_target(client, t, 0, busy=busy)
     return asyncio.run(run())
 
@@ -254,3 +255,36 @@ def test_canary_answer_checks(lines, error):
     else:
         assert error is None
         assert canary.ttft_s == 0.25 and canary.text == "ok"
+
+
+def test_a_full_canary_cap_skips_the_canary_instead_of_delaying_the_probe(sim):
+    # One slot, canaries of 0.6 s, and probes that may wait 0.2 s for a slot (interval
+    # 1 s less timeout 0.8 s): of three probes at once, one sends its canary and two
+    # give up on it in time, with stale canary series and their health still recorded.
+    from sentinel.collect.probe_runner import SKIP_CAP
+
+    sim.set_state(ttft_s=0.6)
+    runner = ProbeRunner(max_canaries=1)
+    targets = [ProbeTarget(f"t{i}", sim.url, interval_ms=1000, timeout_ms=800) for i in range(3)]
+    out: dict[str, tuple] = {}
+    try:
+        threads = [threading.Thread(target=lambda t=t: out.__setitem__(
+            t.name, runner.probe(t, 0))) for t in targets]
+        started = time.monotonic()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(10)
+        took = time.monotonic() - started
+    finally:
+        runner.close()
+    reasons = sorted(reason for _, _, reason in out.values())
+    assert reasons == ["", SKIP_CAP, SKIP_CAP], out
+    assert len(sim.chat_requests) == 1
+    for samples, results, reason in out.values():
+        assert _by_probe(results)[HEALTH].success
+        if reason == SKIP_CAP:
+            assert CANARY not in _by_probe(results)
+            canary = [v for lb, v in samples if label_value(lb, "probe") == CANARY]
+            assert canary and all(is_stale(v) for v in canary)
+    assert took < 1.5, took  # nobody waited for the slot past its interval

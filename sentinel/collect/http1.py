@@ -1,4 +1,4 @@
-"""A small HTTP/1.1 GET client on asyncio streams: one kept-alive connection per target.
+"""A small HTTP/1.1 client on asyncio streams: one kept-alive connection per target.
 
 Why not httpx or aiohttp: a scrape is one GET on a connection that stays
 open for the next scrape. Measured with `bench/httpclients.py` (200
@@ -15,7 +15,11 @@ header objects, sniffio). What the scrape does need is here and tested:
   the bytes arrive, each layer in bounded steps, with the size limit
   enforced on the decoded bytes: a compression bomb is refused after
   `max_bytes`, never inflated in memory;
-- TLS through one shared `ssl.SSLContext`.
+- TLS through one shared `ssl.SSLContext`;
+- for the probes (`sentinel.collect.probe`): a request with a body (a POST
+  of JSON, built once by `build_request`), and a body handed to a `sink` as
+  it arrives instead of kept, so a streamed answer (server-sent events) is
+  read incrementally and its first token timed when it arrives.
 
 The caller bounds the whole exchange with `asyncio.timeout`; on any error
 or cancellation the connection is closed, never reused half-read.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -68,12 +73,15 @@ class Decoder:
     Every layer inflates at most DECODE_STEP bytes per step, and the output
     is counted before it is kept, so memory stays bounded whatever the
     ratio of the input (a 1.8 KB `gzip, gzip` bomb stops at the limit).
+    With a `sink`, decoded pieces go to it as they come and are not kept.
     """
 
-    def __init__(self, encodings: list[str], limit: int) -> None:
+    def __init__(self, encodings: list[str], limit: int,
+                 sink: Callable[[bytes], None] | None = None) -> None:
         self.limit = limit
         self.size = 0
         self.parts: list[bytes] = []
+        self.sink = sink
         self._wbits: list[int] = []
         for enc in reversed(encodings):  # the last coding applied is undone first
             if enc == "identity":
@@ -102,7 +110,10 @@ class Decoder:
             if self.size > self.limit:
                 raise BodyTooLarge(f"body size limit exceeded: more than {self.limit} "
                                    "bytes after decoding")
-            self.parts.append(data)
+            if self.sink is not None:
+                self.sink(data)
+            else:
+                self.parts.append(data)
             return
         while data:
             layer = self._layers[i]
@@ -138,12 +149,19 @@ class Connection:
         self.opened = 0  # connections opened so far (keep-alive shows as 1)
         self._busy = asyncio.Lock()
 
-    async def get(self, request: bytes, max_bytes: int) -> Response:
-        """Send a prepared GET (see `build_request`) and read the answer; closes on failure."""
+    async def get(self, request: bytes, max_bytes: int,
+                  sink: Callable[[bytes], None] | None = None) -> Response:
+        """Send a prepared request (see `build_request`) and read the answer; closes on failure.
+
+        With `sink`, a 200's decoded body is handed to it piece by piece as
+        it arrives (the returned body is then empty). The retry on a fresh
+        connection happens only when the server closed a reused connection
+        before any byte of the answer, so a sink never sees a body twice.
+        """
         async with self._busy:
             reused = self._writer is not None
             try:
-                return await self._exchange(request, max_bytes)
+                return await self._exchange(request, max_bytes, sink)
             except (ConnectionError, asyncio.IncompleteReadError) as e:
                 self.close()
                 if not (reused and _before_answer(e)):
@@ -153,7 +171,7 @@ class Connection:
                 raise
             # The server closed the idle connection as we reused it: once more, fresh.
             try:
-                return await self._exchange(request, max_bytes)
+                return await self._exchange(request, max_bytes, sink)
             except (ConnectionError, asyncio.IncompleteReadError) as e:
                 self.close()
                 raise HTTPError(_describe(e)) from None
@@ -170,7 +188,8 @@ class Connection:
                 pass
         self._reader = self._writer = None
 
-    async def _exchange(self, request: bytes, max_bytes: int) -> Response:
+    async def _exchange(self, request: bytes, max_bytes: int,
+                        sink: Callable[[bytes], None] | None) -> Response:
         if self._writer is None or self._reader is None or self._reader.at_eof():
             self.close()
             try:
@@ -186,7 +205,7 @@ class Connection:
         if status != 200:
             self.close()  # do not spend time draining an error page
             return Response(status, reason, headers, b"")
-        decoder = Decoder(_codings(headers.get("content-encoding", "")), max_bytes)
+        decoder = Decoder(_codings(headers.get("content-encoding", "")), max_bytes, sink)
         await _read_body(reader, headers, decoder, max_bytes)
         body = decoder.finish()
         if not keep:
@@ -194,12 +213,18 @@ class Connection:
         return Response(status, reason, headers, body)
 
 
-def build_request(url: str, path: str, headers: dict[str, str]) -> bytes:
-    """The bytes of a GET for `path` at `url`'s origin, built once per target."""
+def build_request(url: str, path: str, headers: dict[str, str], method: str = "GET",
+                  body: bytes | None = None) -> bytes:
+    """The bytes of a request for `path` at `url`'s origin, built once and sent many times.
+
+    A `body` (e.g. a JSON document for a POST) goes with its Content-Length.
+    """
     conn_host = Connection(url).host_header
-    lines = [f"GET {path} HTTP/1.1", f"Host: {conn_host}", "Connection: keep-alive"]
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {conn_host}", "Connection: keep-alive"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    if body is not None:
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
 
 
 def _before_answer(e: BaseException) -> bool:

@@ -20,9 +20,10 @@ also `sentinel_probe_ttft_seconds{target}`. A canary skipped because the
 target's own counters prove tokens are flowing writes staleness markers, so
 an old verdict does not linger for the 5-minute lookback.
 
-The network code is async on one shared `httpx.AsyncClient`, so the same
-functions serve today's thread-per-job daemon (through `ProbeRunner`) and a
-single event loop for the whole fleet. `probe_target` never raises.
+The network code is async, on the daemon's one I/O loop beside the scrapes
+and on the same small HTTP/1.1 client (`sentinel.collect.http1`, through
+`ProbeClient`): a probe costs a few requests on kept-alive connections, not
+a thread. `probe_target` never raises.
 """
 
 from __future__ import annotations
@@ -32,14 +33,17 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
-import httpx
-
+from sentinel.collect.http1 import Connection, HTTPError, Response, build_request
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, labels_of
 
 CANARY_PROMPT = "Reply with one word: ok"
 CANARY_MAX_TOKENS = 8
 HEALTH, MODELS, CANARY = "health", "models", "canary"
+_PATHS = {"health": "/health", "models": "/v1/models"}
+USER_AGENT = "Sentinel"
+MAX_BODY_BYTES = 1024 * 1024  # a model list or an 8-token answer: far less
 
 Sample = tuple[Labels, float]
 
@@ -82,46 +86,68 @@ class ProbeFailed(Exception):
     """A probe got an answer, but not a good one."""
 
 
-async def probe_health(client: httpx.AsyncClient, t: ProbeTarget,
+async def probe_health(client: ProbeClient, t: ProbeTarget,
                        clock: Callable[[], float] = time.monotonic) -> ProbeResult:
     """GET /health: success is a 200 within the timeout."""
     start = clock()
     try:
-        resp = await client.get(_url(t, "/health"), headers=t.headers(),
-                                timeout=t.timeout_ms / 1000)
-    except httpx.HTTPError as exc:
+        resp = await client.send(t, "health", None)
+    except (HTTPError, TimeoutError) as exc:
         return ProbeResult(HEALTH, False, clock() - start, 0, _describe(exc, t))
-    ok = resp.status_code == 200
-    return ProbeResult(HEALTH, ok, clock() - start, resp.status_code,
-                       None if ok else f"HTTP {resp.status_code}")
+    ok = resp.status == 200
+    return ProbeResult(HEALTH, ok, clock() - start, resp.status,
+                       None if ok else f"HTTP {resp.status}")
 
 
-async def probe_models(client: httpx.AsyncClient, t: ProbeTarget,
+async def probe_models(client: ProbeClient, t: ProbeTarget,
                        clock: Callable[[], float] = time.monotonic) -> ProbeResult:
     """GET /v1/models: a 200 with at least one model card (its id and max_model_len)."""
     start = clock()
     try:
-        resp = await client.get(_url(t, "/v1/models"), headers=t.headers(),
-                                timeout=t.timeout_ms / 1000)
-    except httpx.HTTPError as exc:
+        resp = await client.send(t, "models", None)
+    except (HTTPError, TimeoutError) as exc:
         return ProbeResult(MODELS, False, clock() - start, 0, _describe(exc, t))
     try:
-        if resp.status_code != 200:
-            raise ProbeFailed(f"HTTP {resp.status_code}")
-        cards = resp.json().get("data") or []
+        if resp.status != 200:
+            raise ProbeFailed(f"HTTP {resp.status}")
+        cards = json.loads(resp.body).get("data") or []
         if not cards or not isinstance(cards[0], dict) or not cards[0].get("id"):
             raise ProbeFailed("no model served")
     except (ProbeFailed, ValueError, AttributeError) as exc:
-        return ProbeResult(MODELS, False, clock() - start, resp.status_code,
+        return ProbeResult(MODELS, False, clock() - start, resp.status,
                            str(exc) or "bad answer")
     length = cards[0].get("max_model_len")
     return ProbeResult(MODELS, True, clock() - start, 200, model=str(cards[0]["id"]),
                        max_model_len=length if isinstance(length, int) else None)
 
 
-async def probe_canary(client: httpx.AsyncClient, t: ProbeTarget, model: str | None,
+async def probe_canary(client: ProbeClient, t: ProbeTarget, model: str | None,
                        clock: Callable[[], float] = time.monotonic) -> ProbeResult:
-    """A streaming chat completion: TTFT, total time, and an answer that makes sense."""
+    """A streaming chat completion: TTFT, total time, and an answer that makes sense.
+
+    The events are parsed as their bytes arrive (the client's sink), so the
+    time to first token is read when the first chunk carrying text comes in.
+    """
+    start = clock()
+    canary = _Canary(start, clock)
+    try:
+        resp = await client.send(t, "canary", model, canary.feed_bytes)
+        canary.status = resp.status
+        if resp.status != 200:
+            raise ProbeFailed(f"HTTP {resp.status}")
+        canary.check(t.expect)
+    except TimeoutError:
+        return canary.result(False, f"no answer within {t.timeout_ms / 1000:g}s"
+                             + ("" if canary.ttft_s is not None else " (no token)"))
+    except HTTPError as exc:
+        return canary.result(False, _describe(exc, t))
+    except ProbeFailed as exc:
+        return canary.result(False, str(exc))
+    return canary.result(True, None)
+
+
+def canary_body(model: str | None) -> bytes:
+    """The canary's request: a fixed prompt, at most 8 tokens, temperature 0, streamed."""
     body: dict[str, object] = {
         "messages": [{"role": "user", "content": CANARY_PROMPT}],
         "max_tokens": CANARY_MAX_TOKENS, "temperature": 0, "stream": True,
@@ -129,29 +155,91 @@ async def probe_canary(client: httpx.AsyncClient, t: ProbeTarget, model: str | N
     }
     if model:
         body["model"] = model
-    start = clock()
-    canary = _Canary(start, clock)
-    try:
-        async with asyncio.timeout(t.timeout_ms / 1000):
-            async with client.stream("POST", _url(t, "/v1/chat/completions"), json=body,
-                                     headers=t.headers(), timeout=t.timeout_ms / 1000) as resp:
-                canary.status = resp.status_code
-                if resp.status_code != 200:
-                    await resp.aread()
-                    raise ProbeFailed(f"HTTP {resp.status_code}")
-                # Read to the end even after [DONE]: a response left unread closes
-                # its connection, and a new one per canary costs more CPU than the rest.
-                async for line in resp.aiter_lines():
-                    canary.feed(line)
-        canary.check(t.expect)
-    except (TimeoutError, httpx.TimeoutException):
-        return canary.result(False, f"no answer within {t.timeout_ms / 1000:g}s"
-                             + ("" if canary.ttft_s is not None else " (no token)"))
-    except httpx.HTTPError as exc:
-        return canary.result(False, _describe(exc, t))
-    except ProbeFailed as exc:
-        return canary.result(False, str(exc))
-    return canary.result(True, None)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+class _Origin:
+    """One target's probe connections (kept alive, at most two idle) and prepared requests."""
+
+    def __init__(self, t: ProbeTarget) -> None:
+        self.spec = t
+        self.idle: list[Connection] = []
+        self.requests: dict[tuple[str, str | None], bytes] = {}
+
+    def request(self, kind: str, model: str | None) -> bytes:
+        key = (kind, model if kind == "canary" else None)
+        req = self.requests.get(key)
+        if req is None:
+            if len(self.requests) > 8:  # models come and go: keep a few
+                self.requests.clear()
+            t = self.spec
+            prefix = urlsplit(t.url).path.rstrip("/")  # http://h/vllm + /health → /vllm/health
+            headers = {"User-Agent": USER_AGENT, **t.headers()}
+            if kind == "canary":
+                headers.update({"Content-Type": "application/json",
+                                "Accept": "text/event-stream"})
+                req = build_request(t.url, prefix + "/v1/chat/completions", headers, "POST",
+                                    canary_body(model))
+            else:
+                headers["Accept"] = "application/json"
+                req = build_request(t.url, prefix + _PATHS[kind], headers)
+            self.requests[key] = req
+        return req
+
+
+class ProbeClient:
+    """The probes' HTTP client: `sentinel.collect.http1` connections, kept alive per target.
+
+    Used on one event loop (the daemon's I/O loop, as the scrapes). A
+    request takes an idle connection of its target or opens one, so /health
+    and /v1/models may run side by side; at most two stay idle per target.
+    Every request is bounded by the target's probe timeout.
+    """
+
+    def __init__(self, max_bytes: int = MAX_BODY_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._origins: dict[str, _Origin] = {}
+
+    async def send(self, t: ProbeTarget, kind: str, model: str | None,
+                   sink: Callable[[bytes], None] | None = None) -> Response:
+        """One probe request ("health", "models", "canary") to `t`; raises HTTPError or
+        TimeoutError."""
+        origin = self._origins.get(t.name)
+        if origin is None or origin.spec != t:
+            if origin is not None:
+                self._drop(origin)
+            self._origins[t.name] = origin = _Origin(t)
+        conn = origin.idle.pop() if origin.idle else Connection(t.url)
+        try:
+            async with asyncio.timeout(t.timeout_ms / 1000):
+                return await conn.get(origin.request(kind, model), self.max_bytes, sink)
+        finally:  # a failed connection closed itself; it reconnects when used again
+            if len(origin.idle) < 2 and self._origins.get(t.name) is origin:
+                origin.idle.append(conn)
+            else:
+                conn.close()
+
+    def close(self) -> None:
+        """Close every idle connection (call on the loop, or after it stopped)."""
+        for origin in self._origins.values():
+            self._drop(origin)
+        self._origins.clear()
+
+    async def aclose(self) -> None:
+        """`close`, as a coroutine."""
+        self.close()
+
+    async def __aenter__(self) -> ProbeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _drop(origin: _Origin) -> None:
+        for conn in origin.idle:
+            conn.close()
+        origin.idle.clear()
 
 
 class _Canary:
@@ -165,6 +253,17 @@ class _Canary:
         self.ttft_s: float | None = None
         self.tokens = 0
         self.done = False
+        self._buf = b""
+
+    def feed_bytes(self, data: bytes) -> None:
+        """Take a piece of the body as it arrived; whole lines are read at once."""
+        if b"\n" not in data:
+            self._buf += data
+            return
+        head, _, self._buf = (self._buf + data).rpartition(b"\n")
+        for line in head.split(b"\n"):
+            # A bad byte reads as U+FFFD, which `check` refuses as corrupted.
+            self.feed(line.decode("utf-8", "replace").rstrip("\r"))
 
     def feed(self, line: str) -> None:
         """Take one SSE line. Raises ProbeFailed on garbage."""
@@ -191,6 +290,9 @@ class _Canary:
                 self.text += content
 
     def check(self, expect: str) -> None:
+        if self._buf.strip():  # a last line without its newline
+            self.feed(self._buf.decode("utf-8", "replace"))
+            self._buf = b""
         if not self.done:
             raise ProbeFailed("stream ended without [DONE]")
         if not self.text.strip():
@@ -205,7 +307,7 @@ class _Canary:
                            self.ttft_s, completion_tokens=self.tokens)
 
 
-async def probe_target(client: httpx.AsyncClient, t: ProbeTarget, now_ms: int, *,
+async def probe_target(client: ProbeClient, t: ProbeTarget, now_ms: int, *,
                        busy: bool = False, canary_slots: asyncio.Semaphore | None = None,
                        model: str | None = None,
                        clock: Callable[[], float] = time.monotonic,
@@ -214,7 +316,11 @@ async def probe_target(client: httpx.AsyncClient, t: ProbeTarget, now_ms: int, *
 
     `busy`: the target's counters prove tokens are flowing, so the canary is
     skipped (when the target allows it). `canary_slots` caps canaries in
-    flight across the fleet. `model`: the served model, already learnt from
+    flight across the fleet; a canary waits for a slot only as long as its
+    interval leaves beside its timeout (`slot_wait_s`), else it is not sent
+    this time (its series go stale, as for a busy target), so a fleet that
+    wants more canaries than the cap allows never delays its probes past
+    their interval. `model`: the served model, already learnt from
     /v1/models; when given, /v1/models is not asked this time (the caller
     refreshes it every few minutes: it costs as much CPU as /health).
     """
@@ -230,9 +336,11 @@ async def probe_target(client: httpx.AsyncClient, t: ProbeTarget, now_ms: int, *
         if t.canary and not (busy and t.skip_canary_when_busy):
             if canary_slots is None:
                 results.append(await probe_canary(client, t, model, clock))
-            else:
-                async with canary_slots:
+            elif await _take_slot(canary_slots, slot_wait_s(t)):
+                try:
                     results.append(await probe_canary(client, t, model, clock))
+                finally:
+                    canary_slots.release()
     except Exception as exc:  # a bug, not the target: record it, keep the loop alive
         results = [ProbeResult(p, False, 0.0, 0, f"internal error: {type(exc).__name__}: {exc}")
                    for p in (HEALTH, MODELS)]
@@ -240,14 +348,47 @@ async def probe_target(client: httpx.AsyncClient, t: ProbeTarget, now_ms: int, *
     return samples_of(t, results, canary_skipped=skipped), results
 
 
+def slot_wait_s(t: ProbeTarget) -> float:
+    """How long a canary may wait for a slot under the fleet cap: its interval less its timeout."""
+    return max(0.0, (t.interval_ms - t.timeout_ms) / 1000)
+
+
+async def _take_slot(slots: asyncio.Semaphore, wait_s: float) -> bool:
+    if not slots.locked():
+        await slots.acquire()  # free: returns at once
+        return True
+    if wait_s <= 0:
+        return False
+    try:
+        async with asyncio.timeout(wait_s):
+            await slots.acquire()
+    except TimeoutError:
+        return False
+    return True
+
+
+_LABELS: dict[tuple[str, Labels], dict[tuple[str, str], Labels]] = {}
+
+
 def samples_of(t: ProbeTarget, results: list[ProbeResult],
                canary_skipped: bool = False) -> list[Sample]:
     """The series of a set of probe results, as the store takes them."""
-    base = {"target": t.name, **dict(t.labels)}
     out: list[Sample] = []
+    # Label sets are built once per target and series: sorting them at every
+    # probe was a third of a probe's CPU without canary.
+    known = _LABELS.get((t.name, t.labels))
+    if known is None:
+        if len(_LABELS) > 20_000:
+            _LABELS.clear()
+        known = _LABELS[(t.name, t.labels)] = {}
 
-    def add(name: str, value: float, **extra: str) -> None:
-        out.append((labels_of({**base, **extra, METRIC_NAME: name}), value))
+    def add(name: str, value: float, probe: str = "") -> None:
+        labels = known.get((name, probe))
+        if labels is None:
+            extra = {"probe": probe} if probe else {}
+            labels = known[(name, probe)] = labels_of(
+                {"target": t.name, **dict(t.labels), **extra, METRIC_NAME: name})
+        out.append((labels, value))
 
     for r in results:
         add("sentinel_probe_success", float(r.success), probe=r.probe)
@@ -275,13 +416,7 @@ def tokens_flowing(previous_total: float | None, current_total: float | None,
     return current_total - previous_total - own_tokens > 0
 
 
-def _url(t: ProbeTarget, path: str) -> str:
-    return t.url.rstrip("/") + path
-
-
 def _describe(exc: Exception, t: ProbeTarget) -> str:
-    if isinstance(exc, httpx.TimeoutException):
-        return f"timed out after {t.timeout_ms / 1000:g}s ({type(exc).__name__})"
-    if isinstance(exc, httpx.ConnectError):
-        return f"connection failed: {exc}"
-    return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, TimeoutError):
+        return f"timed out after {t.timeout_ms / 1000:g}s"
+    return str(exc)

@@ -1,12 +1,12 @@
-"""Run `probe_target` from today's thread-per-job daemon, on one event loop for all targets.
+"""Probes on the I/O loop: the fleet-wide canary cap, the models cache and the heartbeat.
 
-`ProbeRunner` owns a background thread with an asyncio loop, one
-`httpx.AsyncClient` (kept-alive connections, shared by every target) and the
-fleet-wide canary semaphore. A scheduler job calls `probe(target, now_ms)`;
-the coroutine runs on the runner's loop and the job waits for its samples.
-When collection moves onto a single event loop, that loop awaits
-`probe_target` directly and this runner goes away; the heartbeat logic
-(`Heartbeat`) stays.
+`ProbeRunner` holds one `ProbeClient` (kept-alive `http1` connections per
+target), the asyncio semaphore that caps canaries in flight across the
+fleet, and which model each target serves. In the daemon it runs on the
+one I/O loop the scrapes use (`App.io`), and APScheduler's asyncio
+scheduler awaits `probe_async` there, so probing 1,000 targets costs no
+thread. `Heartbeat` decides, from the target's own token counter, whether
+the canary may be skipped.
 """
 
 from __future__ import annotations
@@ -14,15 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
-import httpx
-
+from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.probe import (
     CANARY,
     MODELS,
+    ProbeClient,
     ProbeResult,
     ProbeTarget,
     Sample,
@@ -31,8 +30,6 @@ from sentinel.collect.probe import (
 )
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
 # Reads a target's generation-token counter (summed over engines) at a time; None: no data.
 ReadTotal = Callable[[str, int], "float | None"]
 # Slack beyond the probe timeout before a job stops waiting for its coroutine.
@@ -41,6 +38,9 @@ WAIT_SLACK_S = 5.0
 # so its series never goes stale; sooner after any failed probe (a restart may have
 # changed the model). It costs as much CPU as /health: every probe would double that.
 MODELS_REFRESH_MS = 4 * 60_000
+# Why a canary was not sent: the target's counters showed tokens flowing, or the
+# fleet-wide cap stayed full for longer than the probe could wait.
+SKIP_BUSY, SKIP_CAP = "busy", "cap"
 
 
 @dataclass
@@ -89,66 +89,55 @@ class Heartbeat:
 
 
 class ProbeRunner:
-    """An event loop thread that runs probes for synchronous callers."""
+    """Runs probes on an I/O loop: the client, the fleet-wide canary cap, the models cache.
+
+    In the daemon the loop is the one the scrapes run on (`App.io`) and the
+    scheduler awaits `probe_async` there; tools and tests without a loop get
+    a private one and call the blocking `probe`.
+    """
 
     def __init__(self, max_canaries: int, read_total: ReadTotal | None = None,
-                 client: httpx.AsyncClient | None = None) -> None:
+                 io: IOLoop | None = None) -> None:
         self.max_canaries = max_canaries
         self.heartbeat = Heartbeat(read_total)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="sentinel-probe",
-                                        daemon=True)
-        self._thread.start()
-        self._client = client
+        self._own_io = io is None
+        self.io = io if io is not None else IOLoop("sentinel-probe").start()
+        self.client = ProbeClient()
+        # Not bound to a loop until first contended (Python >= 3.10): the loop that awaits it.
+        self._slots = asyncio.Semaphore(max_canaries)
         self._models: dict[str, tuple[str, int]] = {}  # target -> (model, learnt at)
-        self._models_lock = threading.Lock()
-        self._slots: asyncio.Semaphore | None = None
-        self._call(self._setup())
 
-    async def _setup(self) -> None:
-        # Created on the loop that uses them.
-        self._slots = asyncio.Semaphore(self.max_canaries)
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
-
-    def _call(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
-
-    def probe(self, t: ProbeTarget, now_ms: int) -> tuple[list[Sample], list[ProbeResult], bool]:
-        """Probe one target now: (samples, results, whether the canary was skipped as busy)."""
+    async def probe_async(self, t: ProbeTarget, now_ms: int,
+                          ) -> tuple[list[Sample], list[ProbeResult], str]:
+        """Probe one target now, on the loop: (samples, results, why the canary was not
+        sent: SKIP_BUSY, SKIP_CAP, or "" when it was sent or is off)."""
         busy = self.heartbeat.busy(t, now_ms)
-        assert self._client is not None
-        with self._models_lock:
-            known = self._models.get(t.name)
+        known = self._models.get(t.name)
         model = known[0] if known and now_ms - known[1] < MODELS_REFRESH_MS else None
-        samples, results = self._call(
-            probe_target(self._client, t, now_ms, busy=busy, canary_slots=self._slots,
-                         model=model),
-            t.timeout_ms / 1000 * 2 + WAIT_SLACK_S)
+        samples, results = await probe_target(self.client, t, now_ms, busy=busy,
+                                              canary_slots=self._slots, model=model)
         self.heartbeat.record(t, results)
-        with self._models_lock:
-            learnt = next((r.model for r in results if r.probe == MODELS and r.model), None)
-            if learnt:
-                self._models[t.name] = (learnt, now_ms)
-            if not all(r.success for r in results):
-                self._models.pop(t.name, None)  # ask /v1/models again next time
-        return samples, results, busy and t.canary and t.skip_canary_when_busy
+        learnt = next((r.model for r in results if r.probe == MODELS and r.model), None)
+        if learnt:
+            self._models[t.name] = (learnt, now_ms)
+        if not all(r.success for r in results):
+            self._models.pop(t.name, None)  # ask /v1/models again next time
+        if not t.canary or any(r.probe == CANARY for r in results):
+            return samples, results, ""
+        if busy and t.skip_canary_when_busy:
+            return samples, results, SKIP_BUSY
+        internal = any((r.error or "").startswith("internal error") for r in results)
+        return samples, results, "" if internal else SKIP_CAP
+
+    def probe(self, t: ProbeTarget, now_ms: int) -> tuple[list[Sample], list[ProbeResult], str]:
+        """`probe_async`, blocking until done (never call it on the loop's own thread)."""
+        return self.io.run(self.probe_async(t, now_ms), t.timeout_ms / 1000 * 3 + WAIT_SLACK_S)
 
     def close(self) -> None:
-        """Cancel what is in flight, close the client, stop the loop."""
-        try:
-            self._call(self._shutdown(), 5)
-        except Exception:  # closing must never hold up shutdown
-            log.debug("closing the probe runner failed", exc_info=True)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
-
-    async def _shutdown(self) -> None:
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._client is not None:
-            await self._client.aclose()
-        await self._loop.shutdown_asyncgens()
+        """Close the idle connections; stop the loop if the runner started it."""
+        if self.io.running and not self.io.in_loop():
+            self.io.call_soon(self.client.close)
+        else:
+            self.client.close()
+        if self._own_io:
+            self.io.stop(2.0)

@@ -27,7 +27,7 @@ from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
-from sentinel.daemon.probejobs import ProbeJobs
+from sentinel.daemon.probejobs import HEARTBEAT_SERIES, ProbeJobs, build_probe_targets
 from sentinel.daemon.querybackend import DaemonBackend
 from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
@@ -167,7 +167,8 @@ class App:
             self.pipeline.reconcile(self._now_ms())
             self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
-        self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms)
+        self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms,
+                                self.io)
         self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
                                            self.metrics.registry, cfg.evaluation_interval_ms,
                                            self._now_ms)
@@ -187,6 +188,7 @@ class App:
         self.scrape_jobs.add("io-loop", "heartbeat", _alive, LOOP_HEARTBEAT_MS, self._now_ms())
         self.scrape_jobs.start((self._scrape_target(t)
                                 for t in self.query.scraped_targets(cfg.targets)), self._now_ms())
+        self.probes.schedule(self.scrape_jobs, self._now_ms())  # on the same loop and scheduler
         self._start_discovery()
         if self.lease is not None:
             self.lease.start()  # one round now: a lone daemon leads from the first evaluation
@@ -213,6 +215,8 @@ class App:
             self.scrape_jobs = None
         if self.pipeline is not None:
             self.pipeline.scraper.close()  # idle connections are closed on the loop
+        if self.probes is not None:
+            self.probes.close()  # the same, for the probes' connections
         if self.io is not None:
             self.io.stop(min(timeout_s, 2.0))
         if self._scheduler is not None:
@@ -239,8 +243,6 @@ class App:
                 self.pipeline.remediator.stop(timeout_s)
         if self.sources is not None:
             self.sources.close()
-        if self.probes is not None:
-            self.probes.close()
         if self.diagnosis is not None:
             self.diagnosis.close()
         if self.query is not None:
@@ -383,10 +385,9 @@ class App:
 
     def _schedule(self) -> BackgroundScheduler:
         assert self.sources is not None
-        # Scrapes run on the I/O loop (ScrapeJobs), not here: this pool is for
+        # Scrapes and probes run on the I/O loop (ScrapeJobs), not here: this pool is for
         # rule groups and the blocking sources, so evaluation never queues behind scrapes.
-        probes = self.probes.count() if self.probes is not None else 0
-        workers = min(64, len(self._groups) + self.sources.count() + probes + 5)
+        workers = min(64, len(self._groups) + self.sources.count() + 5)
         sched = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=workers)},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
@@ -404,8 +405,6 @@ class App:
         self._schedule_rule_groups(sched, warmup_ms)
         assert self.sources is not None
         self.sources.schedule(sched, self._guard, _now_dt())
-        if self.probes is not None:
-            self.probes.schedule(sched, self._guard, _now_dt())
         if self.metric_check is not None:
             self.metric_check.schedule(sched, self._guard, _now_dt())
         if self.diagnosis is not None:
@@ -530,6 +529,8 @@ class App:
     def _series_filter(self, groups: list[RuleGroup]) -> SeriesFilter:
         """Scraped series to keep: what the rules read, plus diagnosis evidence (or everything)."""
         extra = SERIES_NAMES if self.config.diagnosis is not None else ()
+        if build_probe_targets(self.config):  # the probes' heartbeat reads the token counter
+            extra = (*extra, HEARTBEAT_SERIES)
         return needed_series(groups, extra, keep_all=self.config.keep_all_series)
 
 

@@ -1,4 +1,12 @@
-"""Scheduled probe jobs: one per probed target, samples into the store."""
+"""Scheduled probe jobs: one per probed target, on the I/O loop, samples into the store.
+
+The jobs go through the scrape jobs' asyncio scheduler (`ScrapeJobs.add`,
+kind "probe"): each target's probe runs as a coroutine on the one I/O loop,
+at an offset within its interval hashed from its name, so 1,000 targets'
+probes spread over the 15 s instead of firing together and cost no thread.
+A probe that cannot start on time (the previous one still running) is
+counted in `sentinel_probes_missed_total{target}`.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +15,21 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.events import JobExecutionEvent, JobSubmissionEvent, SchedulerEvent
 from prometheus_client import CollectorRegistry, Counter
 
+from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.probe import ProbeTarget
-from sentinel.collect.probe_runner import ProbeRunner
+from sentinel.collect.probe_runner import SKIP_BUSY, SKIP_CAP, ProbeRunner
 from sentinel.config import Config
 from sentinel.config_probe import effective_probe
-from sentinel.model import labels_of
-from sentinel.promql import Engine
+from sentinel.daemon.missed import MISSED_EVENTS
+from sentinel.daemon.scrapejobs import ScrapeJobs
+from sentinel.model import label_value, labels_of
+from sentinel.promql import Engine, compile_expr
 from sentinel.store import MemoryStore
 
 log = logging.getLogger(__name__)
-
-Guard = Callable[[str, Callable[..., None]], Callable[..., None]]
 
 
 def build_probe_targets(config: Config) -> list[ProbeTarget]:
@@ -39,54 +48,121 @@ def build_probe_targets(config: Config) -> list[ProbeTarget]:
     return out
 
 
+# How long one fleet-wide reading of the token counters serves the probes. The
+# heartbeat compares readings 15 s apart, so a second of age changes nothing, and
+# one query per second replaces one per probe (each scanned every target's series).
+READING_MS = 1_000
+# The counter the heartbeat reads: the store keeps it whenever probes are on,
+# whether or not a loaded rule reads it.
+HEARTBEAT_SERIES = "vllm:generation_tokens_total"
+
+
 def generation_total_reader(engine: Engine) -> Callable[[str, int], float | None]:
-    """Reads `sum(vllm:generation_tokens_total{target=...})` at a time, None when absent."""
+    """Reads `sum(vllm:generation_tokens_total{target=...})` at a time, None when absent.
+
+    One query, `sum by (target) (...)`, answers every target at once; its
+    result serves every read within READING_MS of the same whole second.
+    """
+    node = compile_expr(f"sum by (target) ({HEARTBEAT_SERIES})")
+    readings: dict[int, dict[str, float]] = {}
+
     def read(target: str, at_ms: int) -> float | None:
-        vec = engine.query(f'sum(vllm:generation_tokens_total{{target="{target}"}})', at_ms)
-        if not isinstance(vec, list) or not vec or math.isnan(vec[0].value):
-            return None
-        return float(vec[0].value)
+        key = at_ms // READING_MS
+        totals = readings.get(key)
+        if totals is None:
+            vec = engine.query(node, at_ms)
+            totals = {} if not isinstance(vec, list) else {
+                label_value(s.labels, "target"): float(s.value) for s in vec
+                if not math.isnan(s.value)}
+            if len(readings) >= 4:  # first probes also read one interval back
+                readings.pop(min(readings))
+            readings[key] = totals
+        return totals.get(target)
     return read
 
 
 class ProbeJobs:
-    """Owns the probe runner and its scheduler jobs."""
+    """Owns the probe runner (on the I/O loop) and its scheduled jobs."""
 
     def __init__(self, config: Config, store: MemoryStore, engine: Engine,
-                 registry: CollectorRegistry, now_ms: Callable[[], int]) -> None:
+                 registry: CollectorRegistry, now_ms: Callable[[], int],
+                 io: IOLoop | None = None) -> None:
         self.store = store
         self.now_ms = now_ms
         self.targets = build_probe_targets(config)
         self.runner = ProbeRunner(config.probe_canary_concurrency,
-                                  generation_total_reader(engine)) if self.targets else None
+                                  generation_total_reader(engine), io) if self.targets else None
         self.probes = Counter("sentinel_probes", "Probes run, by target, probe and outcome.",
                               ["target", "probe", "outcome"], registry=registry)
         self.skipped = Counter(
             "sentinel_probe_canaries_skipped",
             "Canaries skipped because the target's own counters showed tokens flowing.",
             ["target"], registry=registry)
+        self.capped = Counter(
+            "sentinel_probe_canaries_capped",
+            "Canaries not sent because probe_canary_concurrency canaries stayed in flight "
+            "for longer than the probe could wait (its interval less its timeout).",
+            ["target"], registry=registry)
+        self._capped_logged = -1e9
+        self.missed = Counter(
+            "sentinel_probes_missed",
+            "Probes that could not start on time (the previous one still running, or "
+            "started later than the grace time).", ["target"], registry=registry)
         self._last_error: dict[tuple[str, str], str | None] = {}
 
     def count(self) -> int:
         """How many jobs `schedule` adds."""
         return len(self.targets)
 
-    def schedule(self, sched: BaseScheduler, guard: Guard, first_run: Any) -> None:
-        """One interval job per probed target."""
+    def schedule(self, jobs: ScrapeJobs, now_ms: int) -> None:
+        """One interval job per probed target on the I/O loop, offset by a hash of its name."""
+        if not self.targets:
+            return
+        jobs.scheduler.add_listener(self.listener, MISSED_EVENTS)
         for t in self.targets:
-            sched.add_job(guard("probe", self.probe), "interval", args=[t],
-                          seconds=t.interval_ms / 1000, next_run_time=first_run,
-                          id=f"probe:{t.name}")
+            self.missed.labels(t.name)
+            jobs.add("probe", t.name, self.probe_async, t.interval_ms, now_ms, t)
+
+    def listener(self, event: SchedulerEvent) -> None:
+        """Counts the missed runs of `probe:<target>` jobs (APScheduler's events)."""
+        kind, _, name = getattr(event, "job_id", "").partition(":")
+        if kind != "probe":
+            return
+        if isinstance(event, JobSubmissionEvent):
+            self.missed.labels(name).inc(len(event.scheduled_run_times))
+        elif isinstance(event, JobExecutionEvent):
+            self.missed.labels(name).inc()
 
     def probe(self, t: ProbeTarget) -> None:
-        """Probe one target now and store its samples."""
+        """Probe one target now and store its samples, blocking (tools and tests)."""
         assert self.runner is not None
         now = self.now_ms()
-        samples, results, skipped = self.runner.probe(t, now)
+        self._record(t, now, *self.runner.probe(t, now))
+
+    async def probe_async(self, t: ProbeTarget) -> None:
+        """The scheduled job: probe one target on the loop and store its samples; never raises."""
+        assert self.runner is not None
+        now = self.now_ms()
+        try:
+            samples, results, skipped = await self.runner.probe_async(t, now)
+            self._record(t, now, samples, results, skipped)
+        except Exception:  # a bug, not the target: log it, the next run comes anyway
+            log.exception("probe of %s failed unexpectedly", t.name)
+
+    def _record(self, t: ProbeTarget, now: int, samples: list[Any], results: list[Any],
+                skipped: str) -> None:
         for labels, value in samples:
             self.store.add(labels, now, value)
-        if skipped:
+        if skipped == SKIP_BUSY:
             self.skipped.labels(t.name).inc()
+        elif skipped == SKIP_CAP:
+            self.capped.labels(t.name).inc()
+            if now - self._capped_logged >= 60_000:  # fleet-wide, at most once a minute
+                self._capped_logged = now
+                log.warning("canary of %s not sent: probe_canary_concurrency (%d) canaries "
+                            "were in flight the whole time it could wait; raise it for a "
+                            "fleet this size", t.name, self.runner.max_canaries
+                            if self.runner else 0)
         for r in results:
             self.probes.labels(t.name, r.probe, "success" if r.success else "failure").inc()
             key = (t.name, r.probe)
@@ -98,6 +174,6 @@ class ProbeJobs:
                 self._last_error[key] = r.error
 
     def close(self) -> None:
-        """Stop the runner's loop."""
+        """Close the runner's connections (and its loop, if it has its own)."""
         if self.runner is not None:
             self.runner.close()

@@ -358,10 +358,21 @@ class _Handler(BaseHTTPRequestHandler):
                                                            config.max_model_len))
 
     def _chat(self, state: SimState) -> None:
+        self._answering = True
         self.sim.chat_in_flight(+1)
         try:
             self._chat_answer(state)
         finally:
+            self._answer_ending()
+
+    def _answer_ending(self) -> None:
+        """Count the request out of flight, once: called just before its last bytes go out.
+
+        Not after: a client that has read the end may send its next request before this
+        thread runs again, and the peak would count a request that is already over.
+        """
+        if getattr(self, "_answering", False):
+            self._answering = False
             self.sim.chat_in_flight(-1)
 
     def _chat_answer(self, state: SimState) -> None:
@@ -466,6 +477,7 @@ class _ChatEmitter:
             if self.truncate:
                 self._send_half(json.dumps(payload).encode())
                 return
+            self.handler._answer_ending()
             self.handler._send_json(HTTPStatus.OK, payload)
             return
         yield from self._stream(deltas, finish)
@@ -490,6 +502,7 @@ class _ChatEmitter:
             self._event(openai_api.chat_chunk(*ident, {"content": ""}, finish))
         if self.req.include_usage:
             self._event(openai_api.usage_chunk(*ident, self.prompt_tokens, len(deltas)))
+        self.handler._answer_ending()
         self.handler._write_event("[DONE]")
         self.handler._end_stream()
 
