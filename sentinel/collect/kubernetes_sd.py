@@ -40,9 +40,9 @@ from sentinel.collect.kubeapi import (
     meta,
     read_json,
 )
-from sentinel.config_kubernetes import KubernetesSDConfig
-from sentinel.configmodel import TargetConfig
-from sentinel.durations import format_duration
+from sentinel.config.durations import format_duration
+from sentinel.config.kubernetes import KubernetesSDConfig
+from sentinel.config.model import TargetConfig
 
 log = logging.getLogger(__name__)
 

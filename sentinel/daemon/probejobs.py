@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sentinel.collect.probe import ProbeTarget
 from sentinel.collect.probe_runner import ProbeRunner
 from sentinel.config import Config
-from sentinel.config_probe import effective_probe
+from sentinel.config.probe import effective_probe
 from sentinel.model import labels_of
 from sentinel.promql import Engine
 from sentinel.store import MemoryStore

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sentinel.config_notify import InhibitRuleConfig
+from sentinel.config.notify import InhibitRuleConfig
 from sentinel.model import Labels, fingerprint, format_labels, label_value
 from sentinel.respond.notify.matchers import Matcher, matches_all, parse_matchers
 

@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from sentinel.config_remediation import BackoffConfig, SilenceConfig
+from sentinel.config.remediation import BackoffConfig, SilenceConfig
 
 HOUR_MS = 3_600_000
 

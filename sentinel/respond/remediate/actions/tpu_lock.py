@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from sentinel.config_remediation import DEFAULT_LIBTPU_LOCKFILE
+from sentinel.config.remediation import DEFAULT_LIBTPU_LOCKFILE
 
 __all__ = ["DEFAULT_LIBTPU_LOCKFILE", "backoff_delays", "chip_busy", "clear_stale_lockfile",
            "describe"]

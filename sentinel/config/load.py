@@ -2,7 +2,7 @@
 
 `load_config(path)` reads the file keeping each key's line (`yamlpos`),
 expands `${VAR}` from the environment, validates with the models of
-`sentinel.configmodel`, and raises one `ConfigError` listing every problem
+`sentinel.config.model`, and raises one `ConfigError` listing every problem
 as `FILE:LINE: key.path: message`. Secrets never appear in messages.
 `config_summary` prints the effective configuration with secrets redacted.
 Import these through `sentinel.config`.
@@ -23,7 +23,8 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from sentinel.configmodel import (
+from sentinel.config.durations import format_duration
+from sentinel.config.model import (
     DEFAULT_DATABASE,
     Config,
     duplicate_message,
@@ -31,10 +32,9 @@ from sentinel.configmodel import (
     timeout_message,
     try_duration,
 )
-from sentinel.durations import format_duration
+from sentinel.config.yamlpos import Path as YamlPath
+from sentinel.config.yamlpos import YamlSyntaxError, load_positioned
 from sentinel.secrets import MissingEnvVar, Redactor, env_refs, expand_env, safe_url
-from sentinel.yamlpos import Path as YamlPath
-from sentinel.yamlpos import YamlSyntaxError, load_positioned
 
 
 @dataclass(frozen=True, slots=True)

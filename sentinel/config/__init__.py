@@ -8,21 +8,21 @@ and integer milliseconds in Python (`scrape_interval` → `scrape_interval_ms`).
 Secrets (webhook URLs, headers, the database password) never appear in
 messages; `Config.secrets()` feeds the `Redactor`.
 
-This module is the public face: the models live in `sentinel.configmodel`,
-loading, error reporting and the summary in `sentinel.configload`.
+This module is the public face: the models live in `sentinel.config.model`,
+loading, error reporting and the summary in `sentinel.config.load`.
 """
 
 from __future__ import annotations
 
-from sentinel.configbase import Duration, PositiveDuration
-from sentinel.configload import (
+from sentinel.config.base import Duration, PositiveDuration
+from sentinel.config.load import (
     ConfigError,
     ConfigProblem,
     config_summary,
     load_config,
     parse_config,
 )
-from sentinel.configmodel import (
+from sentinel.config.model import (
     DEFAULT_DATABASE,
     DEFAULT_INTERVAL_MS,
     DEFAULT_LISTEN,

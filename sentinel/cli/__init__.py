@@ -105,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--engines", type=int, default=1,
                      help="data-parallel engines, one series each (default 1)")
     sim.set_defaults(func=_cmd_sim)
-    from sentinel.respond.remediate.cli import add_remediate_parser
-    from sentinel.sim.cliargs import add_container_args
+    from sentinel.cli.remediate import add_remediate_parser
+    from sentinel.cli.sim import add_container_args
 
     add_container_args(sim)
     add_remediate_parser(sub)
@@ -174,15 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="signature file (default: the bundled rules/signatures.yaml)")
     lc.set_defaults(func=_cmd_logs_classify)
 
-    from sentinel.respond.diagnose.cli import add_parser as add_diagnose
+    from sentinel.cli.diagnose import add_parser as add_diagnose
 
     add_diagnose(sub, _config_arg)
 
-    from sentinel.respond.notify import silence_cli
+    from sentinel.cli import silence as silence_cli
 
     silence_cli.add_parser(sub, _db_args, _database)
 
-    from sentinel.api import cli as api_cli
+    from sentinel.cli import api as api_cli
 
     api_cli.add_parser(sub, _db_args, _database, _load_config_or_exit)
 
@@ -216,7 +216,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     config = _load_config_or_exit(args.config)
     if args.listen:
-        from sentinel.configmodel import split_listen
+        from sentinel.config.model import split_listen
 
         if split_listen(args.listen) is None:
             print(f"sentinel: --listen {args.listen!r}: expected host:port, "
@@ -240,7 +240,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     if args.model:
         kwargs["model"] = args.model
     if args.docker_socket:
-        from sentinel.sim.cliargs import container_spec
+        from sentinel.cli.sim import container_spec
 
         kwargs.update(docker_socket=args.docker_socket, container=container_spec(args))
     serve_forever_cli(**kwargs)
@@ -267,7 +267,7 @@ def _cmd_rules_test(args: argparse.Namespace) -> int:
 
 
 def _cmd_logs_classify(args: argparse.Namespace) -> int:
-    from sentinel.logs.cli import classify_files
+    from sentinel.cli.logs import classify_files
 
     return classify_files(args.files, args.json, sys.stdout, signatures=args.signatures)
 
@@ -310,7 +310,7 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 def _since(text: str) -> datetime:
     """`--since`: a Prometheus duration ago, or an ISO-8601 time (UTC when no zone is given)."""
-    from sentinel.durations import parse_duration
+    from sentinel.config.durations import parse_duration
 
     try:
         return datetime.now(tz=UTC) - timedelta(milliseconds=parse_duration(text))
@@ -347,8 +347,8 @@ def _database(args: argparse.Namespace, upgrade: bool = False):  # noqa: ANN202
     of the config but its `database` key (so no receiver secret must be set).
     """
     from sentinel.config import ConfigError
-    from sentinel.configload import load_database_url
-    from sentinel.configmodel import DEFAULT_DATABASE
+    from sentinel.config.load import load_database_url
+    from sentinel.config.model import DEFAULT_DATABASE
     from sentinel.incidents.db import Database, open_existing
 
     url = args.database

@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from sentinel.config_remediation import ACTION_KINDS, PolicyConfig
+from sentinel.config.remediation import ACTION_KINDS, PolicyConfig
 from sentinel.incidents import queries
 from sentinel.incidents.convert import dt_to_ms
 from sentinel.incidents.tracker import IncidentTracker

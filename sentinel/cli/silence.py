@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sentinel.durations import parse_duration
+from sentinel.config.durations import parse_duration
 
 DbFactory = Callable[[argparse.Namespace], Any]
 
