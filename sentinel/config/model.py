@@ -36,6 +36,7 @@ from sentinel.config.base import (
     http_url,
     problem,
 )
+from sentinel.config.database import DEFAULT_DATABASE
 from sentinel.config.diagnosis import DiagnosisConfig
 from sentinel.config.durations import format_duration, parse_duration
 from sentinel.config.kubernetes import KubernetesSDConfig
@@ -59,7 +60,6 @@ __all__ = [
     "WebhookConfig",
 ]
 
-DEFAULT_DATABASE = "sqlite:///sentinel.db"
 DEFAULT_LISTEN = "127.0.0.1:9465"
 DEFAULT_INTERVAL_MS = 5_000
 DEFAULT_TIMEOUT_MS = 4_000
