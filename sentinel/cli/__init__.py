@@ -18,6 +18,7 @@ argparse and these modules: handlers import what they need when they run, so
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from sentinel.cli import api, check, diagnose, incidents, logs, remediate, run, silence, sim
@@ -46,12 +47,40 @@ class _VersionAction(argparse.Action):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns the process exit code."""
+    """Run one command; returns the process exit code (tests call this in-process)."""
+    return _run(argv)[0]
+
+
+def console() -> None:
+    """The console script and `python -m sentinel`: main(), then exit.
+
+    A read-only command (marked `quick_exit` by its group) ends with os._exit
+    once its output is flushed: tearing down an interpreter that imported
+    SQLAlchemy costs about 0.1 s (bench/cli.py), longer than the query. Those
+    commands leave no thread, temporary file or buffered log behind; every
+    other command exits normally.
+    """
+    code, quick = _run(None)
+    if quick:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BrokenPipeError:
+            pass
+        os._exit(code)
+    raise SystemExit(code)
+
+
+def _run(argv: list[str] | None) -> tuple[int, bool]:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return 2, False
+    return _call(args), bool(getattr(args, "quick_exit", False))
+
+
+def _call(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

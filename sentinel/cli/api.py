@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
     db_args(ls)
     ls.add_argument("--all", action="store_true", help="every status, not only pending")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
-    ls.set_defaults(func=lambda a: cmd_list(a, database(a)))
+    ls.set_defaults(func=lambda a: cmd_list(a, database(a)), quick_exit=True)
     for verb in ("approve", "deny"):
         c = cmds.add_parser(verb, help=f"{verb} a parked action")
         db_args(c)

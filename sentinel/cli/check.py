@@ -28,10 +28,10 @@ def add_parser(sub: Any) -> None:
         title="what", metavar="WHAT")
     rc = rules.add_parser("check", help="validate rule files like `promtool check rules`")
     rc.add_argument("files", nargs="+", metavar="FILE")
-    rc.set_defaults(func=cmd_rules_check)
+    rc.set_defaults(func=cmd_rules_check, quick_exit=True)
     rt = rules.add_parser("test", help="run rule unit tests in promtool's test-file format")
     rt.add_argument("files", nargs="+", metavar="FILE")
-    rt.set_defaults(func=cmd_rules_test)
+    rt.set_defaults(func=cmd_rules_test, quick_exit=True)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -73,12 +73,13 @@ def database(args: argparse.Namespace, upgrade: bool = False) -> Database:
     of the config but its `database` key (so no receiver secret must be set, and
     no model of the other sections is built).
     """
-    from sentinel.config.database import DEFAULT_DATABASE, load_database_url
-    from sentinel.config.errors import ConfigError
     from sentinel.incidents.db import Database, open_existing
 
     url = args.database
     if not url:
+        from sentinel.config.database import DEFAULT_DATABASE, load_database_url
+        from sentinel.config.errors import ConfigError
+
         path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
         try:
             url = load_database_url(path) if path else DEFAULT_DATABASE

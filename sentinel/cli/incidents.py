@@ -28,12 +28,12 @@ def add_parser(sub: Any) -> None:
                     "ISO-8601 time")
     il.add_argument("--limit", type=int, default=50, help="at most this many, 1-1000 (default 50)")
     il.add_argument("--json", action="store_true", help="machine-readable output")
-    il.set_defaults(func=cmd_list)
+    il.set_defaults(func=cmd_list, quick_exit=True)
     ish = inc.add_parser("show", help="one incident with its alerts and timeline")
     db_args(ish)
     ish.add_argument("id", type=int, help="incident id")
     ish.add_argument("--json", action="store_true", help="machine-readable output")
-    ish.set_defaults(func=cmd_show)
+    ish.set_defaults(func=cmd_show, quick_exit=True)
 
 
 def add_db_parser(sub: Any) -> None:

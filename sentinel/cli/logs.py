@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
                     "severity, excerpt)")
     lc.add_argument("--signatures", metavar="FILE",
                     help="signature file (default: the bundled rules/signatures.yaml)")
-    lc.set_defaults(func=cmd_classify)
+    lc.set_defaults(func=cmd_classify, quick_exit=True)
 
 
 def cmd_classify(args: argparse.Namespace) -> int:

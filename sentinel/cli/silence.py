@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
     db_args(ls)
     ls.add_argument("--all", action="store_true", help="include expired silences")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
-    ls.set_defaults(func=lambda a: cmd_list(a, database(a)))
+    ls.set_defaults(func=lambda a: cmd_list(a, database(a)), quick_exit=True)
     ex = cmds.add_parser("expire", help="end a silence now")
     db_args(ex)
     ex.add_argument("ids", nargs="+", type=int, metavar="ID")
