@@ -32,7 +32,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from sentinel.collect.gcp import Backoff, ErrorKind
+from sentinel.backoff import Backoff, ErrorKind
 from sentinel.collect.kubeapi import (
     api_client,
     as_kube_error,
