@@ -109,7 +109,7 @@ def history_url(tmp_path: Path) -> str:
     return url
 
 
-def test_incidents_list_needs_no_alembic_pydantic_or_respond(history_url: str,
+def test_read_only_commands_need_no_alembic_pydantic_or_daemon(history_url: str,
                                                              tmp_path: Path) -> None:
     # a config whose receiver needs a secret that is not set: incidents list reads only its
     # database key
@@ -119,10 +119,11 @@ def test_incidents_list_needs_no_alembic_pydantic_or_respond(history_url: str,
     code = ("from sentinel.cli import main\n"
             "assert main(sys.argv[1:]) == 0\n")
     for args in (["incidents", "list", "--database", history_url],
-                 ["incidents", "list", "-c", str(config), "--json"]):
+                 ["incidents", "list", "-c", str(config), "--json"],
+                 ["silence", "list", "-c", str(config)]):
         mods = _modules_after(code, *args)
-        assert "sentinel.incidents.queries" in mods
-        assert _loaded(mods, ("alembic", "pydantic", "google", "sentinel.respond",
+        assert "sentinel.incidents.db" in mods
+        assert _loaded(mods, ("alembic", "pydantic", "google", "sentinel.respond.remediate",
                               "sentinel.daemon", "sentinel.config.model",
                               "sentinel.incidents.tracker")) == []
 

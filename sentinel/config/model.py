@@ -86,7 +86,7 @@ class TargetConfig(Strict):
     # series, fail this target's scrape (up 0) and no other's. 0: no limit.
     sample_limit: int = Field(0, ge=0)
     label_limit: int = Field(0, ge=0)
-    # /health, /v1/models and a canary completion (sentinel.collect.probe); see config_probe.
+    # /health, /v1/models and a canary completion (sentinel.collect.probe); see config/probe.py.
     probe: ProbeConfig | None = None
 
     @field_validator("url")

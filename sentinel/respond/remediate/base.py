@@ -58,7 +58,7 @@ class ActionContext:
 
     target: TargetInfo
     labels: Mapping[str, str]
-    params: Any  # the step's action settings (config_remediation.*Config)
+    params: Any  # the step's action settings (sentinel.config.remediation.*Config)
     timeout_s: float
     allow_cold: bool = False
 
