@@ -124,8 +124,31 @@ def test_read_only_commands_need_no_alembic_pydantic_or_daemon(history_url: str,
         mods = _modules_after(code, *args)
         assert "sentinel.incidents.db" in mods
         assert _loaded(mods, ("alembic", "pydantic", "google", "sentinel.respond.remediate",
+                              "sqlalchemy.dialects.postgresql",
                               "sentinel.daemon", "sentinel.config.model",
                               "sentinel.incidents.tracker")) == []
+
+
+def test_postgresql_engines_get_the_partial_index_where() -> None:
+    """The PostgreSQL-only WHERE of the open-incident index is attached when a PostgreSQL
+    Database is made (declaring it in the model would load the PostgreSQL dialect into every
+    SQLite command); alembic's drift check does not compare WHERE clauses, so check the DDL."""
+    code = (
+        "from sqlalchemy.dialects import postgresql\n"
+        "from sqlalchemy.schema import CreateIndex\n"
+        "from sentinel.incidents.models import Base, OPEN_INCIDENT_KEY_INDEX\n"
+        "index = next(i for i in Base.metadata.tables['incidents'].indexes\n"
+        "             if i.name == OPEN_INCIDENT_KEY_INDEX)\n"
+        "ddl = lambda: str(CreateIndex(index).compile(dialect=postgresql.dialect()))\n"
+        "before = ddl()\n"
+        "from sentinel.incidents.db import Database\n"
+        "Database('postgresql://sentinel@127.0.0.1:1/none')  # no connection is made\n"
+        "print(json.dumps([before, ddl()]))\n")
+    out = subprocess.run([sys.executable, "-c", f"import json\n{code}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    before, after = json.loads(out)
+    assert "WHERE" not in before
+    assert after.endswith("(group_key) WHERE status = 'open'")
 
 
 def test_console_flushes_before_its_quick_exit(history_url: str, tmp_path: Path) -> None:
