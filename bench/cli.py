@@ -3,8 +3,8 @@
 Each command runs N times (default 10) in a fresh process; the table shows the
 median wall time, the median CPU time of the child (user + system, from wait4:
 steadier than wall time on a shared machine), the fastest run's wall time, and
-the medians as a ratio to `python -c pass` measured in the same run (the peer: what any Python command
-costs before it does anything). `incidents list` reads an existing SQLite
+the medians as a ratio to `python -c pass` measured in the same run (the peer:
+what any Python command costs before it does anything). `incidents list` reads an existing SQLite
 file with a few incidents, written once before timing (`db upgrade` and the
 tracker, as the daemon would). The `floor` rows show what `incidents list`
 cannot avoid: SQLAlchemy's ORM and Sentinel's schema models (imported, then
