@@ -34,9 +34,9 @@ import httpx  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 from sqlalchemy import insert, text  # noqa: E402
 
-from sentinel.api.config import ApiConfig  # noqa: E402
 from sentinel.api.server import build_surfaces  # noqa: E402
 from sentinel.api.service import ApiService  # noqa: E402
+from sentinel.config.api import ApiConfig  # noqa: E402
 from sentinel.daemon.http import StatusServer  # noqa: E402
 from sentinel.incidents.db import Database  # noqa: E402
 from sentinel.incidents.models import Incident, IncidentAlert, TimelineEvent  # noqa: E402

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fakes.kube_server import FakeKube, pod  # noqa: E402
 
 from sentinel.collect.kubernetes_sd import KubernetesDiscovery  # noqa: E402
-from sentinel.config_kubernetes import KubernetesSDConfig  # noqa: E402
+from sentinel.config.kubernetes import KubernetesSDConfig  # noqa: E402
 
 
 def main() -> int:

@@ -14,13 +14,15 @@ from alembic import context
 from sqlalchemy import Connection, create_engine
 
 from sentinel.incidents.db import normalize_url
-from sentinel.incidents.models import Base
+from sentinel.incidents.models import Base, use_postgresql_options
 
 config = context.config
 target_metadata = Base.metadata
 
 
 def _run(connection: Connection) -> None:
+    if connection.dialect.name == "postgresql":
+        use_postgresql_options()  # the partial index's WHERE, for autogenerate
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

@@ -1,5 +1,5 @@
 """`python -m sentinel` is the `sentinel` command."""
 
-from sentinel.cli import main
+from sentinel.cli import console
 
-raise SystemExit(main())
+console()

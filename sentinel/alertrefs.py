@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from sentinel.config import Config
-from sentinel.config_notify import RouteConfig
-from sentinel.configload import format_path
+from sentinel.config.load import format_path
+from sentinel.config.notify import RouteConfig
 from sentinel.respond.notify.matchers import MatchOp, parse_matcher
 
 # Alerts Sentinel raises itself, not defined by any rule file.

@@ -13,11 +13,11 @@ from typing import TextIO
 
 from sentinel.alertrefs import format_refs, unknown_alert_refs
 from sentinel.config import Config, ConfigError, config_summary, load_config
+from sentinel.config.yamlpos import load_positioned
 from sentinel.daemon.app import rule_paths
 from sentinel.daemon.sources import has_log_sources, signatures_path
 from sentinel.logs.signatures import SignatureFileError, load_signature_file
 from sentinel.rules.loader import AlertingRule, RuleFileError, RuleGroup, load_rule_files
-from sentinel.yamlpos import load_positioned
 
 
 def check_config(path: str, out: TextIO, err: TextIO, *, strict: bool = False,

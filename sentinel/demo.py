@@ -28,8 +28,8 @@ from typing import Any
 import yaml
 
 from sentinel.config import load_config
+from sentinel.config.durations import parse_duration
 from sentinel.daemon.app import App
-from sentinel.durations import parse_duration
 from sentinel.incidents import queries
 from sentinel.paths import bundled_dir
 from sentinel.sim.server import start_sim

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sentinel.config_notify import InhibitRuleConfig, RouteConfig
+from sentinel.config.notify import InhibitRuleConfig, RouteConfig
 from sentinel.incidents.db import Database
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.respond.notify.base import Receiver

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from diagnose_helpers import T0, config, open_incident, runbooks, timeline
 
-from sentinel.config_diagnosis import ModelEndpointConfig
+from sentinel.config.diagnosis import ModelEndpointConfig
 from sentinel.respond.diagnose.client import DEFAULT_MAX_REPLY_BYTES, ModelClient, ServerError
 from sentinel.respond.diagnose.worker import DiagnosisWorker
 

@@ -22,8 +22,8 @@ import yaml
 from fixtures_e2e import wait_for
 
 from sentinel.config import load_config
+from sentinel.config.durations import parse_duration
 from sentinel.daemon.app import App
-from sentinel.durations import parse_duration
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sentinel.collect.exposition import ExpositionError, SeriesCache, parse_exposition
-from sentinel.configload import ConfigError, load_config
+from sentinel.config.load import ConfigError, load_config
 from sentinel.logs.classify import Classifier
 from sentinel.logs.signatures import SignatureFileError, load_signature_file, parse_signatures
 from sentinel.model import LogEntry

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fakes.kube_server import FakeKube, pod
 
-from sentinel.config_kubernetes import KubernetesPodRestartConfig, KubernetesRolloutRestartConfig
-from sentinel.config_remediation import RemediationConfig
+from sentinel.config.kubernetes import KubernetesPodRestartConfig, KubernetesRolloutRestartConfig
+from sentinel.config.remediation import RemediationConfig
 from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident
@@ -231,7 +231,7 @@ def test_delete_with_a_stale_uid_is_refused_by_the_api(cluster: Cluster) -> None
     from kubernetes import client as k
 
     from sentinel.collect.kubeapi import KubeError, api_client
-    from sentinel.config_kubernetes import KubernetesApiConfig
+    from sentinel.config.kubernetes import KubernetesApiConfig
     from sentinel.respond.remediate.kubepods import call
 
     c = cluster

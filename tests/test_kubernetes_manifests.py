@@ -172,7 +172,7 @@ def _verbs(requests: list[tuple[str, str, int]]) -> set[tuple[str, str, str]]:
 
 def test_the_role_grants_exactly_what_discovery_and_the_actions_call() -> None:
     from sentinel.collect.kubernetes_sd import discover_once
-    from sentinel.config_kubernetes import (
+    from sentinel.config.kubernetes import (
         KubernetesPodRestartConfig,
         KubernetesRolloutRestartConfig,
         KubernetesSDConfig,

@@ -13,8 +13,8 @@ from fakes.kube_server import FakeKube, pod
 from prometheus_client import CollectorRegistry
 
 from sentinel.collect.kubernetes_sd import KubernetesDiscovery, SDMetrics, label_name, pod_target
-from sentinel.config_kubernetes import KubernetesSDConfig
-from sentinel.configmodel import TargetConfig
+from sentinel.config.kubernetes import KubernetesSDConfig
+from sentinel.config.model import TargetConfig
 
 pytestmark = pytest.mark.integration
 

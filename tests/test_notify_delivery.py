@@ -10,7 +10,7 @@ from dataclasses import replace
 from notify_helpers import LoopbackReceiver, make_stage
 from sqlalchemy import select
 
-from sentinel.config_notify import InhibitRuleConfig, RouteConfig
+from sentinel.config.notify import InhibitRuleConfig, RouteConfig
 from sentinel.incidents import Database, get_incident, list_incidents
 from sentinel.incidents.convert import dt_to_ms
 from sentinel.incidents.models_notify import OutboxMessage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.config_notify import InhibitRuleConfig, RouteConfig
+from sentinel.config.notify import InhibitRuleConfig, RouteConfig
 from sentinel.model import labels_of
 from sentinel.respond.notify.grouping import idempotency_key, needs_update
 from sentinel.respond.notify.matchers import parse_matcher

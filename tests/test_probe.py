@@ -23,7 +23,7 @@ from sentinel.collect.probe import (
 from sentinel.collect.probe_runner import ProbeRunner
 from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.config import parse_config
-from sentinel.config_probe import effective_probe
+from sentinel.config.probe import effective_probe
 from sentinel.daemon.probejobs import build_probe_targets, generation_total_reader
 from sentinel.model import is_stale, label_value
 from sentinel.promql import Engine

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sentinel.durations import parse_duration
+from sentinel.config.durations import parse_duration
 from sentinel.model import Labels, format_labels
 from sentinel.promql import Engine
 from sentinel.promql.series_notation import expand_values, parse_series

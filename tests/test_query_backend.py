@@ -21,8 +21,8 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from sentinel.config_querybackend import QueryBackendConfig
-from sentinel.configload import ConfigError, load_config
+from sentinel.config.load import ConfigError, load_config
+from sentinel.config.querybackend import QueryBackendConfig
 from sentinel.model import AlertState, InstantSample
 from sentinel.promql import Engine
 from sentinel.rules.alerting import RuleHealth

@@ -184,7 +184,7 @@ def test_remote_backend_gives_the_same_alerts_at_the_same_evaluation(
 
 
 def load_remote_config(url: str) -> Any:
-    from sentinel.config_querybackend import QueryBackendConfig
+    from sentinel.config.querybackend import QueryBackendConfig
 
     return QueryBackendConfig.model_validate({"url": url, "timeout": "10s"})
 

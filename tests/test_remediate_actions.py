@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sentinel.config_remediation import (
+from sentinel.config.remediation import (
     CommandConfig,
     DockerRestartConfig,
     SystemdRestartConfig,

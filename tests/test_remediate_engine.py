@@ -14,7 +14,7 @@ import pytest
 from fixtures_e2e import wait_for
 
 from sentinel.cli import main
-from sentinel.config_remediation import RemediationConfig
+from sentinel.config.remediation import RemediationConfig
 from sentinel.incidents import queries
 from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.db import Database

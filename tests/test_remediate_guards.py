@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sentinel.config_remediation import BackoffConfig, SilenceConfig
+from sentinel.config.remediation import BackoffConfig, SilenceConfig
 from sentinel.respond.remediate.guards import (
     Decision,
     Episode,

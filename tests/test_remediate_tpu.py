@@ -8,8 +8,8 @@ import pytest
 from fakes.offline import connections, is_loopback, offline_google_env
 from fakes.tpu_server import FakeTpu, running_fake_tpu
 
-from sentinel.config_remediation import TpuNodeRestartConfig
-from sentinel.configsources import TpuConfig
+from sentinel.config.remediation import TpuNodeRestartConfig
+from sentinel.config.sources import TpuConfig
 from sentinel.respond.remediate.actions import ACTIONS
 from sentinel.respond.remediate.base import ActionContext, TargetInfo
 from sentinel.respond.remediate.guards import Reason

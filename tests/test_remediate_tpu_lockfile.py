@@ -20,7 +20,7 @@ import pytest
 from fixtures_e2e import wait_for
 
 from sentinel.config import load_config
-from sentinel.config_remediation import (
+from sentinel.config.remediation import (
     DEFAULT_LIBTPU_LOCKFILE,
     DockerRestartConfig,
     SystemdRestartConfig,

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.configload import ConfigError, load_config
+from sentinel.config.load import ConfigError, load_config
+from sentinel.config.yamlpos import MAX_DEPTH, YamlSyntaxError, compose, load_positioned
 from sentinel.logs.signatures import SignatureFileError, parse_signatures
 from sentinel.rules.loader import parse_rule_file
-from sentinel.yamlpos import MAX_DEPTH, YamlSyntaxError, compose, load_positioned
 
 
 def billion_laughs(levels: int = 9, width: int = 9, key: str = "lol") -> str:

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sentinel.api.config import TokenConfig
 from sentinel.api.errors import ApiError
+from sentinel.config.api import TokenConfig
 
 SESSION_COOKIE = "sentinel_session"
 SESSION_TTL_S = 12 * 3600

@@ -212,7 +212,7 @@ def silence_body(matchers: list[str], comment: str, duration: str) -> dict[str, 
     """A PostableSilence from `name=value` matchers and a duration from now."""
     from datetime import UTC, datetime, timedelta
 
-    from sentinel.durations import parse_duration
+    from sentinel.config.durations import parse_duration
     from sentinel.respond.notify.matchers import parse_matcher
 
     parsed = [parse_matcher(m) for m in matchers]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from sentinel.api.errors import bad_param
-from sentinel.durations import parse_duration
+from sentinel.config.durations import parse_duration
 
 _CURSOR = re.compile(r"^(-?\d+):(\d+)$")
 

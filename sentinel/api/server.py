@@ -10,10 +10,10 @@ from typing import Any
 from starlette.routing import BaseRoute, Route
 
 from sentinel.api.auth import Auth, is_loopback
-from sentinel.api.config import ApiConfig
 from sentinel.api.mcp_server import LocalBackend, McpGate, build_server
 from sentinel.api.routes import api_routes
 from sentinel.api.service import ApiService
+from sentinel.config.api import ApiConfig
 from sentinel.web.routes import web_routes
 
 

@@ -41,8 +41,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sentinel.backoff import Backoff
 from sentinel.collect.entrytext import DEFAULT_MAX_CHARS, entry_text
-from sentinel.collect.gcp import DEFAULT_BASE_MS, DEFAULT_MAX_MS, Backoff, classify_error
+from sentinel.collect.gcp import DEFAULT_BASE_MS, DEFAULT_MAX_MS, classify_error
 from sentinel.collect.logcursor import CursorStore, LogCursor
 from sentinel.collect.logsource import SourceHealth
 from sentinel.model import LogEntry

@@ -1,4 +1,4 @@
-"""What the Google Cloud sources share: backoff with jitter, and which errors to retry soon.
+"""What the Google Cloud sources share: which errors to retry soon (backoff: sentinel.backoff).
 
 Cloud Logging's read quota is small (entries.list is rate-limited per
 project), so a source that failed must not ask again at once: after a 429
@@ -10,24 +10,16 @@ delay at once: retrying sooner cannot help, and an operator fixes them.
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass
-
 import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 
+from sentinel.backoff import Backoff, ErrorKind
+
+__all__ = ["DEFAULT_BASE_MS", "DEFAULT_MAX_MS", "Backoff", "ErrorKind", "classify_error"]
+
 DEFAULT_BASE_MS = 2_000
 DEFAULT_MAX_MS = 300_000
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorKind:
-    """How to treat an error: retry with growing backoff, or wait the longest delay."""
-
-    retryable: bool
-    detail: str
-    retry_after_ms: int | None = None
 
 
 def classify_error(exc: BaseException) -> ErrorKind:
@@ -60,39 +52,3 @@ def _retry_after_ms(exc: gexc.GoogleAPICallError) -> int | None:
         return int(float(value) * 1000) if value is not None else None
     except ValueError:
         return None  # an HTTP-date; the exponential delay stands
-
-
-class Backoff:
-    """Exponential backoff with jitter, driven by the caller's clock."""
-
-    def __init__(self, base_ms: int = DEFAULT_BASE_MS, max_ms: int = DEFAULT_MAX_MS,
-                 rng: random.Random | None = None) -> None:
-        self.base_ms = base_ms
-        self.max_ms = max_ms
-        self.failures = 0
-        self.next_at_ms = 0
-        self._rng = rng or random.Random()
-
-    def ready(self, now_ms: int) -> bool:
-        """Whether a call may be made now."""
-        return now_ms >= self.next_at_ms
-
-    def failed(self, now_ms: int, kind: ErrorKind) -> int:
-        """Record a failure; the delay (ms) before the next call may be made."""
-        self.failures += 1
-        if kind.retryable:
-            ceiling = min(self.max_ms, self.base_ms * 2 ** min(self.failures - 1, 30))
-            # "Equal jitter": at least half the ceiling, so retries never bunch
-            # up near zero, yet clients that failed together spread apart.
-            delay = ceiling // 2 + self._rng.randint(0, ceiling - ceiling // 2)
-        else:
-            delay = self.max_ms
-        if kind.retry_after_ms is not None:
-            delay = max(delay, min(kind.retry_after_ms, self.max_ms))
-        self.next_at_ms = now_ms + delay
-        return delay
-
-    def succeeded(self) -> None:
-        """Reset after a successful call."""
-        self.failures = 0
-        self.next_at_ms = 0

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sentinel.config_kubernetes import KubernetesApiConfig
+from sentinel.config.kubernetes import KubernetesApiConfig
 
 CACHE_ENV = "VLLM_XLA_CACHE_PATH"
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from sentinel.collect.gcp import Backoff, ErrorKind
+from sentinel.backoff import Backoff, ErrorKind
 from sentinel.collect.kubeapi import (
     api_client,
     as_kube_error,
@@ -40,9 +40,9 @@ from sentinel.collect.kubeapi import (
     meta,
     read_json,
 )
-from sentinel.config_kubernetes import KubernetesSDConfig
-from sentinel.configmodel import TargetConfig
-from sentinel.durations import format_duration
+from sentinel.config.durations import format_duration
+from sentinel.config.kubernetes import KubernetesSDConfig
+from sentinel.config.model import TargetConfig
 
 log = logging.getLogger(__name__)
 

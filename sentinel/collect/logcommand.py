@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Literal
 
+from sentinel.backoff import exponential
 from sentinel.collect.linesplit import DEFAULT_MAX_LINE_BYTES, LineSplitter, RawLine, decode_line
 from sentinel.collect.logparse import ParsedLine, parse_docker, parse_journal_json
 from sentinel.collect.logsource import SourceHealth
@@ -190,7 +191,7 @@ class CommandLogSource:
 
     def _schedule_restart(self, now_ms: int) -> None:
         first, most = BACKOFF_MS
-        self._next_start_ms = now_ms + min(most, first * 2**self._failures)
+        self._next_start_ms = now_ms + exponential(self._failures + 1, first, most)
         self._failures = min(self._failures + 1, 16)
 
     def _failed(self, error: str) -> None:

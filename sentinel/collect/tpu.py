@@ -31,7 +31,8 @@ from dataclasses import replace
 from enum import IntEnum
 from typing import Any
 
-from sentinel.collect.gcp import DEFAULT_BASE_MS, DEFAULT_MAX_MS, Backoff, classify_error
+from sentinel.backoff import Backoff
+from sentinel.collect.gcp import DEFAULT_BASE_MS, DEFAULT_MAX_MS, classify_error
 from sentinel.collect.logsource import SourceHealth
 from sentinel.model import Labels, labels_of
 

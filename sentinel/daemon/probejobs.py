@@ -22,7 +22,7 @@ from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.probe import ProbeTarget
 from sentinel.collect.probe_runner import SKIP_BUSY, SKIP_CAP, ProbeRunner
 from sentinel.config import Config
-from sentinel.config_probe import effective_probe
+from sentinel.config.probe import effective_probe
 from sentinel.daemon.missed import MISSED_EVENTS
 from sentinel.daemon.scrapejobs import ScrapeJobs
 from sentinel.model import label_value, labels_of

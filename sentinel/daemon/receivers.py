@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sentinel.config import Config
-from sentinel.config_notify import ReceiverConfig
+from sentinel.config.notify import ReceiverConfig
 from sentinel.respond.notify.alertmanager import AlertmanagerReceiver
 from sentinel.respond.notify.base import Receiver
 from sentinel.respond.notify.pagerduty import PagerDutyReceiver

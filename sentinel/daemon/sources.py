@@ -13,7 +13,7 @@ from sentinel.collect.logfile import LogFileSource
 from sentinel.collect.logsource import LogSource
 from sentinel.collect.tpu import TpuNodeSource, make_tpu_client
 from sentinel.config import Config, TargetConfig
-from sentinel.configsources import DEFAULT_XLA_CACHE_POLL_MS
+from sentinel.config.sources import DEFAULT_XLA_CACHE_POLL_MS
 from sentinel.incidents.db import Database
 from sentinel.incidents.log_events import DbCursorStore, DbPositionStore
 from sentinel.paths import bundled_dir

@@ -116,6 +116,10 @@ class Database:
 
     def __init__(self, url: str | URL, *, echo: bool = False) -> None:
         self.url = normalize_url(url)
+        if self.url.get_backend_name() == "postgresql":
+            from sentinel.incidents.models import use_postgresql_options
+
+            use_postgresql_options()
         self._password = self.url.password
         self.engine = _create_engine(self.url, echo=echo)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sentinel.config.yamlpos import Positioned, YamlSyntaxError, load_positioned
 from sentinel.logs.anchors import AnchorError, choose_anchors, pattern_units
 from sentinel.logs.hsfilter import build_hyperscan_filter, is_exact
-from sentinel.yamlpos import Positioned, YamlSyntaxError, load_positioned
 
 CATEGORIES = (
     "hbm_oom", "cuda_oom", "host_oom_killed", "engine_dead", "startup_failure",

@@ -40,8 +40,8 @@ from typing import Any
 
 import yaml
 
-from sentinel import yamlpos
-from sentinel.durations import parse_duration
+from sentinel.config import yamlpos
+from sentinel.config.durations import parse_duration
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
 from sentinel.rules.template import Template, TemplateSyntaxError, compile_template

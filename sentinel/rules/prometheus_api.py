@@ -44,7 +44,7 @@ from typing import Any
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from sentinel.config_querybackend import QueryBackendConfig
+from sentinel.config.querybackend import QueryBackendConfig
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql.calls import RangeSeries
 from sentinel.respond.notify.base import classify

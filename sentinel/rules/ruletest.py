@@ -41,8 +41,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from sentinel import yamlpos
-from sentinel.durations import format_duration, parse_duration
+from sentinel.config import yamlpos
+from sentinel.config.durations import format_duration, parse_duration
 from sentinel.model import AlertState, Labels, is_stale, labels_of
 from sentinel.promql.engine import Engine
 from sentinel.promql.series_notation import expand_values, parse_series

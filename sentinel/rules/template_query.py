@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote_plus
 
-from sentinel.durations import parse_duration
+from sentinel.config.durations import parse_duration
 from sentinel.rules.gofmt import format_float, go_sprint
 from sentinel.rules.template_funcs import FuncError, _float, _string
 

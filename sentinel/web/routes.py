@@ -25,7 +25,7 @@ from sentinel.api.errors import ApiError
 from sentinel.api.history import incident_window_ms
 from sentinel.api.routes import principal_of
 from sentinel.api.service import ApiService
-from sentinel.durations import parse_duration
+from sentinel.config.durations import parse_duration
 from sentinel.respond.notify.matchers import parse_matcher
 from sentinel.web import pages, svg
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from sentinel.config_diagnosis import ModelEndpointConfig
+from sentinel.config.diagnosis import ModelEndpointConfig
 from sentinel.respond.diagnose.schema import RUNBOOK_SCHEMA, SCHEMA_NAME
 
 Message = dict[str, str]

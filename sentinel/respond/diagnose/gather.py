@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from sentinel.configmodel import TargetConfig
+from sentinel.config.model import TargetConfig
 from sentinel.incidents.convert import dt_to_ms, format_value, iso, value_from_db
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident, IncidentAlert, TimelineEvent, TimelineKind

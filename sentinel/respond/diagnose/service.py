@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from sentinel.config_diagnosis import DiagnosisConfig
-from sentinel.configmodel import TargetConfig
+from sentinel.config.diagnosis import DiagnosisConfig
+from sentinel.config.model import TargetConfig
 from sentinel.respond.diagnose.budget import DoesNotFit, Fitted, fit
 from sentinel.respond.diagnose.client import ChatResult, ModelClient, ModelError
 from sentinel.respond.diagnose.evidence import Evidence

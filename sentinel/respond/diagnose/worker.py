@@ -16,6 +16,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
+from sentinel.backoff import exponential
 from sentinel.config import Config
 from sentinel.incidents.convert import dt_to_ms, ms_to_dt
 from sentinel.incidents.db import Database
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 class _Backoff:
     next_ms: int
     delay_ms: int
+    failures: int
 
 
 class DiagnosisWorker:
@@ -100,9 +102,9 @@ class DiagnosisWorker:
 
     def _schedule_retry(self, incident_id: int, now_ms: int) -> None:
         prev = self._backoff.get(incident_id)
-        delay = self.settings.retry_ms if prev is None else min(
-            prev.delay_ms * 2, self.settings.retry_max_ms)
-        self._backoff[incident_id] = _Backoff(now_ms + delay, delay)
+        failures = 1 if prev is None else prev.failures + 1
+        delay = exponential(failures, self.settings.retry_ms, self.settings.retry_max_ms)
+        self._backoff[incident_id] = _Backoff(now_ms + delay, delay, failures)
 
     def _store_model(self, incident_id: int, now_ms: int, a: ModelAnswer) -> None:
         chat, validated = a.chat, a.runbook is not None

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from sentinel.config_notify import AlertmanagerConfig
+from sentinel.config.notify import AlertmanagerConfig
 from sentinel.model import Notification, NotificationKind
 from sentinel.respond.notify.base import DeliveryResult
 from sentinel.respond.notify.httppost import JsonPoster

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import httpx
 
 from sentinel import __version__
-from sentinel.durations import format_duration
+from sentinel.config.durations import format_duration
 from sentinel.respond.notify.base import DeliveryResult, parse_retry_after, result_for_status
 from sentinel.secrets import Redactor, hide_http_client_urls
 

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from sentinel.config_notify import InhibitRuleConfig
 from sentinel.model import Labels, fingerprint, format_labels, label_value
 from sentinel.respond.notify.matchers import Matcher, matches_all, parse_matchers
+
+if TYPE_CHECKING:
+    # only a type here: `silence list` must not build the notify section's pydantic models
+    from sentinel.config.notify import InhibitRuleConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from sentinel.config_notify import PagerDutyConfig
+from sentinel.config.notify import PagerDutyConfig
 from sentinel.model import Notification, NotificationKind, label_value
 from sentinel.respond.notify.base import DeliveryResult
 from sentinel.respond.notify.grouping import dedup_key

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from sentinel.config_notify import (
+from sentinel.config.notify import (
     DEFAULT_GROUP_INTERVAL_MS,
     DEFAULT_GROUP_WAIT_MS,
     DEFAULT_REPEAT_INTERVAL_MS,

@@ -27,6 +27,7 @@ from datetime import timedelta
 
 from sqlalchemy import or_, select, update
 
+from sentinel.backoff import retry_delay_ms
 from sentinel.incidents.convert import dt_to_ms, ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import TimelineEvent, TimelineKind
@@ -55,9 +56,8 @@ class RetryPolicy:
     def delay_ms(self, attempts: int, retry_after_ms: int | None, rng: random.Random) -> int:
         """Wait before attempt `attempts + 1`: half to all of the capped exponential, at least
         Retry-After (even above the cap: the receiver said so)."""
-        base = min(self.max_ms, self.initial_ms * 2 ** max(0, attempts - 1))
-        delay = int(base * rng.uniform(0.5, 1.0))
-        return max(delay, retry_after_ms or 0)
+        return retry_delay_ms(max(1, attempts), self.initial_ms, self.max_ms, rng,
+                              retry_after_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from sentinel.config_notify import SlackConfig
+from sentinel.config.notify import SlackConfig
 from sentinel.model import Alert, Notification, NotificationKind, label_value
 from sentinel.respond.notify.base import DeliveryResult
 from sentinel.respond.notify.httppost import JsonPoster

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import httpx
 
-from sentinel.config_notify import DEFAULT_SIGNATURE_HEADER, WebhookConfig
+from sentinel.config.notify import DEFAULT_SIGNATURE_HEADER, WebhookConfig
 from sentinel.model import Notification, NotificationKind
 from sentinel.respond.notify.base import DeliveryResult
 from sentinel.respond.notify.httppost import USER_AGENT, JsonPoster

@@ -46,7 +46,7 @@ class TargetInfo:
     name: str
     url: str
     xla_cache_path: str | None = None
-    tpu: Any = None  # sentinel.configsources.TpuConfig
+    tpu: Any = None  # sentinel.config.sources.TpuConfig
     # The target's own labels (a discovered pod's namespace and pod among them): an alert
     # aggregated `by (target)` lost them, and a pod action still needs them.
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -58,7 +58,7 @@ class ActionContext:
 
     target: TargetInfo
     labels: Mapping[str, str]
-    params: Any  # the step's action settings (config_remediation.*Config)
+    params: Any  # the step's action settings (sentinel.config.remediation.*Config)
     timeout_s: float
     allow_cold: bool = False
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import select
 
-from sentinel.config_remediation import RemediationConfig
+from sentinel.config.remediation import RemediationConfig
 from sentinel.incidents.models import Incident, IncidentStatus
 from sentinel.incidents.tracker import group_key
 from sentinel.model import Alert, AlertState

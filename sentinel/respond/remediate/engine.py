@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from sentinel.config_remediation import PolicyConfig, RemediationConfig
+from sentinel.config.remediation import PolicyConfig, RemediationConfig
 from sentinel.incidents.db import Database
 from sentinel.respond.remediate import state
 from sentinel.respond.remediate.actions import ACTIONS

@@ -29,7 +29,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from sentinel.config_remediation import BackoffConfig, SilenceConfig
+from sentinel.backoff import exponential
+from sentinel.config.remediation import BackoffConfig, SilenceConfig
 
 HOUR_MS = 3_600_000
 
@@ -147,9 +148,7 @@ def next_step(episode: Episode, step_attempts: Sequence[int]) -> int | None:
 
 def backoff_ms(failures: int, cfg: BackoffConfig) -> int:
     """The wait after `failures` failures in a row: initial doubling up to max (0 for none)."""
-    if failures <= 0:
-        return 0
-    return int(min(cfg.max_ms, cfg.initial_ms * math.pow(2, min(failures - 1, 62))))
+    return exponential(failures, cfg.initial_ms, cfg.max_ms)
 
 
 def effective_failures(t: TargetState, now_ms: int, cfg: BackoffConfig) -> int:

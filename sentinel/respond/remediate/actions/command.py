@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from sentinel.config_remediation import CommandConfig
+from sentinel.config.remediation import CommandConfig
 from sentinel.respond.remediate.base import ActionContext, Check, Outcome, TemplateError, render
 from sentinel.respond.remediate.guards import Reason
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from sentinel.config_remediation import DockerRestartConfig
+from sentinel.config.remediation import DockerRestartConfig
 from sentinel.respond.remediate.actions import tpu_lock
 from sentinel.respond.remediate.base import (
     ActionContext,

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sentinel.collect.kubeapi import KubeError, api_client, meta, pod_owner, pod_ready
-from sentinel.config_kubernetes import KubernetesRolloutRestartConfig
+from sentinel.config.kubernetes import KubernetesRolloutRestartConfig
 from sentinel.respond.remediate.base import ActionContext, Check, Outcome, TemplateError, render
 from sentinel.respond.remediate.guards import Reason
 from sentinel.respond.remediate.kubepods import (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from sentinel.config_remediation import SystemdRestartConfig
+from sentinel.config.remediation import SystemdRestartConfig
 from sentinel.respond.remediate.actions import tpu_lock
 from sentinel.respond.remediate.actions.command import run_argv
 from sentinel.respond.remediate.base import ActionContext, Check, Outcome, TemplateError, render

@@ -17,7 +17,8 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from sentinel.config_remediation import DEFAULT_LIBTPU_LOCKFILE
+from sentinel.backoff import exponential
+from sentinel.config.remediation import DEFAULT_LIBTPU_LOCKFILE
 
 __all__ = ["DEFAULT_LIBTPU_LOCKFILE", "backoff_delays", "chip_busy", "clear_stale_lockfile",
            "describe"]
@@ -64,7 +65,7 @@ def chip_busy(error: str) -> bool:
 def backoff_delays(initial_s: float = BACKOFF_INITIAL_S,
                    max_s: float = BACKOFF_MAX_S) -> Iterator[float]:
     """Delays between retried starts: initial, doubling, capped at max_s (an endless iterator)."""
-    delay = initial_s
+    failures = 1
     while True:
-        yield delay
-        delay = min(max_s, delay * 2)
+        yield exponential(failures, initial_s, max_s)
+        failures += 1

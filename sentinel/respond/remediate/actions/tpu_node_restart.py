@@ -17,7 +17,7 @@ from google.api_core import exceptions as gexc
 from google.auth.credentials import AnonymousCredentials
 
 from sentinel.collect.tpu import make_tpu_client
-from sentinel.config_remediation import TpuNodeRestartConfig
+from sentinel.config.remediation import TpuNodeRestartConfig
 from sentinel.respond.remediate.base import ActionContext, Check, Outcome
 from sentinel.respond.remediate.guards import Reason
 

@@ -8,7 +8,7 @@ restore itself when it finds the cache cold).
 
 from __future__ import annotations
 
-from sentinel.config_remediation import XlaCacheBackupConfig
+from sentinel.config.remediation import XlaCacheBackupConfig
 from sentinel.respond.remediate.base import ActionContext, Check, Outcome
 from sentinel.respond.remediate.cachecopy import copy_tree
 from sentinel.respond.remediate.guards import Reason

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sentinel.configbase import PositiveDuration, Strict, http_url, problem
+from sentinel.config.base import PositiveDuration, Strict, http_url, problem
 
 DEFAULT_TIMEOUT_MS = 10_000
 

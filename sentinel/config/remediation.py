@@ -48,8 +48,8 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from sentinel.config_kubernetes import KubernetesPodRestartConfig, KubernetesRolloutRestartConfig
-from sentinel.configbase import Duration, PositiveDuration, Strict, problem
+from sentinel.config.base import Duration, PositiveDuration, Strict, problem
+from sentinel.config.kubernetes import KubernetesPodRestartConfig, KubernetesRolloutRestartConfig
 
 _NAME = r"^[a-zA-Z0-9_.-]+$"
 _PLACEHOLDER = re.compile(r"\{([a-zA-Z_][a-zA-Z0-9_]*)\}")

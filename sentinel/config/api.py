@@ -21,8 +21,8 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sentinel.config_notify import read_file_field
-from sentinel.configbase import Strict, problem
+from sentinel.config.base import Strict, problem
+from sentinel.config.notify import read_file_field
 
 MIN_TOKEN_LEN = 16
 

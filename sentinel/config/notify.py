@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sentinel.configbase import Duration, PositiveDuration, Strict, http_url, problem
+from sentinel.config.base import Duration, PositiveDuration, Strict, http_url, problem
 from sentinel.respond.notify.matchers import parse_matchers
 from sentinel.secrets import read_secret_file, url_secret_parts
 

@@ -1,4 +1,4 @@
-"""`sentinel approvals list|approve|deny` and `sentinel mcp`, registered from sentinel.cli.
+"""`sentinel approvals list|approve|deny` and `sentinel mcp`, one module of the `sentinel` command.
 
 Approving from the command line writes the decision to the database (audited
 as `cli:<user>`); the daemon's approval runner picks it up within a second.
@@ -16,12 +16,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from sentinel.cli.common import database, db_args, load_config_or_exit
+
 TOKEN_ENV = "SENTINEL_TOKEN"  # noqa: S105 (the name of a variable, not a token)
 
 
-def add_parser(sub: Any, db_args: Callable[[argparse.ArgumentParser], None],
-               database: Callable[[argparse.Namespace], Any],
-               load_config: Callable[[str | None], Any]) -> None:
+def add_parser(sub: Any) -> None:
     """Add `approvals` and `mcp` to the CLI's subparsers."""
     group = sub.add_parser("approvals", help="actions parked for approval")
     cmds = group.add_subparsers(title="what", metavar="WHAT")
@@ -29,7 +29,7 @@ def add_parser(sub: Any, db_args: Callable[[argparse.ArgumentParser], None],
     db_args(ls)
     ls.add_argument("--all", action="store_true", help="every status, not only pending")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
-    ls.set_defaults(func=lambda a: cmd_list(a, database(a)))
+    ls.set_defaults(func=lambda a: cmd_list(a, database(a)), quick_exit=True)
     for verb in ("approve", "deny"):
         c = cmds.add_parser(verb, help=f"{verb} a parked action")
         db_args(c)
@@ -38,7 +38,7 @@ def add_parser(sub: Any, db_args: Callable[[argparse.ArgumentParser], None],
     mcp = sub.add_parser("mcp", help="MCP server on stdio over the daemon's API")
     mcp.add_argument("-c", "--config", default=None, help="config file (for the listen address)")
     mcp.add_argument("--url", default=None, help="the daemon's base URL (default: from listen)")
-    mcp.set_defaults(func=lambda a: cmd_mcp(a, load_config))
+    mcp.set_defaults(func=lambda a: cmd_mcp(a, load_config_or_exit))
 
 
 def cmd_list(args: argparse.Namespace, db: Any) -> int:
@@ -101,6 +101,3 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:
         return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
-
-
-

@@ -31,7 +31,7 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
-from sentinel.configbase import Duration, PositiveDuration, Strict, http_url, problem
+from sentinel.config.base import Duration, PositiveDuration, Strict, http_url, problem
 
 _NAME = r"^[a-zA-Z0-9_.-]+$"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

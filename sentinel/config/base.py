@@ -1,7 +1,7 @@
 """Building blocks of the config models: the strict base class, durations, URL checks.
 
-Shared by `sentinel.configmodel` (the top-level config) and
-`sentinel.configsources` (per-target log, TPU and cache sources).
+Shared by `sentinel.config.model` (the top-level config) and
+`sentinel.config.sources` (per-target log, TPU and cache sources).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 from pydantic_core import PydanticCustomError
 
-from sentinel.durations import parse_duration
+from sentinel.config.durations import parse_duration
 from sentinel.secrets import read_secret_file
 
 

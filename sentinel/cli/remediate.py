@@ -12,19 +12,36 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-from sentinel.config_remediation import ACTION_KINDS, PolicyConfig
-from sentinel.incidents import queries
-from sentinel.incidents.convert import dt_to_ms
-from sentinel.incidents.tracker import IncidentTracker
-from sentinel.respond.remediate import state
-from sentinel.respond.remediate.engine import Candidate, Prepared
-from sentinel.respond.remediate.pager import NotifyPager, receivers_notify
-from sentinel.respond.remediate.wiring import build_engine
+from sentinel.cli.common import database, load_config_or_exit
+
+if TYPE_CHECKING:
+    from sentinel.config.remediation import PolicyConfig
 
 
-def add_remediate_parser(sub: Any) -> None:
+class _ActionKinds:
+    """The action kinds, read from the config models only when argparse checks a value.
+
+    Building the parser for `sentinel --help` must not import pydantic and the
+    remediation models (bench/cli.py); `choices` is only consulted when the
+    `remediate` subcommand parses or prints its own help.
+    """
+
+    def _kinds(self) -> tuple[str, ...]:
+        from sentinel.config.remediation import ACTION_KINDS
+
+        return ACTION_KINDS
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._kinds()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kinds())
+
+
+def add_parser(sub: Any) -> None:
     """Register `sentinel remediate` on the CLI's subparsers."""
     p = sub.add_parser(
         "remediate", help="run one remediation action by hand, through the guards",
@@ -35,8 +52,8 @@ def add_remediate_parser(sub: Any) -> None:
     p.add_argument("-c", "--config", default=None, help="config file (sentinel.yaml)")
     p.add_argument("--database", help="database URL (overrides the config's)")
     p.add_argument("incident", type=int, metavar="INCIDENT_ID")
-    p.add_argument("action", choices=ACTION_KINDS, metavar="ACTION",
-                   help=f"one of {', '.join(ACTION_KINDS)}")
+    p.add_argument("action", choices=_ActionKinds(), metavar="ACTION",
+                   help="one of %(choices)s")
     p.add_argument("--dry-run", action="store_true", help="decide and record; do nothing")
     p.add_argument("--reset-breaker", action="store_true",
                    help="close the target's breaker and forget its failures first")
@@ -55,11 +72,17 @@ def _policy_for(policies: tuple[PolicyConfig, ...], alertname: str, labels: dict
 
 def run_remediate(args: argparse.Namespace) -> int:
     """The command: find the policy step, run it through the engine, print what happened."""
-    from sentinel.cli import _database, _load_config_or_exit
     from sentinel.daemon.receivers import build_receivers
+    from sentinel.incidents import queries
+    from sentinel.incidents.convert import dt_to_ms
+    from sentinel.incidents.tracker import IncidentTracker
+    from sentinel.respond.remediate import state
+    from sentinel.respond.remediate.engine import Candidate, Prepared
+    from sentinel.respond.remediate.pager import NotifyPager, receivers_notify
+    from sentinel.respond.remediate.wiring import build_engine
 
-    config = _load_config_or_exit(args.config)
-    db = _database(args)
+    config = load_config_or_exit(args.config)
+    db = database(args)
     detail = queries.get_incident(db, args.incident)
     if detail is None:
         print(f"sentinel: no incident {args.incident}", file=sys.stderr)

@@ -9,17 +9,49 @@ or the signature file is invalid.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
-from sentinel.logs.classify import Classifier
-from sentinel.logs.signatures import SignatureFileError, SignatureSet, load_signature_file
-from sentinel.model import LogEntry, LogEvent
+if TYPE_CHECKING:
+    from sentinel.logs.classify import Classifier
+    from sentinel.logs.signatures import SignatureSet
+    from sentinel.model import LogEntry, LogEvent
 
 _BATCH = 8192
+
+
+def add_parser(sub: Any) -> None:
+    """Register `logs classify`."""
+    logs = sub.add_parser("logs", help="crash signatures in logs").add_subparsers(
+        title="what", metavar="WHAT")
+    lc = logs.add_parser(
+        "classify", help="run the crash signatures over log files and print the events",
+        description="Run the crash signatures (rules/signatures.yaml) over log files\n"
+        "or stdin. "
+        "Prints one line per event: CATEGORY SIGNATURE LINE (the file name first when\n"
+        "several files are given); a multi-line traceback is one event.\n"
+        "Exit status: 0 when every file was read (events or not), 2 when a file could\n"
+        "not be read or the signature file is invalid.",
+        epilog="examples:\n  sentinel logs classify /var/log/vllm.log\n"
+        "  docker logs vllm 2>&1 | sentinel logs classify -\n"
+        "  sentinel logs classify --json a.log b.log",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    lc.add_argument("files", nargs="+", metavar="FILE", help="log file, or - for stdin")
+    lc.add_argument("--json", action="store_true",
+                    help="print a JSON array of objects (file, line, category, signature, "
+                    "severity, excerpt)")
+    lc.add_argument("--signatures", metavar="FILE",
+                    help="signature file (default: the bundled rules/signatures.yaml)")
+    lc.set_defaults(func=cmd_classify, quick_exit=True)
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    """Handle `sentinel logs classify`."""
+    return classify_files(args.files, args.json, sys.stdout, signatures=args.signatures)
 
 
 def default_signature_file() -> Path:
@@ -32,6 +64,8 @@ def default_signature_file() -> Path:
 def classify_files(paths: Sequence[str], as_json: bool, out: TextIO,
                    signatures: str | Path | None = None, err: TextIO | None = None) -> int:
     """Classify each file (`-` = stdin) and print its events; return the exit status."""
+    from sentinel.logs.signatures import SignatureFileError, load_signature_file
+
     err = err if err is not None else sys.stderr
     try:
         sigset = load_signature_file(signatures or default_signature_file())
@@ -60,6 +94,8 @@ def classify_files(paths: Sequence[str], as_json: bool, out: TextIO,
 
 
 def _classify_path(path: str, sigset: SignatureSet) -> list[LogEvent]:
+    from sentinel.logs.classify import Classifier
+
     source = "stdin" if path == "-" else f"file:{path}"
     classifier = Classifier(sigset)
     events: list[LogEvent] = []
@@ -81,6 +117,8 @@ def _run(classifier: Classifier, batches: Iterator[list[LogEntry]]) -> list[LogE
 
 def _entries(stream: BinaryIO, target: str, source: str) -> Iterator[list[LogEntry]]:
     """Batches of entries, one per line; invalid UTF-8 is replaced, never fatal."""
+    from sentinel.model import LogEntry
+
     batch: list[LogEntry] = []
     for line_no, raw in enumerate(stream, start=1):
         text = raw.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from sentinel.configbase import PositiveDuration, Strict, http_url, problem
+from sentinel.config.base import PositiveDuration, Strict, http_url, problem
 
 DEFAULT_LOG_POLL_MS = 1_000
 DEFAULT_CLOUD_LOGGING_POLL_MS = 10_000

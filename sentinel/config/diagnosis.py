@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sentinel.configbase import PositiveDuration, Strict, http_url, problem, with_key_from_file
+from sentinel.config.base import PositiveDuration, Strict, http_url, problem, with_key_from_file
 
 DEFAULT_MODEL_TIMEOUT_MS = 60_000
 StructuredOutput = Literal["response_format", "structured_outputs", "guided_json", "none"]

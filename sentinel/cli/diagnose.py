@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-Handler = Callable[[argparse.Namespace], int]
+from sentinel.cli.common import config_arg, database, load_config_or_exit
 
 
-def add_parser(sub: Any, config_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_parser(sub: Any) -> None:
     """Register `diagnose` on the top-level subparsers."""
     p = sub.add_parser(
         "diagnose", help="ask the model for a runbook of one incident now",
@@ -26,17 +25,16 @@ def add_parser(sub: Any, config_arg: Callable[[argparse.ArgumentParser], None]) 
 
 def run_diagnose(args: argparse.Namespace) -> int:
     """Handle `sentinel diagnose`."""
-    from sentinel.cli import _database, _load_config_or_exit
     from sentinel.incidents import queries
     from sentinel.incidents.runbook_text import runbook_lines
     from sentinel.respond.diagnose.worker import DiagnosisWorker
 
-    config = _load_config_or_exit(args.config)
+    config = load_config_or_exit(args.config)
     if config.diagnosis is None:
         print("sentinel: no diagnosis section in the config (diagnosis.endpoints)",
               file=sys.stderr)
         return 2
-    db = _database(args)
+    db = database(args)
     if queries.get_incident(db, args.id) is None:
         print(f"sentinel: no incident {args.id}", file=sys.stderr)
         return 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from sentinel.configbase import PositiveDuration, Strict
+from sentinel.config.base import PositiveDuration, Strict
 
 DEFAULT_LEASE_MS = 15_000
 MIN_LEASE_MS = 1_000

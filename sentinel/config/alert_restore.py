@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from sentinel.configbase import Duration, PositiveDuration, Strict
+from sentinel.config.base import Duration, PositiveDuration, Strict
 from sentinel.rules.restore import (
     DEFAULT_FOR_GRACE_PERIOD_MS,
     DEFAULT_FOR_OUTAGE_TOLERANCE_MS,

@@ -2,7 +2,7 @@
 
 `load_config(path)` reads the file keeping each key's line (`yamlpos`),
 expands `${VAR}` from the environment, validates with the models of
-`sentinel.configmodel`, and raises one `ConfigError` listing every problem
+`sentinel.config.model`, and raises one `ConfigError` listing every problem
 as `FILE:LINE: key.path: message`. Secrets never appear in messages.
 `config_summary` prints the effective configuration with secrets redacted.
 Import these through `sentinel.config`.
@@ -14,7 +14,6 @@ import difflib
 import enum
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
@@ -23,40 +22,22 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from sentinel.configmodel import (
-    DEFAULT_DATABASE,
+from sentinel.config.database import DEFAULT_DATABASE, load_database_url
+from sentinel.config.durations import format_duration
+from sentinel.config.errors import ConfigError, ConfigProblem
+from sentinel.config.model import (
     Config,
     duplicate_message,
     inherit_defaults,
     timeout_message,
     try_duration,
 )
-from sentinel.durations import format_duration
+from sentinel.config.yamlpos import Path as YamlPath
+from sentinel.config.yamlpos import YamlSyntaxError, load_positioned
 from sentinel.secrets import MissingEnvVar, Redactor, env_refs, expand_env, safe_url
-from sentinel.yamlpos import Path as YamlPath
-from sentinel.yamlpos import YamlSyntaxError, load_positioned
 
-
-@dataclass(frozen=True, slots=True)
-class ConfigProblem:
-    """One problem: file, 1-based line (None when unknown), dotted key path, message."""
-
-    file: str
-    line: int | None
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else self.file
-        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
-
-
-class ConfigError(Exception):
-    """The configuration is invalid; str() lists every problem, one per line."""
-
-    def __init__(self, problems: list[ConfigProblem]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(map(str, problems)))
+__all__ = ["DEFAULT_DATABASE", "ConfigError", "ConfigProblem", "config_summary", "format_path",
+           "load_config", "load_database_url", "parse_config"]
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
@@ -81,30 +62,6 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
         raise ConfigError([ConfigProblem(str(path), 1, "", "the file must hold a YAML mapping")])
     config_dir = Path(path).resolve().parent
     return _build(data, str(path), config_dir, environ, problems, doc.line_of)
-
-
-def load_database_url(path: str | Path, environ: Mapping[str, str] | None = None) -> str:
-    """Only the `database` key of a config file, `${VAR}` expanded in it alone.
-
-    Commands that only read history need nothing else, so they run without the
-    environment holding every receiver's secret. ConfigError names file and line.
-    """
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        doc = load_positioned(text)
-    except YamlSyntaxError as exc:
-        raise ConfigError([ConfigProblem(str(path), exc.line or None, "", exc.message)]) from None
-    data = doc.data if isinstance(doc.data, dict) else {}
-    value = data.get("database", DEFAULT_DATABASE)
-    line = doc.line_of(("database",)) if "database" in data else None
-    if not isinstance(value, str):
-        raise ConfigError([ConfigProblem(str(path), line, "database", "expected a URL string")])
-    try:
-        return expand_env(value, environ)
-    except MissingEnvVar as exc:
-        raise ConfigError([ConfigProblem(str(path), line, "database",
-                                         f"environment variable {exc.name} is not set")]
-                          ) from None
 
 
 def parse_config(

@@ -1,4 +1,4 @@
-"""`sentinel silence add/list/expire`: argparse setup and handlers, registered from sentinel.cli."""
+"""`sentinel silence add|list|expire`: silences by label matchers, from the command line."""
 
 from __future__ import annotations
 
@@ -7,16 +7,12 @@ import getpass
 import json
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-from sentinel.durations import parse_duration
-
-DbFactory = Callable[[argparse.Namespace], Any]
+from sentinel.cli.common import database, db_args
 
 
-def add_parser(sub: Any, db_args: Callable[[argparse.ArgumentParser], None],
-               database: DbFactory) -> None:
+def add_parser(sub: Any) -> None:
     """Add the `silence` command group to the CLI's subparsers."""
     group = sub.add_parser("silence", help="silence notifications by label matchers")
     cmds = group.add_subparsers(title="what", metavar="WHAT")
@@ -33,7 +29,7 @@ def add_parser(sub: Any, db_args: Callable[[argparse.ArgumentParser], None],
     db_args(ls)
     ls.add_argument("--all", action="store_true", help="include expired silences")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
-    ls.set_defaults(func=lambda a: cmd_list(a, database(a)))
+    ls.set_defaults(func=lambda a: cmd_list(a, database(a)), quick_exit=True)
     ex = cmds.add_parser("expire", help="end a silence now")
     db_args(ex)
     ex.add_argument("ids", nargs="+", type=int, metavar="ID")
@@ -42,6 +38,7 @@ def add_parser(sub: Any, db_args: Callable[[argparse.ArgumentParser], None],
 
 def cmd_add(args: argparse.Namespace, db: Any) -> int:
     """Create the silence; prints its id."""
+    from sentinel.config.durations import parse_duration
     from sentinel.respond.notify.matchers import parse_matchers
     from sentinel.respond.notify.silences import add_silence
 

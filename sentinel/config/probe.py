@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from sentinel.configbase import Duration, PositiveDuration, Strict, problem, with_key_from_file
+from sentinel.config.base import Duration, PositiveDuration, Strict, problem, with_key_from_file
 
 DEFAULT_PROBE_INTERVAL_MS = 15_000
 DEFAULT_PROBE_TIMEOUT_MS = 10_000

@@ -3,7 +3,7 @@
 Models forbid unknown keys and are frozen. Durations are Prometheus
 durations in YAML and integer milliseconds in Python (`scrape_interval` →
 `scrape_interval_ms`). Validators raise `PydanticCustomError("config", ...)`
-with a key path below the model; `sentinel.configload` turns those into
+with a key path below the model; `sentinel.config.load` turns those into
 `file:line: key: message` problems. Import these through `sentinel.config`.
 """
 
@@ -27,41 +27,41 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from sentinel.api.config import ApiConfig
-from sentinel.config_alert_restore import AlertRestoreConfig
-from sentinel.config_diagnosis import DiagnosisConfig
-from sentinel.config_ha import HAConfig
-from sentinel.config_kubernetes import KubernetesSDConfig
-from sentinel.config_notify import (
-    DEFAULT_WEBHOOK_TIMEOUT_MS,
-    NotifyConfig,
-    ReceiverConfig,
-    WebhookConfig,
-    check_receiver_names,
-)
-from sentinel.config_probe import (
-    DEFAULT_CANARY_CONCURRENCY,
-    DEFAULT_PROBE_INTERVAL_MS,
-    ProbeConfig,
-)
-from sentinel.config_querybackend import QueryBackendConfig
-from sentinel.config_remediation import RemediationConfig, check_against_targets
-from sentinel.configbase import (
+from sentinel.config.alert_restore import AlertRestoreConfig
+from sentinel.config.api import ApiConfig
+from sentinel.config.base import (
     Duration,
     PositiveDuration,
     Strict,
     http_url,
     problem,
 )
-from sentinel.configsources import LogsConfig, TpuConfig
-from sentinel.durations import format_duration, parse_duration
+from sentinel.config.database import DEFAULT_DATABASE
+from sentinel.config.diagnosis import DiagnosisConfig
+from sentinel.config.durations import format_duration, parse_duration
+from sentinel.config.ha import HAConfig
+from sentinel.config.kubernetes import KubernetesSDConfig
+from sentinel.config.notify import (
+    DEFAULT_WEBHOOK_TIMEOUT_MS,
+    NotifyConfig,
+    ReceiverConfig,
+    WebhookConfig,
+    check_receiver_names,
+)
+from sentinel.config.probe import (
+    DEFAULT_CANARY_CONCURRENCY,
+    DEFAULT_PROBE_INTERVAL_MS,
+    ProbeConfig,
+)
+from sentinel.config.querybackend import QueryBackendConfig
+from sentinel.config.remediation import RemediationConfig, check_against_targets
+from sentinel.config.sources import LogsConfig, TpuConfig
 
 __all__ = [
     "DEFAULT_WEBHOOK_TIMEOUT_MS", "Config", "NotifyConfig", "ReceiverConfig", "TargetConfig",
     "WebhookConfig",
 ]
 
-DEFAULT_DATABASE = "sqlite:///sentinel.db"
 DEFAULT_LISTEN = "127.0.0.1:9465"
 DEFAULT_INTERVAL_MS = 5_000
 DEFAULT_TIMEOUT_MS = 4_000
@@ -88,7 +88,7 @@ class TargetConfig(Strict):
     # series, fail this target's scrape (up 0) and no other's. 0: no limit.
     sample_limit: int = Field(0, ge=0)
     label_limit: int = Field(0, ge=0)
-    # /health, /v1/models and a canary completion (sentinel.collect.probe); see config_probe.
+    # /health, /v1/models and a canary completion (sentinel.collect.probe); see config/probe.py.
     probe: ProbeConfig | None = None
 
     @field_validator("url")
@@ -159,7 +159,7 @@ class Config(Strict):
     diagnosis: DiagnosisConfig | None = None
     notify: NotifyConfig = NotifyConfig.model_validate({})
     remediation: RemediationConfig = RemediationConfig.model_validate({})
-    # Probes of every target's serving path; 0 turns them off (sentinel.config_probe).
+    # Probes of every target's serving path; 0 turns them off (sentinel.config.probe).
     probe_interval_ms: Duration = Field(DEFAULT_PROBE_INTERVAL_MS, alias="probe_interval")
     probe_canary_concurrency: int = Field(DEFAULT_CANARY_CONCURRENCY, ge=1)
     api: ApiConfig = ApiConfig.model_validate({})
@@ -167,7 +167,7 @@ class Config(Strict):
     alert_restore: AlertRestoreConfig = AlertRestoreConfig.model_validate({})
     # Rules query a Prometheus-compatible API instead of the embedded store (issue 16).
     query_backend: QueryBackendConfig | None = None
-    # A leader lease on the shared PostgreSQL (sentinel.config_ha); absent: act alone.
+    # A leader lease on the shared PostgreSQL (sentinel.config.ha); absent: act alone.
     ha: HAConfig | None = None
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)

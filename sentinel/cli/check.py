@@ -1,0 +1,56 @@
+"""`sentinel check config` and `sentinel rules check|test` (promtool's checks, for Sentinel)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from sentinel.cli.common import DEFAULT_CONFIG
+
+
+def add_parser(sub: Any) -> None:
+    """Register `check` and `rules`."""
+    check = sub.add_parser("check", help="validate configuration").add_subparsers(
+        title="what", metavar="WHAT")
+    cc = check.add_parser("config", help="validate a config file and the rule files it names",
+                          description="Exit 0 when valid; else every problem as FILE:LINE: KEY.")
+    cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG, help="config file (sentinel.yaml)")
+    cc.add_argument("--strict", action="store_true",
+                    help="fail when a remediation policy, route or inhibit rule names an alert "
+                    "that no loaded rule defines (a warning otherwise)")
+    cc.add_argument("--scrape", action="store_true",
+                    help="also scrape every target once; exit 1 when a rule selects a metric "
+                    "no target exposes (naming the replacement of a renamed vLLM metric)")
+    cc.set_defaults(func=cmd_check_config)
+
+    rules = sub.add_parser("rules", help="check or unit-test rule files").add_subparsers(
+        title="what", metavar="WHAT")
+    rc = rules.add_parser("check", help="validate rule files like `promtool check rules`")
+    rc.add_argument("files", nargs="+", metavar="FILE")
+    rc.set_defaults(func=cmd_rules_check, quick_exit=True)
+    rt = rules.add_parser("test", help="run rule unit tests in promtool's test-file format")
+    rt.add_argument("files", nargs="+", metavar="FILE")
+    rt.set_defaults(func=cmd_rules_test, quick_exit=True)
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate the config and its rule files."""
+    from sentinel.checks import check_config
+
+    return check_config(args.file, sys.stdout, sys.stderr, strict=args.strict,
+                        scrape=args.scrape)
+
+
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    """Validate rule files."""
+    from sentinel.rules.check import check_rule_files
+
+    return check_rule_files(args.files, sys.stdout)
+
+
+def cmd_rules_test(args: argparse.Namespace) -> int:
+    """Run rule unit tests."""
+    from sentinel.rules.ruletest import run_rule_tests
+
+    return run_rule_tests(args.files, sys.stdout)

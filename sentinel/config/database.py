@@ -1,0 +1,41 @@
+"""Only the `database` key of a config file, for commands that read history.
+
+`sentinel incidents list`, `silence list` and the like need the database URL
+and nothing else: reading it here builds no pydantic model of the other
+sections and needs no receiver's secret in the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from sentinel.config.errors import ConfigError, ConfigProblem
+from sentinel.config.yamlpos import YamlSyntaxError, load_positioned
+from sentinel.secrets import MissingEnvVar, expand_env
+
+DEFAULT_DATABASE = "sqlite:///sentinel.db"
+
+
+def load_database_url(path: str | Path, environ: Mapping[str, str] | None = None) -> str:
+    """Only the `database` key of a config file, `${VAR}` expanded in it alone.
+
+    Commands that only read history need nothing else, so they run without the
+    environment holding every receiver's secret. ConfigError names file and line.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        doc = load_positioned(text)
+    except YamlSyntaxError as exc:
+        raise ConfigError([ConfigProblem(str(path), exc.line or None, "", exc.message)]) from None
+    data = doc.data if isinstance(doc.data, dict) else {}
+    value = data.get("database", DEFAULT_DATABASE)
+    line = doc.line_of(("database",)) if "database" in data else None
+    if not isinstance(value, str):
+        raise ConfigError([ConfigProblem(str(path), line, "database", "expected a URL string")])
+    try:
+        return expand_env(value, environ)
+    except MissingEnvVar as exc:
+        raise ConfigError([ConfigProblem(str(path), line, "database",
+                                         f"environment variable {exc.name} is not set")]
+                          ) from None
