@@ -33,11 +33,16 @@ SERIES = {
 
 ANNOTATIONS = {
     "sum": '{{ with query "sum(rate(req_total[5m]))" }}{{ . | first | value | humanize }}{{ end }}',
-    "range": '{{ range query "req_total" }}{{ .Labels.instance }}={{ .Value }};{{ end }}',
+    # An unsorted query's order is the storage's series order, which in promtool differs
+    # from run to run (whatever PYTHONHASHSEED is: about one run in three disagreed), so a
+    # template that depends on order sorts first or selects a single series.
+    "range": '{{ range query "req_total" | sortByLabel "instance" }}{{ .Labels.instance }}='
+             '{{ .Value }};{{ end }}',
     "sorted": '{{ range query "req_total" | sortByLabel "instance" }}'
               '{{ label "instance" . }} {{ label "job" . }}|{{ end }}',
     "now": '{{ with query "time()" }}{{ . | first | value }}{{ end }}',
-    "labels": '{{ with query "sum by (job) (req_total)" }}{{ (first .).Labels }}{{ end }}',
+    "labels": '{{ with query "topk(1, sum by (job) (req_total))" }}{{ (first .).Labels }}'
+              '{{ end }}',
     "strvalue": '{{ with query "label_replace(vector(1), \\"__value__\\", \\"hi\\", '
                 '\\"\\", \\"\\")" }}[{{ . | first | strvalue }}]{{ end }}',
     "empty": '{{ first (query "nothing_here") }}',
