@@ -28,9 +28,6 @@ from apscheduler.events import (
 )
 from prometheus_client import CollectorRegistry, Counter
 
-from sentinel.model import METRIC_NAME, labels_of
-from sentinel.store import MemoryStore
-
 log = logging.getLogger(__name__)
 
 MISSED_EVENTS = EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED
@@ -80,20 +77,6 @@ class MissedWork:
             self.scrapes.labels(t)
         for g in groups:
             self.iterations.labels(g)
-
-    def write_to(self, store: MemoryStore, now_ms: int) -> int:
-        """Store the counters as series when a loaded rule reads them (the self-alerts)."""
-        n = 0
-        for metric in (self.scrapes, self.iterations):
-            for family in metric.collect():
-                for sample in family.samples:
-                    if not sample.name.endswith("_total"):
-                        continue
-                    labels = labels_of({METRIC_NAME: sample.name, **sample.labels})
-                    if store.wants(labels):  # only when a loaded rule reads it
-                        store.add(labels, now_ms, sample.value)
-                        n += 1
-        return n
 
     def scrape_missed(self, target: str, n: int = 1) -> None:
         """Count `n` missed scrapes of a target."""

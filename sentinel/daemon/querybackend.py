@@ -74,7 +74,10 @@ class DaemonBackend:
     def write_metrics(self, store: Any, now_ms: int) -> None:
         """The backend's `up` and error counters into the store, for the self-alert."""
         if self.remote is not None:
-            self.remote.metrics.write_to(store, now_ms)
+            from sentinel.daemon.selfstore import write_to_store
+
+            m = self.remote.metrics
+            write_to_store((m.up, m.errors), store, now_ms)
 
     def close(self) -> None:
         """Close the remote client's connections."""

@@ -86,17 +86,6 @@ class BackendMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
         self.up.set(1)
 
-    def write_to(self, store: Any, now_ms: int) -> None:
-        """Put `up` and the error counters into the embedded store when a rule reads them."""
-        for metric in (self.up, self.errors):
-            for family in metric.collect():
-                for sample in family.samples:
-                    if sample.name.endswith("_created"):
-                        continue
-                    labels = labels_of({METRIC_NAME: sample.name, **sample.labels})
-                    if store.wants(labels):
-                        store.add(labels, now_ms, sample.value)
-
 
 class PrometheusAPI:
     """Instant and range queries against a Prometheus-compatible HTTP API."""
