@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from google.auth.credentials import AnonymousCredentials
-
 from sentinel.collect.cloud_logging import CloudLoggingSource, default_filter, make_client
 from sentinel.collect.logcommand import docker_logs, journal_logs
 from sentinel.collect.logfile import LogFileSource
@@ -65,10 +63,18 @@ def build_log_sources(config: Config, db: Database) -> list[PolledLogSource]:
     return out
 
 
+def _anonymous() -> object:
+    # google.auth is imported only for a Cloud source: it pulls in ~17 MB of
+    # libraries a daemon without one should not hold.
+    from google.auth.credentials import AnonymousCredentials
+
+    return AnonymousCredentials()
+
+
 def _cloud_logging(t: TargetConfig, db: Database) -> PolledLogSource:
     cl = t.logs.cloud_logging
     assert cl is not None
-    creds = AnonymousCredentials() if cl.credentials == "anonymous" else None
+    creds = _anonymous() if cl.credentials == "anonymous" else None
 
     def client() -> object:
         return make_client(cl.project, api_endpoint=cl.api_endpoint, credentials=creds)
@@ -89,7 +95,7 @@ def build_tpu_sources(config: Config) -> list[tuple[TpuNodeSource, int]]:
         if t.tpu is None:
             continue
         tpu = t.tpu
-        creds = AnonymousCredentials() if tpu.credentials == "anonymous" else None
+        creds = _anonymous() if tpu.credentials == "anonymous" else None
 
         def client(tpu=tpu, creds=creds) -> object:  # noqa: ANN001 (bind per target)
             return make_tpu_client(api_endpoint=tpu.api_endpoint, credentials=creds)

@@ -13,9 +13,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from google.api_core import exceptions as gexc
-from google.auth.credentials import AnonymousCredentials
-
 from sentinel.collect.tpu import make_tpu_client
 from sentinel.config.remediation import TpuNodeRestartConfig
 from sentinel.respond.remediate.base import ActionContext, Check, Outcome
@@ -23,6 +20,9 @@ from sentinel.respond.remediate.guards import Reason
 
 
 def _client(tpu: Any) -> Any:
+    # google.* is imported on use: every daemon loads this action, few restart a node.
+    from google.auth.credentials import AnonymousCredentials
+
     creds = AnonymousCredentials() if tpu.credentials == "anonymous" else None
     return make_tpu_client(api_endpoint=tpu.api_endpoint, credentials=creds)
 
@@ -52,6 +52,8 @@ class TpuNodeRestart:
         name = check.data["node"]
         deadline = ctx.deadline()
         data = dict(check.data)
+        from google.api_core import exceptions as gexc
+
         client = _client(ctx.target.tpu)
         try:
             for verb, call in (("stop", client.stop_node), ("start", client.start_node)):
