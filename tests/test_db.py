@@ -208,3 +208,33 @@ def test_missing_migrations_dir_is_a_clear_error(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DatabaseError, match="migrations directory not found.*SENTINEL_MIG"):
         find_migrations_dir()
+
+
+def test_the_daemon_migrates_in_a_child_and_never_holds_alembic(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'child.db'}"
+    script = ("import sys\nfrom sentinel.incidents.db import Database\n"
+              f"db = Database({url!r})\ndb.upgrade_in_child()\ndb.upgrade_in_child()\n"
+              "db.require_current_schema()\n"
+              "assert 'alembic' not in sys.modules, 'alembic imported in the parent'\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    db = Database(url)
+    with db.engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
+
+
+def test_a_failed_migration_in_the_child_is_a_clear_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "migrations"
+    (broken / "versions").mkdir(parents=True)
+    (broken / "env.py").write_text("raise RuntimeError('env.py is broken')\n")
+    (broken / "versions" / "0001_x.py").write_text('revision = "0001"\ndown_revision = None\n')
+    monkeypatch.setenv("SENTINEL_MIGRATIONS_DIR", str(broken))
+    db = Database(f"sqlite:///{tmp_path / 'x.db'}")
+    with pytest.raises(DatabaseError, match=r"migrating sqlite:///.*x\.db failed: "
+                                            r"RuntimeError: env.py is broken"):
+        db.upgrade_in_child()

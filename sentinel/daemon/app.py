@@ -121,7 +121,7 @@ class App:
 
         check_bind(host, cfg.api.tokens)  # before anything: a clear refusal, nothing half-started
         db = Database(cfg.database)
-        db.upgrade()
+        db.upgrade_in_child()
         self.started_ms = self._now_ms()
         # With `ha:`, the leader's work goes through a database fenced by the lease.
         work_db = self._lease_for(db)
