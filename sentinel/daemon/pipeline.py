@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
+from sentinel.daemon.malloc import trim
 from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.incidents.tracker import IncidentTracker
@@ -199,6 +200,7 @@ class Pipeline:
     def housekeeping(self, now_ms: int) -> None:
         """Drop samples past retention and report store size."""
         self.store.gc(now_ms)
+        trim()
         self.metrics.series.set(self.store.series_count())
         self.metrics.samples.set(self.store.sample_count())
         self.metrics.store_bytes.set(self.store.sample_bytes())

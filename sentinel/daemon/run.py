@@ -9,6 +9,7 @@ import threading
 
 from sentinel.config import Config
 from sentinel.daemon.app import App
+from sentinel.daemon.malloc import limit_arenas
 from sentinel.logformat import JsonFormatter, TextFormatter
 from sentinel.secretpatterns import PromptRedactor
 from sentinel.secrets import hide_http_client_urls, install_redaction
@@ -40,6 +41,7 @@ def setup_logging(level: str, config: Config, fmt: str = "text") -> None:
 def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:
     """Start the App and block until SIGTERM or SIGINT; returns the exit code."""
     setup_logging(log_level, config, log_format)
+    limit_arenas()
     app = App(config)
     # Handlers first: a SIGTERM while starting (migrations, imports) drains like any other.
     stop = threading.Event()
