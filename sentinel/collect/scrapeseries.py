@@ -23,7 +23,7 @@ import threading
 
 from sentinel.collect.exposition import Page, SeriesCache
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, label_value, labels_of
-from sentinel.store.memory import MemoryStore, StoreFullError
+from sentinel.store.memory import Clock, MemoryStore, SeriesRef, StoreFullError
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +103,12 @@ class TargetSeries:
         self.last_duplicates = 0
         self.base = base
         self.label_limit = label_limit
-        self.refs: dict[int, int] = {}
+        self.refs: dict[int, SeriesRef] = {}
+        # The series of one scrape are written at one time: they share its clock.
+        self.clock = Clock()
         self.generation = shared.generation
-        self.prev: set[int] = set()
+        # Refs written by the last good scrape, in page order.
+        self.prev: list[SeriesRef] = []
         self.reports = {
             name: labels_of({**base, METRIC_NAME: name})
             for name in ("up", "scrape_duration_seconds", "scrape_samples_scraped")
@@ -132,8 +135,10 @@ class TargetSeries:
                     f"label_limit exceeded (metric: {name[:50]}, number of labels: "
                     f"{nlabels[slot] + extra}, limit: {self.label_limit})"))
 
-    def _ref(self, slot: int) -> int:
-        ref = self.refs[slot] = self.store.ref(self._final(slot))
+    def _ref(self, slot: int, stamped: bool = False) -> SeriesRef:
+        # A series with its own timestamps cannot share the scrape's time: its own clock.
+        clock = None if stamped else self.clock
+        ref = self.refs[slot] = self.store.ref(self._final(slot), clock)
         return ref
 
     def _final(self, slot: int) -> Labels:
@@ -145,24 +150,27 @@ class TargetSeries:
         get = self.refs.get
         append = self.store.append
         stamps = page.timestamps
-        current: set[int] = set()
-        add = current.add
+        current: list[SeriesRef] = []
+        add = current.append
         for i, (slot, value) in enumerate(zip(page.slots, page.values, strict=True)):
             if not wanted[slot]:
                 continue
+            stamped = bool(stamps) and i in stamps
             ref = get(slot)
             if ref is None:
-                ref = self._ref(slot)
-            t = stamps.get(i, now_ms) if stamps else now_ms
+                ref = self._ref(slot, stamped)
+            t = stamps[i] if stamped else now_ms
             if not append(ref, t, value):
                 # The store garbage-collected the series (absent for a whole
                 # retention): take a fresh ref for the same labels.
-                ref = self._ref(slot)
+                ref = self._ref(slot, stamped)
                 append(ref, t, value)
-            if not stamps or i not in stamps:
+            if not stamped:
                 add(ref)  # Prometheus tracks no staleness for explicit timestamps
         kept = sum(1 for slot in page.slots if wanted[slot])
-        gone = self.prev - current
+        # Pages keep their shape from scrape to scrape: comparing the refs in page
+        # order is cheap (identity first), a set is built only when the shape changed.
+        gone = set(self.prev).difference(current) if current != self.prev else ()
         for ref in gone:
             append(ref, now_ms, STALE_NAN)  # False: already collected, nothing to mark
         self.prev = current
@@ -173,11 +181,11 @@ class TargetSeries:
 
     def mark_all_stale(self, now_ms: int) -> int:
         """Write staleness markers for every series of the last good scrape."""
-        n = len(self.prev)
-        for ref in self.prev:
+        refs = set(self.prev)
+        for ref in refs:
             self.store.append(ref, now_ms, STALE_NAN)
-        self.prev = set()
-        return n
+        self.prev = []
+        return len(refs)
 
     def mark_reports_stale(self, now_ms: int) -> int:
         """Write staleness markers for `up` and the other per-scrape series."""
