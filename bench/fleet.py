@@ -92,11 +92,11 @@ class _Target(asyncio.Protocol):
             need = _content_length(head)  # a probe's POST carries a body
             if len(rest) < need:
                 return
-            self.buf = rest[need:]
+            body, self.buf = rest[:need], rest[need:]
             if head.startswith(b"get /metrics"):
                 self.fleet.answer(self, head)
             else:
-                self.fleet.probes.answer(self, head)
+                self.fleet.probes.answer(self, head, body)
 
 
 class _Fleet:
@@ -134,11 +134,13 @@ def _content_length(head: bytes) -> int:
 
 _MODELS = json.dumps({"object": "list", "data": [
     {"id": "gemma-4", "object": "model", "max_model_len": 16384}]}).encode()
-# The canary's answer as vLLM streams it: a role chunk, one event per token (8: the
-# canary's max_tokens, the costliest case), the finish chunk, usage, [DONE]; 20 ms to
-# the first token, then 5 ms per token (~200 tok/s, seeds/001's single stream).
-_TOKENS = 8
+# The canary's answer as vLLM streams it (serving_chat's stream generator): the role
+# chunk and the first token together, one event per further token, the last token's
+# chunk carrying finish_reason, then usage and [DONE] at once; as many tokens as the
+# request's max_tokens (the canary always gets them all: "ok ok ok..."). 20 ms to the
+# first token, then 5 ms per token (~200 tok/s, seeds/001's single stream).
 _TTFT_S, _ITL_S = 0.020, 0.005
+_MAX_TOKENS = re.compile(rb'"max_tokens":\s*(\d+)')
 
 
 def _sse(obj: object) -> bytes:
@@ -151,14 +153,24 @@ def _chunk(delta: dict[str, str], finish: str | None = None) -> dict[str, object
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
 
-_STREAM = ([_sse(_chunk({"role": "assistant", "content": ""}))]
-           + [_sse(_chunk({"content": "ok" if i == 0 else " ok"})) for i in range(_TOKENS)]
-           + [_sse(_chunk({"content": ""}, "length")),
-              _sse({"id": "cmpl-1", "object": "chat.completion.chunk", "created": 0,
-                    "model": "gemma-4", "choices": [], "usage": {
-                        "prompt_tokens": 12, "completion_tokens": _TOKENS,
-                        "total_tokens": 12 + _TOKENS}}),
-              _sse(b"[DONE]") + b"0\r\n\r\n"])
+def _stream(tokens: int) -> list[bytes]:
+    """The writes of a streamed answer of `tokens` tokens, one per token."""
+    out = []
+    for i in range(tokens):
+        last = i == tokens - 1
+        event = _sse(_chunk({"content": "ok" if i == 0 else " ok"}, "length" if last else None))
+        if i == 0:
+            event = _sse(_chunk({"role": "assistant", "content": ""})) + event
+        if last:
+            event += _sse({"id": "cmpl-1", "object": "chat.completion.chunk", "created": 0,
+                           "model": "gemma-4", "choices": [], "usage": {
+                               "prompt_tokens": 12, "completion_tokens": tokens,
+                               "total_tokens": 12 + tokens}}) + _sse(b"[DONE]") + b"0\r\n\r\n"
+        out.append(event)
+    return out
+
+
+_STREAMS = {n: _stream(n) for n in range(1, 17)}
 
 
 class _ProbeAnswers:
@@ -167,7 +179,7 @@ class _ProbeAnswers:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
 
-    def answer(self, t: _Target, head: bytes) -> None:
+    def answer(self, t: _Target, head: bytes, body: bytes = b"") -> None:
         assert t.transport is not None
         path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b""
         if path.endswith(b"/health"):
@@ -182,8 +194,10 @@ class _ProbeAnswers:
             t.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                               b"Transfer-Encoding: chunked\r\n\r\n")
             loop = asyncio.get_running_loop()
-            for i, event in enumerate(_STREAM):
-                loop.call_later(_TTFT_S + max(0, i - 1) * _ITL_S, _write, t, event)
+            asked = _MAX_TOKENS.search(body)
+            tokens = min(16, max(1, int(asked.group(1)))) if asked else 16
+            for i, event in enumerate(_STREAMS[tokens]):
+                loop.call_later(_TTFT_S + i * _ITL_S, _write, t, event)
         else:
             self.counts["other"] += 1
             t.transport.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")

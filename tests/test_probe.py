@@ -82,8 +82,15 @@ def test_healthy_canary_measures_ttft_and_learns_the_model(sim):
     assert got[CANARY].success, got[CANARY].error
     assert 0.3 <= got[CANARY].ttft_s < got[CANARY].duration_s + 0.001
     body = sim.chat_requests[-1]
-    assert body["stream"] is True and body["max_tokens"] <= 8 and body["temperature"] == 0
+    assert body["stream"] is True and body["max_tokens"] == 8 and body["temperature"] == 0
     assert body["model"] == sim.model
+
+
+def test_canary_without_an_expected_answer_asks_two_tokens(sim):
+    _, results = _probe(ProbeTarget("gemma", sim.url, timeout_ms=3000))
+    canary = _by_probe(results)[CANARY]
+    assert canary.success, canary.error
+    assert sim.chat_requests[-1]["max_tokens"] == 2 and canary.completion_tokens == 2
 
 
 def test_expect_mismatch_fails_the_canary(sim):

@@ -9,9 +9,10 @@ operators report most is an engine wedged behind a live front end (`/health`
   `max_model_len` is kept for the record); asked at the first probe, then
   every few minutes or after a failure (the runner decides);
 - a canary chat completion: streaming, a fixed short prompt, `max_tokens`
-  8, temperature 0. It measures time to first token (the first chunk with
-  text) and total time, and checks the answer: every event decodes, the
-  text is not empty, and it contains `expect` when the operator set one.
+  2 (8 when an answer is expected), temperature 0. It measures time to
+  first token (the first chunk with text) and total time, and checks the
+  answer: every event decodes, the text is not empty, and it contains
+  `expect` when the operator set one.
 
 Each probe yields `sentinel_probe_success{target,probe}` (1/0),
 `sentinel_probe_duration_seconds{target,probe}` and
@@ -39,7 +40,13 @@ from sentinel.collect.http1 import Connection, HTTPError, Response, build_reques
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, labels_of
 
 CANARY_PROMPT = "Reply with one word: ok"
+# The canary asks for 2 tokens: the first gives the time to first token, the second
+# proves decoding goes on; each further token is one more event for the server to
+# stream and for Sentinel to wake up for (most of a canary's CPU, bench/fleet.py
+# --traffic idle), and more load on a server that may be busy. With `expect` set
+# the answer must have room to contain it: 8.
 CANARY_MAX_TOKENS = 8
+CANARY_PLAIN_MAX_TOKENS = 2
 HEALTH, MODELS, CANARY = "health", "models", "canary"
 _PATHS = {"health": "/health", "models": "/v1/models"}
 USER_AGENT = "Sentinel"
@@ -146,11 +153,13 @@ async def probe_canary(client: ProbeClient, t: ProbeTarget, model: str | None,
     return canary.result(True, None)
 
 
-def canary_body(model: str | None) -> bytes:
-    """The canary's request: a fixed prompt, at most 8 tokens, temperature 0, streamed."""
+def canary_body(model: str | None, expect: str = "") -> bytes:
+    """The canary's request: a fixed prompt, 2 tokens (8 to hold `expect`), temperature 0,
+    streamed."""
     body: dict[str, object] = {
         "messages": [{"role": "user", "content": CANARY_PROMPT}],
-        "max_tokens": CANARY_MAX_TOKENS, "temperature": 0, "stream": True,
+        "max_tokens": CANARY_MAX_TOKENS if expect else CANARY_PLAIN_MAX_TOKENS,
+        "temperature": 0, "stream": True,
         "stream_options": {"include_usage": True},
     }
     if model:
@@ -179,7 +188,7 @@ class _Origin:
                 headers.update({"Content-Type": "application/json",
                                 "Accept": "text/event-stream"})
                 req = build_request(t.url, prefix + "/v1/chat/completions", headers, "POST",
-                                    canary_body(model))
+                                    canary_body(model, t.expect))
             else:
                 headers["Accept"] = "application/json"
                 req = build_request(t.url, prefix + _PATHS[kind], headers)
