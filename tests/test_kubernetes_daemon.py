@@ -92,3 +92,48 @@ remediation:
     finally:
         app.stop()
         api.stop()
+
+
+def probe_ok(app: App, target: str) -> float | None:
+    assert app.engine is not None
+    vec = app.engine.query(f'sentinel_probe_success{{target="{target}",probe="health"}}',
+                           int(time.time() * 1000))
+    return vec[0].value if vec else None
+
+
+def test_discovered_pods_are_probed_and_a_removed_pod_stops_being_probed(
+        tmp_path: Path, sims: dict[str, SimServer]) -> None:
+    # A pod that answers /health may still serve nothing: discovered targets get the same
+    # probes as static ones, at the global probe_interval.
+    port = sims["127.0.0.2"].port
+    api = FakeKube().start()
+    api.put("pods", pod("vllm-0", namespace=NS, ip="127.0.0.2", port=port,
+                        labels={"app": "vllm"}))
+    cfg = tmp_path / "sentinel.yaml"
+    cfg.write_text(f"""\
+database: sqlite:///{tmp_path}/s.db
+listen: 127.0.0.1:0
+scrape_interval: 200ms
+scrape_timeout: 200ms
+probe_interval: 300ms
+kubernetes_sd:
+  - name: vllm
+    api: {{api_server: "{api.url}"}}
+    namespaces: [{NS}]
+    label_selector: app=vllm
+    port: http
+""")
+    app = App(load_config(cfg))
+    app.start()
+    try:
+        wait_for(lambda: probe_ok(app, "vllm-0") == 1.0, 10, "the discovered pod probed")
+        sims["127.0.0.2"].set_state(healthy=False)
+        wait_for(lambda: probe_ok(app, "vllm-0") == 0.0, 10, "its failing /health seen")
+        api.remove("pods", NS, "vllm-0")
+        wait_for(lambda: probe_ok(app, "vllm-0") is None, 10,
+                 "the removed pod's probe series to go stale")
+        assert app.scrape_jobs is not None
+        assert app.scrape_jobs.scheduler.get_job("probe:vllm-0") is None
+    finally:
+        app.stop()
+        api.stop()

@@ -15,6 +15,9 @@ targets:
       api_key_file: /run/secrets/vllm-key   # or api_key: ${VLLM_API_KEY}
 ```
 
+Pods found by `kubernetes_sd` are probed too, with these defaults and the
+global `probe_interval`.
+
 The defaults follow a field fix of "up but not serving" stalls (issue 12): a
 probe every 10-15 s with a 10 s timeout caught stalls in about two minutes
 without false restarts, where 1-2 s timeouts restarted busy servers 8+ times

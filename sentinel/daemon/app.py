@@ -27,7 +27,7 @@ from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
-from sentinel.daemon.probejobs import HEARTBEAT_SERIES, ProbeJobs, build_probe_targets
+from sentinel.daemon.probejobs import HEARTBEAT_SERIES, ProbeJobs, probes_on
 from sentinel.daemon.querybackend import DaemonBackend
 from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
@@ -352,7 +352,8 @@ class App:
                                             self.metrics.registry).start()
 
     def _add_target(self, target: Any) -> None:  # config.TargetConfig
-        """Schedule (or reschedule) a discovered target's scrape; tell remediation its address."""
+        """Schedule (or reschedule) a discovered target's scrape and probe; tell remediation
+        its address."""
         from sentinel.respond.remediate.base import TargetInfo
 
         assert self.scrape_jobs is not None and self.pipeline is not None
@@ -362,6 +363,8 @@ class App:
             self.scrape_jobs.add("scrape", st.name, self._scrape_job, st.interval_ms,
                                  self._now_ms(), st)
             self.missed.track([st.name], ())
+        if self.probes is not None:  # a pod that answers /health may still serve nothing
+            self.probes.add(target, self._now_ms())
         if self.pipeline.remediator is not None:
             engine = self.pipeline.remediator.engine  # copy-on-write: readers see a whole map
             engine.targets = {**engine.targets, target.name: TargetInfo(
@@ -377,6 +380,8 @@ class App:
         except JobLookupError:
             pass
         self.pipeline.scraper.forget(name, self._now_ms())
+        if self.probes is not None:
+            self.probes.remove(name, self._now_ms())
         if self.pipeline.remediator is not None:
             engine = self.pipeline.remediator.engine
             engine.targets = {k: v for k, v in engine.targets.items() if k != name}
@@ -529,7 +534,7 @@ class App:
     def _series_filter(self, groups: list[RuleGroup]) -> SeriesFilter:
         """Scraped series to keep: what the rules read, plus diagnosis evidence (or everything)."""
         extra = SERIES_NAMES if self.config.diagnosis is not None else ()
-        if build_probe_targets(self.config):  # the probes' heartbeat reads the token counter
+        if probes_on(self.config):  # the probes' heartbeat reads the token counter
             extra = (*extra, HEARTBEAT_SERIES)
         return needed_series(groups, extra, keep_all=self.config.keep_all_series)
 

@@ -21,31 +21,41 @@ from prometheus_client import CollectorRegistry, Counter
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.probe import ProbeTarget
 from sentinel.collect.probe_runner import SKIP_BUSY, SKIP_CAP, ProbeRunner
-from sentinel.config import Config
+from sentinel.config import Config, TargetConfig
 from sentinel.config.probe import effective_probe
 from sentinel.daemon.missed import MISSED_EVENTS
 from sentinel.daemon.scrapejobs import ScrapeJobs
-from sentinel.model import label_value, labels_of
+from sentinel.model import STALE_NAN, Labels, label_value, labels_of
 from sentinel.promql import Engine, compile_expr
 from sentinel.store import MemoryStore
 
 log = logging.getLogger(__name__)
 
 
+def probe_target_of(t: TargetConfig, default_interval_ms: int) -> ProbeTarget | None:
+    """The ProbeTarget of a target (static or discovered); None when its probe interval is 0."""
+    interval, timeout = effective_probe(t.probe, default_interval_ms)
+    if not interval:
+        return None
+    p = t.probe
+    return ProbeTarget(
+        name=t.name, url=t.url, labels=labels_of(dict(t.labels)), interval_ms=interval,
+        timeout_ms=timeout, canary=p.canary if p else True, expect=p.expect if p else "",
+        skip_canary_when_busy=p.skip_canary_when_busy if p else True,
+        api_key=p.api_key if p else "")
+
+
 def build_probe_targets(config: Config) -> list[ProbeTarget]:
-    """A ProbeTarget for every target whose effective probe interval is not 0."""
-    out = []
-    for t in config.targets:
-        interval, timeout = effective_probe(t.probe, config.probe_interval_ms)
-        if not interval:
-            continue
-        p = t.probe
-        out.append(ProbeTarget(
-            name=t.name, url=t.url, labels=labels_of(dict(t.labels)), interval_ms=interval,
-            timeout_ms=timeout, canary=p.canary if p else True, expect=p.expect if p else "",
-            skip_canary_when_busy=p.skip_canary_when_busy if p else True,
-            api_key=p.api_key if p else ""))
-    return out
+    """A ProbeTarget for every static target whose effective probe interval is not 0."""
+    out = [probe_target_of(t, config.probe_interval_ms) for t in config.targets]
+    return [t for t in out if t is not None]
+
+
+def probes_on(config: Config) -> bool:
+    """Whether any target is probed: a static one, or the pods `kubernetes_sd` will find
+    (probed at the global `probe_interval`)."""
+    return bool(build_probe_targets(config)) or (
+        bool(config.kubernetes_sd) and config.probe_interval_ms > 0)
 
 
 # How long one fleet-wide reading of the token counters serves the probes. The
@@ -55,6 +65,7 @@ READING_MS = 1_000
 # The counter the heartbeat reads: the store keeps it whenever probes are on,
 # whether or not a loaded rule reads it.
 HEARTBEAT_SERIES = "vllm:generation_tokens_total"
+GONE_MS = 10 * 60_000
 
 
 def generation_total_reader(engine: Engine) -> Callable[[str, int], float | None]:
@@ -89,9 +100,17 @@ class ProbeJobs:
                  io: IOLoop | None = None) -> None:
         self.store = store
         self.now_ms = now_ms
+        self.default_interval_ms = config.probe_interval_ms
         self.targets = build_probe_targets(config)
-        self.runner = ProbeRunner(config.probe_canary_concurrency,
-                                  generation_total_reader(engine), io) if self.targets else None
+        self.runner = (ProbeRunner(config.probe_canary_concurrency,
+                                   generation_total_reader(engine), io)
+                       if probes_on(config) else None)
+        self._jobs: ScrapeJobs | None = None
+        # The probe series each target wrote last, to end them when a discovered target goes.
+        self._written: dict[str, list[Labels]] = {}
+        # Removed targets (name -> when): a probe still in flight when its pod went must
+        # not write. Kept GONE_MS, far past any probe's timeout and canary-slot wait.
+        self._gone: dict[str, int] = {}
         self.probes = Counter("sentinel_probes", "Probes run, by target, probe and outcome.",
                               ["target", "probe", "outcome"], registry=registry)
         self.skipped = Counter(
@@ -116,12 +135,39 @@ class ProbeJobs:
 
     def schedule(self, jobs: ScrapeJobs, now_ms: int) -> None:
         """One interval job per probed target on the I/O loop, offset by a hash of its name."""
-        if not self.targets:
+        if self.runner is None:
             return
+        self._jobs = jobs
         jobs.scheduler.add_listener(self.listener, MISSED_EVENTS)
         for t in self.targets:
-            self.missed.labels(t.name)
-            jobs.add("probe", t.name, self.probe_async, t.interval_ms, now_ms, t)
+            self._add(t, now_ms)
+
+    def add(self, target: TargetConfig, now_ms: int) -> None:
+        """Probe a target discovered after start (or reschedule it), as the static ones."""
+        t = probe_target_of(target, self.default_interval_ms)
+        if t is not None and self._jobs is not None:
+            self._add(t, now_ms)
+
+    def _add(self, t: ProbeTarget, now_ms: int) -> None:
+        assert self._jobs is not None
+        self._gone.pop(t.name, None)
+        self.missed.labels(t.name)
+        self._jobs.add("probe", t.name, self.probe_async, t.interval_ms, now_ms, t)
+
+    def remove(self, name: str, now_ms: int) -> None:
+        """Stop probing a target that went away; its probe series end with staleness markers."""
+        from apscheduler.jobstores.base import JobLookupError
+
+        if self._jobs is None:
+            return
+        self._gone = {n: at for n, at in self._gone.items() if now_ms - at < GONE_MS}
+        self._gone[name] = now_ms
+        try:
+            self._jobs.scheduler.remove_job(f"probe:{name}")
+        except JobLookupError:
+            pass
+        for labels in self._written.pop(name, ()):
+            self.store.add(labels, now_ms, STALE_NAN)
 
     def listener(self, event: SchedulerEvent) -> None:
         """Counts the missed runs of `probe:<target>` jobs (APScheduler's events)."""
@@ -151,8 +197,11 @@ class ProbeJobs:
 
     def _record(self, t: ProbeTarget, now: int, samples: list[Any], results: list[Any],
                 skipped: str) -> None:
+        if t.name in self._gone:
+            return
         for labels, value in samples:
             self.store.add(labels, now, value)
+        self._written[t.name] = [labels for labels, _ in samples]
         if skipped == SKIP_BUSY:
             self.skipped.labels(t.name).inc()
         elif skipped == SKIP_CAP:
