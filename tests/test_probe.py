@@ -295,3 +295,36 @@ def test_a_full_canary_cap_skips_the_canary_instead_of_delaying_the_probe(sim):
             canary = [v for lb, v in samples if label_value(lb, "probe") == CANARY]
             assert canary and all(is_stale(v) for v in canary)
     assert took < 1.5, took  # nobody waited for the slot past its interval
+
+
+def test_a_series_is_ended_once_not_at_every_skipped_canary() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from sentinel.collect.probe import ProbeResult, samples_of
+    from sentinel.collect.probe_runner import SKIP_BUSY
+    from sentinel.daemon.probejobs import ProbeJobs
+    from sentinel.store.memory import Matcher
+
+    config = parse_config(yaml.safe_load(
+        "probe_interval: 0s\ntargets: [{name: gemma, url: 'http://127.0.0.1:1'}]"))
+    store = MemoryStore()
+    jobs = ProbeJobs(config, store, Engine(store), CollectorRegistry(), lambda: 0)
+    t = ProbeTarget("gemma", "http://127.0.0.1:1")
+    sent = [ProbeResult(HEALTH, True, 0.01, 200), ProbeResult(CANARY, True, 0.05, 200, ttft_s=0.02)]
+    jobs._record(t, 1000, samples_of(t, sent), sent, "")
+    busy = [ProbeResult(HEALTH, True, 0.01, 200)]
+    for at in (16_000, 31_000, 46_000):  # tokens flow: three canaries skipped
+        jobs._record(t, at, samples_of(t, busy, canary_skipped=True), busy, SKIP_BUSY)
+
+    def samples(name: str, probe: str = "") -> list[tuple[int, bool]]:
+        matchers = [Matcher("__name__", "=", name)]
+        matchers += [Matcher("probe", "=", probe)] if probe else []
+        (s,) = store.select(matchers, 0, 10**6)
+        return [(ts, is_stale(v)) for ts, v in zip(s.ts, s.vs, strict=True)]
+
+    assert samples("sentinel_probe_ttft_seconds") == [(1000, False), (16_000, True)]
+    assert samples("sentinel_probe_success", CANARY) == [(1000, False), (16_000, True)]
+    # The target goes (kubernetes_sd): its live series end; the ended ones get no more.
+    jobs.end("gemma", 50_000)
+    assert samples("sentinel_probe_success", HEALTH)[-1] == (50_000, True)
+    assert samples("sentinel_probe_ttft_seconds") == [(1000, False), (16_000, True)]

@@ -25,7 +25,7 @@ from sentinel.config import Config, TargetConfig
 from sentinel.config.probe import effective_probe
 from sentinel.daemon.missed import MISSED_EVENTS
 from sentinel.daemon.scrapejobs import ScrapeJobs
-from sentinel.model import STALE_NAN, Labels, label_value, labels_of
+from sentinel.model import STALE_NAN, Labels, is_stale, label_value, labels_of
 from sentinel.promql import Engine, compile_expr
 from sentinel.store import MemoryStore
 
@@ -106,8 +106,11 @@ class ProbeJobs:
                                    generation_total_reader(engine), io)
                        if probes_on(config) else None)
         self._jobs: ScrapeJobs | None = None
-        # The probe series each target wrote last, to end them when a discovered target goes.
-        self._written: dict[str, list[Labels]] = {}
+        # Each target's probe series whose newest sample is a value (not a staleness
+        # marker): a series is ended once, not at every probe that skips the canary
+        # (a busy fleet's markers were most of its probes' store writes, and kept
+        # every rule reading the canary on its slow path), and a removed target's are ended.
+        self._live: dict[str, set[Labels]] = {}
         # Removed targets (name -> when): a probe still in flight when its pod went must
         # not write. Kept GONE_MS, far past any probe's timeout and canary-slot wait.
         self._gone: dict[str, int] = {}
@@ -166,7 +169,11 @@ class ProbeJobs:
             self._jobs.scheduler.remove_job(f"probe:{name}")
         except JobLookupError:
             pass
-        for labels in self._written.pop(name, ()):
+        self.end(name, now_ms)
+
+    def end(self, name: str, now_ms: int) -> None:
+        """Write staleness markers for a target's probe series that still hold a value."""
+        for labels in self._live.pop(name, ()):
             self.store.add(labels, now_ms, STALE_NAN)
 
     def listener(self, event: SchedulerEvent) -> None:
@@ -199,9 +206,15 @@ class ProbeJobs:
                 skipped: str) -> None:
         if t.name in self._gone:
             return
+        live = self._live.setdefault(t.name, set())
         for labels, value in samples:
+            if is_stale(value):
+                if labels not in live:
+                    continue  # ended already (or never written): one marker is enough
+                live.discard(labels)
+            else:
+                live.add(labels)
             self.store.add(labels, now, value)
-        self._written[t.name] = [labels for labels, _ in samples]
         if skipped == SKIP_BUSY:
             self.skipped.labels(t.name).inc()
         elif skipped == SKIP_CAP:
