@@ -119,3 +119,19 @@ def test_select_last_hands_out_only_the_newest_sample_in_range():
     assert (dict(s.labels)["i"], s.ts, s.vs) == ("1", [70_000], [70.0])
     full = store.select([Matcher("__name__", "=", "m"), Matcher("i", "=", "1")], 60_000, 72_000)
     assert full[0].ts[-1] == s.ts[0] and full[0].vs[-1] == s.vs[0]
+
+
+def test_a_targets_series_share_its_clock_and_collected_ones_come_back() -> None:
+    from sentinel.collect.scrapeseries import SharedSeries, TargetSeries
+    from sentinel.store.memory import Matcher, MemoryStore
+
+    store = MemoryStore(retention_ms=10_000)
+    t = TargetSeries(SharedSeries(store), "a", {"target": "a"})
+    t.store_page(t.parse("m 1\nn 2\n", False), 1000)
+    assert {id(ref.clock) for ref in t.prev} == {id(t.clock)}  # one clock, the target's
+    t.store_page(t.parse("m 1\n", False), 2000)  # n vanishes: a staleness marker
+    assert store.gc(50_000) == 2 and store.series_count() == 0
+    t.store_page(t.parse("m 5\nn 6\n", False), 60_000)  # the old refs are dead
+    got = {dict(s.labels)["__name__"]: (s.ts, s.vs)
+           for s in store.select([Matcher("__name__", "=~", "m|n")], 0, 10**6)}
+    assert got == {"m": ([60_000], [5.0]), "n": ([60_000], [6.0])}

@@ -150,23 +150,26 @@ class TargetSeries:
         get = self.refs.get
         append = self.store.append
         stamps = page.timestamps
-        current: list[SeriesRef] = []
-        add = current.append
+        current: list[SeriesRef] = []  # written at now_ms, in page order
+        values: list[float] = []
+        slots: list[int] = []
         for i, (slot, value) in enumerate(zip(page.slots, page.values, strict=True)):
             if not wanted[slot]:
                 continue
-            stamped = bool(stamps) and i in stamps
+            if stamps and i in stamps:  # no staleness tracking for explicit timestamps
+                ref = get(slot)
+                if ref is None or not append(ref, stamps[i], value):
+                    append(self._ref(slot, True), stamps[i], value)
+                continue
             ref = get(slot)
-            if ref is None:
-                ref = self._ref(slot, stamped)
-            t = stamps[i] if stamped else now_ms
-            if not append(ref, t, value):
-                # The store garbage-collected the series (absent for a whole
-                # retention): take a fresh ref for the same labels.
-                ref = self._ref(slot, stamped)
-                append(ref, t, value)
-            if not stamped:
-                add(ref)  # Prometheus tracks no staleness for explicit timestamps
+            current.append(ref if ref is not None else self._ref(slot))
+            values.append(value)
+            slots.append(slot)
+        for i in self.store.append_at(now_ms, current, values):
+            # The store garbage-collected the series (absent for a whole
+            # retention): take a fresh ref for the same labels.
+            current[i] = self._ref(slots[i])
+            append(current[i], now_ms, values[i])
         kept = sum(1 for slot in page.slots if wanted[slot])
         # Pages keep their shape from scrape to scrape: comparing the refs in page
         # order is cheap (identity first), a set is built only when the shape changed.
