@@ -9,6 +9,7 @@ import threading
 
 from sentinel.config import Config
 from sentinel.daemon.app import App
+from sentinel.daemon import gcpolicy
 from sentinel.daemon.malloc import limit_arenas
 from sentinel.logformat import JsonFormatter, TextFormatter
 from sentinel.secretpatterns import PromptRedactor
@@ -42,6 +43,7 @@ def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text"
     """Start the App and block until SIGTERM or SIGINT; returns the exit code."""
     setup_logging(log_level, config, log_format)
     limit_arenas()
+    gcpolicy.tune()
     app = App(config)
     # Handlers first: a SIGTERM while starting (migrations, imports) drains like any other.
     stop = threading.Event()
