@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from test_rules_promtool import REPO, promtool, sentinel_test
 
-from sentinel.daemon.scrapejobs import first_run_ms, miss_policy, offset_ms
+from sentinel.daemon.scrapejobs import due, first_run_ms, miss_policy, offset_ms
 from sentinel.rules.loader import RuleGroup, make_rule
 from sentinel.rules.needs import needed_series
 
@@ -75,6 +75,29 @@ def test_miss_policy_reports_each_missed_run_once():
     assert miss_policy(5_000) == {"coalesce": False, "misfire_grace_time": 2}
     assert miss_policy(60_000) == {"coalesce": False, "misfire_grace_time": 30}
     assert miss_policy(1_000)["coalesce"] is True  # APScheduler grace is whole seconds
+
+
+def test_a_loop_job_runs_on_time_and_counts_every_run_time_it_could_not_take():
+    # On time, or a little late: it runs, nothing missed, the next run time follows.
+    d = due(10_000, 5_000, 10_000, running=False)
+    assert (d.run, d.missed, d.next_ms) == (True, 0, 15_000)
+    d = due(10_000, 5_000, 12_500, running=False)
+    assert (d.run, d.missed, d.next_ms) == (True, 0, 15_000)
+    # More than half an interval late: that run time is missed, the next one kept.
+    d = due(10_000, 5_000, 12_501, running=False)
+    assert (d.run, d.missed, d.next_ms) == (False, 1, 15_000)
+    # The previous run still going: missed, whatever the time.
+    d = due(10_000, 5_000, 10_000, running=True)
+    assert (d.run, d.missed, d.next_ms) == (False, 1, 15_000)
+    # A loop blocked for 3 run times: the two passed ones are missed, the newest runs.
+    d = due(10_000, 5_000, 21_000, running=False)
+    assert (d.run, d.missed, d.next_ms) == (True, 2, 25_000)
+    # ... unless it too is over half an interval late.
+    d = due(10_000, 5_000, 23_000, running=False)
+    assert (d.run, d.missed, d.next_ms) == (False, 3, 25_000)
+    # A timer that fires early (clock granularity) runs at its own run time.
+    d = due(10_000, 5_000, 9_999, running=False)
+    assert (d.run, d.missed, d.next_ms) == (True, 0, 15_000)
 
 
 def test_self_alert_rules_pass_promtool_and_sentinel():

@@ -82,11 +82,11 @@ remediation:
 
         api.remove("pods", NS, "vllm-0")
         wait_for(lambda: up(app, "vllm-0") is None, 10, "the removed pod's series to go stale")
-        assert app.scrape_jobs is not None  # scrape jobs run on the I/O loop's scheduler
-        jobs = app.scrape_jobs.scheduler
-        assert jobs.get_job("scrape:vllm-0") is None
-        assert jobs.get_job("scrape:vllm-1") is not None
-        assert jobs.get_job("scrape:static") is not None
+        assert app.scrape_jobs is not None  # scrape jobs run on the I/O loop
+        jobs = app.scrape_jobs
+        assert jobs.get("scrape:vllm-0") is None
+        assert jobs.get("scrape:vllm-1") is not None
+        assert jobs.get("scrape:static") is not None
         assert "vllm-0" not in app.pipeline.remediator.engine.targets
         assert up(app, "static") == 1.0
     finally:
@@ -133,7 +133,7 @@ kubernetes_sd:
         wait_for(lambda: probe_ok(app, "vllm-0") is None, 10,
                  "the removed pod's probe series to go stale")
         assert app.scrape_jobs is not None
-        assert app.scrape_jobs.scheduler.get_job("probe:vllm-0") is None
+        assert app.scrape_jobs.get("probe:vllm-0") is None
     finally:
         app.stop()
         api.stop()

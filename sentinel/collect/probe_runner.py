@@ -3,8 +3,8 @@
 `ProbeRunner` holds one `ProbeClient` (kept-alive `http1` connections per
 target), the asyncio semaphore that caps canaries in flight across the
 fleet, and which model each target serves. In the daemon it runs on the
-one I/O loop the scrapes use (`App.io`), and APScheduler's asyncio
-scheduler awaits `probe_async` there, so probing 1,000 targets costs no
+one I/O loop the scrapes use (`App.io`), and each target's probe job (a
+timer on that loop) awaits `probe_async` there, so probing 1,000 targets costs no
 thread. `Heartbeat` decides, from the target's own token counter, whether
 the canary may be skipped.
 """
@@ -92,7 +92,7 @@ class ProbeRunner:
     """Runs probes on an I/O loop: the client, the fleet-wide canary cap, the models cache.
 
     In the daemon the loop is the one the scrapes run on (`App.io`) and the
-    scheduler awaits `probe_async` there; tools and tests without a loop get
+    probe jobs await `probe_async` there; tools and tests without a loop get
     a private one and call the blocking `probe`.
     """
 

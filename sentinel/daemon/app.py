@@ -1,8 +1,9 @@
 """The App owns Sentinel's lifecycle: start, reload, stop.
 
-It builds the pipeline from a Config, schedules one job per target and per
-rule group with APScheduler, and serves /metrics and /healthz. `main` (the
-CLI) only parses arguments and calls `App.start()` / `App.stop()`.
+It builds the pipeline from a Config, schedules one job per target (a timer
+on the I/O loop) and one per rule group and worker (APScheduler), and
+serves /metrics and /healthz. `main` (the CLI) only parses arguments and
+calls `App.start()` / `App.stop()`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.probejobs import HEARTBEAT_SERIES, ProbeJobs, probes_on
 from sentinel.daemon.querybackend import DaemonBackend
 from sentinel.daemon.readiness import DataReadiness
-from sentinel.daemon.scrapejobs import ScrapeJobs, miss_policy
+from sentinel.daemon.scrapejobs import ScrapeJobs, first_run_ms, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.selfstore import write_to_store
 from sentinel.daemon.sourcejobs import SourceJobs
@@ -182,13 +183,10 @@ class App:
         self._scheduler = self._schedule()
         self._scheduler.start()
         self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)
-        loop_sched = self.scrape_jobs.scheduler  # per-target scrape jobs are not workers
-        loop_sched.add_listener(self.heartbeats.scheduler_listener(
-            loop_sched, lambda job_id: job_id == LOOP_HEARTBEAT_JOB), heartbeat.HEARTBEAT_EVENTS)
-        self.scrape_jobs.add("io-loop", "heartbeat", _alive, LOOP_HEARTBEAT_MS, self._now_ms())
+        self._watch_loop(self.scrape_jobs)
         self.scrape_jobs.start((self._scrape_target(t)
                                 for t in self.query.scraped_targets(cfg.targets)), self._now_ms())
-        self.probes.schedule(self.scrape_jobs, self._now_ms())  # on the same loop and scheduler
+        self.probes.schedule(self.scrape_jobs, self._now_ms())  # on the same loop, as timers
         self._start_discovery()
         if self.lease is not None:
             self.lease.start()  # one round now: a lone daemon leads from the first evaluation
@@ -351,6 +349,14 @@ class App:
         self.discovered = DiscoveredTargets(self.config, self._add_target, self._remove_target,
                                             self.metrics.registry).start()
 
+    def _watch_loop(self, jobs: ScrapeJobs) -> None:
+        """The I/O loop's heartbeat: a job on the loop beside the scrapes, watched as a worker."""
+        now_ms = self._now_ms()
+        first_ms = first_run_ms(LOOP_HEARTBEAT_JOB, LOOP_HEARTBEAT_MS, now_ms)
+        self.heartbeats.expect(LOOP_HEARTBEAT_JOB, LOOP_HEARTBEAT_MS / 1000,
+                               time.monotonic() + (first_ms - now_ms) / 1000)
+        jobs.add("io-loop", "heartbeat", _alive, LOOP_HEARTBEAT_MS, now_ms, self.heartbeats)
+
     def _add_target(self, target: Any) -> None:  # config.TargetConfig
         """Schedule (or reschedule) a discovered target's scrape and probe; tell remediation
         its address."""
@@ -359,7 +365,7 @@ class App:
         assert self.scrape_jobs is not None and self.pipeline is not None
         st = self._scrape_target(target)
         if self.query is None or self.query.scrapes:  # a remote backend's Prometheus scrapes
-            # On the I/O loop like the static targets (APScheduler's add_job is thread-safe).
+            # On the I/O loop like the static targets (ScrapeJobs.add is thread-safe).
             self.scrape_jobs.add("scrape", st.name, self._scrape_job, st.interval_ms,
                                  self._now_ms(), st)
             self.missed.track([st.name], ())
@@ -372,13 +378,8 @@ class App:
 
     def _remove_target(self, name: str) -> None:
         """Stop scraping a target that went away; its series end with staleness markers."""
-        from apscheduler.jobstores.base import JobLookupError
-
         assert self.scrape_jobs is not None and self.pipeline is not None
-        try:
-            self.scrape_jobs.scheduler.remove_job(f"scrape:{name}")
-        except JobLookupError:
-            pass
+        self.scrape_jobs.remove("scrape", name)
         self.pipeline.scraper.forget(name, self._now_ms())
         if self.probes is not None:
             self.probes.remove(name, self._now_ms())
@@ -549,8 +550,9 @@ def _is_worker(job_id: str) -> bool:
     return job_id.startswith(WORKER_JOBS)
 
 
-async def _alive() -> None:
-    """The I/O loop's heartbeat job: nothing to do but run."""
+async def _alive(heartbeats: heartbeat.Heartbeats) -> None:
+    """The I/O loop's heartbeat job: it beats when it runs, so a blocked loop shows as stuck."""
+    heartbeats.beat(LOOP_HEARTBEAT_JOB, time.monotonic())
 
 
 def _split_listen(listen: str) -> tuple[str, int]:

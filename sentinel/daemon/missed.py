@@ -1,11 +1,13 @@
 """Work that could not start on time: counted per item, logged once a minute per item.
 
-APScheduler reports what it could not run as events: a job still running
-at its next tick (`EVENT_JOB_MAX_INSTANCES`, every skipped run time) and a
-run that started later than its misfire grace time (`EVENT_JOB_MISSED`).
-Jobs are added with `coalesce=False` and a grace time shorter than their
-interval, so each run time that did not happen is exactly one of those
-events; `MissedWork.listener` turns them into
+A run time at which the previous run is still going, or that started later
+than its grace time (half the interval), is one missed run. The per-target
+jobs on the I/O loop (`sentinel.daemon.scrapejobs`) report them directly
+(`scrape_missed`). APScheduler, which runs the rule groups, reports them
+as events: `EVENT_JOB_MAX_INSTANCES` (every skipped run time) and
+`EVENT_JOB_MISSED`; its jobs are added with `coalesce=False` and that grace
+time, so each run time that did not happen is exactly one event, and
+`MissedWork.listener` counts it. The counters are
 `sentinel_scrapes_missed_total{target}` and
 `sentinel_rule_group_iterations_missed_total{group}`, the names Prometheus
 uses for its own.
@@ -89,7 +91,7 @@ class MissedWork:
         self._log("rule group", group, n)
 
     def listener(self, event: SchedulerEvent) -> None:
-        """An APScheduler listener for MISSED_EVENTS on jobs named `scrape:<t>` / `rules:<g>`."""
+        """An APScheduler listener for MISSED_EVENTS on jobs named `rules:<g>` (or `scrape:<t>`)."""
         n = 1
         if isinstance(event, JobSubmissionEvent):
             n = len(event.scheduled_run_times)

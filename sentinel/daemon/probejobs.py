@@ -1,11 +1,12 @@
 """Scheduled probe jobs: one per probed target, on the I/O loop, samples into the store.
 
-The jobs go through the scrape jobs' asyncio scheduler (`ScrapeJobs.add`,
-kind "probe"): each target's probe runs as a coroutine on the one I/O loop,
+The jobs go through the scrape jobs' timers (`ScrapeJobs.add`, kind
+"probe"): each target's probe runs as a coroutine on the one I/O loop,
 at an offset within its interval hashed from its name, so 1,000 targets'
 probes spread over the 15 s instead of firing together and cost no thread.
 A probe that cannot start on time (the previous one still running) is
-counted in `sentinel_probes_missed_total{target}`.
+counted in `sentinel_probes_missed_total{target}`, as is one the loop reached
+more than half an interval late.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from apscheduler.events import JobExecutionEvent, JobSubmissionEvent, SchedulerEvent
 from prometheus_client import CollectorRegistry, Counter
 
 from sentinel.collect.ioloop import IOLoop
@@ -23,7 +23,6 @@ from sentinel.collect.probe import ProbeTarget
 from sentinel.collect.probe_runner import SKIP_BUSY, SKIP_CAP, ProbeRunner
 from sentinel.config import Config, TargetConfig
 from sentinel.config.probe import effective_probe
-from sentinel.daemon.missed import MISSED_EVENTS
 from sentinel.daemon.scrapejobs import ScrapeJobs
 from sentinel.model import STALE_NAN, Labels, is_stale, label_value, labels_of
 from sentinel.promql import Engine, compile_expr
@@ -58,10 +57,13 @@ def probes_on(config: Config) -> bool:
         bool(config.kubernetes_sd) and config.probe_interval_ms > 0)
 
 
-# How long one fleet-wide reading of the token counters serves the probes. The
-# heartbeat compares readings 15 s apart, so a second of age changes nothing, and
-# one query per second replaces one per probe (each scanned every target's series).
-READING_MS = 1_000
+# How long one fleet-wide reading of the token counters serves the probes: one
+# scrape interval (the default 5 s), as the counters only move when scraped. The
+# heartbeat compares readings an interval (15 s) apart, so a few seconds of age
+# change nothing. One query per second cost a third of the probes' own CPU on the
+# I/O loop at 1,000 idle targets (py-spy); one per probe was worse (each scanned
+# every target's series).
+READING_MS = 5_000
 # The counter the heartbeat reads: the store keeps it whenever probes are on,
 # whether or not a loaded rule reads it.
 HEARTBEAT_SERIES = "vllm:generation_tokens_total"
@@ -72,7 +74,7 @@ def generation_total_reader(engine: Engine) -> Callable[[str, int], float | None
     """Reads `sum(vllm:generation_tokens_total{target=...})` at a time, None when absent.
 
     One query, `sum by (target) (...)`, answers every target at once; its
-    result serves every read within READING_MS of the same whole second.
+    result serves every read within the same READING_MS.
     """
     node = compile_expr(f"sum by (target) ({HEARTBEAT_SERIES})")
     readings: dict[int, dict[str, float]] = {}
@@ -141,7 +143,6 @@ class ProbeJobs:
         if self.runner is None:
             return
         self._jobs = jobs
-        jobs.scheduler.add_listener(self.listener, MISSED_EVENTS)
         for t in self.targets:
             self._add(t, now_ms)
 
@@ -155,20 +156,16 @@ class ProbeJobs:
         assert self._jobs is not None
         self._gone.pop(t.name, None)
         self.missed.labels(t.name)
-        self._jobs.add("probe", t.name, self.probe_async, t.interval_ms, now_ms, t)
+        self._jobs.add("probe", t.name, self.probe_async, t.interval_ms, now_ms, t,
+                       on_missed=self.probes_missed)
 
     def remove(self, name: str, now_ms: int) -> None:
         """Stop probing a target that went away; its probe series end with staleness markers."""
-        from apscheduler.jobstores.base import JobLookupError
-
         if self._jobs is None:
             return
         self._gone = {n: at for n, at in self._gone.items() if now_ms - at < GONE_MS}
         self._gone[name] = now_ms
-        try:
-            self._jobs.scheduler.remove_job(f"probe:{name}")
-        except JobLookupError:
-            pass
+        self._jobs.remove("probe", name)
         self.end(name, now_ms)
 
     def end(self, name: str, now_ms: int) -> None:
@@ -176,15 +173,9 @@ class ProbeJobs:
         for labels in self._live.pop(name, ()):
             self.store.add(labels, now_ms, STALE_NAN)
 
-    def listener(self, event: SchedulerEvent) -> None:
-        """Counts the missed runs of `probe:<target>` jobs (APScheduler's events)."""
-        kind, _, name = getattr(event, "job_id", "").partition(":")
-        if kind != "probe":
-            return
-        if isinstance(event, JobSubmissionEvent):
-            self.missed.labels(name).inc(len(event.scheduled_run_times))
-        elif isinstance(event, JobExecutionEvent):
-            self.missed.labels(name).inc()
+    def probes_missed(self, target: str, n: int) -> None:
+        """Count `n` probes of `target` that could not start on time."""
+        self.missed.labels(target).inc(n)
 
     def probe(self, t: ProbeTarget) -> None:
         """Probe one target now and store its samples, blocking (tools and tests)."""
