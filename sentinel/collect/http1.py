@@ -247,6 +247,11 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, 
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
         raise HTTPError("response headers too large") from None
+    return parse_head(head)
+
+
+def parse_head(head: bytes) -> tuple[int, str, dict[str, str], bool]:
+    """Status, reason, headers (lower-case names) and keep-alive of a response head."""
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():

@@ -21,10 +21,11 @@ also `sentinel_probe_ttft_seconds{target}`. A canary skipped because the
 target's own counters prove tokens are flowing writes staleness markers, so
 an old verdict does not linger for the 5-minute lookback.
 
-The network code is async, on the daemon's one I/O loop beside the scrapes
-and on the same small HTTP/1.1 client (`sentinel.collect.http1`, through
-`ProbeClient`): a probe costs a few requests on kept-alive connections, not
-a thread. `probe_target` never raises.
+The network code is async, on the daemon's one I/O loop beside the scrapes,
+through `ProbeClient`: kept-alive HTTP/1.1 connections whose answers are
+parsed as they arrive (`sentinel.collect.httpwire`, the scrape's request
+building and decoding from `sentinel.collect.http1`), so a probe costs a
+few requests and one wake-up each, not a thread. `probe_target` never raises.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from sentinel.collect.http1 import Connection, HTTPError, Response, build_request
+from sentinel.collect.http1 import HTTPError, Response, build_request
+from sentinel.collect.httpwire import WireConnection
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, labels_of
 
 CANARY_PROMPT = "Reply with one word: ok"
@@ -172,7 +174,7 @@ class _Origin:
 
     def __init__(self, t: ProbeTarget) -> None:
         self.spec = t
-        self.idle: list[Connection] = []
+        self.idle: list[WireConnection] = []
         self.requests: dict[tuple[str, str | None], bytes] = {}
 
     def request(self, kind: str, model: str | None) -> bytes:
@@ -197,7 +199,7 @@ class _Origin:
 
 
 class ProbeClient:
-    """The probes' HTTP client: `sentinel.collect.http1` connections, kept alive per target.
+    """The probes' HTTP client: `httpwire` connections, kept alive per target.
 
     Used on one event loop (the daemon's I/O loop, as the scrapes). A
     request takes an idle connection of its target or opens one, so /health
@@ -218,7 +220,7 @@ class ProbeClient:
             if origin is not None:
                 self._drop(origin)
             self._origins[t.name] = origin = _Origin(t)
-        conn = origin.idle.pop() if origin.idle else Connection(t.url)
+        conn = origin.idle.pop() if origin.idle else WireConnection(t.url)
         try:
             async with asyncio.timeout(t.timeout_ms / 1000):
                 return await conn.get(origin.request(kind, model), self.max_bytes, sink)

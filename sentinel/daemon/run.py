@@ -8,8 +8,8 @@ import sys
 import threading
 
 from sentinel.config import Config
-from sentinel.daemon.app import App
 from sentinel.daemon import gcpolicy
+from sentinel.daemon.app import App
 from sentinel.daemon.malloc import limit_arenas
 from sentinel.logformat import JsonFormatter, TextFormatter
 from sentinel.secretpatterns import PromptRedactor

@@ -1,0 +1,213 @@
+"""The probes' push-parsed HTTP/1.1 connection against the scrape's, answer for answer.
+
+A raw loopback server sends each answer in pieces cut at awkward places
+(inside the head, a chunk-size line, a CRLF, a multi-byte character), a
+few milliseconds apart so each piece is its own read. `WireConnection`
+(parsed in the protocol) must give what `http1.Connection` (read through
+a StreamReader) gives: the same status, body, sink pieces joined, errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from sentinel.collect.http1 import BodyTooLarge, Connection, HTTPError, build_request
+from sentinel.collect.httpwire import WireConnection
+
+pytestmark = pytest.mark.integration
+
+KINDS = [Connection, WireConnection]
+BODY = ("data: ünï " * 150).encode()
+
+
+def chunked(body: bytes, size: int = 100, ext: bool = False) -> bytes:
+    out = b""
+    for i in range(0, len(body), size):
+        piece = body[i:i + size]
+        out += b"%x%s\r\n%s\r\n" % (len(piece), b";x=y" if ext else b"", piece)
+    return out + b"0\r\nX-Trailer: 1\r\n\r\n"
+
+
+def cut(data: bytes, step: int, fine: int = 400) -> list[bytes]:
+    """`step`-byte pieces for the first `fine` bytes (head, first chunks), then 1,000s."""
+    fine = min(fine, len(data))
+    return ([data[i:min(i + step, fine)] for i in range(0, fine, step)]
+            + [data[i:i + 1000] for i in range(fine, len(data), 1000)])
+
+
+class RawServer:
+    """Answers each request with the next scripted answer: (pieces, close after)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.answers: list[tuple[list[bytes], bool]] = []
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            buf = b""
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                while len(buf) < length:
+                    buf += conn.recv(65536)
+                buf = buf[length:]
+                pieces, close = self.answers.pop(0)
+                for piece in pieces:
+                    conn.sendall(piece)
+                    time.sleep(0.003)
+                if close:
+                    return
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def raw() -> Iterator[RawServer]:
+    s = RawServer()
+    yield s
+    s.close()
+
+
+def exchange(kind: type, url: str, answers: int = 1, max_bytes: int = 1 << 20,
+             sink: bool = False) -> tuple[list[object], int]:
+    """`answers` requests on one connection: each (status, body, sink bytes) or the error."""
+    async def go() -> tuple[list[object], int]:
+        conn = kind(url)
+        req = build_request(url, "/x", {"Accept": "*/*"}, "POST", b'{"a":1}')
+        out: list[object] = []
+        for _ in range(answers):
+            pieces: list[bytes] = []
+            try:
+                async with asyncio.timeout(5):
+                    resp = await conn.get(req, max_bytes, pieces.append if sink else None)
+                out.append((resp.status, resp.body, b"".join(pieces)))
+            except HTTPError as exc:
+                out.append((type(exc).__name__, str(exc)))
+        conn.close()
+        return out, conn.opened
+    return asyncio.run(go())
+
+
+def both(raw: RawServer, script: list[tuple[list[bytes], bool]], **kw: object) -> list[object]:
+    """The same script through both connections; they must agree. Returns the answers."""
+    got = []
+    for kind in KINDS:
+        raw.answers = list(script)
+        got.append(exchange(kind, raw.url, answers=len(script), **kw))  # type: ignore[arg-type]
+    assert got[0] == got[1], f"http1: {got[0]}\nhttpwire: {got[1]}"
+    return got[1][0]
+
+
+HEAD_LEN = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n"
+HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize("step", [1, 7, 100, 100_000])
+def test_content_length_and_chunked_bodies_read_whole_however_they_are_cut(raw, step):
+    plain = HEAD_LEN % len(BODY) + BODY
+    chunks = HEAD_CHUNKED + chunked(BODY, 333, ext=True)
+    for sink in (False, True):
+        got = both(raw, [(cut(plain, step), False), (cut(chunks, step), False)], sink=sink)
+        for status, body, sunk in got:  # type: ignore[misc]
+            assert status == 200 and (sunk if sink else body) == BODY
+
+
+def test_a_kept_alive_connection_is_reused_and_an_empty_body_ends_at_once(raw):
+    answer = ([HEAD_LEN % 0], False)
+    for kind in KINDS:
+        raw.answers = [answer] * 3
+        before = raw.connections
+        got, opened = exchange(kind, raw.url, answers=3)
+        assert got == [(200, b"", b"")] * 3 and opened == 1 and raw.connections == before + 1
+
+
+def test_a_body_framed_by_the_close_and_stacked_codings(raw):
+    double = gzip.compress(gzip.compress(BODY))
+    got = both(raw, [([b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"] + cut(BODY, 500),
+                      True),
+                     ([b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip, gzip\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(double)] + cut(double, 50), False)])
+    assert got == [(200, BODY, b""), (200, BODY, b"")]
+
+
+def test_an_error_status_is_answered_without_its_body_and_the_connection_dropped(raw):
+    page = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\n\r\nbusy!"
+    for kind in KINDS:
+        raw.answers = [([page], False), ([HEAD_LEN % 2 + b"ok"], False)]
+        got, opened = exchange(kind, raw.url, answers=2)
+        assert got == [(503, b"", b""), (200, b"ok", b"")] and opened == 2
+
+
+def test_bad_framing_and_a_close_mid_answer_are_errors(raw):
+    got = both(raw, [([HEAD_CHUNKED + b"zz\r\nabc"], True)])
+    assert got[0][0] == "HTTPError" and "bad chunk size" in got[0][1]  # type: ignore[index]
+    got = both(raw, [([HEAD_LEN % 100 + b"only part"], True)])
+    assert got == [("HTTPError", "server closed the connection mid-response")]
+
+
+def test_an_idle_connection_closed_by_the_server_is_retried_once_fresh(raw):
+    # The server closes after answering without saying so: the next request on the
+    # kept-alive connection finds it closed before any byte and is sent again.
+    for kind in KINDS:
+        raw.answers = [([HEAD_LEN % 2 + b"ok"], True), ([HEAD_LEN % 2 + b"ok"], False)]
+        got, opened = exchange(kind, raw.url, answers=2)
+        assert got == [(200, b"ok", b"")] * 2 and opened == 2
+
+
+def test_a_compression_bomb_stops_at_the_limit(raw):
+    bomb = gzip.compress(gzip.compress(b"\0" * (4 << 20)))
+    got = both(raw, [([b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip, gzip\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(bomb), bomb], True)],
+               max_bytes=100_000)
+    assert got[0][0] == BodyTooLarge.__name__  # type: ignore[index]
+
+
+def test_the_sink_sees_each_piece_as_it_arrives_not_at_the_end(raw):
+    # The canary times its first token from the sink: a piece must reach it before
+    # the rest of the answer has come.
+    seen: list[float] = []
+
+    async def go() -> float:
+        conn = WireConnection(raw.url)
+        req = build_request(raw.url, "/x", {}, "GET")
+        start = time.monotonic()
+        await conn.get(req, 1 << 20, lambda b: seen.append(time.monotonic() - start))
+        conn.close()
+        return time.monotonic() - start
+
+    # Empty pieces send nothing; each is a 3 ms pause: the second token comes ~180 ms later.
+    raw.answers = [([HEAD_CHUNKED + b"2\r\nok\r\n"] + [b""] * 60
+                    + [b"3\r\n ok\r\n0\r\n\r\n"], False)]
+    took = asyncio.run(go())
+    assert len(seen) == 2 and seen[0] < took - 0.1, (seen, took)
