@@ -1,12 +1,13 @@
 """Rule evaluation and store memory at fleet size, without the network.
 
-Run: `python bench/ruleeval.py --targets 1000 [--minutes 6] [--rounds 3]`.
+Run: `python bench/ruleeval.py --targets 1000 [--minutes 6] [--rounds 3] [--probes]`.
 
 Fills a MemoryStore through the scrape path's own series code (the real
 vLLM page of tests/data, its counters growing, one scrape every 5 s per
 target, the store filter the shipped rules compute) for the retention the
 rules need, then evaluates every rule of rules/vllm.yaml and
-rules/sentinel.yaml at the last scrape time. Prints the CPU seconds of one
+rules/sentinel.yaml at the last scrape time (with `--probes`, the probe
+series too: what the rules reading them cost). Prints the CPU seconds of one
 evaluation of all rules (best of --rounds), the store's series and
 samples, and the Python heap the store holds (tracemalloc), so a change to
 the store or the engine can be measured in seconds instead of a fleet run.
@@ -24,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sentinel.collect.probe import ProbeResult, ProbeTarget, samples_of  # noqa: E402
 from sentinel.collect.scrapeseries import SharedSeries, TargetSeries  # noqa: E402
 from sentinel.promql.engine import Engine, max_lookback_ms  # noqa: E402
 from sentinel.rules.loader import load_rule_files  # noqa: E402
@@ -32,6 +34,8 @@ from sentinel.store.memory import MemoryStore  # noqa: E402
 
 PAGE = ROOT / "tests" / "data" / "vllm_metrics.txt"
 RULES = [str(ROOT / "rules" / "vllm.yaml"), str(ROOT / "rules" / "sentinel.yaml")]
+PROBE_RESULTS = [ProbeResult("health", True, 0.001, 200),
+                 ProbeResult("canary", True, 0.03, 200, ttft_s=0.02)]
 _COUNTER = re.compile(r"^([^#\s][^ ]*?(?:_total|_count|_sum|_bucket)(?:\{[^}]*\})?) (\S+)$", re.M)
 
 
@@ -49,6 +53,9 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=0.0,
                     help="history to fill (default: the retention the rules need)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--probes", action="store_true",
+                    help="also store every target's probe series (/health and canary "
+                         "succeeding, every 15 s), as the daemon does with probes on")
     args = ap.parse_args()
     groups = load_rule_files(RULES)
     rules = [r for g in groups for r in g.rules]
@@ -61,6 +68,7 @@ def main() -> None:
     shared = SharedSeries(store)
     targets = [TargetSeries(shared, f"t{i}", {"target": f"t{i}", "instance": f"127.0.0.1:{i}"})
                for i in range(args.targets)]
+    probes = [ProbeTarget(f"t{i}", "http://127.0.0.1") for i in range(args.targets)]
     texts = pages(int(minutes * 12) + 1)
     t0 = time.process_time()
     now = 1_700_000_000_000
@@ -69,6 +77,9 @@ def main() -> None:
             t = now + step * 5000 + i % 5000
             ts.store_page(ts.parse(text, False), t)
             ts.report(t, True, 0.01, 1000)
+            if args.probes and step % 3 == 0:
+                for labels, value in samples_of(probes[i], PROBE_RESULTS):
+                    store.add(labels, t, value)
     fill_s = time.process_time() - t0
     heap = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
