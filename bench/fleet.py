@@ -615,8 +615,8 @@ def main() -> None:
                     help="the targets' token counters: mixed (as before), busy (growing: "
                          "canaries skipped), idle (still: canaries sent)")
     ap.add_argument("--canary-cap", type=int, default=0,
-                    help="probe_canary_concurrency (default: Sentinel's, 4); at 1,000 idle "
-                         "targets 4 slots of ~70 ms canaries cannot send all 67 a second")
+                    help="probe_canary_concurrency (default: Sentinel's, 4; at 1,000 idle "
+                         "targets 4 slots of ~25 ms 2-token canaries send all 67 a second)")
     ap.add_argument("--rule-files", default="",
                     help="comma-separated rule files instead of the shipped ones")
     ap.add_argument("--settle", type=float, default=None,
