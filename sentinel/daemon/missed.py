@@ -91,16 +91,14 @@ class MissedWork:
         self._log("rule group", group, n)
 
     def listener(self, event: SchedulerEvent) -> None:
-        """An APScheduler listener for MISSED_EVENTS on jobs named `rules:<g>` (or `scrape:<t>`)."""
+        """An APScheduler listener for MISSED_EVENTS on jobs named `rules:<g>`."""
         n = 1
         if isinstance(event, JobSubmissionEvent):
             n = len(event.scheduled_run_times)
         elif not isinstance(event, JobExecutionEvent):
             return
         kind, _, name = event.job_id.partition(":")
-        if kind == "scrape":
-            self.scrape_missed(name, n)
-        elif kind == "rules":
+        if kind == "rules":
             self.iteration_missed(name, n)
 
     def _log(self, kind: str, name: str, n: int) -> None:

@@ -100,7 +100,6 @@ class _Job:
     interval_ms: int
     due_ms: int
     on_missed: MissedFn | None
-    on_run: Callable[[], None] | None = None
     handle: asyncio.TimerHandle | None = None
     task: asyncio.Task[object] | None = None
     removed: bool = field(default=False)
@@ -132,20 +131,20 @@ class ScrapeJobs:
 
     def add(self, kind: str, name: str, fn: JobFn,
             interval_ms: int, now_ms: int, *args: object,
-            on_missed: MissedFn | None = None, on_run: Callable[[], None] | None = None) -> None:
+            on_missed: MissedFn | None = None) -> None:
         """Run coroutine function `fn(*args)` every interval on the I/O loop, offset by `name`.
 
         Job id `kind:name`, one run at a time, first run at the name's offset
         in the interval; an existing job of that id is replaced (a run in
         flight is let finish, and the new job waits for it). Missed runs go
         to `on_missed(name, n)`; kind "scrape" counts them by default in
-        `sentinel_scrapes_missed_total`. `on_run` is called at every run started.
+        `sentinel_scrapes_missed_total`.
         """
         job_id = f"{kind}:{name}"
         if on_missed is None and kind == "scrape":
             on_missed = self._missed.scrape_missed
         start = first_run_ms(job_id if kind != "scrape" else name, interval_ms, now_ms)
-        job = _Job(job_id, fn, args, interval_ms, start, on_missed, on_run)
+        job = _Job(job_id, fn, args, interval_ms, start, on_missed)
         old = self._jobs.get(job_id)
         self._jobs[job_id] = job
         self._on_loop(self._arm, job, old)
@@ -211,8 +210,6 @@ class ScrapeJobs:
         if d.run:
             job.task = self.io.loop.create_task(job.fn(*job.args))
             job.task.add_done_callback(functools.partial(_log_failure, job.id))
-            if job.on_run is not None:
-                job.on_run()
         if d.missed and job.on_missed is not None:
             job.on_missed(job.id.partition(":")[2], d.missed)
         job.due_ms = d.next_ms
