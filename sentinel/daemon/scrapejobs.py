@@ -146,6 +146,8 @@ class ScrapeJobs:
         start = first_run_ms(job_id if kind != "scrape" else name, interval_ms, now_ms)
         job = _Job(job_id, fn, args, interval_ms, start, on_missed)
         old = self._jobs.get(job_id)
+        if old is not None:  # its timer may fire before _arm runs on the loop: not re-armed
+            old.removed = True
         self._jobs[job_id] = job
         self._on_loop(self._arm, job, old)
 
