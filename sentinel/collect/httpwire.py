@@ -14,8 +14,13 @@ a 200's body to the `sink` as it arrives (or kept), a non-200 answered
 with its status and the connection closed, `Content-Encoding` decoded with
 the size limit (`http1.Decoder`), keep-alive with one retry on a fresh
 connection when a reused one was closed by the server before any byte of
-the answer, and the connection closed on any error or cancellation. The
-caller bounds the exchange with `asyncio.timeout`.
+the answer, and the connection closed on any error or cancellation.
+
+An exchange may carry its deadline (`get(..., deadline=)`, in loop time):
+one timer on the loop fails it with TimeoutError, as `asyncio.timeout`
+around the call would, without a Timeout context and the task cancelling
+it needs at every request (an eighth of a probe round's CPU). The caller
+may still bound it with `asyncio.timeout` instead.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class _Wire(asyncio.Protocol):
         self.max_bytes = max_bytes
         self.got_bytes = False
         self.reused = False
+        self.timer: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -98,20 +104,34 @@ class _Wire(asyncio.Protocol):
     # -- the exchange --------------------------------------------------------------
 
     def send(self, request: bytes, sink: Callable[[bytes], None] | None,
-             loop: asyncio.AbstractEventLoop) -> asyncio.Future[Response]:
+             loop: asyncio.AbstractEventLoop, deadline: float | None = None,
+             ) -> asyncio.Future[Response]:
         assert self.transport is not None
         self._reset()
         self.sink = sink
         self.got_bytes = False
-        self.waiter = loop.create_future()
+        self.waiter = waiter = loop.create_future()
+        if deadline is not None:
+            self.timer = loop.call_at(deadline, self._expire)
         self.transport.write(request)
-        return self.waiter
+        return waiter
 
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
             self.transport = None
+
+    def disarm(self) -> None:
+        """Cancel the exchange's deadline (it ended)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _expire(self) -> None:
+        self.timer = None
+        if self.waiter is not None and not self.waiter.done():
+            self._fail(TimeoutError())
 
     def _fail(self, exc: BaseException) -> None:
         self.close()
@@ -220,17 +240,19 @@ class WireConnection:
         self._wire: _Wire | None = None
 
     async def get(self, request: bytes, max_bytes: int,
-                  sink: Callable[[bytes], None] | None = None) -> Response:
-        """Send a prepared request and read the answer (see the module docstring)."""
+                  sink: Callable[[bytes], None] | None = None,
+                  deadline: float | None = None) -> Response:
+        """Send a prepared request and read the answer (see the module docstring);
+        TimeoutError at `deadline` (the loop's time), connecting included."""
         try:
-            return await self._exchange(request, max_bytes, sink)
+            return await self._exchange(request, max_bytes, sink, deadline)
         except _Closed:  # the server closed the idle connection as we reused it
             pass
         except BaseException:
             self.close()
             raise
         try:
-            return await self._exchange(request, max_bytes, sink)
+            return await self._exchange(request, max_bytes, sink, deadline)
         except _Closed:
             self.close()
             raise HTTPError("connection failed: closed by the server") from None
@@ -248,13 +270,16 @@ class WireConnection:
             self._wire = None
 
     async def _exchange(self, request: bytes, max_bytes: int,
-                        sink: Callable[[bytes], None] | None) -> Response:
+                        sink: Callable[[bytes], None] | None,
+                        deadline: float | None) -> Response:
         loop = asyncio.get_running_loop()
         wire = self._wire
         if wire is None or wire.closed:
             wire = _Wire(max_bytes)
             try:
-                await loop.create_connection(lambda: wire, self.host, self.port, ssl=self.tls)
+                async with asyncio.timeout_at(deadline):
+                    await loop.create_connection(lambda: wire, self.host, self.port,
+                                                 ssl=self.tls)
             except OSError as e:
                 raise HTTPError(f"connection failed: {e.strerror or e}") from None
             self._wire = wire
@@ -262,4 +287,7 @@ class WireConnection:
         else:
             wire.reused = True
         wire.max_bytes = max_bytes
-        return await wire.send(request, sink, loop)
+        try:
+            return await wire.send(request, sink, loop, deadline)
+        finally:
+            wire.disarm()

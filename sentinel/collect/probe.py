@@ -216,14 +216,14 @@ class ProbeClient:
         """One probe request ("health", "models", "canary") to `t`; raises HTTPError or
         TimeoutError."""
         origin = self._origins.get(t.name)
-        if origin is None or origin.spec != t:
+        if origin is None or (origin.spec is not t and origin.spec != t):
             if origin is not None:
                 self._drop(origin)
             self._origins[t.name] = origin = _Origin(t)
         conn = origin.idle.pop() if origin.idle else WireConnection(t.url)
+        deadline = asyncio.get_running_loop().time() + t.timeout_ms / 1000
         try:
-            async with asyncio.timeout(t.timeout_ms / 1000):
-                return await conn.get(origin.request(kind, model), self.max_bytes, sink)
+            return await conn.get(origin.request(kind, model), self.max_bytes, sink, deadline)
         finally:  # a failed connection closed itself; it reconnects when used again
             if len(origin.idle) < 2 and self._origins.get(t.name) is origin:
                 origin.idle.append(conn)
