@@ -26,7 +26,6 @@ from sentinel.config import parse_config
 from sentinel.config.probe import effective_probe
 from sentinel.daemon.probejobs import build_probe_targets, generation_total_reader
 from sentinel.model import is_stale, label_value
-from sentinel.promql import Engine
 from sentinel.sim.server import start_sim
 from sentinel.store import MemoryStore
 
@@ -191,7 +190,7 @@ def test_canary_never_fires_while_the_counters_show_tokens_flowing(sim):
     """Driven clock: 10 simulated minutes of traffic, scraped every 5 s, probed every 15 s."""
     store = MemoryStore()
     scraper = Scraper(store)
-    runner = ProbeRunner(4, generation_total_reader(Engine(store)))
+    runner = ProbeRunner(4, generation_total_reader(store))
     target = ProbeTarget("gemma", sim.url, interval_ms=15_000, timeout_ms=2_000)
     scrape = ScrapeTarget("gemma", sim.url)
     t0 = 1_700_000_000_000
@@ -308,7 +307,7 @@ def test_a_series_is_ended_once_not_at_every_skipped_canary() -> None:
     config = parse_config(yaml.safe_load(
         "probe_interval: 0s\ntargets: [{name: gemma, url: 'http://127.0.0.1:1'}]"))
     store = MemoryStore()
-    jobs = ProbeJobs(config, store, Engine(store), CollectorRegistry(), lambda: 0)
+    jobs = ProbeJobs(config, store, CollectorRegistry(), lambda: 0)
     t = ProbeTarget("gemma", "http://127.0.0.1:1")
     sent = [ProbeResult(HEALTH, True, 0.01, 200), ProbeResult(CANARY, True, 0.05, 200, ttft_s=0.02)]
     jobs._record(t, 1000, samples_of(t, sent), sent, "")

@@ -193,32 +193,31 @@ def test_daemon_runs_probes_on_the_io_loop_with_no_thread_of_their_own(tmp_path,
         app.stop(2)
 
 
-def test_the_heartbeat_reads_every_targets_counter_with_one_query_per_scrape_interval():
+def test_the_heartbeat_reads_every_targets_counter_once_per_scrape_interval():
     # Per probe, a query for its own target scanned every target's series of the
     # name: at 1,000 targets that cost more than the probe's HTTP. One fleet-wide
     # reading per 5 s (the counters move only when scraped) serves them all.
     from sentinel.daemon.probejobs import generation_total_reader
     from sentinel.model import labels_of
-    from sentinel.promql import Engine
     from sentinel.store import MemoryStore
 
-    store = MemoryStore()
+    readings: list[int] = []
+
+    class Counting(MemoryStore):
+        def newest_sums(self, name, by, start_ms, end_ms):  # noqa: ANN001
+            readings.append(end_ms)
+            return super().newest_sums(name, by, start_ms, end_ms)
+
+    store = Counting()
     for i in range(50):
         for engine_id, value in (("0", 100.0 * i), ("1", 1.0)):
             store.add(labels_of({"__name__": "vllm:generation_tokens_total",
                                  "target": f"t{i}", "engine": engine_id}), 10_000, value)
-    queries: list[int] = []
-
-    class Counting(Engine):
-        def query(self, expr, at_ms):  # noqa: ANN001
-            queries.append(at_ms)
-            return super().query(expr, at_ms)
-
-    read = generation_total_reader(Counting(store))
+    read = generation_total_reader(store)
     assert [read(f"t{i}", 20_000 + i) for i in range(50)] == [100.0 * i + 1 for i in range(50)]
-    assert queries == [20_000]  # one reading for the whole fleet within the 5 s
+    assert readings == [20_000]  # one reading for the whole fleet within the 5 s
     assert read("nobody", 24_999) is None
     store.add(labels_of({"__name__": "vllm:generation_tokens_total", "target": "t1",
                          "engine": "0"}), 25_000, 500.0)
-    assert read("t1", 25_000) == 501.0 and queries == [20_000, 25_000]  # the next 5 s
+    assert read("t1", 25_000) == 501.0 and readings == [20_000, 25_000]  # the next 5 s
     assert read("t1", 5_000) is None  # before any sample

@@ -48,7 +48,7 @@ class Harness:
         groups = load_rule_files([str(RULES)])
         self.rules = RuleManager(groups, self.engine, default_interval_ms=15_000)
         self.scraper = Scraper(self.store)
-        self.runner = ProbeRunner(4, generation_total_reader(self.engine))
+        self.runner = ProbeRunner(4, generation_total_reader(self.store))
         self.check = MetricCheckJob(lambda: groups, self.store, self.engine,
                                     CollectorRegistry(), 15_000, lambda: 0)
         self.scrape_target = ScrapeTarget("gemma", sim.url, interval_ms=STEP_MS)

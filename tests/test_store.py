@@ -60,3 +60,39 @@ def test_series_limit_and_stale_markers():
     assert is_stale(s.vs[0]) and not is_stale(float("nan"))
     with pytest.raises(StoreFullError):
         store.ref(_labels("y"))
+
+
+def test_newest_sums_answers_as_the_sum_by_query_does():
+    # The probes' heartbeat reads `sum by (target) (...)` through this shortcut:
+    # it must agree with the engine on stale markers, old samples, NaNs and
+    # several series per target.
+    import math
+    import random
+
+    from sentinel.model import label_value
+    from sentinel.promql import Engine
+
+    rng = random.Random(7)
+    store = MemoryStore()
+    name = "vllm:generation_tokens_total"
+    for target in range(40):
+        for engine_id in range(rng.randint(1, 3)):
+            labels = labels_of({"__name__": name, "target": f"t{target % 25}",
+                                "engine": str(engine_id)})
+            for t in range(0, 600_000, 15_000):
+                if rng.random() < 0.7:
+                    roll = rng.random()
+                    value = (STALE_NAN if roll < 0.1 else math.nan if roll < 0.12
+                             else float(rng.randint(0, 10_000)))
+                    store.add(labels, t, value)
+    store.add(labels_of({"__name__": name}), 500_000, 3.0)  # no target label: key ""
+    store.add(labels_of({"__name__": "other", "target": "t1"}), 500_000, 1e9)
+    engine = Engine(store)
+    for at in (0, 14_999, 300_000, 450_000, 599_000, 900_000):
+        want = {label_value(s.labels, "target"): s.value
+                for s in engine.query(f"sum by (target) ({name})", at)}
+        got = store.newest_sums(name, "target", at - 300_000, at)
+        assert got.keys() == want.keys(), at
+        for k, v in want.items():
+            assert got[k] == v or (math.isnan(got[k]) and math.isnan(v)), (at, k)
+    assert store.newest_sums("absent", "target", 0, 10**9) == {}

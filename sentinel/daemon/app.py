@@ -168,7 +168,7 @@ class App:
             self.pipeline.reconcile(self._now_ms())
             self._start_remediation(db)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
-        self.probes = ProbeJobs(cfg, store, self.engine, self.metrics.registry, self._now_ms,
+        self.probes = ProbeJobs(cfg, store, self.metrics.registry, self._now_ms,
                                 self.io)
         self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
                                            self.metrics.registry, cfg.evaluation_interval_ms,

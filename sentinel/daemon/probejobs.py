@@ -24,8 +24,8 @@ from sentinel.collect.probe_runner import SKIP_BUSY, SKIP_CAP, ProbeRunner
 from sentinel.config import Config, TargetConfig
 from sentinel.config.probe import effective_probe
 from sentinel.daemon.scrapejobs import ScrapeJobs
-from sentinel.model import STALE_NAN, Labels, is_stale, label_value, labels_of
-from sentinel.promql import Engine, compile_expr
+from sentinel.model import STALE_NAN, Labels, is_stale, labels_of
+from sentinel.promql import DEFAULT_LOOKBACK_MS
 from sentinel.store import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -70,23 +70,22 @@ HEARTBEAT_SERIES = "vllm:generation_tokens_total"
 GONE_MS = 10 * 60_000
 
 
-def generation_total_reader(engine: Engine) -> Callable[[str, int], float | None]:
+def generation_total_reader(store: MemoryStore, lookback_ms: int = DEFAULT_LOOKBACK_MS,
+                            ) -> Callable[[str, int], float | None]:
     """Reads `sum(vllm:generation_tokens_total{target=...})` at a time, None when absent.
 
-    One query, `sum by (target) (...)`, answers every target at once; its
-    result serves every read within the same READING_MS.
+    One pass over the counter's series (`MemoryStore.newest_sums`, what
+    `sum by (target) (...)` answers) serves every target's read within the
+    same READING_MS.
     """
-    node = compile_expr(f"sum by (target) ({HEARTBEAT_SERIES})")
     readings: dict[int, dict[str, float]] = {}
 
     def read(target: str, at_ms: int) -> float | None:
         key = at_ms // READING_MS
         totals = readings.get(key)
         if totals is None:
-            vec = engine.query(node, at_ms)
-            totals = {} if not isinstance(vec, list) else {
-                label_value(s.labels, "target"): float(s.value) for s in vec
-                if not math.isnan(s.value)}
+            sums = store.newest_sums(HEARTBEAT_SERIES, "target", at_ms - lookback_ms, at_ms)
+            totals = {t: v for t, v in sums.items() if not math.isnan(v)}
             if len(readings) >= 4:  # first probes also read one interval back
                 readings.pop(min(readings))
             readings[key] = totals
@@ -97,7 +96,7 @@ def generation_total_reader(engine: Engine) -> Callable[[str, int], float | None
 class ProbeJobs:
     """Owns the probe runner (on the I/O loop) and its scheduled jobs."""
 
-    def __init__(self, config: Config, store: MemoryStore, engine: Engine,
+    def __init__(self, config: Config, store: MemoryStore,
                  registry: CollectorRegistry, now_ms: Callable[[], int],
                  io: IOLoop | None = None) -> None:
         self.store = store
@@ -105,7 +104,7 @@ class ProbeJobs:
         self.default_interval_ms = config.probe_interval_ms
         self.targets = build_probe_targets(config)
         self.runner = (ProbeRunner(config.probe_canary_concurrency,
-                                   generation_total_reader(engine), io)
+                                   generation_total_reader(store), io)
                        if probes_on(config) else None)
         self._jobs: ScrapeJobs | None = None
         # Each target's probe series whose newest sample is a value (not a staleness

@@ -520,6 +520,32 @@ class MemoryStore:
                 out.append(summary)
         return out
 
+    def newest_sums(self, name: str, by: str, start_ms: int, end_ms: int) -> dict[str, float]:
+        """`sum by (by) (name)` at `end_ms` with a lookback back to `start_ms`, as a dict.
+
+        Each series of the metric adds its newest sample in the range to its
+        `by` label's sum (one whose newest sample is a staleness marker is
+        absent, as in PromQL). No vector is built: the probes' heartbeat reads
+        every target's token counter this way, where a query cost ~15 ms at
+        1,000 targets.
+        """
+        with self._lock:
+            found = self._by_name.get(name)
+            buffers = list(found) if found else []
+        sums: dict[str, float] = {}
+        data = self._data
+        for buf in buffers:
+            with data:
+                lo, hi, d = buf.span(start_ms, end_ms)
+                if lo >= hi:
+                    continue
+                value = buf.vs[hi - 1 + d]
+            if value != value and is_stale(value):
+                continue
+            key = label_value(buf.labels, by)
+            sums[key] = sums.get(key, 0.0) + value
+        return sums
+
     def has_live(self, name: str, start_ms: int, end_ms: int) -> bool:
         """Whether some series of the metric `name` has a non-stale sample in the range."""
         with self._lock:
