@@ -71,6 +71,25 @@ def test_scrape_offsets_spread_targets_over_the_interval():
         assert first % 5_000 == offset_ms("vllm-7", 5_000)
 
 
+def test_probes_start_in_slots_in_the_second_half_of_each_evaluation_interval():
+    from collections import Counter
+
+    from sentinel.daemon.probejobs import PROBE_SLOT_MS, probe_offset_ms
+
+    offsets = [probe_offset_ms(f"vllm-{i}", 15_000, 5_000) for i in range(1_000)]
+    assert all(0 <= o < 15_000 and o % PROBE_SLOT_MS == 0 for o in offsets)
+    assert all(o % 5_000 >= 2_500 for o in offsets)  # never as the rule groups start
+    per_slot = Counter(offsets)  # 75 slots of 100 ms: ~13 probes in each, none crowded
+    assert len(per_slot) == 75 and max(per_slot.values()) < 30
+    # The evaluation interval does not divide the probe interval: slots only.
+    for i in range(50):
+        hashed = offset_ms(f"probe:vllm-{i}", 15_000)
+        assert probe_offset_ms(f"vllm-{i}", 15_000, 60_000) == hashed - hashed % PROBE_SLOT_MS
+    for now in (0, 1_234, 999_999):
+        first = first_run_ms("x", 15_000, now, offsets[7])
+        assert now <= first < now + 15_000 and first % 15_000 == offsets[7]
+
+
 def test_miss_policy_reports_each_missed_run_once():
     assert miss_policy(5_000) == {"coalesce": False, "misfire_grace_time": 2}
     assert miss_policy(60_000) == {"coalesce": False, "misfire_grace_time": 30}

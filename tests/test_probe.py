@@ -327,3 +327,31 @@ def test_a_series_is_ended_once_not_at_every_skipped_canary() -> None:
     jobs.end("gemma", 50_000)
     assert samples("sentinel_probe_success", HEALTH)[-1] == (50_000, True)
     assert samples("sentinel_probe_ttft_seconds") == [(1000, False), (16_000, True)]
+
+
+def test_probe_jobs_are_scheduled_at_their_slot_clear_of_the_evaluations():
+    from prometheus_client import CollectorRegistry
+
+    from sentinel.collect.ioloop import IOLoop
+    from sentinel.daemon.missed import MissedWork
+    from sentinel.daemon.probejobs import ProbeJobs, probe_offset_ms
+    from sentinel.daemon.scrapejobs import ScrapeJobs
+
+    config = parse_config(yaml.safe_load(
+        "evaluation_interval: 5s\nprobe_interval: 15s\ntargets:\n"
+        + "".join(f"  - {{name: t{i}, url: 'http://127.0.0.1:1'}}\n" for i in range(20))))
+    io = IOLoop("test-probe-jobs").start()
+    registry = CollectorRegistry()
+    jobs = ScrapeJobs(io, None, MissedWork(registry))  # type: ignore[arg-type]
+    probes = ProbeJobs(config, MemoryStore(), registry, lambda: 0, io)
+    try:
+        probes.schedule(jobs, 1_700_000_000_000)
+        for i in range(20):
+            interval, due = jobs.get(f"probe:t{i}")
+            assert interval == 15_000
+            assert due % 15_000 == probe_offset_ms(f"t{i}", 15_000, 5_000)
+            assert due % 5_000 >= 2_500
+    finally:
+        jobs.stop()
+        probes.close()
+        io.stop()

@@ -49,9 +49,12 @@ def offset_ms(name: str, interval_ms: int) -> int:
     return zlib.crc32(name.encode()) % interval_ms
 
 
-def first_run_ms(name: str, interval_ms: int, now_ms: int) -> int:
-    """The first time at or after `now_ms` that falls on the target's offset in the interval."""
-    first = now_ms - now_ms % interval_ms + offset_ms(name, interval_ms)
+def first_run_ms(name: str, interval_ms: int, now_ms: int, offset: int | None = None) -> int:
+    """The first time at or after `now_ms` that falls on the target's offset in the interval
+    (`offset`, or one hashed from `name`)."""
+    if offset is None:
+        offset = offset_ms(name, interval_ms)
+    first = now_ms - now_ms % interval_ms + offset % interval_ms
     return first if first >= now_ms else first + interval_ms
 
 
@@ -131,11 +134,12 @@ class ScrapeJobs:
 
     def add(self, kind: str, name: str, fn: JobFn,
             interval_ms: int, now_ms: int, *args: object,
-            on_missed: MissedFn | None = None) -> None:
+            on_missed: MissedFn | None = None, offset: int | None = None) -> None:
         """Run coroutine function `fn(*args)` every interval on the I/O loop, offset by `name`.
 
         Job id `kind:name`, one run at a time, first run at the name's offset
-        in the interval; an existing job of that id is replaced (a run in
+        in the interval (or at `offset` ms into it, when the caller chose
+        one); an existing job of that id is replaced (a run in
         flight is let finish, and the new job waits for it). Missed runs go
         to `on_missed(name, n)`; kind "scrape" counts them by default in
         `sentinel_scrapes_missed_total`.
@@ -143,7 +147,7 @@ class ScrapeJobs:
         job_id = f"{kind}:{name}"
         if on_missed is None and kind == "scrape":
             on_missed = self._missed.scrape_missed
-        start = first_run_ms(job_id if kind != "scrape" else name, interval_ms, now_ms)
+        start = first_run_ms(job_id if kind != "scrape" else name, interval_ms, now_ms, offset)
         job = _Job(job_id, fn, args, interval_ms, start, on_missed)
         old = self._jobs.get(job_id)
         if old is not None:  # its timer may fire before _arm runs on the loop: not re-armed
