@@ -6,7 +6,14 @@ from dataclasses import dataclass
 
 from test_rules_promtool import REPO, promtool, sentinel_test
 
-from sentinel.daemon.scrapejobs import due, first_run_ms, miss_policy, offset_ms
+from sentinel.daemon.scrapejobs import (
+    SLOT_MS,
+    due,
+    first_run_ms,
+    miss_policy,
+    offset_ms,
+    slot_offset_ms,
+)
 from sentinel.rules.loader import RuleGroup, make_rule
 from sentinel.rules.needs import needed_series
 
@@ -69,6 +76,49 @@ def test_scrape_offsets_spread_targets_over_the_interval():
         first = first_run_ms("vllm-7", 5_000, now)
         assert now <= first < now + 5_000
         assert first % 5_000 == offset_ms("vllm-7", 5_000)
+
+
+def test_scrapes_start_in_slots_spread_over_the_interval():
+    from collections import Counter
+
+    offsets = [slot_offset_ms(f"vllm-{i}", 5_000) for i in range(1_000)]
+    assert all(o % SLOT_MS == 0 for o in offsets)
+    per_slot = Counter(offsets)  # 20 slots of 250 ms: ~50 scrapes in each, none crowded
+    assert sorted(per_slot) == list(range(0, 5_000, SLOT_MS)) and max(per_slot.values()) < 80
+    for i in range(50):  # the slot holding the target's hashed offset
+        assert 0 <= offset_ms(f"vllm-{i}", 5_000) - slot_offset_ms(f"vllm-{i}", 5_000) < SLOT_MS
+    # An interval shorter than a slot: every scrape at its start, still once an interval.
+    assert {slot_offset_ms(f"vllm-{i}", 200) for i in range(20)} == {0}
+
+
+def test_scrape_jobs_are_armed_at_their_slot_and_added_ones_too():
+    from prometheus_client import CollectorRegistry
+
+    from sentinel.collect.ioloop import IOLoop
+    from sentinel.collect.scrape import ScrapeTarget
+    from sentinel.daemon.missed import MissedWork
+    from sentinel.daemon.scrapejobs import ScrapeJobs
+
+    async def scrape(_t: ScrapeTarget) -> None:
+        return None
+
+    io = IOLoop("test-scrape-slots").start()
+    now = 1_700_000_000_123
+    # The jobs' clock a minute behind `now`: no timer fires (and moves its run time) here.
+    jobs = ScrapeJobs(io, scrape, MissedWork(CollectorRegistry()), wall_ms=lambda: now - 60_000)
+    try:
+        targets = [ScrapeTarget(f"t{i}", "http://127.0.0.1:1", interval_ms=5_000,
+                                 timeout_ms=4_000)
+                   for i in range(20)]
+        assert jobs.start(targets, now) == 20
+        jobs.add("scrape", "late", scrape, 5_000, now, targets[0])  # as discovery adds a pod
+        for name in [t.name for t in targets] + ["late"]:
+            interval, due_ms = jobs.get(f"scrape:{name}")
+            assert interval == 5_000 and now <= due_ms < now + 5_000
+            assert due_ms % 5_000 == slot_offset_ms(name, 5_000)
+    finally:
+        jobs.stop()
+        io.stop()
 
 
 def test_probes_start_in_slots_in_the_second_half_of_each_evaluation_interval():

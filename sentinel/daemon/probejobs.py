@@ -24,7 +24,7 @@ from sentinel.collect.probe import ProbeTarget
 from sentinel.collect.probe_runner import SKIP_BUSY, SKIP_CAP, ProbeRunner
 from sentinel.config import Config, TargetConfig
 from sentinel.config.probe import effective_probe
-from sentinel.daemon.scrapejobs import ScrapeJobs, offset_ms
+from sentinel.daemon.scrapejobs import SLOT_MS, ScrapeJobs, offset_ms
 from sentinel.model import STALE_NAN, Labels, is_stale, labels_of
 from sentinel.promql import DEFAULT_LOOKBACK_MS
 from sentinel.store import MemoryStore
@@ -69,9 +69,9 @@ READING_MS = 5_000
 # whether or not a loaded rule reads it.
 HEARTBEAT_SERIES = "vllm:generation_tokens_total"
 GONE_MS = 10 * 60_000
-# Probes start on a grid of 250 ms slots (see `probe_offset_ms`): at 1,000 targets,
-# 250 ms cost ~1 % less CPU in all than 100 ms, and 500 ms no less than 250.
-PROBE_SLOT_MS = 250
+# Probes start on the scrapes' grid of 250 ms slots (see `probe_offset_ms`): at 1,000
+# targets, 250 ms cost ~1 % less CPU in all than 100 ms, and 500 ms no less than 250.
+PROBE_SLOT_MS = SLOT_MS
 
 
 def probe_offset_ms(name: str, interval_ms: int, evaluation_ms: int) -> int:
@@ -84,8 +84,9 @@ def probe_offset_ms(name: str, interval_ms: int, evaluation_ms: int) -> int:
       interpreter and its caches). At 1,000 idle targets this took ~3 points
       off what probes add to Sentinel's CPU (bench/probe_ab.py);
     - rounded down to a 250 ms slot, so the fleet's probes go out in small
-      batches that share the I/O loop's wake-ups: a probe round cost half
-      the CPU alone on a loop, ~3 points of the daemon's figure.
+      batches that share the I/O loop's wake-ups (with each other and with
+      the slot's scrapes, on the same grid): a probe round cost half the CPU
+      alone on a loop, ~3 points of the daemon's figure.
     A target is still probed once an interval; only the phase changes.
     """
     off = offset_ms("probe:" + name, interval_ms)

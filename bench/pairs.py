@@ -1,0 +1,107 @@
+"""Two Sentinels against one fleet, measured over the same window.
+
+On this shared 2-core machine the CPU level drifts by ±10 % between runs a
+minute apart, as much as the effects measured. Run side by side, whatever
+the machine does, it does to both, so their ratio holds where the absolute
+figures do not. Used by bench/probe_ab.py (probes on against off) and
+bench/version_ab.py (this checkout against another revision).
+
+A Sentinel starved of CPU would read cheap, so each one's missed scrapes,
+rule evaluations and probes over the window are read from its own /metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.fleet import _raise_fd_limit, cpu_s, free_port, metrics, total
+
+SETTLE_S = 50  # start-up, the first scrapes and the first probes of every target
+# Counters of work a Sentinel could not do on time.
+MISSED = ("sentinel_scrapes_missed_total", "sentinel_rule_group_iterations_missed_total",
+          "sentinel_probes_missed_total")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One of the two Sentinels: its name, and how to start it.
+
+    `command(work, listen)` writes its config into `work` and returns the
+    command that serves it on `listen`; `env` is added to the environment.
+    """
+
+    name: str
+    command: Callable[[Path, int], list[str]]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One side over one window: CPU seconds per second, and work it missed."""
+
+    cpu: float
+    missed: float
+
+
+def missed(port: int) -> float:
+    """All the work a Sentinel reports it missed, so far."""
+    page = metrics(port)
+    return sum(total(page, name) for name in MISSED)
+
+
+def side_by_side(sides: list[Side], seconds: float) -> dict[str, Reading]:
+    """Start every side (in the order given), let them settle, measure one window."""
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    ports: dict[str, int] = {}
+    works = []
+    try:
+        for side in sides:
+            work = Path(tempfile.mkdtemp(prefix="sentinel-ab-"))
+            works.append(work)
+            ports[side.name] = free_port()
+            cmd = side.command(work, ports[side.name])
+            with open(work / "log", "wb") as log:
+                procs[side.name] = subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_raise_fd_limit,
+                    # cwd: `python -m` puts it first on sys.path, ahead of PYTHONPATH.
+                    cwd=work, env={**os.environ, **dict(side.env)})
+        time.sleep(SETTLE_S)
+        for p in procs.values():
+            if p.poll() is not None:
+                raise SystemExit(f"a Sentinel exited during start-up; see the logs in {works}")
+        before = {k: missed(port) for k, port in ports.items()}
+        start = {k: cpu_s(p.pid) for k, p in procs.items()}
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        elapsed = time.monotonic() - t0
+        return {k: Reading((cpu_s(p.pid) - start[k]) / elapsed, missed(ports[k]) - before[k])
+                for k, p in procs.items()}
+    finally:
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            p.wait(15)
+
+
+def run_pairs(base: Side, other: Side, seconds: float, repeat: int, what: str) -> list[float]:
+    """Measure `repeat` windows, swapping which side starts first; print each pair and
+    return what `other` added to `base`'s CPU (a fraction) in the pairs neither starved."""
+    added = []
+    for i in range(repeat):
+        order = [base, other] if i % 2 else [other, base]
+        got = side_by_side(order, seconds)
+        b, o = got[base.name], got[other.name]
+        share = (o.cpu - b.cpu) / max(1e-9, b.cpu)
+        short = [f"{name} missed {r.missed:g}" for name, r in got.items() if r.missed]
+        if not short:
+            added.append(share)
+        print(f"pair {i + 1}: {base.name} {b.cpu:.3f}, {other.name} {o.cpu:.3f} CPU s/s, "
+              f"{what} {100 * share:+.1f} %"
+              + (f"  SATURATED: {', '.join(short)}" if short else ""), flush=True)
+    return added
