@@ -100,11 +100,12 @@ class _Target(asyncio.Protocol):
 
 
 class _Fleet:
-    def __init__(self, pages: list[tuple[bytes, bytes]], traffic: str = "mixed") -> None:
+    def __init__(self, pages: list[tuple[bytes, bytes]], traffic: str = "mixed",
+                 ttft_s: float | None = None) -> None:
         self.pages = pages
         self.counts: list[int] = []
         self.n = 0
-        self.probes = _ProbeAnswers()
+        self.probes = _ProbeAnswers(_TTFT_S if ttft_s is None else ttft_s)
         self.traffic = _Traffic(traffic, pages)
 
     def answer(self, t: _Target, head: bytes) -> None:
@@ -176,8 +177,9 @@ _STREAMS = {n: _stream(n) for n in range(1, 17)}
 class _ProbeAnswers:
     """/health, /v1/models and a streamed /v1/(chat/)completions, counted by kind."""
 
-    def __init__(self) -> None:
+    def __init__(self, ttft_s: float = 0.020) -> None:
         self.counts: Counter[str] = Counter()
+        self.ttft_s = ttft_s
 
     def answer(self, t: _Target, head: bytes, body: bytes = b"") -> None:
         assert t.transport is not None
@@ -197,7 +199,7 @@ class _ProbeAnswers:
             asked = _MAX_TOKENS.search(body)
             tokens = min(16, max(1, int(asked.group(1)))) if asked else 16
             for i, event in enumerate(_STREAMS[tokens]):
-                loop.call_later(_TTFT_S + i * _ITL_S, _write, t, event)
+                loop.call_later(self.ttft_s + i * _ITL_S, _write, t, event)
         else:
             self.counts["other"] += 1
             t.transport.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
@@ -252,8 +254,9 @@ class _Traffic:
         return self.pages[n % len(self.pages)]
 
 
-async def _serve(n: int, firing: bool, traffic: str = "mixed") -> None:
-    fleet = _Fleet(page_variants(firing=firing), traffic)
+async def _serve(n: int, firing: bool, traffic: str = "mixed",
+                 ttft_s: float | None = None) -> None:
+    fleet = _Fleet(page_variants(firing=firing), traffic, ttft_s)
     loop = asyncio.get_running_loop()
     ports = []
     for i in range(n):
@@ -277,7 +280,8 @@ async def _serve(n: int, firing: bool, traffic: str = "mixed") -> None:
     await asyncio.Event().wait()
 
 
-def serve_main(n: int, firing: bool = False, traffic: str = "mixed") -> None:
+def serve_main(n: int, firing: bool = False, traffic: str = "mixed",
+               ttft_s: float | None = None) -> None:
     """The helper process: serve until killed."""
     _raise_fd_limit()
     try:
@@ -285,15 +289,17 @@ def serve_main(n: int, firing: bool = False, traffic: str = "mixed") -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(_serve(n, firing, traffic))
+    asyncio.run(_serve(n, firing, traffic, ttft_s))
 
 
 class FleetProcess:
     """The helper process serving the targets, and its request counters."""
 
-    def __init__(self, n: int, firing: bool = False, traffic: str = "mixed") -> None:
+    def __init__(self, n: int, firing: bool = False, traffic: str = "mixed",
+                 ttft_s: float | None = None) -> None:
         cmd = [sys.executable, __file__, "--serve", str(n), "--traffic", traffic] + (
-            ["--firing"] if firing else [])
+            ["--firing"] if firing else []) + (
+            ["--canary-ttft", str(ttft_s)] if ttft_s is not None else [])
         self.proc = subprocess.Popen(cmd,
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
@@ -615,8 +621,10 @@ def main() -> None:
                     help="the targets' token counters: mixed (as before), busy (growing: "
                          "canaries skipped), idle (still: canaries sent)")
     ap.add_argument("--canary-cap", type=int, default=0,
-                    help="probe_canary_concurrency (default: Sentinel's, 4; at 1,000 idle "
-                         "targets 4 slots of ~25 ms 2-token canaries send all 67 a second)")
+                    help="probe_canary_concurrency (default: Sentinel's)")
+    ap.add_argument("--canary-ttft", type=float, default=None, metavar="SECONDS",
+                    help=f"the targets' time to first token for a canary (default {_TTFT_S}; "
+                         "then 5 ms a token)")
     ap.add_argument("--rule-files", default="",
                     help="comma-separated rule files instead of the shipped ones")
     ap.add_argument("--settle", type=float, default=None,
@@ -626,7 +634,7 @@ def main() -> None:
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve_main(args.serve, args.firing, args.traffic)
+        serve_main(args.serve, args.firing, args.traffic, args.canary_ttft)
         return
     if args.rule_files:
         RULE_FILES[:] = [Path(f).resolve() for f in args.rule_files.split(",")]
@@ -637,7 +645,7 @@ def main() -> None:
     if "prometheus" in systems and not shutil.which("prometheus"):
         print("prometheus not installed: measuring Sentinel only")
         systems.remove("prometheus")
-    fleet = FleetProcess(args.targets, args.firing, args.traffic)
+    fleet = FleetProcess(args.targets, args.firing, args.traffic, args.canary_ttft)
     runs = [(s, args.probes == "on" and s == "sentinel") for s in systems]
     if args.probes == "both" and "sentinel" in systems:
         runs = [r for r in runs if r[0] != "sentinel"]
