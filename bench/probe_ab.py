@@ -9,7 +9,7 @@ whatever the machine does, it does to both. Each repeat swaps which one
 starts first.
 
     python bench/probe_ab.py [--targets 1000] [--seconds 60] [--repeat 3]
-                             [--traffic idle|busy]
+                             [--traffic idle|busy] [--canary-ttft SECONDS]
 
 Each line prints both CPU figures (s/s) and what probes added; the last,
 the median. Both Sentinels share the cores with each other and with the
@@ -42,9 +42,12 @@ def main() -> None:
     ap.add_argument("--traffic", choices=["idle", "busy"], default="idle",
                     help="idle: counters still, every canary sent; busy: counters moving, "
                          "canaries skipped")
+    ap.add_argument("--canary-ttft", type=float, default=None, metavar="SECONDS",
+                    help="the targets' time to first token for a canary (default: the fleet "
+                         "helper's, 20 ms; the seeds' idle Gemma figure is 0.3)")
     args = ap.parse_args()
     _raise_fd_limit()
-    fleet = FleetProcess(args.targets, traffic=args.traffic)
+    fleet = FleetProcess(args.targets, traffic=args.traffic, ttft_s=args.canary_ttft)
     try:
         off = Side("off", lambda work, port: sentinel_cmd(work, fleet.ports, port, False))
         on = Side("on", lambda work, port: sentinel_cmd(work, fleet.ports, port, True))
@@ -55,7 +58,9 @@ def main() -> None:
         raise SystemExit("every pair missed work: this machine cannot run two Sentinels "
                          "and the fleet at once; use fewer --targets")
     print(f"median added {100 * statistics.median(added):+.1f} % over {len(added)} pairs "
-          f"({args.targets} targets, {args.traffic}, {args.seconds:g} s windows)")
+          f"({args.targets} targets, {args.traffic}, {args.seconds:g} s windows"
+          + (f", canary TTFT {args.canary_ttft:g} s" if args.canary_ttft is not None else "")
+          + ")")
 
 
 if __name__ == "__main__":
