@@ -115,24 +115,40 @@ def idelta(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
 
 
 def avg_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
-    """Mean, computed incrementally with compensation as Prometheus does."""
+    """Mean, computed incrementally with compensation as Prometheus does.
+
+    `floatops.kahan_inc` written out in the loop: the call and its tuple were
+    half the time of the probe rules' `avg_over_time(...[5m])` over 1,000 series.
+    """
     mean = count = c = 0.0
+    isinf = math.isinf
     for v in vs:
         count += 1
-        if math.isinf(mean):
-            if math.isinf(v) and (mean > 0) == (v > 0):
+        if isinf(mean):
+            if isinf(v) and (mean > 0) == (v > 0):
                 continue
-            if not math.isinf(v) and not math.isnan(v):
+            if not isinf(v) and not math.isnan(v):
                 continue
-        mean, c = f.kahan_inc(v / count - mean / count, mean, c)
-    return mean if math.isinf(mean) else mean + c
+        inc = v / count - mean / count
+        t = mean + inc
+        if abs(mean) >= abs(inc):
+            c += (mean - t) + inc
+        else:
+            c += (inc - t) + mean
+        mean = t
+    return mean if isinf(mean) else mean + c
 
 
 def sum_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
-    """Compensated sum."""
+    """Compensated sum (`floatops.kahan_inc`, written out in the loop)."""
     total = c = 0.0
     for v in vs:
-        total, c = f.kahan_inc(v, total, c)
+        t = total + v
+        if abs(total) >= abs(v):
+            c += (total - t) + v
+        else:
+            c += (v - t) + total
+        total = t
     return total if math.isinf(total) else total + c
 
 
