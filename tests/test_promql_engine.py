@@ -190,6 +190,21 @@ def test_set_operators() -> None:
     assert len(as_dict(e.query("a or b", 0))) == 3  # b{t="2"} is matched by a{t="2"}
 
 
+def test_an_empty_left_side_of_and_or_unless_leaves_the_right_side_unevaluated() -> None:
+    e = engine_for({'a{t="1"}': "1", 'b{t="1", e="0"}': "5", 'b{t="1", e="1"}': "6"})
+    failing = "(b * on(t) b)"  # many-to-many: an error whenever it is evaluated
+    with pytest.raises(PromQLError, match="many-to-many"):
+        e.query(f"a and {failing}", 0)
+    with pytest.raises(PromQLError, match="many-to-many"):
+        e.query(f"a unless {failing}", 0)
+    # Empty whatever the right side holds: not evaluated, so no error (Prometheus 2.42
+    # would raise it; results agree wherever neither side fails, tests/promql_cases).
+    assert e.query(f"a > 10 and {failing}", 0) == []
+    assert e.query(f"a > 10 unless {failing}", 0) == []
+    with pytest.raises(PromQLError, match="many-to-many"):  # `or` still needs both
+        e.query(f"a > 10 or {failing}", 0)
+
+
 def test_functions() -> None:
     e = engine_for({'x{a="1", b="v-2"}': "-2.5"})
     assert as_dict(e.query("abs(x)", 0)) == {"a=1,b=v-2": 2.5}

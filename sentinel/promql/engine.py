@@ -221,7 +221,14 @@ class _Evaluator:
         return check_unique(aggregate(e.op, vec, e.grouping, e.without, param))
 
     def binary(self, e: n.Binary) -> Value:
-        lhs, rhs = self.eval(e.lhs), self.eval(e.rhs)
+        lhs = self.eval(e.lhs)
+        if not lhs and isinstance(lhs, list) and e.op in ("and", "unless"):
+            # Empty whatever the right side holds, so it is not evaluated (Prometheus 2.42
+            # evaluates it: a right side that fails, e.g. on duplicate series, raises
+            # there and not here). In shipped rules the right side is often the dearer
+            # (`... > 2 unless on (target) sum by (target) (rate(...[5m])) > 0`).
+            return []
+        rhs = self.eval(e.rhs)
         if isinstance(lhs, float) and isinstance(rhs, float):
             return scalar_op(e.op, lhs, rhs)
         if isinstance(rhs, float):
