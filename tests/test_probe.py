@@ -186,33 +186,37 @@ def test_fifty_targets_never_exceed_the_canary_cap(sim):
     assert sim.chat_max_in_flight == 4  # the cap was reached, never passed
 
 
-def test_canary_never_fires_while_the_counters_show_tokens_flowing(sim):
-    """Driven clock: 10 simulated minutes of traffic, scraped every 5 s, probed every 15 s."""
+# (scrape interval, probe interval) in ms: the defaults, and probes faster than the
+# heartbeat's 5 s fleet-wide reading (each probe must still see its own fresh one).
+@pytest.mark.parametrize("scrape_ms,probe_ms", [(5_000, 15_000), (250, 500)])
+def test_canary_never_fires_while_the_counters_show_tokens_flowing(sim, scrape_ms, probe_ms):
+    """Driven clock: 120 scrapes of traffic, probed every `probe_ms`."""
     store = MemoryStore()
     scraper = Scraper(store)
     runner = ProbeRunner(4, generation_total_reader(store))
-    target = ProbeTarget("gemma", sim.url, interval_ms=15_000, timeout_ms=2_000)
+    target = ProbeTarget("gemma", sim.url, interval_ms=probe_ms, timeout_ms=2_000)
     scrape = ScrapeTarget("gemma", sim.url)
+    every = probe_ms // scrape_ms
     t0 = 1_700_000_000_000
     try:
-        sim.set_state(load_rps=2, num_requests_running=3)
+        sim.set_state(load_rps=20, num_requests_running=3)
         for step in range(121):
-            now = t0 + step * 5_000
-            sim.traffic.advance(5.0)
+            now = t0 + step * scrape_ms
+            sim.traffic.advance(scrape_ms / 1000)
             scraper.scrape(scrape, now)
             # From the first probe that has a reading one interval back (the counters
             # can only "show" flow once they have been scraped twice).
-            if step % 3 == 0 and step >= 3:
+            if step % every == 0 and step >= every:
                 _, _, skipped = runner.probe(target, now)
                 assert skipped, step
         assert len(sim.chat_requests) == 0, "a canary fired while tokens were flowing"
         # The traffic stops: the next probes send canaries again (and their own tokens
         # never count as traffic, so they keep coming).
         sim.set_state(load_rps=0, num_requests_running=0)
-        for step in range(121, 160):
-            now = t0 + step * 5_000
+        for step in range(121, 121 + 13 * every):
+            now = t0 + step * scrape_ms
             scraper.scrape(scrape, now)
-            if step % 3 == 0:
+            if step % every == 0:
                 runner.probe(target, now)
         assert len(sim.chat_requests) >= 12
     finally:

@@ -214,10 +214,17 @@ def test_the_heartbeat_reads_every_targets_counter_once_per_scrape_interval():
             store.add(labels_of({"__name__": "vllm:generation_tokens_total",
                                  "target": f"t{i}", "engine": engine_id}), 10_000, value)
     read = generation_total_reader(store)
-    assert [read(f"t{i}", 20_000 + i) for i in range(50)] == [100.0 * i + 1 for i in range(50)]
+    assert [read(f"t{i}", 20_000 + i) for i in range(50)] == [
+        (100.0 * i + 1, 20_000) for i in range(50)]
     assert readings == [20_000]  # one reading for the whole fleet within the 5 s
-    assert read("nobody", 24_999) is None
+    assert read("nobody", 24_999) == (None, 20_000)
     store.add(labels_of({"__name__": "vllm:generation_tokens_total", "target": "t1",
                          "engine": "0"}), 25_000, 500.0)
-    assert read("t1", 25_000) == 501.0 and readings == [20_000, 25_000]  # the next 5 s
-    assert read("t1", 5_000) is None  # before any sample
+    assert read("t1", 25_000) == (501.0, 25_000) and readings == [20_000, 25_000]
+    assert read("t1", 5_000) == (None, 5_000)  # before any sample
+    # A probe that had the reading of 25_000 gets a newer one, even within the 5 s.
+    store.add(labels_of({"__name__": "vllm:generation_tokens_total", "target": "t1",
+                         "engine": "0"}), 25_400, 600.0)
+    assert read("t1", 25_500) == (501.0, 25_000)
+    assert read("t1", 25_500, 25_000) == (601.0, 25_500)
+    assert readings == [20_000, 25_000, 5_000, 25_500]

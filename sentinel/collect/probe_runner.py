@@ -30,8 +30,9 @@ from sentinel.collect.probe import (
 )
 
 log = logging.getLogger(__name__)
-# Reads a target's generation-token counter (summed over engines) at a time; None: no data.
-ReadTotal = Callable[[str, int], "float | None"]
+# Reads a target's generation-token counter (summed over engines) at a time, from a
+# reading taken after the given time when one is given: (total or None, when read).
+ReadTotal = Callable[[str, int, "int | None"], "tuple[float | None, int]"]
 # Slack beyond the probe timeout before a job stops waiting for its coroutine.
 WAIT_SLACK_S = 5.0
 # How often /v1/models is asked again once the model is known: under the 5 m lookback,
@@ -47,6 +48,7 @@ SKIP_BUSY, SKIP_CAP = "busy", "cap"
 class _Beat:
     total: float | None
     own: float  # canary tokens added since `total` was read, not yet seen in the counter
+    read_at: int | None  # when the fleet-wide reading that gave `total` was taken
 
 
 class Heartbeat:
@@ -66,17 +68,18 @@ class Heartbeat:
         """Whether tokens are flowing on `t` now (and remember this reading)."""
         if self.read_total is None:
             return False
-        current = self.read_total(t.name, now_ms)
         with self._lock:
             beat = self._beats.get(t.name)
-            if beat is None:
-                beat = _Beat(self.read_total(t.name, now_ms - t.interval_ms), 0.0)
+            if beat is None:  # the first probe: compare with the counter one interval back
+                total, at = self.read_total(t.name, now_ms - t.interval_ms, None)
+                beat = _Beat(total, 0.0, at)
+            current, read_at = self.read_total(t.name, now_ms, beat.read_at)
             flowing = tokens_flowing(beat.total, current, beat.own)
             carry = 0.0
             if beat.total is not None and current is not None and current >= beat.total:
                 # Canary tokens the counter does not show yet are subtracted next time.
                 carry = max(0.0, beat.own - (current - beat.total))
-            self._beats[t.name] = _Beat(current, carry)
+            self._beats[t.name] = _Beat(current, carry, read_at)
         return flowing
 
     def record(self, t: ProbeTarget, results: list[ProbeResult]) -> None:
@@ -84,7 +87,7 @@ class Heartbeat:
         own = sum(r.completion_tokens for r in results if r.probe == CANARY)
         if own:
             with self._lock:
-                beat = self._beats.setdefault(t.name, _Beat(None, 0.0))
+                beat = self._beats.setdefault(t.name, _Beat(None, 0.0, None))
                 beat.own += own
 
 

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.probe import ProbeTarget
-from sentinel.collect.probe_runner import SKIP_BUSY, SKIP_CAP, ProbeRunner
+from sentinel.collect.probe_runner import SKIP_BUSY, SKIP_CAP, ProbeRunner, ReadTotal
 from sentinel.config import Config, TargetConfig
 from sentinel.config.probe import effective_probe
 from sentinel.daemon.scrapejobs import SLOT_MS, ScrapeJobs, offset_ms
@@ -58,12 +58,13 @@ def probes_on(config: Config) -> bool:
         bool(config.kubernetes_sd) and config.probe_interval_ms > 0)
 
 
-# How long one fleet-wide reading of the token counters serves the probes: one
+# How long one fleet-wide reading of the token counters may serve the probes: one
 # scrape interval (the default 5 s), as the counters only move when scraped. The
 # heartbeat compares readings an interval (15 s) apart, so a few seconds of age
 # change nothing. One query per second cost a third of the probes' own CPU on the
 # I/O loop at 1,000 idle targets (py-spy); one per probe was worse (each scanned
-# every target's series).
+# every target's series). A probe never reuses the reading its target's previous
+# probe used: at intervals under 5 s both would read the same total and see no flow.
 READING_MS = 5_000
 # The counter the heartbeat reads: the store keeps it whenever probes are on,
 # whether or not a loaded rule reads it.
@@ -97,25 +98,27 @@ def probe_offset_ms(name: str, interval_ms: int, evaluation_ms: int) -> int:
 
 
 def generation_total_reader(store: MemoryStore, lookback_ms: int = DEFAULT_LOOKBACK_MS,
-                            ) -> Callable[[str, int], float | None]:
+                            ) -> ReadTotal:
     """Reads `sum(vllm:generation_tokens_total{target=...})` at a time, None when absent.
 
     One pass over the counter's series (`MemoryStore.newest_sums`, what
-    `sum by (target) (...)` answers) serves every target's read within the
-    same READING_MS.
+    `sum by (target) (...)` answers) serves every target's read within
+    READING_MS, except a read that asks for a reading newer than one it had:
+    `read(target, at_ms, newer_than_ms)` returns (total, when it was read).
     """
-    readings: dict[int, dict[str, float]] = {}
+    readings: dict[int, dict[str, float]] = {}  # when read -> total per target
 
-    def read(target: str, at_ms: int) -> float | None:
-        key = at_ms // READING_MS
-        totals = readings.get(key)
-        if totals is None:
-            sums = store.newest_sums(HEARTBEAT_SERIES, "target", at_ms - lookback_ms, at_ms)
-            totals = {t: v for t, v in sums.items() if not math.isnan(v)}
-            if len(readings) >= 4:  # first probes also read one interval back
-                readings.pop(min(readings))
-            readings[key] = totals
-        return totals.get(target)
+    def read(target: str, at_ms: int, newer_than_ms: int | None = None,
+             ) -> tuple[float | None, int]:
+        for when, totals in readings.items():
+            if at_ms - READING_MS < when <= at_ms and (
+                    newer_than_ms is None or when > newer_than_ms):
+                return totals.get(target), when
+        sums = store.newest_sums(HEARTBEAT_SERIES, "target", at_ms - lookback_ms, at_ms)
+        if len(readings) >= 4:  # first probes also read one interval back
+            readings.pop(min(readings))
+        readings[at_ms] = totals = {t: v for t, v in sums.items() if not math.isnan(v)}
+        return totals.get(target), at_ms
     return read
 
 
