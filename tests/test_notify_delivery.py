@@ -221,3 +221,50 @@ def test_new_alert_in_a_sent_group_waits_for_group_interval(
     stage.tick(T0 + 5 * MIN)
     bodies = [r.json() for r in loopback.accepted()]
     assert len(bodies) == 2 and len(bodies[1]["alerts"]) == 2  # type: ignore[index]
+
+
+def test_fire_and_resolve_met_by_a_late_dispatcher_are_both_sent(
+        incident_db: Database, loopback: LoopbackReceiver) -> None:
+    # The daemon that fired was stopped before its dispatcher ran; the next one resolves:
+    # both intents meet in one run. With group_wait 0 the firing was due when it was
+    # written, so both pages go out (a group that only ever saw the resolve would send none).
+    a = alert("a")
+    stage = make_stage(incident_db, {"oncall": hook(loopback)})
+    stage.tracker.process([a], T0)
+    stage.tracker.process([resolved(a, T0 + 5 * S)], T0 + 5 * S)
+    stage.tick(T0 + 8 * S)
+    stage.tick(T0 + 9 * S)
+    pages = [(b["status"], b["alerts"][0]["startsAt"])  # type: ignore[index]
+             for b in (r.json() for r in loopback.accepted())]
+    assert [status for status, _ in pages] == ["firing", "resolved"]
+    assert pages[0][1] == pages[1][1]
+
+
+def test_resolve_and_next_firing_met_by_a_late_dispatcher_are_both_sent(
+        incident_db: Database, loopback: LoopbackReceiver) -> None:
+    a = alert("a")
+    stage = make_stage(incident_db, {"oncall": hook(loopback)})
+    stage.tracker.process([a], T0)
+    stage.tick(T0)
+    stage.tracker.process([resolved(a, T0 + 5 * S)], T0 + 5 * S)  # then stopped
+    stage.tracker.process([alert("a", at=T0 + 20 * S)], T0 + 20 * S)  # the next daemon
+    stage.tick(T0 + 21 * S)
+    stage.tick(T0 + 22 * S)
+    pages = [(b["status"], b["alerts"][0]["startsAt"])  # type: ignore[index]
+             for b in (r.json() for r in loopback.accepted())]
+    assert [status for status, _ in pages] == ["firing", "resolved", "firing"]
+    assert pages[0][1] == pages[1][1] != pages[2][1]
+    assert [i.status for i in list_incidents(incident_db)] == ["open", "resolved"]
+
+
+def test_fire_and_resolve_within_group_wait_send_nothing(
+        incident_db: Database, loopback: LoopbackReceiver) -> None:
+    # As Alertmanager: an alert that resolves before its group's first flush is never sent.
+    route = RouteConfig.model_validate({"receiver": "oncall", "group_wait": "30s"})
+    a = alert("a")
+    stage = make_stage(incident_db, {"oncall": hook(loopback)}, route)
+    stage.tracker.process([a], T0)
+    stage.tick(T0 + S)
+    stage.tracker.process([resolved(a, T0 + 10 * S)], T0 + 10 * S)
+    stage.tick(T0 + 40 * S)
+    assert loopback.accepted() == []

@@ -102,39 +102,54 @@ class Dispatcher:
         now = ms_to_dt(now_ms)
         with self.db.session() as s:
             groups: dict[str, NotifyGroup] = {}
+            muting = _Muting(s, now_ms, bool(self.settings.inhibit_rules))
             intents = s.scalars(_locked(select(NotifyIntent).where(
                 NotifyIntent.dispatched_at.is_(None)).order_by(NotifyIntent.id).limit(BATCH),
                 self.db)).all()
+            messages = 0
             for it in intents:
                 it.dispatched_at = now
-                self._ingest(s, groups, alert_from_json(it.alert), it.incident_id, now_ms)
+                # Timed as when it was written: a run late by a restart acts as the runs
+                # it stands in for would have.
+                at_ms = min(now_ms, dt_to_ms(it.created_at))
+                messages += self._ingest(s, groups, alert_from_json(it.alert), it.incident_id,
+                                         at_ms, now_ms, muting)
             if self.settings.watchdog:
-                self._ingest(s, groups, watchdog_alert(now_ms), 0, now_ms, only_if_absent=True)
+                self._ingest(s, groups, watchdog_alert(now_ms), 0, now_ms, now_ms, muting,
+                             only_if_absent=True)
             s.flush()
             due = s.scalars(_locked(select(NotifyGroup).where(
                 NotifyGroup.next_flush_at <= now).order_by(NotifyGroup.id), self.db)).all()
-            messages = 0
-            if due:
-                silences = active_silences(s, now_ms)
-                firing = _firing_labels(s) if self.settings.inhibit_rules else []
-                messages = sum(self._flush(s, g, silences, firing, now_ms) for g in due)
+            messages += sum(self._flush(s, g, *muting.get(), now_ms) for g in due)
         return DispatchStats(len(intents), messages)
 
     # -- ingest ------------------------------------------------------------
 
     def _ingest(self, s: Session, groups: dict[str, NotifyGroup], alert: Alert,
-                incident_id: int, now_ms: int, only_if_absent: bool = False) -> None:
+                incident_id: int, at_ms: int, now_ms: int, muting: _Muting,
+                only_if_absent: bool = False) -> int:
+        """Put the alert into its routes' groups; returns how many messages that sent."""
         if self.settings.route is None:
-            return
+            return 0
+        sent = 0
         for route in match_routes(self.settings.route, alert.labels):
             key = route.group_key(alert.labels)
             group = groups.get(key) or s.scalars(
                 select(NotifyGroup).where(NotifyGroup.key == key)).one_or_none()
+            fp = alert.fingerprint
+            if group is not None and _due_before_change(group, fp, alert, at_ms):
+                # The group was due before this change of the alert came (a dispatcher
+                # that was not restarted in between would have sent it): send it now, or
+                # replacing the entry loses a firing (or resolve) nobody was told of.
+                s.flush()  # a group begun in this run is written first: _flush may delete it
+                sent += self._flush(s, group, *muting.get(), now_ms)
+                if group in s.deleted:
+                    s.flush()  # the key is free for the group that follows
+                    group = None
             if group is None:
-                group = _new_group(key, route, alert.labels, now_ms)
+                group = _new_group(key, route, alert.labels, at_ms)
                 s.add(group)
             groups[key] = group
-            fp = alert.fingerprint
             if only_if_absent and fp in group.alerts:
                 continue
             alerts = dict(group.alerts)
@@ -143,10 +158,11 @@ class Dispatcher:
                           "muted": muted}
             group.alerts = alerts
             # A change is sent no sooner than group_interval after the last message.
-            last = dt_to_ms(group.last_sent_at) if group.last_sent_at else now_ms
-            wake = max(now_ms, last + route.group_interval_ms)
+            last = dt_to_ms(group.last_sent_at) if group.last_sent_at else at_ms
+            wake = max(at_ms, last + route.group_interval_ms)
             if wake < dt_to_ms(group.next_flush_at):
                 group.next_flush_at = ms_to_dt(wake)
+        return sent
 
     # -- flush -------------------------------------------------------------
 
@@ -220,6 +236,29 @@ class Dispatcher:
             return alert
         return dataclasses.replace(
             alert, annotations=labels_of({**dict(alert.annotations), **extra}))
+
+
+class _Muting:
+    """The silences and inhibition sources of one run, read from the database when first
+    needed (most runs flush nothing)."""
+
+    def __init__(self, s: Session, now_ms: int, inhibits: bool) -> None:
+        self._s, self._now_ms, self._inhibits = s, now_ms, inhibits
+        self._got: tuple[Sequence[Silence], Sequence[Labels]] | None = None
+
+    def get(self) -> tuple[Sequence[Silence], Sequence[Labels]]:
+        if self._got is None:
+            self._got = (active_silences(self._s, self._now_ms),
+                         _firing_labels(self._s) if self._inhibits else [])
+        return self._got
+
+
+def _due_before_change(group: NotifyGroup, fp: str, alert: Alert, at_ms: int) -> bool:
+    """Whether the group holds `fp` in another state and was due to flush by `at_ms`."""
+    entry = group.alerts.get(fp)
+    if entry is None or dt_to_ms(group.next_flush_at) > at_ms:
+        return False
+    return bool((entry["alert"]["state"] == "firing") != (alert.state is AlertState.FIRING))
 
 
 def _new_group(key: str, route: Route, labels: Labels, now_ms: int) -> NotifyGroup:
