@@ -5,6 +5,7 @@ Real receivers on 127.0.0.1, real SQLite and PostgreSQL; time is passed in.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from notify_helpers import LoopbackReceiver, make_stage
@@ -268,3 +269,32 @@ def test_fire_and_resolve_within_group_wait_send_nothing(
     stage.tracker.process([resolved(a, T0 + 10 * S)], T0 + 10 * S)
     stage.tick(T0 + 40 * S)
     assert loopback.accepted() == []
+
+
+def test_the_notify_worker_sends_what_the_last_evaluation_wrote_when_stopped(
+        tmp_path, loopback: LoopbackReceiver) -> None:  # noqa: ANN001
+    # SIGTERM right after an evaluation fired: the page goes out in the drain, not when
+    # (or if) the next daemon starts.
+    from sentinel.config import load_config
+    from sentinel.daemon.notifier import Notifier
+    from sentinel.daemon.selfmetrics import SelfMetrics
+    from sentinel.incidents import IncidentTracker
+
+    (tmp_path / "sentinel.yaml").write_text(
+        f"database: sqlite:///{tmp_path / 'sentinel.db'}\n"
+        "notify: {interval: 1h}\n"
+        f"receivers:\n  - name: oncall\n    webhook: {{url: '{loopback.url('/hook')}'}}\n")
+    config = load_config(tmp_path / "sentinel.yaml")
+    db = Database(config.database)
+    db.upgrade()
+    notifier = Notifier(config, db, SelfMetrics(), lambda: T0)
+    try:
+        notifier.start()
+        time.sleep(0.3)  # its first run is over; the next is an hour away
+        IncidentTracker(db, outbox=notifier.outbox).process([alert("a")], T0)  # no kick
+        assert loopback.accepted() == []
+        notifier.stop(5)
+        assert [r.json()["status"] for r in loopback.accepted()] == ["firing"]  # type: ignore[index]
+    finally:
+        notifier.stop(1)
+        db.dispose()

@@ -95,7 +95,7 @@ class Notifier:
         self._wake.set()
 
     def stop(self, timeout_s: float) -> None:
-        """Stop after the current run (bounded); unsent messages stay in the outbox."""
+        """Stop after one more run (bounded); what is still unsent stays in the outbox."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -135,6 +135,10 @@ class Notifier:
                 self.run_once()
             self._beat()
             self._wake.wait(self._interval_s)
+        # Drain: what the last evaluations wrote is sent now (within stop's timeout),
+        # not when (or if) the next daemon starts.
+        if self._active():
+            self.run_once()
 
     def _count(self, d: Delivery) -> None:
         self._metrics.notifications.labels(d.receiver, d.outcome).inc()
