@@ -13,8 +13,12 @@ One `run(now_ms)` is one transaction:
    empty group is deleted.
 
 Group state lives in the database, so a restart neither loses a waiting
-group nor re-sends what a group already sent. On PostgreSQL rows are locked
-with SKIP LOCKED, so two daemons never dispatch the same intent.
+group nor re-sends what a group already sent. Intents are timed as they were
+written, and a change that meets a due, unsent state of the same alert
+flushes that state first: a run that comes late (the daemon was restarted
+between an evaluation and its dispatch) sends what the skipped runs would have.
+On PostgreSQL rows are locked with SKIP LOCKED, so two daemons never dispatch
+the same intent.
 """
 
 from __future__ import annotations
