@@ -276,7 +276,8 @@ def test_the_notify_worker_sends_what_the_last_evaluation_wrote_when_stopped(
     # SIGTERM right after an evaluation fired: the page goes out in the drain, not when
     # (or if) the next daemon starts.
     from sentinel.config import load_config
-    from sentinel.daemon.notifier import Notifier
+    from sentinel.daemon.heartbeat import Heartbeats
+    from sentinel.daemon.notifier import WORKER, Notifier
     from sentinel.daemon.selfmetrics import SelfMetrics
     from sentinel.incidents import IncidentTracker
 
@@ -287,10 +288,14 @@ def test_the_notify_worker_sends_what_the_last_evaluation_wrote_when_stopped(
     config = load_config(tmp_path / "sentinel.yaml")
     db = Database(config.database)
     db.upgrade()
-    notifier = Notifier(config, db, SelfMetrics(), lambda: T0)
+    beats = Heartbeats()
+    notifier = Notifier(config, db, SelfMetrics(), lambda: T0, heartbeats=beats)
     try:
         notifier.start()
-        time.sleep(0.3)  # its first run is over; the next is an hour away
+        deadline = time.monotonic() + 10  # its first run is over; the next is an hour away
+        while not any(b.worker == WORKER and b.runs for b in beats.beats()):
+            assert time.monotonic() < deadline, "the notify worker never ran"
+            time.sleep(0.01)
         IncidentTracker(db, outbox=notifier.outbox).process([alert("a")], T0)  # no kick
         assert loopback.accepted() == []
         notifier.stop(5)
