@@ -8,6 +8,7 @@ Slow (a wheel build and a dependency install): marked `slow`, run by CI.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -68,10 +69,17 @@ def test_installed_wheel_is_not_the_checkout(installed: Path, tmp_path: Path) ->
 
 
 def test_demo_runs_from_an_empty_folder(installed: Path, tmp_path: Path) -> None:
+    # The README's first command, as a user gets it: the one test that runs the demo.
     out = _run([str(installed / "sentinel"), "demo"], cwd=tmp_path, timeout=120,
                env=_clean_env())
+    assert "opened" in out.stdout and "resolved" in out.stdout
     assert "webhook received: status=firing" in out.stdout
-    assert "resolved" in out.stdout
+    assert "webhook received: status=resolved" in out.stdout
+    # Beside the backlog, the stalled engine is caught in the same minute (issue 12).
+    assert "webhook received: status=firing alerts=[VLLMEngineStalled@demo-gemma-stall]" in (
+        out.stdout)
+    assert re.search(r"incidents #\d+ \(VLLMRequestsQueued\) and #\d+ \(VLLMEngineStalled\) "
+                     r"opened, paged, resolved", out.stdout), out.stdout
     assert list(tmp_path.iterdir()) == [], "the demo left files in the working directory"
 
 
