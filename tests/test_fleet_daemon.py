@@ -170,10 +170,14 @@ def test_limits_fail_only_their_targets_scrape(tmp_path, pages, caplog):
     app.start()
     try:
         # A scrape's `up` is stored before the pipeline counts its outcome: wait for both.
-        wait_for(lambda: all(len(_ups(app, t)) >= 3 for t in ("big", "wide", "s1", "s2"))
-                 and _metric(app, "sentinel_scrapes_exceeded_sample_limit_total", target="big") >= 3
-                 and _metric(app, "sentinel_scrapes_exceeded_label_limit_total", target="wide") >= 3,
-                 15, "three scrapes of every target, each counted")
+        def counted() -> bool:
+            return (all(len(_ups(app, t)) >= 3 for t in ("big", "wide", "s1", "s2"))
+                    and _metric(app, "sentinel_scrapes_exceeded_sample_limit_total",
+                                target="big") >= 3
+                    and _metric(app, "sentinel_scrapes_exceeded_label_limit_total",
+                                target="wide") >= 3)
+
+        wait_for(counted, 15, "three scrapes of every target, each counted")
         assert set(_ups(app, "big")) == {0.0} and set(_ups(app, "wide")) == {0.0}
         for t in ("s1", "s2"):  # at their limits, not over: they keep scraping
             assert len(_ups(app, t)) >= 3 and set(_ups(app, t)) == {1.0}
