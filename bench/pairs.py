@@ -13,15 +13,20 @@ rule evaluations and probes over the window are read from its own /metrics.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.fleet import _raise_fd_limit, cpu_s, free_port, metrics, total
 
+THREAD = re.compile(r'sentinel_thread_cpu_seconds_total\{thread="([^"]*)"\}')
+# Threads named in the split: the I/O loop (scrapes, probes) and the scheduler's pool
+# (rule groups, blocking sources); the rest (HTTP, notifier, main) are summed.
+SHOWN = ("sentinel-io", "sentinel-jobs")
 SETTLE_S = 50  # start-up, the first scrapes and the first probes of every target
 # Counters of work a Sentinel could not do on time.
 MISSED = ("sentinel_scrapes_missed_total", "sentinel_rule_group_iterations_missed_total",
@@ -43,16 +48,28 @@ class Side:
 
 @dataclass(frozen=True)
 class Reading:
-    """One side over one window: CPU seconds per second, and work it missed."""
+    """One side over one window: CPU seconds per second, work it missed, and CPU s/s by
+    thread (`sentinel_thread_cpu_seconds_total`: the I/O loop, the rule pool, ...)."""
 
     cpu: float
     missed: float
+    threads: dict[str, float] = field(default_factory=dict)
 
 
-def missed(port: int) -> float:
-    """All the work a Sentinel reports it missed, so far."""
+@dataclass(frozen=True)
+class Counts:
+    """A Sentinel's own counters at one moment: work missed so far, CPU seconds by thread."""
+
+    missed: float
+    threads: dict[str, float]
+
+
+def counts(port: int) -> Counts:
+    """Read a Sentinel's missed-work and per-thread CPU counters from its /metrics."""
     page = metrics(port)
-    return sum(total(page, name) for name in MISSED)
+    threads = {m.group(1): v for k, v in page.items()
+               if (m := THREAD.fullmatch(k)) is not None}
+    return Counts(sum(total(page, name) for name in MISSED), threads)
 
 
 def side_by_side(sides: list[Side], seconds: float) -> dict[str, Reading]:
@@ -75,12 +92,16 @@ def side_by_side(sides: list[Side], seconds: float) -> dict[str, Reading]:
         for p in procs.values():
             if p.poll() is not None:
                 raise SystemExit(f"a Sentinel exited during start-up; see the logs in {works}")
-        before = {k: missed(port) for k, port in ports.items()}
+        before = {k: counts(port) for k, port in ports.items()}
         start = {k: cpu_s(p.pid) for k, p in procs.items()}
         t0 = time.monotonic()
         time.sleep(seconds)
         elapsed = time.monotonic() - t0
-        return {k: Reading((cpu_s(p.pid) - start[k]) / elapsed, missed(ports[k]) - before[k])
+        after = {k: counts(port) for k, port in ports.items()}
+        return {k: Reading((cpu_s(p.pid) - start[k]) / elapsed,
+                           after[k].missed - before[k].missed,
+                           {t: (v - before[k].threads.get(t, 0.0)) / elapsed
+                            for t, v in after[k].threads.items()})
                 for k, p in procs.items()}
     finally:
         for p in procs.values():
@@ -104,4 +125,15 @@ def run_pairs(base: Side, other: Side, seconds: float, repeat: int, what: str) -
         print(f"pair {i + 1}: {base.name} {b.cpu:.3f}, {other.name} {o.cpu:.3f} CPU s/s, "
               f"{what} {100 * share:+.1f} %"
               + (f"  SATURATED: {', '.join(short)}" if short else ""), flush=True)
+        if b.threads and o.threads:
+            print("        by thread, CPU s/s added: " + thread_split(b.threads, o.threads),
+                  flush=True)
     return added
+
+
+def thread_split(base: dict[str, float], other: dict[str, float]) -> str:
+    """What `other` added to `base`, per thread group (the largest first, the rest summed)."""
+    added = {t: other.get(t, 0.0) - base.get(t, 0.0) for t in {*base, *other}}
+    named = sorted((t for t in added if t in SHOWN), key=lambda t: -abs(added[t]))
+    rest = sum(v for t, v in added.items() if t not in SHOWN)
+    return ", ".join(f"{t} {added[t]:+.4f}" for t in named) + f", other threads {rest:+.4f}"

@@ -17,7 +17,9 @@ helper, so the absolute figures run higher than a Sentinel alone; the
 ratio is the measure. A Sentinel starved of CPU would read cheap, so each
 one's missed scrapes, rule evaluations and probes over the window are read
 from its own /metrics: a pair where either missed work is marked SATURATED
-and left out of the median.
+and left out of the median. Under each pair, what probes added is split by
+thread (`sentinel_thread_cpu_seconds_total`): the I/O loop, where the probes
+themselves run, against the rule pool, where the rules that read them run.
 """
 
 from __future__ import annotations

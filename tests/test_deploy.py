@@ -159,6 +159,9 @@ def test_run_listens_where_listen_says(tmp_path: Path) -> None:
                 time.sleep(0.2)
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert re.search(r"^process_resident_memory_bytes \S+$", metrics, re.M)
+        # Where the CPU goes: the I/O loop's thread by its name.
+        assert re.search(r'^sentinel_thread_cpu_seconds_total\{thread="sentinel-io"\} \S+$',
+                         metrics, re.M), metrics
         assert re.search(r'^sentinel_build_info\{commit="[^"]+",python="3\.\d+\.\d+",'
                          r'version="[^"]+"\} 1\.0$', metrics, re.M), metrics
     finally:

@@ -395,7 +395,9 @@ class App:
         # rule groups and the blocking sources, so evaluation never queues behind scrapes.
         workers = min(64, len(self._groups) + self.sources.count() + 5)
         sched = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(max_workers=workers)},
+            # Named, so sentinel_thread_cpu_seconds_total{thread="sentinel-jobs"} is theirs.
+            executors={"default": ThreadPoolExecutor(
+                max_workers=workers, pool_kwargs={"thread_name_prefix": "sentinel-jobs"})},
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
             timezone="UTC",
         )

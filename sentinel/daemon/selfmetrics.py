@@ -12,6 +12,7 @@ from prometheus_client import (
 )
 
 from sentinel.buildinfo import build_info
+from sentinel.daemon.threadcpu import ThreadCPUCollector
 
 
 class SelfMetrics:
@@ -23,6 +24,7 @@ class SelfMetrics:
         # process_* (CPU, RSS, open fds, start time) and python_info, as every exporter has.
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
+        r.register(ThreadCPUCollector())  # which thread the CPU goes to (I/O loop, rules, ...)
         info = build_info()
         Gauge("sentinel_build_info", "Always 1; the labels say which build is running.",
               ["version", "commit", "python"], registry=r,
