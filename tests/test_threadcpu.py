@@ -14,10 +14,14 @@ from sentinel.daemon.threadcpu import ThreadCPUCollector, thread_cpu_seconds, th
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 
 
-def test_pool_workers_count_under_their_pool() -> None:
+def test_pool_workers_and_numbered_threads_count_under_one_name() -> None:
     assert thread_group("sentinel-jobs_3") == "sentinel-jobs"
-    assert thread_group("ThreadPoolExecutor-0_12") == "ThreadPoolExecutor-0"
+    assert thread_group("ThreadPoolExecutor-3_12") == "ThreadPoolExecutor"
     assert thread_group("sentinel-io") == "sentinel-io"
+    # Threads started again and again keep one series.
+    assert thread_group("Thread-12 (_read)") == thread_group("Thread-13 (_read)") == \
+        "Thread (_read)"
+    assert thread_group("Thread-7") == "Thread"
 
 
 def _burn(seconds: float, burnt: threading.Event, done: threading.Event) -> None:

@@ -4,9 +4,12 @@
 the I/O loop (scrapes, probes), the rule groups and blocking sources (the
 scheduler's pool), the notifier, the HTTP surfaces. Each Python thread's
 kernel counters (/proc/self/task/<native id>/stat, user + system) are summed
-by thread name, with a pool's worker number dropped (`sentinel-jobs_3` ->
-`sentinel-jobs`), so the label set stays small and a rate of it says where
-the CPU goes (bench/pairs.py reads it to split what probes add).
+by thread name, with the numbers Python and a pool add dropped
+(`sentinel-jobs_3` -> `sentinel-jobs`, `Thread-12 (_read)` -> `Thread (_read)`,
+`ThreadPoolExecutor-3_0` -> `ThreadPoolExecutor`): threads started again and
+again (a log command's readers) keep one series, so the label set stays
+small and a rate of it says where the CPU goes (bench/pairs.py reads it to
+split what probes add).
 
 Pool workers live as long as their pool, so a series only falls when its
 threads end (a reload's worker, a stopped source); `rate()` treats that as
@@ -24,13 +27,16 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 _TASKS = "/proc/self/task"
-_WORKER = re.compile(r"_\d+$")  # concurrent.futures names its workers <prefix>_<n>
+# concurrent.futures names its workers <prefix>_<n>; threading, unnamed threads
+# Thread-<n> (<target>); concurrent.futures, unnamed pools ThreadPoolExecutor-<n>.
+_WORKER = re.compile(r"_\d+$")
+_COUNTER = re.compile(r"-\d+(?=$| \()")
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
 
 def thread_group(name: str) -> str:
     """The label a thread is counted under: its name without a pool worker's number."""
-    return _WORKER.sub("", name)
+    return _COUNTER.sub("", _WORKER.sub("", name), count=1)
 
 
 def thread_cpu_seconds(tasks: str = _TASKS) -> dict[str, float]:
