@@ -9,7 +9,8 @@ Each measurement runs in a child process, so `time.process_time()` is the
 probe path's alone (the helper is another process). The children set
 glibc's mmap and trim thresholds: a fresh process otherwise maps and unmaps
 each 256 KiB socket read buffer (asyncio's), which the long-running daemon
-does not (see the issue 12 notes). Runs alternate between the two layouts
+does not (see the issue 12 notes), and the daemon's garbage-collector
+thresholds (`sentinel.daemon.gcpolicy`). Runs alternate between the two layouts
 because the machine drifts:
 
 - spread: each target at its own hashed millisecond (`PROBE_SLOT_MS` = 1);
@@ -46,10 +47,12 @@ def child(ports: list[int], interval_s: float, seconds: float, slot_ms: int) -> 
     import sentinel.daemon.probejobs as probejobs
     from sentinel.collect.ioloop import IOLoop
     from sentinel.config import parse_config
+    from sentinel.daemon import gcpolicy
     from sentinel.daemon.missed import MissedWork
     from sentinel.daemon.scrapejobs import ScrapeJobs
     from sentinel.store import MemoryStore
 
+    gcpolicy.tune()  # the daemon's collector thresholds, not Python's defaults
     probejobs.PROBE_SLOT_MS = slot_ms
     config = parse_config({
         "probe_interval": f"{interval_s:g}s",
