@@ -333,6 +333,40 @@ def test_a_series_is_ended_once_not_at_every_skipped_canary() -> None:
     assert samples("sentinel_probe_ttft_seconds") == [(1000, False), (16_000, True)]
 
 
+def test_a_probes_series_share_its_clock_and_come_back_after_the_stores_gc() -> None:
+    # A round's samples go in with one store call; each probe's series are always written
+    # together, so they keep their times once (health, canary). A series the store
+    # dropped (no sample for a whole retention) is written again under a fresh ref.
+    from prometheus_client import CollectorRegistry
+
+    from sentinel.collect.probe import ProbeResult, samples_of
+    from sentinel.daemon.probejobs import ProbeJobs
+    from sentinel.store.memory import Matcher
+
+    config = parse_config(yaml.safe_load(
+        "probe_interval: 0s\ntargets: [{name: gemma, url: 'http://127.0.0.1:1'}]"))
+    store = MemoryStore(retention_ms=60_000)
+    jobs = ProbeJobs(config, store, CollectorRegistry(), lambda: 0)
+    t = ProbeTarget("gemma", "http://127.0.0.1:1")
+    sent = [ProbeResult(HEALTH, True, 0.01, 200), ProbeResult(CANARY, True, 0.05, 200, ttft_s=0.02)]
+    for at in (1000, 16_000):
+        jobs._record(t, at, samples_of(t, sent), sent, "")
+    clocks: dict[str, set[int]] = {}
+    for labels, buf in store._refs.items():
+        clocks.setdefault(label_value(labels, "probe") or CANARY, set()).add(id(buf.clock))
+    assert {p: len(c) for p, c in clocks.items()} == {HEALTH: 1, CANARY: 1}
+    assert len(store._refs) == 7
+
+    assert store.gc(200_000) == 7  # nothing for longer than the retention: all dropped
+    jobs._record(t, 201_000, samples_of(t, sent), sent, "")
+    (s,) = store.select([Matcher("__name__", "=", "sentinel_probe_ttft_seconds")], 0, 10**6)
+    assert list(zip(s.ts, s.vs, strict=True)) == [(201_000, pytest.approx(0.02))]
+    (s,) = store.select([Matcher("__name__", "=", "sentinel_probe_success"),
+                         Matcher("probe", "=", HEALTH)], 0, 10**6)
+    assert list(zip(s.ts, s.vs, strict=True)) == [(201_000, 1.0)]
+    assert jobs.probes.labels("gemma", HEALTH, "success")._value.get() == 3
+
+
 def test_probe_jobs_are_scheduled_at_their_slot_clear_of_the_evaluations():
     from prometheus_client import CollectorRegistry
 

@@ -20,14 +20,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from sentinel.collect.ioloop import IOLoop
-from sentinel.collect.probe import ProbeTarget
+from sentinel.collect.probe import CANARY, ProbeTarget
 from sentinel.collect.probe_runner import SKIP_BUSY, SKIP_CAP, ProbeRunner, ReadTotal
 from sentinel.config import Config, TargetConfig
 from sentinel.config.probe import effective_probe
 from sentinel.daemon.scrapejobs import SLOT_MS, ScrapeJobs, offset_ms
-from sentinel.model import STALE_NAN, Labels, is_stale, labels_of
+from sentinel.model import STALE_NAN, Labels, is_stale, label_value, labels_of
 from sentinel.promql import DEFAULT_LOOKBACK_MS
 from sentinel.store import MemoryStore
+from sentinel.store.memory import Clock, SeriesRef
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,11 @@ class ProbeJobs:
         # Removed targets (name -> when): a probe still in flight when its pod went must
         # not write. Kept GONE_MS, far past any probe's timeout and canary-slot wait.
         self._gone: dict[str, int] = {}
+        # Each target's probe series refs, on one clock per probe (its series are always
+        # written together): one locked store call per round, not one per sample.
+        self._refs: dict[str, dict[Labels, SeriesRef]] = {}
+        self._clocks: dict[tuple[str, str], Clock] = {}
+        self._counted: dict[tuple[str, str, bool], Any] = {}  # the probes counter's children
         self.probes = Counter("sentinel_probes", "Probes run, by target, probe and outcome.",
                               ["target", "probe", "outcome"], registry=registry)
         self.skipped = Counter(
@@ -202,6 +208,9 @@ class ProbeJobs:
         """Write staleness markers for a target's probe series that still hold a value."""
         for labels in self._live.pop(name, ()):
             self.store.add(labels, now_ms, STALE_NAN)
+        self._refs.pop(name, None)
+        for key in [k for k in self._clocks if k[0] == name]:
+            del self._clocks[key]
 
     def probes_missed(self, target: str, n: int) -> None:
         """Count `n` probes of `target` that could not start on time."""
@@ -228,6 +237,9 @@ class ProbeJobs:
         if t.name in self._gone:
             return
         live = self._live.setdefault(t.name, set())
+        refs = self._refs.setdefault(t.name, {})
+        written: list[tuple[Labels, SeriesRef]] = []
+        values: list[float] = []
         for labels, value in samples:
             if is_stale(value):
                 if labels not in live:
@@ -235,7 +247,12 @@ class ProbeJobs:
                 live.discard(labels)
             else:
                 live.add(labels)
-            self.store.add(labels, now, value)
+            ref = refs.get(labels)
+            written.append((labels, ref if ref is not None else self._ref(t.name, labels)))
+            values.append(value)
+        for i in self.store.append_at(now, [ref for _, ref in written], values):
+            # The store garbage-collected the series: a fresh ref for the same labels.
+            self.store.append(self._ref(t.name, written[i][0]), now, values[i])
         if skipped == SKIP_BUSY:
             self.skipped.labels(t.name).inc()
         elif skipped == SKIP_CAP:
@@ -247,7 +264,11 @@ class ProbeJobs:
                             "fleet this size", t.name, self.runner.max_canaries
                             if self.runner else 0)
         for r in results:
-            self.probes.labels(t.name, r.probe, "success" if r.success else "failure").inc()
+            counted = self._counted.get((t.name, r.probe, r.success))
+            if counted is None:
+                counted = self._counted[(t.name, r.probe, r.success)] = self.probes.labels(
+                    t.name, r.probe, "success" if r.success else "failure")
+            counted.inc()
             key = (t.name, r.probe)
             if r.error != self._last_error.get(key):
                 if r.error:
@@ -255,6 +276,14 @@ class ProbeJobs:
                 elif self._last_error.get(key):
                     log.info("%s probe of %s succeeds again", r.probe, t.name)
                 self._last_error[key] = r.error
+
+    def _ref(self, target: str, labels: Labels) -> SeriesRef:
+        probe = label_value(labels, "probe") or CANARY  # the TTFT series is the canary's
+        clock = self._clocks.get((target, probe))
+        if clock is None:
+            clock = self._clocks[(target, probe)] = Clock()
+        ref = self._refs.setdefault(target, {})[labels] = self.store.ref(labels, clock)
+        return ref
 
     def close(self) -> None:
         """Close the runner's connections (and its loop, if it has its own)."""
