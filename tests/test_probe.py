@@ -249,6 +249,10 @@ def test_runner_asks_v1_models_again_only_every_few_minutes_or_after_a_failure(s
     (['data: {"choices":[{"delta":{"content":"ok"}}]}'], "stream ended without [DONE]"),
     (['data: {"choices":[{"delta":{"content":""}}]}', "data: [DONE]"], "empty answer"),
     (["data: {not json", "data: [DONE]"], "answer does not decode (not JSON)"),
+    (['data: {"choices":[]} {"choices":[]}', "data: [DONE]"],
+     "answer does not decode (not JSON)"),  # something after the event
+    (["data: ", "data: [DONE]"], "answer does not decode (not JSON)"),
+    (["data: [1, 2]", "data: [DONE]"], "answer does not decode (not JSON)"),
     (['data: {"choices":[{"delta":{"content":"o\\ufffdk"}}]}', "data: [DONE]"],
      "answer is corrupted (replacement or NUL characters)"),
 ])

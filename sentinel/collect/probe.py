@@ -35,6 +35,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from sentinel.collect.http1 import HTTPError, Response, build_request
@@ -52,6 +53,9 @@ CANARY_PLAIN_MAX_TOKENS = 2
 HEALTH, MODELS, CANARY = "health", "models", "canary"
 _PATHS = {"health": "/health", "models": "/v1/models"}
 USER_AGENT = "Sentinel"
+# json's C scanner (typeshed does not list the attribute): (value, end) or StopIteration.
+_SCAN: Callable[[str, int], tuple[Any, int]] = (
+    json.JSONDecoder().scan_once)  # type: ignore[attr-defined]
 MAX_BODY_BYTES = 1024 * 1024  # a model list or an 8-token answer: far less
 
 Sample = tuple[Labels, float]
@@ -272,23 +276,32 @@ class _Canary:
             self._buf += data
             return
         head, _, self._buf = (self._buf + data).rpartition(b"\n")
-        for line in head.split(b"\n"):
-            # A bad byte reads as U+FFFD, which `check` refuses as corrupted.
-            self.feed(line.decode("utf-8", "replace").rstrip("\r"))
+        # One decode for the piece (no UTF-8 sequence holds a newline); a bad byte reads
+        # as U+FFFD, which `check` refuses as corrupted. Only data lines cost a call.
+        for line in head.decode("utf-8", "replace").split("\n"):
+            if line.startswith("data:"):
+                self._event(line[5:].strip())
 
     def feed(self, line: str) -> None:
         """Take one SSE line. Raises ProbeFailed on garbage."""
-        if not line.startswith("data:") or self.done:
+        if line.startswith("data:"):
+            self._event(line[5:].strip())
+
+    def _event(self, data: str) -> None:
+        if self.done:
             return
-        data = line[5:].strip()
         if data == "[DONE]":
             self.done = True
             return
         try:
-            event = json.loads(data)
+            # The C scanner, as json.loads uses it, without its wrappers: one call an
+            # event (the events are most of a canary's parsing). Nothing may follow.
+            event, end = _SCAN(data, 0)
+            if end != len(data):
+                raise ValueError("extra data")
             choices = event.get("choices") or []
             usage = event.get("usage") or {}
-        except (ValueError, AttributeError):
+        except (StopIteration, ValueError, AttributeError):
             raise ProbeFailed("answer does not decode (not JSON)") from None
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             self.tokens = usage["completion_tokens"]
