@@ -12,6 +12,7 @@ rule evaluations and probes over the window are read from its own /metrics.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -72,20 +73,27 @@ def counts(port: int) -> Counts:
     return Counts(sum(total(page, name) for name in MISSED), threads)
 
 
-def side_by_side(sides: list[Side], seconds: float) -> dict[str, Reading]:
-    """Start every side (in the order given), let them settle, measure one window."""
+def side_by_side(sides: list[Side], seconds: float, pin: bool = False) -> dict[str, Reading]:
+    """Start every side (in the order given), let them settle, measure one window.
+
+    `pin`: each side runs on a CPU of its own (the first side on the first
+    allowed CPU, and so on), so the two Sentinels never share a core; the
+    fleet helper still runs anywhere.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
     procs: dict[str, subprocess.Popen[bytes]] = {}
     ports: dict[str, int] = {}
     works = []
     try:
-        for side in sides:
+        for k, side in enumerate(sides):
             work = Path(tempfile.mkdtemp(prefix="sentinel-ab-"))
             works.append(work)
             ports[side.name] = free_port()
             cmd = side.command(work, ports[side.name])
             with open(work / "log", "wb") as log:
                 procs[side.name] = subprocess.Popen(
-                    cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_raise_fd_limit,
+                    cmd, stdout=log, stderr=subprocess.STDOUT,
+                    preexec_fn=functools.partial(_prepare, {cpus[k % len(cpus)]} if pin else None),
                     # cwd: `python -m` puts it first on sys.path, ahead of PYTHONPATH.
                     cwd=work, env={**os.environ, **dict(side.env)})
         time.sleep(SETTLE_S)
@@ -110,13 +118,22 @@ def side_by_side(sides: list[Side], seconds: float) -> dict[str, Reading]:
             p.wait(15)
 
 
-def run_pairs(base: Side, other: Side, seconds: float, repeat: int, what: str) -> list[float]:
-    """Measure `repeat` windows, swapping which side starts first; print each pair and
-    return what `other` added to `base`'s CPU (a fraction) in the pairs neither starved."""
+def _prepare(cpus: set[int] | None) -> None:
+    """In the child, before it runs: the fleet's descriptor limit, and its CPU when pinned."""
+    _raise_fd_limit()
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+
+
+def run_pairs(base: Side, other: Side, seconds: float, repeat: int, what: str,
+              pin: bool = False) -> list[float]:
+    """Measure `repeat` windows, swapping which side starts first (and, pinned, which CPU
+    each gets); print each pair and return what `other` added to `base`'s CPU (a
+    fraction) in the pairs neither starved."""
     added = []
     for i in range(repeat):
         order = [base, other] if i % 2 else [other, base]
-        got = side_by_side(order, seconds)
+        got = side_by_side(order, seconds, pin)
         b, o = got[base.name], got[other.name]
         share = (o.cpu - b.cpu) / max(1e-9, b.cpu)
         short = [f"{name} missed {r.missed:g}" for name, r in got.items() if r.missed]

@@ -9,7 +9,7 @@ whatever the machine does, it does to both. Each repeat swaps which one
 starts first.
 
     python bench/probe_ab.py [--targets 1000] [--seconds 60] [--repeat 3]
-                             [--traffic idle|busy] [--canary-ttft SECONDS]
+                             [--traffic idle|busy] [--canary-ttft SECONDS] [--pin]
 
 Each line prints both CPU figures (s/s) and what probes added; the last,
 the median. Both Sentinels share the cores with each other and with the
@@ -47,13 +47,17 @@ def main() -> None:
     ap.add_argument("--canary-ttft", type=float, default=None, metavar="SECONDS",
                     help="the targets' time to first token for a canary (default: the fleet "
                          "helper's, 20 ms; the seeds' idle Gemma figure is 0.3)")
+    ap.add_argument("--pin", action="store_true",
+                    help="run each Sentinel on a CPU of its own (swapped between pairs), "
+                         "so their rule pools do not compete for one core; the fleet "
+                         "helper runs anywhere")
     args = ap.parse_args()
     _raise_fd_limit()
     fleet = FleetProcess(args.targets, traffic=args.traffic, ttft_s=args.canary_ttft)
     try:
         off = Side("off", lambda work, port: sentinel_cmd(work, fleet.ports, port, False))
         on = Side("on", lambda work, port: sentinel_cmd(work, fleet.ports, port, True))
-        added = run_pairs(off, on, args.seconds, args.repeat, "probes added")
+        added = run_pairs(off, on, args.seconds, args.repeat, "probes added", args.pin)
     finally:
         fleet.stop()
     if not added:
@@ -61,6 +65,7 @@ def main() -> None:
                          "and the fleet at once; use fewer --targets")
     print(f"median added {100 * statistics.median(added):+.1f} % over {len(added)} pairs "
           f"({args.targets} targets, {args.traffic}, {args.seconds:g} s windows"
+          + (", pinned" if args.pin else "")
           + (f", canary TTFT {args.canary_ttft:g} s" if args.canary_ttft is not None else "")
           + ")")
 
