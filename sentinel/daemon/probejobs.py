@@ -149,7 +149,7 @@ class ProbeJobs:
         # Each target's probe series refs, on one clock per probe (its series are always
         # written together): one locked store call per round, not one per sample.
         self._refs: dict[str, dict[Labels, SeriesRef]] = {}
-        self._clocks: dict[tuple[str, str], Clock] = {}
+        self._clocks: dict[str, dict[str, Clock]] = {}  # target -> probe -> clock
         self._counted: dict[tuple[str, str, bool], Any] = {}  # the probes counter's children
         self.probes = Counter("sentinel_probes", "Probes run, by target, probe and outcome.",
                               ["target", "probe", "outcome"], registry=registry)
@@ -209,8 +209,7 @@ class ProbeJobs:
         for labels in self._live.pop(name, ()):
             self.store.add(labels, now_ms, STALE_NAN)
         self._refs.pop(name, None)
-        for key in [k for k in self._clocks if k[0] == name]:
-            del self._clocks[key]
+        self._clocks.pop(name, None)
 
     def probes_missed(self, target: str, n: int) -> None:
         """Count `n` probes of `target` that could not start on time."""
@@ -279,9 +278,10 @@ class ProbeJobs:
 
     def _ref(self, target: str, labels: Labels) -> SeriesRef:
         probe = label_value(labels, "probe") or CANARY  # the TTFT series is the canary's
-        clock = self._clocks.get((target, probe))
+        clocks = self._clocks.setdefault(target, {})
+        clock = clocks.get(probe)
         if clock is None:
-            clock = self._clocks[(target, probe)] = Clock()
+            clock = clocks[probe] = Clock()
         ref = self._refs.setdefault(target, {})[labels] = self.store.ref(labels, clock)
         return ref
 
