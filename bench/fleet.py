@@ -18,12 +18,19 @@ scrapes done vs expected, rule group evaluations done vs expected (and the
 missed counters), RSS readings through the window, and how SIGTERM went
 (seconds to exit, tracebacks in the log). With `--py-spy SECONDS`, a py-spy
 profile of Sentinel after the window, summarised as its top functions.
+
+With `--pin`, the measured system runs on the first CPU and the fleet helper
+on the others: on a 2-core machine neither steals the other's core, so runs
+a minute apart drift less. `--probes both --pin --repeat N` is the figure
+"what probes add to a Sentinel alone on its core"; `bench/probe_ab.py` is the
+same question with two Sentinels side by side (shared cores, same window).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gzip
 import json
 import os
@@ -32,6 +39,7 @@ import resource
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -296,12 +304,12 @@ class FleetProcess:
     """The helper process serving the targets, and its request counters."""
 
     def __init__(self, n: int, firing: bool = False, traffic: str = "mixed",
-                 ttft_s: float | None = None) -> None:
+                 ttft_s: float | None = None, cpus: set[int] | None = None) -> None:
         cmd = [sys.executable, __file__, "--serve", str(n), "--traffic", traffic] + (
             ["--firing"] if firing else []) + (
             ["--canary-ttft", str(ttft_s)] if ttft_s is not None else [])
-        self.proc = subprocess.Popen(cmd,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                     preexec_fn=functools.partial(_prepare, cpus))
         assert self.proc.stdout is not None
         info = json.loads(self.proc.stdout.readline())
         self.control = info["control"]
@@ -436,7 +444,7 @@ NAMES = {
 
 def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
             work: Path, probes: bool = False, settle_s: float = 5.0,
-            canary_cap: int = 0) -> Result:
+            canary_cap: int = 0, cpus: set[int] | None = None) -> Result:
     """Run one system against the fleet and measure it (see the module docstring)."""
     n = len(fleet.ports)
     listen = free_port()
@@ -449,7 +457,7 @@ def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
     log = open(work / f"{system}.log", "w")  # noqa: SIM115 (closed below)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            preexec_fn=_raise_fd_limit)
+                            preexec_fn=functools.partial(_prepare, cpus))
     try:
         hit_all = _wait(lambda: fleet.counts()["hit"] >= n or proc.poll() is not None, 120)
         res.startup_s = time.monotonic() - t0
@@ -536,6 +544,24 @@ def _wait(predicate, timeout_s: float) -> bool:  # noqa: ANN001
     return False
 
 
+def _prepare(cpus: set[int] | None) -> None:
+    """In a child, before it runs: the fleet's descriptor limit, and its CPUs when pinned."""
+    _raise_fd_limit()
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+
+
+def pin_plan(pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    """(the measured system's CPUs, the fleet helper's): with `pin`, the first allowed CPU
+    for the system and the rest for the helper, so neither takes the other's core."""
+    if not pin:
+        return None, None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs two CPUs: one for the system, one for the fleet")
+    return {cpus[0]}, set(cpus[1:])
+
+
 def _raise_fd_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -598,7 +624,7 @@ def report_probes(results: list[Result]) -> None:
     added.sort()
     mean_off = sum(r.cpu_per_s for r in off) / len(off)
     mean_on = sum(r.cpu_per_s for r in on) / len(on)
-    print(f"  median added {100 * added[len(added) // 2]:+.1f} %; means off {mean_off:.3f}, "
+    print(f"  median added {100 * statistics.median(added):+.1f} %; means off {mean_off:.3f}, "
           f"on {mean_on:.3f} s/s: {100 * (mean_on - mean_off) / max(1e-9, mean_off):+.1f} %")
 
 
@@ -631,6 +657,9 @@ def main() -> None:
                     help="seconds between every target scraped once and the window "
                          "(default 5; 35 with --probes: a probe's first two runs, before its "
                          "heartbeat has a counter history, are start-up)")
+    ap.add_argument("--pin", action="store_true",
+                    help="run the measured system on the first CPU and the fleet helper on "
+                         "the others, so they never share a core (steadier run-to-run)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -645,7 +674,8 @@ def main() -> None:
     if "prometheus" in systems and not shutil.which("prometheus"):
         print("prometheus not installed: measuring Sentinel only")
         systems.remove("prometheus")
-    fleet = FleetProcess(args.targets, args.firing, args.traffic, args.canary_ttft)
+    system_cpus, fleet_cpus = pin_plan(args.pin)
+    fleet = FleetProcess(args.targets, args.firing, args.traffic, args.canary_ttft, fleet_cpus)
     runs = [(s, args.probes == "on" and s == "sentinel") for s in systems]
     if args.probes == "both" and "sentinel" in systems:
         runs = [r for r in runs if r[0] != "sentinel"]
@@ -657,7 +687,7 @@ def main() -> None:
         for system, probes in runs:
             with tempfile.TemporaryDirectory(prefix=f"fleet-{system}-") as tmp:
                 results.append(measure(system, fleet, args.seconds, args.py_spy, Path(tmp),
-                                       probes, args.settle, args.canary_cap))
+                                       probes, args.settle, args.canary_cap, system_cpus))
                 time.sleep(2)
     finally:
         fleet.stop()

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.fleet import _raise_fd_limit, cpu_s, free_port, metrics, total
+from bench.fleet import _prepare, cpu_s, free_port, metrics, total
 
 THREAD = re.compile(r'sentinel_thread_cpu_seconds_total\{thread="([^"]*)"\}')
 # Threads named in the split: the I/O loop (scrapes, probes) and the scheduler's pool
@@ -116,13 +116,6 @@ def side_by_side(sides: list[Side], seconds: float, pin: bool = False) -> dict[s
             p.terminate()
         for p in procs.values():
             p.wait(15)
-
-
-def _prepare(cpus: set[int] | None) -> None:
-    """In the child, before it runs: the fleet's descriptor limit, and its CPU when pinned."""
-    _raise_fd_limit()
-    if cpus is not None:
-        os.sched_setaffinity(0, cpus)
 
 
 def run_pairs(base: Side, other: Side, seconds: float, repeat: int, what: str,
