@@ -74,3 +74,25 @@ def test_every_metric_the_self_rules_read_is_exposed_and_stored(tmp_path: Path) 
             "rules:sentinel-self", "rules:sentinel-health"} <= workers, workers
     # Per-target jobs are not workers: one slow target must not fail /healthz.
     assert not [w for w in workers if w.startswith(("probe:", "scrape:", "logs:"))], workers
+    # Counters keep their `_total` lines but carry no `_created` series (one more series
+    # a child for whoever scrapes Sentinel).
+    assert re.search(r"^sentinel_scrapes_total\{", text, re.M), text[:2000]
+    assert not re.findall(r"^\w+_created[{ ]", text, re.M)
+
+
+def test_the_exposition_drops_only_the_created_samples_of_counters_and_histograms() -> None:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    from sentinel.daemon.http import WithoutCreated
+
+    reg = CollectorRegistry()
+    Counter("jobs", "Jobs.", ["kind"], registry=reg).labels("a").inc(3)
+    Histogram("took_seconds", "Took.", buckets=[1.0], registry=reg).observe(0.5)
+    Gauge("batch_created", "A gauge whose own name ends in _created.", registry=reg).set(7)
+    full = generate_latest(reg).decode()
+    text = generate_latest(WithoutCreated(reg)).decode()
+    assert "jobs_created" in full and "took_seconds_created" in full
+    assert "jobs_created" not in text and "took_seconds_created" not in text
+    assert 'jobs_total{kind="a"} 3.0' in text
+    assert 'took_seconds_bucket{le="1.0"} 1.0' in text and "took_seconds_count 1.0" in text
+    assert "batch_created 7.0" in text  # a gauge is kept whatever its name

@@ -19,12 +19,13 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -89,11 +90,37 @@ class StatusServer:
         self._sock.close()
 
 
+class WithoutCreated:
+    """A registry's families without their `_created` samples, for the text exposition.
+
+    prometheus_client writes a `<name>_created` line beside every counter,
+    histogram and summary child; in the text format Prometheus takes each as
+    one more series (client_golang writes none). Sentinel's per-target
+    counters made them a third of its own /metrics: at 1,000 probed targets
+    ~8,000 lines and ~0.1 s of CPU a render, paid at every scrape of Sentinel.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            if family.type in _HAS_CREATED:
+                created = family.name + "_created"
+                family.samples = [s for s in family.samples if s.name != created]
+            yield family
+
+
+_HAS_CREATED = frozenset({"counter", "histogram", "summary"})
+
+
 def _status_routes(registry: CollectorRegistry, ready: Callable[[], str | None],
                    healthy: Callable[[], str | None],
                    role: Callable[[], str] | None = None) -> list[BaseRoute]:
+    page = WithoutCreated(registry)
+
     def metrics(_request: Request) -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(page), media_type=CONTENT_TYPE_LATEST)
 
     def healthz(_request: Request) -> Response:
         why = healthy()
