@@ -105,8 +105,12 @@ def side_by_side(sides: list[Side], seconds: float, pin: bool = False) -> dict[s
         t0 = time.monotonic()
         time.sleep(seconds)
         elapsed = time.monotonic() - t0
+        # The CPU is read before the counters: rendering /metrics costs a Sentinel with
+        # probes ~0.1 s more than one without (its per-target probe counters), which is
+        # the bench's reading, not the daemon's work.
+        end = {k: cpu_s(p.pid) for k, p in procs.items()}
         after = {k: counts(port) for k, port in ports.items()}
-        return {k: Reading((cpu_s(p.pid) - start[k]) / elapsed,
+        return {k: Reading((end[k] - start[k]) / elapsed,
                            after[k].missed - before[k].missed,
                            {t: (v - before[k].threads.get(t, 0.0)) / elapsed
                             for t, v in after[k].threads.items()})
