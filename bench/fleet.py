@@ -20,10 +20,11 @@ missed counters), RSS readings through the window, and how SIGTERM went
 profile of Sentinel after the window, summarised as its top functions.
 
 With `--pin`, the measured system runs on the first CPU and the fleet helper
-on the others: on a 2-core machine neither steals the other's core, so runs
-a minute apart drift less. `--probes both --pin --repeat N` is the figure
-"what probes add to a Sentinel alone on its core"; `bench/probe_ab.py` is the
-same question with two Sentinels side by side (shared cores, same window).
+on the others, so neither steals the other's core: `--probes both --pin
+--repeat N` asks what probes add to a Sentinel alone on its core, as in
+production. Runs a minute apart still drift on a shared machine (issue 12:
+six pinned pairs read −0.7 % to +38.5 %); `bench/probe_ab.py` asks the same
+question with two Sentinels measured over one window, which drifts less.
 """
 
 from __future__ import annotations
@@ -659,7 +660,7 @@ def main() -> None:
                          "heartbeat has a counter history, are start-up)")
     ap.add_argument("--pin", action="store_true",
                     help="run the measured system on the first CPU and the fleet helper on "
-                         "the others, so they never share a core (steadier run-to-run)")
+                         "the others, so they never share a core")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
