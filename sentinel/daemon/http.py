@@ -98,6 +98,9 @@ class WithoutCreated:
     one more series (client_golang writes none). Sentinel's per-target
     counters made them a third of its own /metrics: at 1,000 probed targets
     ~8,000 lines and ~0.1 s of CPU a render, paid at every scrape of Sentinel.
+    Filtered here, not with prometheus_client's `disable_created_metrics()`:
+    that is process-wide, and the simulator run in the same process (the demo,
+    the tests) must keep them, as vLLM's page has them.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
