@@ -22,7 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.config import Config
-from sentinel.daemon import heartbeat, systemd
+from sentinel.daemon import gcpolicy, heartbeat, systemd
 from sentinel.daemon.http import StatusServer
 from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
@@ -469,11 +469,13 @@ class App:
         now_ms = int(self.clock() * 1000) // interval_ms * interval_ms
         # No App lock here: a slow group must not hold the others back (the
         # pipeline serialises the database side; RuleManager guards reloads).
-        if self.lease is None:
-            self.pipeline.evaluate(group, now_ms)
-            return
-        with self.lease.term():  # its writes are refused in a later term
-            self.pipeline.evaluate(group, now_ms)
+        # The collector waits for the evaluation's short-lived vectors to be freed.
+        with gcpolicy.evaluation_hold():
+            if self.lease is None:
+                self.pipeline.evaluate(group, now_ms)
+                return
+            with self.lease.term():  # its writes are refused in a later term
+                self.pipeline.evaluate(group, now_ms)
 
     def _diagnose_job(self) -> None:
         assert self.diagnosis is not None
@@ -495,6 +497,7 @@ class App:
 
     def _housekeeping_job(self) -> None:
         assert self.pipeline is not None
+        gcpolicy.release_overdue()  # a group stuck evaluating must not hold the collector off
         self.pipeline.housekeeping(int(self.clock() * 1000))
 
     def _guard(self, name: str, job: Callable[..., None]) -> Callable[..., None]:
