@@ -211,3 +211,70 @@ def test_the_sink_sees_each_piece_as_it_arrives_not_at_the_end(raw):
                     + [b"3\r\n ok\r\n0\r\n\r\n"], False)]
     took = asyncio.run(go())
     assert len(seen) == 2 and seen[0] < took - 0.1, (seen, took)
+
+
+STALLED = [HEAD_CHUNKED + b"2\r\nok\r\n"] + [b""] * 150 + [b"0\r\n\r\n"]  # ~0.45 s of pauses
+
+
+def test_a_deadline_fails_the_exchange_at_its_time_even_behind_a_later_one(raw):
+    # Two exchanges in flight on one loop share the deadlines' timer: the one added
+    # second with the earlier deadline must still fail at its own time.
+    async def go() -> tuple[object, float, object]:
+        loop = asyncio.get_running_loop()
+        slow, fast = WireConnection(raw.url), WireConnection(raw.url)
+        req = build_request(raw.url, "/x", {}, "GET")
+        start = loop.time()
+        first = asyncio.ensure_future(slow.get(req, 1 << 20, deadline=start + 5))
+        await asyncio.sleep(0.02)
+        try:
+            await fast.get(req, 1 << 20, deadline=loop.time() + 0.1)
+            second: object = "answered"
+        except TimeoutError:
+            second = "timed out"
+        took = loop.time() - start
+        resp = await first
+        slow.close()
+        fast.close()
+        return second, took, resp.status
+
+    raw.answers = [(STALLED, False), (STALLED, False)]
+    second, took, status = asyncio.run(go())
+    assert second == "timed out" and took < 0.35, took
+    assert status == 200  # the first, deadline far off, was answered
+
+
+def test_an_ended_exchange_s_deadline_never_fails_the_next_one(raw):
+    # Its entry stays behind when it ends in time; the connection's next exchange,
+    # still running when that deadline passes, must not be failed by it.
+    async def go() -> tuple[int, int, int]:
+        loop = asyncio.get_running_loop()
+        conn = WireConnection(raw.url)
+        req = build_request(raw.url, "/x", {}, "GET")
+        first = await conn.get(req, 1 << 20, deadline=loop.time() + 0.1)
+        second = await conn.get(req, 1 << 20, deadline=loop.time() + 5)  # ~0.45 s long
+        conn.close()
+        return first.status, second.status, conn.opened
+
+    raw.answers = [([HEAD_LEN % 2 + b"ok"], False), (STALLED, False)]
+    assert asyncio.run(go()) == (200, 200, 1)
+
+
+def test_many_exchanges_keep_at_most_one_timer_on_the_loop(raw):
+    # Another timer, due first, stays at the top of the loop's heap (as the daemon's
+    # scrape and probe jobs do): a cancelled timer per exchange would pile up behind it.
+    async def go() -> list[int]:
+        loop = asyncio.get_running_loop()
+        other = loop.call_later(5, lambda: None)
+        conn = WireConnection(raw.url)
+        req = build_request(raw.url, "/x", {}, "GET")
+        timers = []
+        for _ in range(30):
+            await conn.get(req, 1 << 20, deadline=loop.time() + 10)
+            timers.append(len(loop._scheduled))  # type: ignore[attr-defined]
+        conn.close()
+        other.cancel()
+        return timers
+
+    raw.answers = [([HEAD_LEN % 2 + b"ok"], False)] * 30
+    # The other, the connect's bound (cancelled, left until its time), the deadlines' one.
+    assert max(asyncio.run(go())) == 3
