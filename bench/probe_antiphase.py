@@ -47,6 +47,8 @@ from bench.probe_toggle import (  # noqa: E402
     WARM_S,
     ToggledSentinel,
     _sleep_until,
+    add_arguments,
+    check_window,
     first_toggle,
     rule_part,
 )
@@ -104,14 +106,9 @@ def run_sides(targets: int, window_s: int, windows: int) -> list[list[dict]]:
 def main() -> None:
     """Parse arguments, run both sides, print what probes add, pair by pair."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--targets", type=int, default=1000)
-    ap.add_argument("--window", type=int, default=30,
-                    help="seconds measured per window, a multiple of 30 (each after the "
-                         "toggle and 5 s to settle)")
+    add_arguments(ap)
     ap.add_argument("--pairs", type=int, default=8, help="pairs of windows (each side probes "
                     "in one of each pair)")
-    ap.add_argument("--rule-runs", type=int, default=1,
-                    help="bench/ruleeval.py runs each way for the rules' part (0: leave it out)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--start", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--windows", type=int, help=argparse.SUPPRESS)
@@ -121,9 +118,7 @@ def main() -> None:
         child(args.child, [int(p) for p in args.ports.split(",")], args.start, args.window,
               args.windows)
         return
-    if args.window < 30 or args.window % 30:
-        raise SystemExit("--window must be a multiple of 30 s: the housekeeping job's "
-                         "interval, and a whole number of evaluations and probe rounds")
+    check_window(args.window)
     _raise_fd_limit()
     sides = run_sides(args.targets, args.window, 2 * args.pairs)
     rules = rule_part(args.targets, args.rule_runs) if args.rule_runs else 0.0

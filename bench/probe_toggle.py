@@ -211,22 +211,32 @@ def rule_part(targets: int, runs: int) -> float:
     return added
 
 
-def main() -> None:
-    """Parse arguments, toggle, measure the rules' part, print what probes add."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options both toggling benches take: targets, window, the rules' part."""
     ap.add_argument("--targets", type=int, default=1000)
     ap.add_argument("--window", type=int, default=30,
                     help="seconds measured per window, a multiple of 30 (each after the "
                          "toggle and 5 s to settle)")
-    ap.add_argument("--blocks", type=int, default=6, help="blocks of four windows")
     ap.add_argument("--rule-runs", type=int, default=1,
                     help="bench/ruleeval.py runs each way for the rules' part (0: leave it out)")
+
+
+def check_window(window_s: int) -> None:
+    """Refuse a window that would not hold a whole number of every periodic job's runs."""
+    if window_s < 30 or window_s % 30:
+        raise SystemExit("--window must be a multiple of 30 s: the housekeeping job's "
+                         "interval, and a whole number of evaluations and probe rounds")
+
+
+def main() -> None:
+    """Parse arguments, toggle, measure the rules' part, print what probes add."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    ap.add_argument("--blocks", type=int, default=6, help="blocks of four windows")
     ap.add_argument("--pin", action="store_true",
                     help="run the Sentinel on one CPU and the fleet helper on the others")
     args = ap.parse_args()
-    if args.window < 30 or args.window % 30:
-        raise SystemExit("--window must be a multiple of 30 s: the housekeeping job's "
-                         "interval, and a whole number of evaluations and probe rounds")
+    check_window(args.window)
     _raise_fd_limit()
     got = toggle_blocks(args.targets, args.window, args.blocks, args.pin)
     rules = rule_part(args.targets, args.rule_runs) if args.rule_runs else 0.0
