@@ -50,13 +50,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleet import FleetProcess, _raise_fd_limit, free_port, pin_plan, sentinel_cmd  # noqa: E402
+from bench.pairs import MISSED, SHOWN  # noqa: E402
 
 WARM_S = 60.0  # start-up, first scrapes, every target probed once, models learnt
 PHASES = (False, True, True, False)  # probes on, per window of a block
-MISSED = ("sentinel_scrapes_missed_total", "sentinel_rule_group_iterations_missed_total",
-          "sentinel_probes_missed_total")
 EVAL_LINE = re.compile(r"one evaluation of all \d+ rules: ([0-9.]+) CPU s")
-SHOWN = ("sentinel-io", "sentinel-jobs")
 
 
 @dataclass

@@ -111,7 +111,8 @@ class _Closed(Exception):
 class _Wire(asyncio.Protocol):
     """One TCP connection and the exchange in flight on it."""
 
-    def __init__(self, max_bytes: int = 0) -> None:
+    def __init__(self, max_bytes: int, deadlines: _Deadlines) -> None:
+        self.deadlines = deadlines  # its loop's: looked up once a connection, not a request
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.waiter: asyncio.Future[Response] | None = None
@@ -175,7 +176,7 @@ class _Wire(asyncio.Protocol):
         self.waiter = waiter = loop.create_future()
         self.exchange += 1
         if deadline is not None:
-            _deadlines(loop).add(deadline, self, self.exchange)
+            self.deadlines.add(deadline, self, self.exchange)
         self.transport.write(request)
         return waiter
 
@@ -364,7 +365,7 @@ class WireConnection:
         loop = asyncio.get_running_loop()
         wire = self._wire
         if wire is None or wire.closed:
-            wire = _Wire(max_bytes)
+            wire = _Wire(max_bytes, _deadlines(loop))
             try:
                 async with asyncio.timeout_at(deadline):
                     await loop.create_connection(lambda: wire, self.host, self.port,
