@@ -10,7 +10,8 @@ through the two implementations of the seam:
   Prometheus stored (copied raw through `/api/v1/query` of `{job="vllm"}[…]`,
   with the staleness markers Prometheus writes when a scrape fails put back,
   since the API does not return them); Sentinel evaluates the recording rules
-  itself, in order;
+  itself, in order, over the scrapes Prometheus's own evaluation had (the
+  pack records, per target, the last scrape it saw);
 - remote: `RoutedBackend` → `PrometheusAPI` (POST /api/v1/query, time=t);
   the recording rules run in Prometheus (the same file in its rule_files).
 
@@ -31,7 +32,6 @@ SentinelQueryBackendDown fires, and evaluation resumes after SIGCONT.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,22 +85,13 @@ def raw(prom: Prometheus, expr: str, at_ms: int) -> list[dict[str, Any]]:
 
 
 def copy_samples(prom: Prometheus, end_ms: int, window_s: int,
-                 ) -> list[tuple[int, Labels, int, float]]:
+                 ) -> dict[str, list[tuple[int, Labels, float]]]:
     """Prometheus's raw samples of the scraped series, staleness markers put back, as
-    (when Prometheus had written it, labels, timestamp, value) in that order.
-
-    A scrape's samples carry its start time but are written when it ends (start +
-    scrape_duration_seconds): an evaluation between the two did not see them.
-    """
+    target → [(timestamp, labels, value)] in time order."""
     series: dict[Labels, list[tuple[int, float]]] = {}
     for s in raw(prom, f'{{job="vllm"}}[{window_s}s]', end_ms):
         series[labels_of(s["metric"])] = [(round(float(t) * 1000), parse_float(v))
                                           for t, v in s["values"]]
-    ended: dict[tuple[str, int], int] = {}  # (target, scrape start) -> written at
-    for labels, points in series.items():
-        if label_value(labels, "__name__") == "scrape_duration_seconds":
-            for t, v in points:
-                ended[(label_value(labels, "target"), t)] = t + math.ceil(v * 1000)
     # A failed scrape marks every series of the target's previous scrape stale, at the
     # failed scrape's time (Prometheus's scrape loop); the query API does not show them.
     for labels, points in list(series.items()):
@@ -116,9 +107,41 @@ def copy_samples(prom: Prometheus, end_ms: int, window_s: int,
                             and any(pt == prev[0] for pt, _ in pts)):
                         pts.append((t, STALE_NAN))
             prev = (t, v)
-    out = [(ended.get((label_value(labels, "target"), t), t), labels, t, v)
-           for labels, points in series.items() for t, v in sorted(points, key=lambda p: p[0])]
-    return sorted(out, key=lambda e: e[0])
+    out: dict[str, list[tuple[int, Labels, float]]] = {}
+    for labels, points in series.items():
+        out.setdefault(label_value(labels, "target"), []).extend(
+            (t, labels, v) for t, v in points)
+    for samples in out.values():
+        samples.sort(key=lambda e: e[0])
+    return out
+
+
+def seen_scrapes(prom: Prometheus, end_ms: int, window_s: int) -> dict[int, dict[str, int]]:
+    """evaluation time → target → timestamp of the last scrape that evaluation of the
+    recording pack saw (its first rule records it)."""
+    seen: dict[int, dict[str, int]] = {}
+    for s in raw(prom, f"target:scrape_seen:timestamp[{window_s}s]", end_ms):
+        for t, v in s["values"]:
+            seen.setdefault(round(float(t) * 1000), {})[s["metric"]["target"]] = round(
+                float(v) * 1000)
+    return seen
+
+
+class Feed:
+    """Hands the embedded store each target's samples in time order, up to a time."""
+
+    def __init__(self, store: MemoryStore,
+                 samples: dict[str, list[tuple[int, Labels, float]]]) -> None:
+        self.store, self.samples = store, samples
+        self.fed = dict.fromkeys(samples, 0)
+
+    def up_to(self, target: str, at_ms: int) -> None:
+        points, i = self.samples[target], self.fed[target]
+        while i < len(points) and points[i][0] <= at_ms:
+            t, labels, value = points[i]
+            self.store.add(labels, t, value)
+            i += 1
+        self.fed[target] = i
 
 
 def snapshot(alerts: list[Any]) -> list[tuple[Any, ...]]:
@@ -149,11 +172,11 @@ def test_remote_backend_gives_the_same_alerts_at_the_same_evaluation(
         time.sleep(5)
         end_ms = int(time.time() * 1000) - 2000  # past Prometheus's last rule evaluation
         window_s = (end_ms - start_ms) // 1000 + 10
-        feed = copy_samples(prom, end_ms, window_s)
+        samples = copy_samples(prom, end_ms, window_s)
+        seen = seen_scrapes(prom, end_ms, window_s)
         store = MemoryStore(retention_ms=3_600_000)
-        grid = sorted(round(float(t) * 1000) for t, _ in raw(
-            prom, f'target:vllm_requests_waiting:sum{{target="t0"}}[{window_s}s]',
-            end_ms)[0]["values"])
+        feed = Feed(store, samples)
+        grid = sorted(seen)
         assert len(grid) >= 30, grid
 
         groups = load_rule_files(RULE_FILES)
@@ -164,19 +187,18 @@ def test_remote_backend_gives_the_same_alerts_at_the_same_evaluation(
         routed.learn(groups)
         remote = RuleManager(groups, routed, default_interval_ms=1000, store=MemoryStore())
         remote.evaluates_recording = routed.evaluates_recording
+        # The pack's recorded values were computed live, from the scrapes Prometheus had
+        # committed when the evaluation ran (a scrape carries its start time but lands
+        # when it ends); the other groups' queries run now, over every sample up to t.
+        ordered = ["vllm-recording"] + [g for g in embedded.groups if g != "vllm-recording"]
 
         fired: dict[tuple[str, Labels], int] = {}
         resolved: set[tuple[str, Labels]] = set()
-        fed = 0
         for step, t in enumerate(grid):
-            # What Prometheus had written by this evaluation, as its recording rules saw
-            # it: a scrape still in flight (CI: the first ones, and a target back from
-            # down) is not there yet.
-            while fed < len(feed) and feed[fed][0] <= t:
-                _, labels, at, value = feed[fed]
-                store.add(labels, at, value)
-                fed += 1
-            for name in embedded.groups:
+            for name in ordered:
+                for target in samples:
+                    feed.up_to(target, seen[t].get(target, -1) if name == "vllm-recording"
+                               else t)
                 a = snapshot(embedded.evaluate_group(name, t))
                 b = snapshot(remote.evaluate_group(name, t))
                 assert a == b, (f"evaluation {step} at {t}, group {name}",
