@@ -13,8 +13,10 @@ rule evaluations and probes over the window are read from its own /metrics.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
+import statistics
 import subprocess
 import tempfile
 import time
@@ -143,6 +145,25 @@ def run_pairs(base: Side, other: Side, seconds: float, repeat: int, what: str,
             print("        by thread, CPU s/s added: " + thread_split(b.threads, o.threads),
                   flush=True)
     return added
+
+
+# Student's t, two-sided 95 %, by degrees of freedom (1-30); beyond, 2.0 is near enough.
+_T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14,
+        2.13, 2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05,
+        2.05, 2.04)
+
+
+def interval95(values: list[float]) -> str:
+    """The mean of what probes added (fractions) and its 95 % interval, as percentages:
+    one figure's spread says whether a method's median near a line is above it or noise."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return f"mean {100 * mean:+.1f} %"
+    df = len(values) - 1
+    half = (_T95[df - 1] if df <= len(_T95) else 2.0) * statistics.stdev(values) / math.sqrt(
+        len(values))
+    return f"mean {100 * mean:+.1f} %, 95 % interval {100 * (mean - half):+.1f} to " \
+           f"{100 * (mean + half):+.1f} %"
 
 
 def thread_split(base: dict[str, float], other: dict[str, float]) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleet import FleetProcess, _raise_fd_limit, sentinel_cmd  # noqa: E402
-from bench.pairs import Side, run_pairs  # noqa: E402
+from bench.pairs import Side, interval95, run_pairs  # noqa: E402
 
 
 def main() -> None:
@@ -68,6 +68,7 @@ def main() -> None:
           + (", pinned" if args.pin else "")
           + (f", canary TTFT {args.canary_ttft:g} s" if args.canary_ttft is not None else "")
           + ")")
+    print(interval95(added))
 
 
 if __name__ == "__main__":

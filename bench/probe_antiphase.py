@@ -42,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleet import FleetProcess, _raise_fd_limit  # noqa: E402
+from bench.pairs import interval95  # noqa: E402
 from bench.probe_toggle import (  # noqa: E402
     SHOWN,
     WARM_S,
@@ -146,6 +147,7 @@ def main() -> None:
     print(f"probes add {100 * statistics.median(added):+.1f} % to Sentinel's CPU, median of "
           f"{len(added)} pairs ({args.targets} idle targets, probes every 15 s, every canary "
           f"sent, rules' part {rules:+.4f} CPU s/s included)")
+    print(interval95(added))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleet import FleetProcess, _raise_fd_limit, free_port, pin_plan, sentinel_cmd  # noqa: E402
-from bench.pairs import MISSED, SHOWN  # noqa: E402
+from bench.pairs import MISSED, SHOWN, interval95  # noqa: E402
 
 WARM_S = 60.0  # start-up, first scrapes, every target probed once, models learnt
 PHASES = (False, True, True, False)  # probes on, per window of a block
@@ -248,10 +248,11 @@ def main() -> None:
     for n in SHOWN:
         print(f"  {n} added, median of blocks: "
               f"{statistics.median(b.threads_on[n] - b.threads_off[n] for b in blocks):+.4f}")
-    added = statistics.median((b.on - b.off + rules) / b.off for b in blocks)
-    print(f"probes add {100 * added:+.1f} % to Sentinel's CPU, median of {len(blocks)} blocks "
-          f"({args.targets} idle targets, probes every 15 s, every canary sent"
-          + (", pinned" if args.pin else "") + ")")
+    shares = [(b.on - b.off + rules) / b.off for b in blocks]
+    print(f"probes add {100 * statistics.median(shares):+.1f} % to Sentinel's CPU, median of "
+          f"{len(blocks)} blocks ({args.targets} idle targets, probes every 15 s, every "
+          f"canary sent" + (", pinned" if args.pin else "") + ")")
+    print(interval95(shares))
 
 
 if __name__ == "__main__":
