@@ -24,7 +24,7 @@ them cost the same on both sides; that part comes from `bench/ruleeval.py`
 (with and without them) and is added to each pair's figure.
 
     python bench/probe_antiphase.py [--targets 1000] [--window 30] [--pairs 8]
-                                    [--rule-runs 1]
+                                    [--rule-runs 2]
 """
 
 from __future__ import annotations
@@ -125,18 +125,19 @@ def main() -> None:
     rules = rule_part(args.targets, args.rule_runs) if args.rule_runs else 0.0
     added, by_thread = [], {n: [] for n in SHOWN}
     for i in range(args.pairs):
-        ratios, missed = [], 0.0
+        ratios, raw, missed = [], [], 0.0
         for k in (2 * i, 2 * i + 1):
             a, b = sides[0][k], sides[1][k]
             on, off = (a, b) if a["on"] else (b, a)
             ratios.append((on["cpu"] + rules) / off["cpu"])
+            raw.append(f"{on['cpu']:.4f}/{off['cpu']:.4f}")
             missed += a["missed"] + b["missed"]
             for n in SHOWN:
                 by_thread[n].append(on["threads"][n] - off["threads"][n])
         pair = math.sqrt(ratios[0] * ratios[1]) - 1
         print(f"pair {i + 1}: " + ", ".join(f"window {2 * i + j + 1} {100 * (r - 1):+.1f} %"
                                            for j, r in enumerate(ratios))
-              + f": probes add {100 * pair:+.1f} %"
+              + f": probes add {100 * pair:+.1f} % (on/off CPU s/s {', '.join(raw)})"
               + (f"  (left out: {missed:g} missed)" if missed else ""), flush=True)
         if not missed:
             added.append(pair)

@@ -28,7 +28,7 @@ target's probe series, one evaluation of every rule; per evaluation
 interval (5 s) it is CPU seconds a second, added to each block.
 
     python bench/probe_toggle.py [--targets 1000] [--window 30] [--blocks 6]
-                                 [--rule-runs 1] [--pin]
+                                 [--rule-runs 2] [--pin]
 
 A block in which the Sentinel missed a scrape, a rule evaluation or a
 probe is shown but left out of the median.
@@ -37,6 +37,7 @@ probe is shown but left out of the median.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import statistics
@@ -185,28 +186,47 @@ def _sleep_until(wall: float) -> None:
     time.sleep(max(0.0, wall - time.time()))
 
 
-def rule_pass_s(targets: int, probes: bool) -> float:
-    """One evaluation of every rule, CPU s (bench/ruleeval.py, best of its rounds)."""
-    cmd = [sys.executable, str(Path(__file__).with_name("ruleeval.py")),
-           "--targets", str(targets), "--rounds", "5"] + (["--probes"] if probes else [])
-    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    found = EVAL_LINE.search(text)
-    if found is None:
-        raise SystemExit(f"bench/ruleeval.py printed no evaluation time:\n{text}")
-    return float(found.group(1))
+def rule_passes_s(targets: int, swap: bool) -> dict[bool, float]:
+    """One evaluation of every rule without and with the probe series, CPU s (bench/
+    ruleeval.py, best of its rounds), both run at once, each on a CPU of its own
+    (swapped by `swap`), so the machine's drift hits both; one after the other on one CPU.
+    """
+    cpus = sorted(range(os.cpu_count() or 1))[:2]
+    if swap:
+        cpus.reverse()
+    procs = {}
+    for with_probes in (False, True):
+        cmd = [sys.executable, str(Path(__file__).with_name("ruleeval.py")),
+               "--targets", str(targets), "--rounds", "5"] + (["--probes"] if with_probes
+                                                             else [])
+        cpu = cpus[with_probes] if len(cpus) == 2 else None
+        pin = None if cpu is None else functools.partial(os.sched_setaffinity, 0, {cpu})
+        procs[with_probes] = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                              preexec_fn=pin)
+        if cpu is None:
+            procs[with_probes].wait()
+    out = {}
+    for with_probes, proc in procs.items():
+        text = proc.communicate()[0]
+        found = EVAL_LINE.search(text)
+        if proc.returncode or found is None:
+            raise SystemExit(f"bench/ruleeval.py failed or printed no evaluation time:\n{text}")
+        out[with_probes] = float(found.group(1))
+    return out
 
 
 def rule_part(targets: int, runs: int) -> float:
-    """What the probe series add to the rules, CPU s/s: ruleeval with and without them."""
-    passes: dict[bool, list[float]] = {True: [], False: []}
+    """What the probe series add to the rules, CPU s/s: ruleeval with and without them,
+    the median of `runs` side-by-side runs (one sequential run read anything from +0.002
+    to +0.011 on this machine; side by side, +0.003 to +0.004)."""
+    added = []
     for i in range(runs):
-        for with_probes in ((False, True) if i % 2 == 0 else (True, False)):
-            passes[with_probes].append(rule_pass_s(targets, with_probes))
-    with_p, without = statistics.median(passes[True]), statistics.median(passes[False])
-    added = (with_p - without) / 5.0  # a pass every evaluation interval (5 s)
-    print(f"rules: a pass of every rule takes {without:.3f} s without the probe series, "
-          f"{with_p:.3f} s with them: {added:+.4f} CPU s/s")
-    return added
+        passes = rule_passes_s(targets, swap=bool(i % 2))
+        added.append((passes[True] - passes[False]) / 5.0)  # a pass every 5 s evaluation
+        print(f"rules, run {i + 1}: a pass of every rule takes {passes[False]:.3f} s without "
+              f"the probe series, {passes[True]:.3f} s with them: {added[-1]:+.4f} CPU s/s",
+              flush=True)
+    return statistics.median(added)
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -215,8 +235,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--window", type=int, default=30,
                     help="seconds measured per window, a multiple of 30 (each after the "
                          "toggle and 5 s to settle)")
-    ap.add_argument("--rule-runs", type=int, default=1,
-                    help="bench/ruleeval.py runs each way for the rules' part (0: leave it out)")
+    ap.add_argument("--rule-runs", type=int, default=2,
+                    help="side-by-side bench/ruleeval.py runs for the rules' part (0: leave "
+                         "it out)")
 
 
 def check_window(window_s: int) -> None:
