@@ -191,34 +191,39 @@ def rule_passes_s(targets: int, swap: bool) -> dict[bool, float]:
     ruleeval.py, best of its rounds), both run at once, each on a CPU of its own
     (swapped by `swap`), so the machine's drift hits both; one after the other on one CPU.
     """
-    cpus = sorted(range(os.cpu_count() or 1))[:2]
+    cpus = list(range(os.cpu_count() or 1))[:2]
     if swap:
         cpus.reverse()
-    procs = {}
+    procs, out = {}, {}
     for with_probes in (False, True):
         cmd = [sys.executable, str(Path(__file__).with_name("ruleeval.py")),
                "--targets", str(targets), "--rounds", "5"] + (["--probes"] if with_probes
                                                              else [])
         cpu = cpus[with_probes] if len(cpus) == 2 else None
         pin = None if cpu is None else functools.partial(os.sched_setaffinity, 0, {cpu})
-        procs[with_probes] = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
-                                              preexec_fn=pin)
-        if cpu is None:
-            procs[with_probes].wait()
-    out = {}
+        procs[with_probes] = proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                                     preexec_fn=pin)
+        if cpu is None:  # one CPU: one after the other
+            out[with_probes] = _eval_s(proc)
     for with_probes, proc in procs.items():
-        text = proc.communicate()[0]
-        found = EVAL_LINE.search(text)
-        if proc.returncode or found is None:
-            raise SystemExit(f"bench/ruleeval.py failed or printed no evaluation time:\n{text}")
-        out[with_probes] = float(found.group(1))
+        if with_probes not in out:
+            out[with_probes] = _eval_s(proc)
     return out
+
+
+def _eval_s(proc: subprocess.Popen[str]) -> float:
+    text = proc.communicate()[0]
+    found = EVAL_LINE.search(text)
+    if proc.returncode or found is None:
+        raise SystemExit(f"bench/ruleeval.py failed or printed no evaluation time:\n{text}")
+    return float(found.group(1))
 
 
 def rule_part(targets: int, runs: int) -> float:
     """What the probe series add to the rules, CPU s/s: ruleeval with and without them,
-    the median of `runs` side-by-side runs (one sequential run read anything from +0.002
-    to +0.011 on this machine; side by side, +0.003 to +0.004)."""
+    the median of `runs` side-by-side runs (one sequential run each way read +0.002 one
+    day and +0.011 the next on this machine; side by side, four runs read -0.001 to
+    +0.003)."""
     added = []
     for i in range(runs):
         passes = rule_passes_s(targets, swap=bool(i % 2))
