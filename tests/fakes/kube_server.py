@@ -271,13 +271,15 @@ def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
 
         def _send(self, status: int, body: Any) -> None:
             data = json.dumps(body).encode()
+            # Logged before the answer goes out: a client that has the answer (and a test
+            # that saw it act on it) must find the request in the log.
+            with fake._cond:
+                fake.requests.append((self.command, self.path, status))
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
-            with fake._cond:
-                fake.requests.append((self.command, self.path, status))
 
         def _fail(self, status: int, reason: str, message: str) -> None:
             self._send(status, status_body(status, reason, message))
