@@ -244,6 +244,27 @@ def test_runner_asks_v1_models_again_only_every_few_minutes_or_after_a_failure(s
         runner.close()
 
 
+def test_health_and_canary_go_out_together_so_a_slow_server_costs_one_wait(sim):
+    # Sent one after the other, a server that hangs every answer for the timeout held a
+    # round for two timeouts (20 s at the defaults): longer than the 15 s interval, so
+    # the next probe was missed. Together, a round takes the longer of the two.
+    runner = ProbeRunner(4)
+    t = ProbeTarget("gemma", sim.url, timeout_ms=5000)
+    try:
+        runner.probe(t, 0)  # learns the model: the canary waits for /v1/models this once
+        sim.set_state(latency_s=1.0)
+        start = time.monotonic()
+        _, results, _ = runner.probe(t, 15_000)
+        took = time.monotonic() - start
+    finally:
+        runner.close()
+    got = _by_probe(results)
+    assert [r.probe for r in results] == [HEALTH, CANARY]
+    assert got[HEALTH].success and got[CANARY].success, results
+    assert got[HEALTH].duration_s >= 1.0 and got[CANARY].ttft_s >= 1.0
+    assert took < 1.7, took  # one latency (plus the canary's tokens), not two (2 s)
+
+
 @pytest.mark.parametrize(("lines", "error"), [
     (['data: {"choices":[{"delta":{"content":"ok"}}]}', "data: [DONE]"], None),
     (['data: {"choices":[{"delta":{"content":"ok"}}]}'], "stream ended without [DONE]"),

@@ -19,7 +19,12 @@ Each probe yields `sentinel_probe_success{target,probe}` (1/0),
 `sentinel_probe_http_status{target,probe}` (0: no HTTP answer); the canary
 also `sentinel_probe_ttft_seconds{target}`. A canary skipped because the
 target's own counters prove tokens are flowing writes staleness markers, so
-an old verdict does not linger for the 5-minute lookback.
+an old verdict does not linger for the 5-minute lookback. The daemon stores
+those a loaded rule reads, as it does scraped series (`ProbeJobs`).
+
+/health and the canary go out together once the model is known, so a
+server that hangs every answer holds a round for one timeout, not two
+(two would outlast the 15 s interval at the defaults).
 
 The network code is async, on the daemon's one I/O loop beside the scrapes,
 through `ProbeClient`: kept-alive HTTP/1.1 connections whose answers are
@@ -349,27 +354,47 @@ async def probe_target(client: ProbeClient, t: ProbeTarget, now_ms: int, *,
     refreshes it every few minutes: it costs as much CPU as /health).
     """
     del now_ms  # the caller stores the samples at the time it chose
+    send_canary = t.canary and not (busy and t.skip_canary_when_busy)
     try:
-        if model is None:
+        if model is None:  # the canary names the model: learn it first
             health, models = await asyncio.gather(probe_health(client, t, clock),
                                                   probe_models(client, t, clock))
             results = [health, models]
-            model = models.model
+            canary = (await _slotted_canary(client, t, models.model, canary_slots, clock)
+                      if send_canary else None)
+        elif send_canary:
+            # /health and the canary go out together: their answers come back in the
+            # same wake-ups of the loop, and a round takes the longer of the two, not both.
+            # One task (the canary's) beside this one, not gather's two and its future.
+            task = asyncio.ensure_future(_slotted_canary(client, t, model, canary_slots, clock))
+            try:
+                results = [await probe_health(client, t, clock)]
+                canary = await task
+            finally:
+                task.cancel()  # done already, unless something above raised
         else:
-            results = [await probe_health(client, t, clock)]
-        if t.canary and not (busy and t.skip_canary_when_busy):
-            if canary_slots is None:
-                results.append(await probe_canary(client, t, model, clock))
-            elif await _take_slot(canary_slots, slot_wait_s(t)):
-                try:
-                    results.append(await probe_canary(client, t, model, clock))
-                finally:
-                    canary_slots.release()
+            results, canary = [await probe_health(client, t, clock)], None
+        if canary is not None:
+            results.append(canary)
     except Exception as exc:  # a bug, not the target: record it, keep the loop alive
         results = [ProbeResult(p, False, 0.0, 0, f"internal error: {type(exc).__name__}: {exc}")
                    for p in (HEALTH, MODELS)]
     skipped = t.canary and not any(r.probe == CANARY for r in results)
     return samples_of(t, results, canary_skipped=skipped), results
+
+
+async def _slotted_canary(client: ProbeClient, t: ProbeTarget, model: str | None,
+                          slots: asyncio.Semaphore | None,
+                          clock: Callable[[], float]) -> ProbeResult | None:
+    """The canary, under the fleet-wide cap when there is one; None when no slot came."""
+    if slots is None:
+        return await probe_canary(client, t, model, clock)
+    if not await _take_slot(slots, slot_wait_s(t)):
+        return None
+    try:
+        return await probe_canary(client, t, model, clock)
+    finally:
+        slots.release()
 
 
 def slot_wait_s(t: ProbeTarget) -> float:
