@@ -392,6 +392,47 @@ def test_a_probes_series_share_its_clock_and_come_back_after_the_stores_gc() -> 
     assert jobs.probes.labels("gemma", HEALTH, "success")._value.get() == 3
 
 
+def test_probe_series_no_rule_reads_are_not_stored_as_scraped_ones_are_not() -> None:
+    # The store keeps what the loaded rules read (`needed_series`); the probes' series
+    # follow the same filter. A reload that stops reading one ends it with one marker.
+    from prometheus_client import CollectorRegistry
+
+    from sentinel.collect.probe import ProbeResult, samples_of
+    from sentinel.daemon.probejobs import ProbeJobs
+    from sentinel.store.memory import Matcher, SeriesFilter
+
+    config = parse_config(yaml.safe_load(
+        "probe_interval: 0s\ntargets: [{name: gemma, url: 'http://127.0.0.1:1'}]"))
+    store = MemoryStore()
+    store.set_filter(SeriesFilter(frozenset({"sentinel_probe_success",
+                                             "sentinel_probe_http_status"})))
+    jobs = ProbeJobs(config, store, CollectorRegistry(), lambda: 0)
+    t = ProbeTarget("gemma", "http://127.0.0.1:1")
+    sent = [ProbeResult(HEALTH, True, 0.01, 200), ProbeResult(CANARY, True, 0.05, 200, ttft_s=0.02)]
+    jobs._record(t, 1000, samples_of(t, sent), sent, "")
+
+    def stored(name: str) -> list[list[tuple[int, bool]]]:
+        return [[(ts, is_stale(v)) for ts, v in zip(s.ts, s.vs, strict=True)]
+                for s in store.select([Matcher("__name__", "=", name)], 0, 10**6)]
+
+    assert stored("sentinel_probe_success") == [[(1000, False)]] * 2
+    assert stored("sentinel_probe_http_status") == [[(1000, False)]] * 2
+    assert stored("sentinel_probe_duration_seconds") == stored("sentinel_probe_ttft_seconds") == []
+    assert jobs.probes.labels("gemma", CANARY, "success")._value.get() == 1  # counted all the same
+
+    store.set_filter(SeriesFilter(frozenset({"sentinel_probe_success"})))  # a reload
+    jobs._record(t, 16_000, samples_of(t, sent), sent, "")
+    assert stored("sentinel_probe_success") == [[(1000, False), (16_000, False)]] * 2
+    assert stored("sentinel_probe_http_status") == [[(1000, False), (16_000, True)]] * 2
+    jobs._record(t, 31_000, samples_of(t, sent), sent, "")
+    assert stored("sentinel_probe_http_status") == [[(1000, False), (16_000, True)]] * 2
+
+    store.set_filter(SeriesFilter(keep_all=True))  # keep_all_series: true
+    jobs._record(t, 46_000, samples_of(t, sent), sent, "")
+    assert stored("sentinel_probe_duration_seconds") == [[(46_000, False)]] * 2
+    assert stored("sentinel_probe_ttft_seconds") == [[(46_000, False)]]
+
+
 def test_probe_jobs_are_scheduled_at_their_slot_clear_of_the_evaluations():
     from prometheus_client import CollectorRegistry
 

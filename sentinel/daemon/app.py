@@ -28,7 +28,7 @@ from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.pipeline import Pipeline
-from sentinel.daemon.probejobs import HEARTBEAT_SERIES, ProbeJobs, probes_on
+from sentinel.daemon.probejobs import HEARTBEAT_SERIES, SHOWN_SERIES, ProbeJobs, probes_on
 from sentinel.daemon.querybackend import DaemonBackend
 from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.scrapejobs import ScrapeJobs, first_run_ms, miss_policy
@@ -541,7 +541,7 @@ class App:
         """Scraped series to keep: what the rules read, plus diagnosis evidence (or everything)."""
         extra = SERIES_NAMES if self.config.diagnosis is not None else ()
         if probes_on(self.config):  # the probes' heartbeat reads the token counter
-            extra = (*extra, HEARTBEAT_SERIES)
+            extra = (*extra, HEARTBEAT_SERIES, *SHOWN_SERIES)
         return needed_series(groups, extra, keep_all=self.config.keep_all_series)
 
 

@@ -8,6 +8,13 @@ probes spread over the 15 s instead of firing together and cost no thread
 A probe that cannot start on time (the previous one still running) is
 counted in `sentinel_probes_missed_total{target}`, as is one the loop reached
 more than half an interval late.
+
+The store keeps the probe series a loaded rule reads, as it keeps scraped
+ones (`MemoryStore.wants`; `keep_all_series: true` keeps all), and always
+the two the target view shows (`SHOWN_SERIES`, which the shipped rules
+read too): the series of durations and HTTP statuses, which no shipped rule
+reads, were 4 of a probe's 7 store writes. The probe counters count every
+probe regardless.
 """
 
 from __future__ import annotations
@@ -70,7 +77,11 @@ READING_MS = 5_000
 # The counter the heartbeat reads: the store keeps it whenever probes are on,
 # whether or not a loaded rule reads it.
 HEARTBEAT_SERIES = "vllm:generation_tokens_total"
+# Probe series the store keeps whatever the rules read: the API's and web page's target
+# view shows them (`ApiService.target_health`).
+SHOWN_SERIES = ("sentinel_probe_success", "sentinel_probe_ttft_seconds")
 GONE_MS = 10 * 60_000
+_UNKNOWN: Any = object()  # a probe series not yet looked up in `ProbeJobs._refs`
 # Probes start on the scrapes' grid of 250 ms slots (see `probe_offset_ms`): at 1,000
 # targets, 250 ms cost ~1 % less CPU in all than 100 ms, and 500 ms no less than 250.
 PROBE_SLOT_MS = SLOT_MS
@@ -147,8 +158,11 @@ class ProbeJobs:
         # not write. Kept GONE_MS, far past any probe's timeout and canary-slot wait.
         self._gone: dict[str, int] = {}
         # Each target's probe series refs, on one clock per probe (its series are always
-        # written together): one locked store call per round, not one per sample.
-        self._refs: dict[str, dict[Labels, SeriesRef]] = {}
+        # written together): one locked store call per round, not one per sample. None
+        # for a series the store does not want (see `_record`); rebuilt when its filter
+        # changes (a reload).
+        self._refs: dict[str, dict[Labels, SeriesRef | None]] = {}
+        self._filter_version = store.filter_version
         self._clocks: dict[str, dict[str, Clock]] = {}  # target -> probe -> clock
         self._counted: dict[tuple[str, str, bool], Any] = {}  # the probes counter's children
         self.probes = Counter("sentinel_probes", "Probes run, by target, probe and outcome.",
@@ -235,23 +249,35 @@ class ProbeJobs:
                 skipped: str) -> None:
         if t.name in self._gone:
             return
+        if self.store.filter_version != self._filter_version:  # rules reloaded
+            self._filter_version = self.store.filter_version
+            self._refs.clear()
         live = self._live.setdefault(t.name, set())
         refs = self._refs.setdefault(t.name, {})
         written: list[tuple[Labels, SeriesRef]] = []
         values: list[float] = []
         for labels, value in samples:
+            ref = refs.get(labels, _UNKNOWN)
+            if ref is _UNKNOWN:
+                ref = self._ref(t.name, labels) if self.store.wants(labels) else None
+                refs[labels] = ref
+            if ref is None:  # no loaded rule reads it: kept as a scraped series would be
+                if labels in live:  # a reload stopped reading it: end what was written
+                    live.discard(labels)
+                    self.store.add(labels, now, STALE_NAN)
+                continue
             if is_stale(value):
                 if labels not in live:
                     continue  # ended already (or never written): one marker is enough
                 live.discard(labels)
             else:
                 live.add(labels)
-            ref = refs.get(labels)
-            written.append((labels, ref if ref is not None else self._ref(t.name, labels)))
+            written.append((labels, ref))
             values.append(value)
         for i in self.store.append_at(now, [ref for _, ref in written], values):
             # The store garbage-collected the series: a fresh ref for the same labels.
-            self.store.append(self._ref(t.name, written[i][0]), now, values[i])
+            refs[written[i][0]] = ref = self._ref(t.name, written[i][0])
+            self.store.append(ref, now, values[i])
         if skipped == SKIP_BUSY:
             self.skipped.labels(t.name).inc()
         elif skipped == SKIP_CAP:
@@ -282,8 +308,7 @@ class ProbeJobs:
         clock = clocks.get(probe)
         if clock is None:
             clock = clocks[probe] = Clock()
-        ref = self._refs.setdefault(target, {})[labels] = self.store.ref(labels, clock)
-        return ref
+        return self.store.ref(labels, clock)
 
     def close(self) -> None:
         """Close the runner's connections (and its loop, if it has its own)."""
