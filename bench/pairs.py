@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.fleet import _prepare, cpu_s, free_port, metrics, total
+from bench.fleet import ROOT, _prepare, cpu_s, free_port, metrics, total
 
 THREAD = re.compile(r'sentinel_thread_cpu_seconds_total\{thread="([^"]*)"\}')
 # Threads named in the split: the I/O loop (scrapes, probes) and the scheduler's pool
@@ -97,7 +97,9 @@ def side_by_side(sides: list[Side], seconds: float, pin: bool = False) -> dict[s
                     cmd, stdout=log, stderr=subprocess.STDOUT,
                     preexec_fn=functools.partial(_prepare, {cpus[k % len(cpus)]} if pin else None),
                     # cwd: `python -m` puts it first on sys.path, ahead of PYTHONPATH.
-                    cwd=work, env={**os.environ, **dict(side.env)})
+                    # PYTHONPATH: this checkout's code, not whichever tree is installed
+                    # (editable) for the interpreter, unless the side names its own.
+                    cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT), **dict(side.env)})
         time.sleep(SETTLE_S)
         for p in procs.values():
             if p.poll() is not None:

@@ -7,7 +7,7 @@ and both are measured over the same window (bench/pairs.py), so the
 machine's drift cancels out. Each repeat swaps which one starts first.
 
     python bench/version_ab.py --against HEAD~1 [--targets 1000] [--seconds 60]
-                               [--repeat 3] [--probes] [--traffic idle|busy]
+                               [--repeat 3] [--probes] [--traffic idle|busy] [--pin]
 
 Each line prints both CPU figures (s/s) and the change; the last, the
 median. A negative change means this checkout is cheaper. Pairs where
@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleet import ROOT, FleetProcess, _raise_fd_limit, sentinel_cmd  # noqa: E402
-from bench.pairs import Side, run_pairs  # noqa: E402
+from bench.pairs import Side, interval95, run_pairs  # noqa: E402
 
 
 def worktree(rev: str) -> Path:
@@ -53,6 +53,8 @@ def main() -> None:
     ap.add_argument("--probes", action="store_true",
                     help="probes on at their default interval (off by default)")
     ap.add_argument("--traffic", choices=["idle", "busy", "mixed"], default="idle")
+    ap.add_argument("--pin", action="store_true",
+                    help="run each Sentinel on a CPU of its own (swapped between pairs)")
     args = ap.parse_args()
     _raise_fd_limit()
     tree = worktree(args.against)
@@ -64,7 +66,7 @@ def main() -> None:
         # PYTHONPATH ahead of the installed (editable) package: each side imports its own tree.
         base = Side(args.against, cmd, (("PYTHONPATH", str(tree)),))
         this = Side("this", cmd, (("PYTHONPATH", str(ROOT)),))
-        added = run_pairs(base, this, args.seconds, args.repeat, "change")
+        added = run_pairs(base, this, args.seconds, args.repeat, "change", args.pin)
     finally:
         fleet.stop()
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
@@ -75,7 +77,8 @@ def main() -> None:
                          "and the fleet at once; use fewer --targets")
     print(f"median change {100 * statistics.median(added):+.1f} % over {len(added)} pairs "
           f"({args.targets} targets, probes {'on' if args.probes else 'off'}, "
-          f"{args.traffic}, {args.seconds:g} s windows)")
+          f"{args.traffic}, {args.seconds:g} s windows" + (", pinned" if args.pin else "") + ")")
+    print(interval95(added))
 
 
 if __name__ == "__main__":
