@@ -7,7 +7,9 @@ figures do not. Used by bench/probe_ab.py (probes on against off) and
 bench/version_ab.py (this checkout against another revision).
 
 A Sentinel starved of CPU would read cheap, so each one's missed scrapes,
-rule evaluations and probes over the window are read from its own /metrics.
+rule evaluations and probes over the window are read from its own /metrics,
+as are its failed probes (a probe that fails fast reads cheap too): a pair
+where either side missed work or had a probe fail is left out.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Reading:
     cpu: float
     missed: float
     threads: dict[str, float] = field(default_factory=dict)
+    failed_probes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class Counts:
 
     missed: float
     threads: dict[str, float]
+    failed_probes: float = 0.0
 
 
 def counts(port: int) -> Counts:
@@ -72,7 +76,9 @@ def counts(port: int) -> Counts:
     page = metrics(port)
     threads = {m.group(1): v for k, v in page.items()
                if (m := THREAD.fullmatch(k)) is not None}
-    return Counts(sum(total(page, name) for name in MISSED), threads)
+    failed = sum(v for k, v in page.items()
+                 if k.startswith("sentinel_probes_total{") and 'outcome="failure"' in k)
+    return Counts(sum(total(page, name) for name in MISSED), threads, failed)
 
 
 def side_by_side(sides: list[Side], seconds: float, pin: bool = False) -> dict[str, Reading]:
@@ -117,7 +123,8 @@ def side_by_side(sides: list[Side], seconds: float, pin: bool = False) -> dict[s
         return {k: Reading((end[k] - start[k]) / elapsed,
                            after[k].missed - before[k].missed,
                            {t: (v - before[k].threads.get(t, 0.0)) / elapsed
-                            for t, v in after[k].threads.items()})
+                            for t, v in after[k].threads.items()},
+                           after[k].failed_probes - before[k].failed_probes)
                 for k, p in procs.items()}
     finally:
         for p in procs.values():
@@ -138,11 +145,15 @@ def run_pairs(base: Side, other: Side, seconds: float, repeat: int, what: str,
         b, o = got[base.name], got[other.name]
         share = (o.cpu - b.cpu) / max(1e-9, b.cpu)
         short = [f"{name} missed {r.missed:g}" for name, r in got.items() if r.missed]
+        # A failing probe costs what its failure costs (a refused connection is cheap, a
+        # timeout is not), not what a probe costs: such a pair measures something else.
+        short += [f"{name} had {r.failed_probes:g} probes FAIL" for name, r in got.items()
+                  if r.failed_probes]
         if not short:
             added.append(share)
         print(f"pair {i + 1}: {base.name} {b.cpu:.3f}, {other.name} {o.cpu:.3f} CPU s/s, "
               f"{what} {100 * share:+.1f} %"
-              + (f"  SATURATED: {', '.join(short)}" if short else ""), flush=True)
+              + (f"  LEFT OUT: {', '.join(short)}" if short else ""), flush=True)
         if b.threads and o.threads:
             print("        by thread, CPU s/s added: " + thread_split(b.threads, o.threads),
                   flush=True)

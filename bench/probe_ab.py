@@ -16,8 +16,9 @@ the median. Both Sentinels share the cores with each other and with the
 helper, so the absolute figures run higher than a Sentinel alone; the
 ratio is the measure. A Sentinel starved of CPU would read cheap, so each
 one's missed scrapes, rule evaluations and probes over the window are read
-from its own /metrics: a pair where either missed work is marked SATURATED
-and left out of the median. Under each pair, what probes added is split by
+from its own /metrics, as are its failed probes (one that fails fast reads
+cheap too): a pair where either missed work or had a probe fail is marked
+LEFT OUT and not counted. Under each pair, what probes added is split by
 thread (`sentinel_thread_cpu_seconds_total`): the I/O loop, where the probes
 themselves run, against the rule pool, where the rules that read them run.
 """
@@ -61,8 +62,9 @@ def main() -> None:
     finally:
         fleet.stop()
     if not added:
-        raise SystemExit("every pair missed work: this machine cannot run two Sentinels "
-                         "and the fleet at once; use fewer --targets")
+        raise SystemExit("every pair was left out (see above): missed work means this "
+                         "machine cannot run two Sentinels and the fleet at once (use "
+                         "fewer --targets); failed probes, a fleet helper in trouble")
     print(f"median added {100 * statistics.median(added):+.1f} % over {len(added)} pairs "
           f"({args.targets} targets, {args.traffic}, {args.seconds:g} s windows"
           + (", pinned" if args.pin else "")

@@ -11,8 +11,8 @@ machine's drift cancels out. Each repeat swaps which one starts first.
 
 Each line prints both CPU figures (s/s) and the change; the last, the
 median. A negative change means this checkout is cheaper. Pairs where
-either side missed work (scrapes, rule evaluations, probes) are marked
-SATURATED and left out of the median. Both run the rule files and the
+either side missed work (scrapes, rule evaluations, probes) or had a probe
+fail are marked LEFT OUT and not counted. Both run the rule files and the
 fleet helper of this checkout.
 """
 
@@ -73,8 +73,9 @@ def main() -> None:
                        capture_output=True)
         shutil.rmtree(tree.parent, ignore_errors=True)
     if not added:
-        raise SystemExit("every pair missed work: this machine cannot run two Sentinels "
-                         "and the fleet at once; use fewer --targets")
+        raise SystemExit("every pair was left out (see above): missed work means this "
+                         "machine cannot run two Sentinels and the fleet at once (use "
+                         "fewer --targets); failed probes, a fleet helper in trouble")
     print(f"median change {100 * statistics.median(added):+.1f} % over {len(added)} pairs "
           f"({args.targets} targets, probes {'on' if args.probes else 'off'}, "
           f"{args.traffic}, {args.seconds:g} s windows" + (", pinned" if args.pin else "") + ")")
