@@ -261,7 +261,7 @@ class ProbeJobs:
             if ref is _UNKNOWN:
                 ref = self._ref(t.name, labels) if self.store.wants(labels) else None
                 refs[labels] = ref
-            if ref is None:  # no loaded rule reads it: kept as a scraped series would be
+            if ref is None:  # no loaded rule reads it: not stored, as a scraped one is not
                 if labels in live:  # a reload stopped reading it: end what was written
                     live.discard(labels)
                     self.store.add(labels, now, STALE_NAN)
