@@ -199,18 +199,26 @@ def test_jobs_cancelled_at_shutdown_log_no_traceback(caplog):
     assert [r.exc_info[1].args for r in caplog.records if r.exc_info] == [("a real failure",)]
 
 
-def test_select_last_hands_out_only_the_newest_sample_in_range():
-    from sentinel.model import labels_of
+def test_select_newest_hands_out_only_the_newest_sample_in_range():
+    from sentinel.model import STALE_NAN, labels_of
     from sentinel.store import Matcher, MemoryStore
 
     store = MemoryStore(retention_ms=10**9)
     for t in range(0, 100_000, 5_000):
         store.add(labels_of({"__name__": "m", "i": "1"}), t, t / 1000)
     store.add(labels_of({"__name__": "m", "i": "2"}), 1_000, 1.0)  # too old for the window
-    [s] = store.select_last([Matcher("__name__", "=", "m")], 60_000, 72_000)
-    assert (dict(s.labels)["i"], s.ts, s.vs) == ("1", [70_000], [70.0])
+    [(labels, t, v)] = store.select_newest([Matcher("__name__", "=", "m")], 60_000, 72_000)
+    assert (dict(labels)["i"], t, v) == ("1", 70_000, 70.0)
     full = store.select([Matcher("__name__", "=", "m"), Matcher("i", "=", "1")], 60_000, 72_000)
-    assert full[0].ts[-1] == s.ts[0] and full[0].vs[-1] == s.vs[0]
+    assert full[0].ts[-1] == t and full[0].vs[-1] == v
+    # The query time after the newest sample: that one, read without a search.
+    [(_, t, v)] = store.select_newest([Matcher("__name__", "=", "m")], 90_000, 120_000)
+    assert (t, v) == (95_000, 95.0)
+    # A staleness marker as the newest sample in the range: the series is absent.
+    store.add(labels_of({"__name__": "m", "i": "1"}), 100_000, STALE_NAN)
+    assert store.select_newest([Matcher("__name__", "=", "m")], 90_000, 120_000) == []
+    [(_, t, _)] = store.select_newest([Matcher("__name__", "=", "m")], 90_000, 99_000)
+    assert t == 95_000
 
 
 def test_a_targets_series_share_its_clock_and_collected_ones_come_back() -> None:

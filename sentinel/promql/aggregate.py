@@ -7,6 +7,7 @@ results (and which series win ties) are bit-for-bit the same.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql import floatops as f
@@ -30,14 +31,48 @@ class _Group:
         self.values: list[float] = [first.value]
 
 
-def _key_and_labels(
-    labels: Labels, grouping: frozenset[str], without: bool
-) -> tuple[Labels, Labels]:
+def _grouping_key(names: frozenset[str], without: bool) -> Callable[[Labels], Labels]:
+    """The function that gives a series' group: its labels `by` the names, or all but them
+    and the metric name (`without`). The labels are sorted, so the key is too."""
     if without:
-        kept = tuple(kv for kv in labels if kv[0] not in grouping and kv[0] != METRIC_NAME)
-    else:
-        kept = tuple(kv for kv in labels if kv[0] in grouping)
-    return kept, kept
+        dropped = names | {METRIC_NAME}
+        return lambda labels: tuple([kv for kv in labels if kv[0] not in dropped])
+    if len(names) == 1:  # `by (target)`, the common case: no list, no set lookups
+        (only,) = names
+
+        def by_one(labels: Labels) -> Labels:
+            for kv in labels:
+                if kv[0] == only:
+                    return (kv,)
+            return ()
+        return by_one
+    return lambda labels: tuple([kv for kv in labels if kv[0] in names])
+
+
+# Aggregations folded into one float per group in a single pass, as Prometheus folds
+# them (same order of operations, so the same bits): no group object per group.
+_FOLDS: dict[str, Callable[[float, float], float]] = {
+    "sum": lambda cur, v: cur + v,
+    "max": lambda cur, v: v if cur < v or cur != cur else cur,
+    "min": lambda cur, v: v if cur > v or cur != cur else cur,
+    "count": lambda cur, v: cur + 1.0,
+    "group": lambda cur, v: 1.0,
+}
+
+
+def _fold(op: str, vec: Vector, key_of: Callable[[Labels], Labels]) -> Vector:
+    fold = _FOLDS[op]
+    first_is_value = op in ("sum", "max", "min")
+    values: dict[Labels, float] = {}
+    get = values.get
+    for s in vec:
+        key = key_of(s.labels)
+        cur = get(key)
+        if cur is None:
+            values[key] = s.value if first_is_value else 1.0
+        else:
+            values[key] = fold(cur, s.value)
+    return [InstantSample(k, v) for k, v in values.items()]
 
 
 def aggregate(
@@ -67,16 +102,17 @@ def aggregate(
             )
             for s in vec
         ]  # fmt: skip
+    key_of = _grouping_key(names, without)
+    if op in _FOLDS:
+        return _fold(op, vec, key_of)
     groups: dict[Labels, _Group] = {}
     for s in vec:
-        key, labels = _key_and_labels(s.labels, names, without)
+        key = key_of(s.labels)
         group = groups.get(key)
         if group is None:
-            groups[key] = _Group(labels, s)
+            groups[key] = _Group(key, s)
             if op in ("stddev", "stdvar"):
                 groups[key].value = 0.0
-            elif op == "group":
-                groups[key].value = 1.0
             continue
         _accumulate(op, group, s, k)
     return _results(op, groups.values(), param)
@@ -84,9 +120,7 @@ def aggregate(
 
 def _accumulate(op: str, g: _Group, s: InstantSample, k: int) -> None:
     v = s.value
-    if op == "sum":
-        g.value += v
-    elif op == "avg":
+    if op == "avg":
         g.count += 1
         if math.isinf(g.mean):
             if math.isinf(v) and (g.mean > 0) == (v > 0):
@@ -94,13 +128,7 @@ def _accumulate(op: str, g: _Group, s: InstantSample, k: int) -> None:
             if not math.isinf(v) and not math.isnan(v):
                 return
         g.mean += v / g.count - g.mean / g.count
-    elif op == "max":
-        if g.value < v or math.isnan(g.value):
-            g.value = v
-    elif op == "min":
-        if g.value > v or math.isnan(g.value):
-            g.value = v
-    elif op in ("count", "count_values"):
+    elif op == "count_values":
         g.count += 1
     elif op in ("stddev", "stdvar"):
         g.count += 1
@@ -124,7 +152,7 @@ def _results(op: str, groups: object, param: float | str | None) -> Vector:
             continue
         if op == "avg":
             value = g.mean
-        elif op in ("count", "count_values"):
+        elif op == "count_values":
             value = float(g.count)
         elif op == "stdvar":
             value = g.value / g.count

@@ -50,6 +50,13 @@ def vector_scalar(
     op: str, vec: Vector, scalar: float, scalar_left: bool, return_bool: bool
 ) -> Vector:
     """vector op scalar, or scalar op vector when `scalar_left`."""
+    compare = COMPARISON.get(op)
+    if compare is not None and not return_bool:
+        # A filter: each kept sample is the input's, labels and value (InstantSample is
+        # frozen), so none is built. `max by (target) (...) == 0` over a fleet keeps few.
+        if scalar_left:
+            return [s for s in vec if compare(scalar, s.value)]
+        return [s for s in vec if compare(s.value, scalar)]
     out = []
     arithmetic = op in ARITHMETIC
     for s in vec:

@@ -156,16 +156,15 @@ class _Evaluator:
 
     def instant(self, sel: n.VectorSelector) -> list[tuple[Labels, int, float]]:
         ref = self.base_ms(sel.at) - sel.offset_ms
-        out = []
-        # Only the newest sample is read: a store that can hand out just that
-        # (MemoryStore.select_last) saves copying the whole lookback window.
-        last = getattr(self.store, "select_last", None)
-        found = (last(sel.matchers, ref - self.lookback_ms, ref) if last is not None
-                 else self.select(sel, ref - self.lookback_ms, ref))
-        for s in found:
-            if not is_stale(s.vs[-1]):
-                out.append((s.labels, s.ts[-1], s.vs[-1]))
-        return out
+        # Only the newest sample is read: a store that hands out just that
+        # (MemoryStore.select_newest) copies no lookback window and builds no Series.
+        newest = getattr(self.store, "select_newest", None)
+        if newest is not None:
+            found: list[tuple[Labels, int, float]] = newest(sel.matchers,
+                                                            ref - self.lookback_ms, ref)
+            return found
+        return [(s.labels, s.ts[-1], s.vs[-1])
+                for s in self.select(sel, ref - self.lookback_ms, ref) if not is_stale(s.vs[-1])]
 
     def matrix(self, e: n.MatrixSelector) -> list[RangeSeries]:
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
@@ -217,8 +216,10 @@ class _Evaluator:
             p = self.eval(e.param)
             assert isinstance(p, float | str)
             param = p
-        vec = self.vector(e.expr)
-        return check_unique(aggregate(e.op, vec, e.grouping, e.without, param))
+        out = aggregate(e.op, self.vector(e.expr), e.grouping, e.without, param)
+        # One sample a group, keyed by its labels: unique but for topk and bottomk, which
+        # hand back their input's samples.
+        return check_unique(out) if e.op in ("topk", "bottomk") else out
 
     def binary(self, e: n.Binary) -> Value:
         lhs = self.eval(e.lhs)

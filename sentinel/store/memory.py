@@ -485,22 +485,36 @@ class MemoryStore:
             out.append(Series(buf.labels, [base + t for t in rel], vs.tolist()))
         return out
 
-    def select_last(self, matchers: Sequence[Matcher], start_ms: int,
-                    end_ms: int) -> list[Series]:
-        """Like `select`, but each series carries only its newest sample in the range.
+    def select_newest(self, matchers: Sequence[Matcher], start_ms: int,
+                      end_ms: int) -> list[tuple[Labels, int, float]]:
+        """What an instant vector selector reads: (labels, time, value) of each matching
+        series' newest sample in the range, left out when that is a staleness marker.
 
-        What an instant vector selector reads: one sample, not the whole lookback
-        window copied out of the packed arrays.
+        In the order the series were created. The newest sample a series holds is
+        the one asked for unless the query time lies before it, so it is read
+        without a search; no sample is copied out but that one.
         """
         out = []
         data = self._data
         for buf in self._matching(matchers):
             with data:
-                lo, hi, d = buf.span(start_ms, end_ms)
-                if lo >= hi:
+                vs, clock = buf.vs, buf.clock
+                p = buf.start + len(vs) - 1 - clock.gone  # the newest value's clock position
+                if not vs or p < 0:  # empty, or every time trimmed
                     continue
-                t, v = buf.clock.base + buf.clock.ts[hi - 1], buf.vs[hi - 1 + d]
-            out.append(Series(buf.labels, [t], [v]))
+                t = clock.base + clock.ts[p]
+                if t > end_ms:  # written after the query time: search back for one before
+                    lo, hi, d = buf.span(start_ms, end_ms)
+                    if lo >= hi:
+                        continue
+                    t, v = clock.base + clock.ts[hi - 1], vs[hi - 1 + d]
+                elif t < start_ms:
+                    continue
+                else:
+                    v = vs[-1]
+            if v != v and is_stale(v):
+                continue
+            out.append((buf.labels, t, v))
         return out
 
     def summarize(self, matchers: Sequence[Matcher], start_ms: int,
