@@ -63,9 +63,10 @@ def main() -> None:
         def cmd(work: Path, port: int) -> list[str]:
             return sentinel_cmd(work, fleet.ports, port, args.probes)
 
-        # PYTHONPATH ahead of the installed (editable) package: each side imports its own tree.
+        # PYTHONPATH ahead of the installed (editable) package: the base imports its own
+        # tree; the other side gets this checkout's (bench/pairs.py's default).
         base = Side(args.against, cmd, (("PYTHONPATH", str(tree)),))
-        this = Side("this", cmd, (("PYTHONPATH", str(ROOT)),))
+        this = Side("this", cmd)
         added = run_pairs(base, this, args.seconds, args.repeat, "change", args.pin)
     finally:
         fleet.stop()
