@@ -278,6 +278,20 @@ class _Buffer:
         if self.reset_at:
             del self.reset_at[:bisect_left(self.reset_at, max(self.start, clock.gone))]
 
+    def newest(self, start_ms: int, end_ms: int) -> tuple[int, float] | None:
+        """(time, value) of the newest sample in [start_ms, end_ms], marker or not; None
+        when there is none. The newest sample held is the one asked for unless the
+        query time lies before it, so it is read without a search."""
+        vs, clock = self.vs, self.clock
+        p = self.start + len(vs) - 1 - clock.gone  # the newest value's clock position
+        if not vs or p < 0:  # empty, or every time trimmed
+            return None
+        t = clock.base + clock.ts[p]
+        if t > end_ms:  # written after the query time: search back for one before it
+            lo, hi, d = self.span(start_ms, end_ms)
+            return None if lo >= hi else (clock.base + clock.ts[hi - 1], vs[hi - 1 + d])
+        return None if t < start_ms else (t, vs[-1])
+
     def span(self, start_ms: int, end_ms: int) -> tuple[int, int, int]:
         """Clock positions [lo, hi) of the visible samples in [start_ms, end_ms], and
         `d` to add to a clock position to get the value's position."""
@@ -490,28 +504,17 @@ class MemoryStore:
         """What an instant vector selector reads: (labels, time, value) of each matching
         series' newest sample in the range, left out when that is a staleness marker.
 
-        In the order the series were created. The newest sample a series holds is
-        the one asked for unless the query time lies before it, so it is read
-        without a search; no sample is copied out but that one.
+        In the order the series were created; no sample is copied out but that one
+        (`_Buffer.newest`).
         """
         out = []
         data = self._data
         for buf in self._matching(matchers):
             with data:
-                vs, clock = buf.vs, buf.clock
-                p = buf.start + len(vs) - 1 - clock.gone  # the newest value's clock position
-                if not vs or p < 0:  # empty, or every time trimmed
-                    continue
-                t = clock.base + clock.ts[p]
-                if t > end_ms:  # written after the query time: search back for one before
-                    lo, hi, d = buf.span(start_ms, end_ms)
-                    if lo >= hi:
-                        continue
-                    t, v = clock.base + clock.ts[hi - 1], vs[hi - 1 + d]
-                elif t < start_ms:
-                    continue
-                else:
-                    v = vs[-1]
+                found = buf.newest(start_ms, end_ms)
+            if found is None:
+                continue
+            t, v = found
             if v != v and is_stale(v):
                 continue
             out.append((buf.labels, t, v))
@@ -550,10 +553,10 @@ class MemoryStore:
         data = self._data
         for buf in buffers:
             with data:
-                lo, hi, d = buf.span(start_ms, end_ms)
-                if lo >= hi:
-                    continue
-                value = buf.vs[hi - 1 + d]
+                newest = buf.newest(start_ms, end_ms)
+            if newest is None:
+                continue
+            value = newest[1]
             if value != value and is_stale(value):
                 continue
             key = label_value(buf.labels, by)
