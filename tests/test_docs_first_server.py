@@ -24,9 +24,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from docs_helpers import name_bundled_rules_if_none_load
 from fixtures_e2e import wait_for
-
-from sentinel.paths import bundled_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -84,20 +83,6 @@ class _Output:
         return out
 
 
-def _ensure_rules(folder: Path, env: dict[str, str]) -> None:
-    """Until `check config` loads the bundled rules by default (issue 36), name them.
-
-    With a Sentinel that loads them when `rule_files` is absent this does
-    nothing; with one that loads none, it adds the bundled rules/vllm.yaml so
-    the rest of the tutorial can still be checked.
-    """
-    out = subprocess.run(["sentinel", "check", "config", "sentinel.yaml"], cwd=folder, env=env,
-                         capture_output=True, text=True, timeout=60).stdout
-    if re.search(r"\b0 rules\)", out):
-        with open(folder / "sentinel.yaml", "a") as f:
-            f.write(f"rule_files: [{bundled_dir('rules') / 'vllm.yaml'}]\n")
-
-
 def test_first_server_tutorial_gets_an_incident_and_a_webhook(tmp_path: Path) -> None:
     ports = {"8000": str(_free_port()), "5001": str(_free_port())}
     listen = _free_port()
@@ -113,7 +98,7 @@ def test_first_server_tutorial_gets_an_incident_and_a_webhook(tmp_path: Path) ->
             text = literal(body)
             if kind.startswith("file "):
                 (tmp_path / kind.split(None, 1)[1]).write_text(text)
-                _ensure_rules(tmp_path, env)
+                name_bundled_rules_if_none_load(tmp_path / "sentinel.yaml", env)
             elif kind == "run":
                 done = subprocess.run(shlex.split(text), cwd=tmp_path, env=env,
                                       capture_output=True, text=True, timeout=60)
