@@ -43,7 +43,8 @@ def test_example_passes_check_config_strict(name: str, tmp_path: Path) -> None:
 
 def test_minimal_is_minimal() -> None:
     text = (EXAMPLES / "minimal.yaml").read_text()
-    keys = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    keys = [line for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
     assert len(keys) <= 10
     assert not any(k.startswith("rule_files") for k in keys)
 
