@@ -1,6 +1,6 @@
-"""The Watchdog route the README documents works as written: the always-firing Watchdog
-alert goes to the dead man's switch and repeats every minute, other alerts keep the
-4 h default repeat the README warns about."""
+"""The Watchdog route docs/how-to/notifications.md documents works as written: the
+always-firing Watchdog alert goes to the dead man's switch and repeats every minute, other
+alerts keep the 4 h default repeat the page warns about."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ from sentinel.model import labels_of
 from sentinel.respond.notify.dispatcher import watchdog_alert
 from sentinel.respond.notify.routing import build_route, match_routes
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "notifications.md"
 
 
 def _documented_block() -> str:
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), re.S)
+    blocks = re.findall(r"```yaml\n(.*?)```", PAGE.read_text(), re.S)
     (block,) = [b for b in blocks if "watchdog: true" in b and 'alertname="Watchdog"' in b]
     return block
 
 
-def test_the_readme_watchdog_route_repeats_every_minute_to_the_switch(tmp_path: Path) -> None:
+def test_the_documented_watchdog_route_repeats_every_minute_to_the_switch(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text("groups: []\n")
     cfg = tmp_path / "sentinel.yaml"
     cfg.write_text(
