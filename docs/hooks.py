@@ -42,6 +42,34 @@ def _alerts_by_category() -> dict[str, str]:
     return out
 
 
+_CODE = re.compile(r"`[^`\n]*`")
+
+
+def unescape_table_code(markdown: str) -> str:
+    """`a\\|b` in a table's code span becomes `a|b`.
+
+    GitHub needs the pipe escaped even inside a code span of a table row;
+    Python-Markdown's tables already ignore pipes in code spans and would show
+    the backslash. The pages are written for GitHub; the site drops the escape.
+    """
+    lines = markdown.split("\n")
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("|") and "\\|" in line:
+            lines[i] = _CODE.sub(lambda m: m.group(0).replace("\\|", "|"), line)
+    return "\n".join(lines)
+
+
+_INCLUDE_MD = re.compile(r'^--8<-- "([^"]+\.md)"$', re.M)
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    """Replace the marker with the generated table."""
-    return markdown.replace(MARKER, signatures_table()) if MARKER in markdown else markdown
+    """Replace the marker with the generated table; unescape pipes in tables' code.
+
+    A Markdown file included whole (`--8<-- "bench/README.md"`) is inlined here,
+    before the snippets extension runs, so its tables are unescaped too.
+    """
+    markdown = _INCLUDE_MD.sub(
+        lambda m: (ROOT / m.group(1)).read_text(encoding="utf-8"), markdown)
+    if MARKER in markdown:
+        markdown = markdown.replace(MARKER, signatures_table())
+    return unescape_table_code(markdown)
