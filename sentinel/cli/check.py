@@ -13,8 +13,13 @@ def add_parser(sub: Any) -> None:
     """Register `check` and `rules`."""
     check = sub.add_parser("check", help="validate configuration").add_subparsers(
         title="what", metavar="WHAT")
-    cc = check.add_parser("config", help="validate a config file and the rule files it names",
-                          description="Exit 0 when valid; else every problem as FILE:LINE: KEY.")
+    cc = check.add_parser("config", help="pre-flight: everything `run` would refuse, refused "
+                          "here first",
+                          description="Validate a config file, the rule files it names, and "
+                          "what `run` needs of this host (database, listen address, files). "
+                          "Exit 0 when `run` would start; else every problem as "
+                          "FILE:LINE: KEY: message and the fix, with `run`'s exit code "
+                          "(3: the configuration, 4: this host).")
     cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG, help="config file (sentinel.yaml)")
     cc.add_argument("--strict", action="store_true",
                     help="fail when a remediation policy, route or inhibit rule names an alert "
@@ -22,6 +27,9 @@ def add_parser(sub: Any) -> None:
     cc.add_argument("--scrape", action="store_true",
                     help="also scrape every target once; exit 1 when a rule selects a metric "
                     "no target exposes (naming the replacement of a renamed vLLM metric)")
+    cc.add_argument("--offline", action="store_true",
+                    help="skip the checks that ask this host (database, listen address, log "
+                    "files): for a config written for another machine")
     cc.set_defaults(func=cmd_check_config)
 
     rules = sub.add_parser("rules", help="check or unit-test rule files").add_subparsers(
@@ -39,7 +47,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from sentinel.checks import check_config
 
     return check_config(args.file, sys.stdout, sys.stderr, strict=args.strict,
-                        scrape=args.scrape)
+                        scrape=args.scrape, offline=args.offline)
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
