@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 COMMANDS = [
     [], ["run"], ["demo"], ["sim"], ["check", "config"], ["rules", "check"], ["rules", "test"],
-    ["incidents", "list"], ["incidents", "show"], ["db", "upgrade"],
+    ["incidents", "list"], ["incidents", "show"], ["db", "upgrade"], ["completion"],
 ]
 
 

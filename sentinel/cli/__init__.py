@@ -9,6 +9,7 @@ that hand off to the module that does the work:
     remediate.py  remediate              logs.py       logs classify
     diagnose.py   diagnose               silence.py    silence add|list|expire
     api.py        approvals, mcp         common.py     --config/--database and how they are read
+    completion.py completion bash|zsh
 
 The stages never import from here. Building the parser imports nothing but
 argparse and these modules: handlers import what they need when they run, so
@@ -22,7 +23,18 @@ import os
 import sys
 
 from sentinel import exitcodes
-from sentinel.cli import api, check, diagnose, incidents, logs, remediate, run, silence, sim
+from sentinel.cli import (
+    api,
+    check,
+    completion,
+    diagnose,
+    incidents,
+    logs,
+    remediate,
+    run,
+    silence,
+    sim,
+)
 
 EPILOG = """\
 examples:
@@ -34,6 +46,7 @@ examples:
   sentinel logs classify /var/log/vllm.log   # crash signatures in a log file
   sentinel diagnose 42                   # ask the model for a runbook of incident 42
   sentinel silence add target=gemma-26b -d 2h -C "maintenance"
+  source <(sentinel completion bash)     # tab completion (bash, zsh)
 """
 
 
@@ -131,4 +144,5 @@ def build_parser() -> argparse.ArgumentParser:
     silence.add_parser(sub)
     api.add_parser(sub)
     incidents.add_db_parser(sub)
+    completion.add_parser(sub)
     return p

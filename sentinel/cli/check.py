@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from sentinel.cli.common import DEFAULT_CONFIG
+from sentinel.cli.completion import files
 
 
 def add_parser(sub: Any) -> None:
@@ -20,7 +21,8 @@ def add_parser(sub: Any) -> None:
                           "Exit 0 when `run` would start; else every problem as "
                           "FILE:LINE: KEY: message and the fix, with `run`'s exit code "
                           "(3: the configuration, 4: this host).")
-    cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG, help="config file (sentinel.yaml)")
+    files(cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG,
+                          help="config file (sentinel.yaml)"))
     cc.add_argument("--strict", action="store_true",
                     help="fail when a remediation policy, route or inhibit rule names an alert "
                     "that no loaded rule defines (a warning otherwise)")
@@ -35,10 +37,10 @@ def add_parser(sub: Any) -> None:
     rules = sub.add_parser("rules", help="check or unit-test rule files").add_subparsers(
         title="what", metavar="WHAT")
     rc = rules.add_parser("check", help="validate rule files like `promtool check rules`")
-    rc.add_argument("files", nargs="+", metavar="FILE")
+    files(rc.add_argument("files", nargs="+", metavar="FILE"))
     rc.set_defaults(func=cmd_rules_check, quick_exit=True)
     rt = rules.add_parser("test", help="run rule unit tests in promtool's test-file format")
-    rt.add_argument("files", nargs="+", metavar="FILE")
+    files(rt.add_argument("files", nargs="+", metavar="FILE"))
     rt.set_defaults(func=cmd_rules_test, quick_exit=True)
 
 

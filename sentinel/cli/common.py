@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sentinel import exitcodes
+from sentinel.cli.completion import files
 
 if TYPE_CHECKING:
     from sentinel.config import Config
@@ -24,9 +25,9 @@ DEFAULT_CONFIG = "sentinel.yaml"
 
 def config_arg(p: argparse.ArgumentParser) -> None:
     """`-c/--config`."""
-    p.add_argument("-c", "--config", default=None,
-                   help=f"config file (default ./{DEFAULT_CONFIG} if present, else built-in "
-                   "defaults)")
+    files(p.add_argument("-c", "--config", default=None,
+                         help=f"config file (default ./{DEFAULT_CONFIG} if present, else "
+                         "built-in defaults)"))
 
 
 def db_args(p: argparse.ArgumentParser) -> None:
