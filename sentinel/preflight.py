@@ -32,10 +32,14 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sentinel.config import Config
 from sentinel.config.load import format_path
 from sentinel.config.model import split_listen
+
+if TYPE_CHECKING:
+    from sentinel.rules.loader import RuleGroup
 
 ERROR = "error"  # the configuration itself is wrong: fix the file
 UNAVAILABLE = "unavailable"  # the configuration is fine, this host cannot run it now
@@ -63,7 +67,7 @@ class Preflight:
     """Every finding, and the rule groups loaded on the way (check config counts them)."""
 
     findings: list[Finding] = field(default_factory=list)
-    groups: list = field(default_factory=list)  # list[RuleGroup]
+    groups: list[RuleGroup] = field(default_factory=list)
 
     @property
     def refused(self) -> list[Finding]:
@@ -89,22 +93,16 @@ def preflight(config: Config, source: str | None, *, listen_flag: bool = False,
     False (check config): an address held by a running Sentinel is a warning, as
     checking a config before restarting the daemon is what check config is for.
     """
-    where = _locator(source)
-    result = Preflight()
-    add = result.findings.append
-    for f in check_listen(config, listen_flag, offline, for_run):
-        add(f)
+    found = check_listen(config, listen_flag, offline, for_run)
     if not offline:
-        for f in check_database(config):
-            add(f)
-        for f in check_log_files(config):
-            add(f)
-    rule_findings, result.groups = check_rules(config)
-    result.findings += rule_findings
-    result.findings = [f if f.where or not f.key or f.key.startswith("--")
-                       else Finding(f.kind, f.key, f.message, where(f.key)) for f in
-                       result.findings]
-    return result
+        found += check_database(config) + check_log_files(config)
+    rule_findings, groups = check_rules(config)
+    where = _locator(source)
+    # Each finding about a key gets the key's FILE:LINE; a rule file's own lines have theirs.
+    placed = [f if f.where or not f.key or f.key.startswith("--")
+              else Finding(f.kind, f.key, f.message, where(f.key))
+              for f in found + rule_findings]
+    return Preflight(placed, groups)
 
 
 def _locator(source: str | None) -> Callable[[str], str]:
@@ -316,7 +314,7 @@ def check_log_files(config: Config) -> list[Finding]:
     return out
 
 
-def check_rules(config: Config) -> tuple[list[Finding], list]:
+def check_rules(config: Config) -> tuple[list[Finding], list[RuleGroup]]:
     """The rule files (and the crash signatures, with log sources) parse; the groups loaded."""
     from sentinel.daemon.sources import has_log_sources, signatures_path
     from sentinel.logs.signatures import SignatureFileError, load_signature_file
@@ -329,7 +327,7 @@ def check_rules(config: Config) -> tuple[list[Finding], list]:
         out.append(Finding(NOTE, "rule_files", f"not set: loading the bundled rules "
                            f"({', '.join(p.name for p in paths)} in {folder}); write "
                            "rule_files: [] for none"))
-    groups: list = []
+    groups: list[RuleGroup] = []
     try:
         groups = load_rule_files([str(p) for p in paths])
     except RuleFileError as exc:

@@ -270,3 +270,39 @@ def test_the_bundled_rules_load_when_rule_files_is_unset(tmp_path: Path) -> None
     assert note in text, text
     started = next(ln for ln in seen if "sentinel started" in ln)
     assert " 0 rule groups" not in started, started
+
+
+def test_an_address_held_by_a_running_sentinel_is_a_warning_for_check_config(
+        tmp_path: Path) -> None:
+    # `check config` before restarting the daemon must not fail on the daemon's own port;
+    # `run` still refuses while it holds it. The holder answers as Sentinel's /metrics does.
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = b'sentinel_build_info{version="0.1.0"} 1\n'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        cfg = tmp_path / "sentinel.yaml"
+        cfg.write_text(f"rule_files: []\nlisten: 127.0.0.1:{port}\n")
+        check = sentinel("check", "config", str(cfg))
+        run = sentinel("run", "-c", str(cfg))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert check.returncode == exitcodes.OK, check.stderr
+    assert (f"warning: {cfg}:2: listen: 127.0.0.1:{port}: address already in use"
+            in check.stderr) and "by a running Sentinel" in check.stderr
+    assert run.returncode == exitcodes.UNAVAILABLE
+    assert f"error: {cfg}:2: listen: 127.0.0.1:{port}: address already in use" in run.stderr
