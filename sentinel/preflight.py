@@ -266,9 +266,9 @@ def _check_postgresql(url_text: str) -> list[Finding]:
         with db.session() as s:
             standby = s.execute(text("SELECT pg_is_in_recovery()")).scalar()
             # The daemon migrates at start (CREATE in the schema) and writes every table.
-            can_create = s.execute(text(
-                "SELECT has_schema_privilege(current_schema(), 'CREATE')")).scalar()
-            user = s.execute(text("SELECT current_user")).scalar()
+            user, schema, can_create = s.execute(text(
+                "SELECT current_user, current_schema(), "
+                "coalesce(has_schema_privilege(current_schema(), 'CREATE'), false)")).one()
     except DatabaseError as exc:
         # One line, and the URL as written (without the timeout added here).
         detail = " ".join(str(exc).replace(db.safe_url, "").split()).removeprefix("database : ")
@@ -278,12 +278,12 @@ def _check_postgresql(url_text: str) -> list[Finding]:
     finally:
         db.dispose()
     if standby:
-        return [Finding(UNAVAILABLE, "database", f"{db.safe_url} is a read-only standby: point "
-                        "database at the primary")]
+        return [Finding(UNAVAILABLE, "database", f"{_safe(url_text)} is a read-only standby: "
+                        "point database at the primary")]
     if not can_create:
-        return [Finding(UNAVAILABLE, "database", f"{db.safe_url}: user {user} may not create "
-                        "tables in its schema (Sentinel migrates at start): GRANT CREATE ON "
-                        f"SCHEMA … TO {user}, or make {user} the database's owner")]
+        return [Finding(UNAVAILABLE, "database", f"{_safe(url_text)}: user {user} may not "
+                        f"create tables in schema {schema} (Sentinel migrates at start): GRANT "
+                        f"CREATE ON SCHEMA {schema} TO {user}, or make {user} its owner")]
     return []
 
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -306,3 +307,41 @@ def test_an_address_held_by_a_running_sentinel_is_a_warning_for_check_config(
             in check.stderr) and "by a running Sentinel" in check.stderr
     assert run.returncode == exitcodes.UNAVAILABLE
     assert f"error: {cfg}:2: listen: 127.0.0.1:{port}: address already in use" in run.stderr
+
+
+@pytest.mark.integration
+def test_postgresql_a_user_that_may_not_create_tables(postgres_url: str,
+                                                      tmp_path: Path) -> None:
+    # Reachable, but the daemon's first migration would fail: refused before it starts.
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    admin_url = make_url(postgres_url).set(drivername="postgresql+psycopg")
+    role = f"sentinel_ro_{uuid.uuid4().hex[:8]}"
+    schema = f"sentinel_ro_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN PASSWORD 'pw-{role}'"))
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+        conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {role}"))
+    try:
+        url = admin_url.set(username=role, password=f"pw-{role}").update_query_dict(
+            {"options": f"-csearch_path={schema}"})
+        cfg = tmp_path / "sentinel.yaml"
+        cfg.write_text(QUIET + f"database: '{url.render_as_string(hide_password=False)}'\n")
+        code, line = one_refusal(cfg)
+        assert code == exitcodes.UNAVAILABLE
+        assert f"database: {url.render_as_string(hide_password=True)}: user {role} may not " \
+               f"create tables in schema {schema}" in line
+        assert f"GRANT CREATE ON SCHEMA {schema} TO {role}" in line
+        assert f"pw-{role}" not in line
+        # The owner may: the same config with the superuser passes the pre-flight.
+        good = tmp_path / "good.yaml"
+        good.write_text(QUIET + f"database: '{admin_url.render_as_string(hide_password=False)}'\n")
+        ok = sentinel("check", "config", str(good))
+        assert ok.returncode == exitcodes.OK, ok.stderr
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+            conn.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()
