@@ -1,9 +1,13 @@
-"""Ship rules/ and migrations/ inside the wheel.
+"""Ship rules/ and migrations/ inside the wheel, and the commit it was built from.
 
 The folders stay at the top of the repository (where operators and promtool
 look for them), and a wheel built from it carries a copy under
 `sentinel/_bundled/`, which `sentinel.paths.bundled_dir` finds with
 `importlib.resources`. Editable installs skip the copy and read the checkout.
+
+The sdist carries both folders (MANIFEST.in) and `sentinel/_build.json`, the
+commit stamped when the sdist was made: a wheel built from an unpacked sdist
+(as pip does from an index, or `python -m build`) has no git to ask.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 BUNDLED = ("rules", "migrations")
 
@@ -37,14 +42,33 @@ class BuildPyWithBundled(build_py):
         stamp.write_text(json.dumps({"commit": _commit(root)}))
 
 
+class SdistWithStamp(sdist):
+    """sdist that writes the commit into the release tree's `sentinel/_build.json`."""
+
+    def make_release_tree(self, base_dir: str, files: list[str]) -> None:
+        super().make_release_tree(base_dir, files)
+        root = Path(__file__).resolve().parent
+        stamp = Path(base_dir) / "sentinel" / "_build.json"
+        stamp.unlink(missing_ok=True)  # a hard link into the checkout, when one was made
+        stamp.write_text(json.dumps({"commit": _commit(root)}))
+
+
 def _commit(root: Path) -> str:
-    """The checkout's commit, for `sentinel --version`; "unknown" outside git."""
+    """The checkout's commit, for `sentinel --version`.
+
+    Outside git (an unpacked sdist), the stamp the sdist carries; else "unknown".
+    """
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
                              capture_output=True, text=True, timeout=5)
+        if out.returncode == 0 and (root / ".git").exists():
+            return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return str(json.loads((root / "sentinel" / "_build.json").read_text())["commit"])
+    except (OSError, ValueError, KeyError):
         return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
-setup(cmdclass={"build_py": BuildPyWithBundled})
+setup(cmdclass={"build_py": BuildPyWithBundled, "sdist": SdistWithStamp})

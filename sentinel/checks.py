@@ -1,5 +1,8 @@
 """`sentinel check config`: validate a config file and every rule file it names.
 
+Everything `sentinel run` would refuse is refused here first, with the same
+lines and exit code: both call `sentinel.preflight`.
+
 With `--scrape`, also scrape every target once and report each metric a
 loaded rule selects that no target exposes (a rule that would be blind),
 naming the replacement of a known vLLM rename; exit 1 when there is one.
@@ -11,56 +14,46 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from sentinel import exitcodes
 from sentinel.alertrefs import format_refs, unknown_alert_refs
 from sentinel.config import Config, ConfigError, config_summary, load_config
+from sentinel.config.errors import load_error_lines
 from sentinel.config.yamlpos import load_positioned
-from sentinel.daemon.app import rule_paths
-from sentinel.daemon.sources import has_log_sources, signatures_path
-from sentinel.logs.signatures import SignatureFileError, load_signature_file
-from sentinel.rules.loader import AlertingRule, RuleFileError, RuleGroup, load_rule_files
+from sentinel.preflight import finding_lines, preflight
+from sentinel.rules.loader import AlertingRule, RuleGroup
 
 
 def check_config(path: str, out: TextIO, err: TextIO, *, strict: bool = False,
-                 scrape: bool = False) -> int:
-    """Print a redacted summary and return 0 when the config and its rules are valid, else 1.
+                 scrape: bool = False, offline: bool = False) -> int:
+    """Print a redacted summary and return 0 when `run` would start with this config.
 
-    A reference to an alert no loaded rule defines is a warning, an error when `strict`.
+    Everything `run` refuses is refused here first, with the same lines and exit code
+    (`sentinel.preflight`). A reference to an alert no loaded rule defines is a
+    warning, an error when `strict`. `offline` skips the checks that ask this host.
     """
     try:
         config = load_config(path)
-    except ConfigError as exc:
-        print(f"{path}: invalid configuration:\n{exc}", file=err)
-        return 1
-    except OSError as exc:
-        print(f"{path}: cannot read: {exc}", file=err)
-        return 1
-    paths = rule_paths(config)
-    if config.rule_files and not paths:
-        print(f"{path}: rule_files {list(config.rule_files)} match no file", file=err)
-        return 1
-    try:
-        groups = load_rule_files(paths)
-    except RuleFileError as exc:
-        print(f"{path}: invalid rule files:\n{exc}", file=err)
-        return 1
-    if has_log_sources(config):
-        try:
-            load_signature_file(signatures_path(config))
-        except SignatureFileError as exc:
-            print(f"{path}: invalid crash signatures:\n{exc}", file=err)
-            return 1
+    except (ConfigError, OSError) as exc:
+        print("\n".join(load_error_lines(exc, path)), file=err)
+        return exitcodes.CONFIG
+    pf = preflight(config, path, offline=offline, for_run=False)
+    for line in finding_lines(pf.findings):
+        print(line, file=err)
+    if pf.refused:
+        return exitcodes.CONFIG if pf.config_is_wrong else exitcodes.UNAVAILABLE
+    groups = pf.groups
     unknown = _unknown_alert_lines(path, config, groups)
     for line in unknown:
         print(("error: " if strict else "warning: ") + line, file=err)
     if strict and unknown:
-        return 1
+        return exitcodes.CONFIG
     rules = sum(len(g.rules) for g in groups)
     print(config_summary(config), file=out)
     if scrape and scrape_check(config, groups, out, err) != 0:
-        return 1
-    print(f"SUCCESS: {path} is valid ({len(paths)} rule files, {len(groups)} groups, "
-          f"{rules} rules)", file=out)
-    return 0
+        return exitcodes.FAILURE
+    print(f"SUCCESS: {path} is valid ({len(config.rule_paths())} rule files, "
+          f"{len(groups)} groups, {rules} rules)", file=out)
+    return exitcodes.OK
 
 
 def _unknown_alert_lines(path: str, config: Config, groups: list[RuleGroup]) -> list[str]:

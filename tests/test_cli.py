@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 COMMANDS = [
     [], ["run"], ["demo"], ["sim"], ["check", "config"], ["rules", "check"], ["rules", "test"],
-    ["incidents", "list"], ["incidents", "show"], ["db", "upgrade"],
+    ["incidents", "list"], ["incidents", "show"], ["db", "upgrade"], ["completion"],
 ]
 
 
@@ -53,7 +53,7 @@ def test_check_config_names_file_line_and_key_for_every_typo(tmp_path):
         "rule_file: [rules/*.yaml]\n"
     )
     out = sentinel("check", "config", str(cfg))
-    assert out.returncode == 1
+    assert out.returncode == 3  # sentinel.exitcodes.CONFIG
     assert f"{cfg}:5" in out.stderr and "scrape_intervall" in out.stderr
     assert f"{cfg}:6" in out.stderr and "rule_file" in out.stderr
 
@@ -117,7 +117,7 @@ def test_check_config_strict_names_unknown_alerts_with_line_and_suggestion(tmp_p
     assert lenient.returncode == 0, lenient.stderr
     assert lenient.stderr.count("warning: ") == 4, lenient.stderr
     strict = sentinel("check", "config", "--strict", str(cfg))
-    assert strict.returncode == 1
+    assert strict.returncode == 3
     errors = strict.stderr.splitlines()
     assert errors == [
         f"error: {cfg}:12: notify.route.routes[0].matchers[0]: alert 'KVCacheHihg' is defined "
@@ -131,11 +131,11 @@ def test_check_config_strict_names_unknown_alerts_with_line_and_suggestion(tmp_p
     ], strict.stderr
 
 
-def test_run_with_bad_config_exits_2_with_the_problem(tmp_path):
+def test_run_with_bad_config_exits_3_with_the_problem(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("evaluation_interval: five seconds\n")
     out = sentinel("run", "-c", str(cfg))
-    assert out.returncode == 2
+    assert out.returncode == 3
     assert f"{cfg}:1" in out.stderr and "evaluation_interval" in out.stderr
 
 
@@ -178,7 +178,7 @@ def test_incidents_list_filters_and_errors(tmp_path):
 def test_read_only_commands_never_create_or_migrate(tmp_path):
     # Run in the wrong folder: no ./sentinel.db appears, the error names the path.
     out = sentinel("incidents", "list", cwd=tmp_path)
-    assert out.returncode == 1
+    assert out.returncode == 4  # sentinel.exitcodes.UNAVAILABLE
     assert f"no database at {tmp_path / 'sentinel.db'}" in out.stderr
     assert "sentinel db upgrade" in out.stderr
     assert list(tmp_path.iterdir()) == []
@@ -190,7 +190,7 @@ def test_read_only_commands_never_create_or_migrate(tmp_path):
     with sqlite3.connect(tmp_path / "old.db") as conn:
         conn.execute("UPDATE alembic_version SET version_num = '0001'")
     old = sentinel("incidents", "list", "--database", url)
-    assert old.returncode == 1
+    assert old.returncode == 4
     assert "schema version 0001" in old.stderr and "sentinel db upgrade" in old.stderr
     with sqlite3.connect(tmp_path / "old.db") as conn:
         assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0001",)
@@ -213,6 +213,6 @@ def test_read_only_commands_need_no_receiver_secret(tmp_path):
 def test_unreachable_database_is_one_line_without_the_password():
     out = sentinel("incidents", "list", "--database",
                    "postgresql://sentinel:hunter2-secret@127.0.0.1:9/sentinel")
-    assert out.returncode == 1
+    assert out.returncode == 4
     assert "hunter2-secret" not in out.stdout + out.stderr
     assert "Traceback" not in out.stderr and out.stderr.startswith("sentinel: ")

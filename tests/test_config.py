@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import textwrap
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from sentinel.config import (
     load_config,
     parse_config,
 )
+from sentinel.config.database import load_database_url
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "deploy" / "sentinel.example.yaml"
 HOOK = "https://hooks.example.invalid/services/T0/B0/abcdefghijklmnopqrstuvwx"
@@ -42,7 +44,9 @@ def test_defaults() -> None:
     assert (c.evaluation_interval_ms, c.scrape_interval_ms, c.scrape_timeout_ms) == (
         5000, 5000, 4000)
     assert c.retention_ms == 15 * 60_000
-    assert c.targets == () and c.receivers == () and c.rule_files == ()
+    assert c.targets == () and c.receivers == () and c.rule_files is None
+    # Unset rule_files: the rules Sentinel ships (issue 36).
+    assert [p.name for p in c.rule_paths()] == ["sentinel.yaml", "vllm.yaml"]
     assert c.config_dir == Path.cwd()
     assert c.secrets() == []
 
@@ -126,10 +130,52 @@ def test_url_file_is_read_relative_and_stripped(tmp_path: Path) -> None:
 
 def test_rule_files_resolve_relative_to_config_dir(tmp_path: Path) -> None:
     (tmp_path / "rules").mkdir()
-    for name in ("b.yaml", "a.yaml"):
+    for name in ("b.yaml", "a.yaml", "a_test.yaml", "signatures.yaml"):
         (tmp_path / "rules" / name).write_text("groups: []\n")
-    c = load_config(write(tmp_path, "rule_files: [rules/*.yaml, rules/missing-*.yaml]\n"))
+    c = load_config(write(tmp_path, "rule_files: [rules/*.yaml, rules/a.yaml]\n"))
     assert c.rule_paths() == [tmp_path / "rules" / "a.yaml", tmp_path / "rules" / "b.yaml"]
+
+
+def test_empty_rule_files_means_none_on_purpose(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "rule_files: []\n")).rule_paths() == []
+
+
+def test_a_glob_matching_no_rule_file_is_an_error_naming_the_fix(tmp_path: Path) -> None:
+    # A wheel user's `rules/*.yaml` matched nothing and the daemon started with 0 rules.
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "vllm_test.yaml").write_text("tests: []\n")
+    path = write(tmp_path, "targets: []\nrule_files:\n  - rules/*.yaml\n")
+    assert errors(path) == [
+        f"{path}:3: rule_files[0]: matches no rule file: 'rules/*.yaml' in {tmp_path} "
+        "(relative to the config file's folder); omit rule_files to load the bundled rules, "
+        "or write rule_files: [] for none"]
+
+
+def test_relative_sqlite_path_is_under_the_config_folder(tmp_path: Path) -> None:
+    # Relative paths in a config mean the config file's folder, whatever the working
+    # directory; the built-in default (no `database` key) stays in the working directory.
+    conf = tmp_path / "etc"
+    conf.mkdir()
+    path = write(conf, "database: sqlite:///data/s.db?timeout=5\n")
+    assert load_config(path).database == f"sqlite:///{conf}/data/s.db?timeout=5"
+    assert load_database_url(path) == f"sqlite:///{conf}/data/s.db?timeout=5"
+    for kept in ("sqlite:////abs/s.db", "sqlite://", "sqlite:///:memory:",
+                 "postgresql://u@h/db"):
+        assert load_config(write(conf, f"database: '{kept}'\n")).database == kept
+    bare = write(conf, "listen: 127.0.0.1:9465\n")
+    assert load_config(bare).database == "sqlite:///sentinel.db"
+    assert load_database_url(bare) == "sqlite:///sentinel.db"
+
+
+def test_placeholder_tokens_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        api:
+          tokens:
+            - {name: r, role: read, token: CHANGE-ME-read-token}
+        """)
+    [line] = errors(path)
+    assert line.startswith(f"{path}:3: api.tokens[0].token: is the shipped placeholder")
+    assert "openssl rand -hex 32" in line
 
 
 def test_dollar_dollar_is_a_literal_dollar(tmp_path: Path) -> None:
@@ -171,7 +217,7 @@ def test_unknown_top_level_key_lists_choices(tmp_path: Path) -> None:
                                   "scrape_interval (5s)"),
         ("database: mysql://x/y\n", "1: database: unsupported database 'mysql'"),
         ("external_url: sentinel:9465\n", "1: external_url: external URL must start with http"),
-        ("rule_files: [nope.yaml]\n", "1: rule_files[0]: rule file not found"),
+        ("rule_files: [nope.yaml]\n", "1: rule_files[0]: rule file not found: 'nope.yaml'"),
         ("targets: {a: 1}\n", "1: targets: Input should be a valid tuple"),
         ("targets:\n  - url: http://h:1\n", "2: targets[0].name: required key is missing"),
         ("targets:\n  - name: a b\n    url: http://h:1\n", "2: targets[0].name: String should"),
@@ -245,7 +291,9 @@ def test_missing_env_var_names_variable_not_value(tmp_path: Path) -> None:
         """)
     found = errors(path, env={"HOOK": HOOK, "PRESENT": "present-secret-value"})
     assert found == [
-        f"{path}:5: receivers[0].webhook.headers.X-Token: environment variable ABSENT is not set"]
+        f"{path}:5: receivers[0].webhook.headers.X-Token: environment variable ABSENT is not set: "
+        "set it where Sentinel starts (systemd: EnvironmentFile=/etc/sentinel/sentinel.env; "
+        "docker: -e ABSENT; Kubernetes: the Secret)"]
     assert "present-secret-value" not in "\n".join(found)
 
 
@@ -287,7 +335,9 @@ def test_many_errors_at_once_sorted_by_line(tmp_path: Path) -> None:
         f"{path}:9: targets[1].colour: unknown key (expected one of: name, url, metrics_path, "
         "scrape_interval, scrape_timeout, labels, logs, tpu, xla_cache_path, sample_limit, "
         "label_limit, probe)",
-        f"{path}:12: receivers[0].webhook.url: environment variable NOPE is not set",
+        f"{path}:12: receivers[0].webhook.url: environment variable NOPE is not set: set it "
+        "where Sentinel starts (systemd: EnvironmentFile=/etc/sentinel/sentinel.env; docker: "
+        "-e NOPE; Kubernetes: the Secret)",
         f"{path}:13: receivers[1]: receiver has no kind: add one of webhook, slack, pagerduty, "
             "alertmanager",
     ]
@@ -368,7 +418,8 @@ diagnosis:
 """)
     assert errors(path) == [
         f"{path}:8: diagnosis.endpoints[0].api_key_file: cannot read "
-        f"{tmp_path / 'missing.key'}: No such file or directory"]
+        f"{tmp_path / 'missing.key'} as user {getpass.getuser()}: No such file or directory: "
+        "create it, or fix the path (a relative path starts at the config file's folder)"]
     (tmp_path / "model.key").write_text("sk-test-key\n")
     path.write_text(path.read_text().replace("missing.key", "model.key\n      tymeout: 5s"))
     # A typo beside a readable key file is reported, with nothing else.

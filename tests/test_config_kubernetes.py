@@ -56,6 +56,11 @@ def test_a_full_kubernetes_config_loads(tmp_path: Path) -> None:
     assert rollout.params.kind == "StatefulSet"
 
 
+def test_a_relative_kubeconfig_is_under_the_config_folder(tmp_path: Path) -> None:
+    c = load_config(write(tmp_path, FULL.replace("/etc/sentinel/kubeconfig", "kube/config")))
+    assert c.kubernetes_sd[0].api.kubeconfig == str(tmp_path / "kube" / "config")
+
+
 @pytest.mark.parametrize("line, path, message", [
     ("label_selector: '=x'", "label_selector", "not a label selector requirement: '=x'"),
     ("label_selector: 'app in (a'", "label_selector", "not a label selector requirement"),

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from fakes.kube_server import FakeKube, pod
 
-from sentinel.config import load_config
+from sentinel.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DIR = ROOT / "deploy" / "kubernetes"
@@ -114,9 +114,13 @@ def test_the_shipped_sentinel_config_loads(tmp_path: Path) -> None:
     path.write_text(text.replace("/etc/sentinel/rules/vllm.yaml", str(ROOT / "rules/vllm.yaml")))
     secret = by_kind("Secret")["stringData"]
     url = secret["url"]
-    config = load_config(path, environ={"SENTINEL_DATABASE_URL": url,
-                                        "SENTINEL_READ_TOKEN": secret["read-token"],
-                                        "SENTINEL_WRITE_TOKEN": secret["write-token"]})
+    shipped = {"SENTINEL_DATABASE_URL": url, "SENTINEL_READ_TOKEN": secret["read-token"],
+               "SENTINEL_WRITE_TOKEN": secret["write-token"]}
+    # The Secret's placeholders are public: Sentinel refuses to start with them (issue 36).
+    with pytest.raises(ConfigError, match=r"api.tokens\[0\].token: is the shipped placeholder"):
+        load_config(path, environ=shipped)
+    config = load_config(path, environ={**shipped, "SENTINEL_READ_TOKEN": "r" * 32,
+                                        "SENTINEL_WRITE_TOKEN": "w" * 32})
     assert config.database == url and config.listen.endswith(":9465")
     # Off loopback without tokens the daemon refuses to start: the manifests carry them.
     from sentinel.api.auth import check_bind

@@ -160,7 +160,7 @@ def test_console_flushes_before_its_quick_exit(history_url: str, tmp_path: Path)
     missing = subprocess.run([sys.executable, "-m", "sentinel", "incidents", "list",
                               "--database", f"sqlite:///{tmp_path}/absent.db"], cwd=tmp_path,
                              capture_output=True, text=True, timeout=120)
-    assert missing.returncode == 1 and "absent.db" in missing.stderr
+    assert missing.returncode == 4 and "absent.db" in missing.stderr
 
 
 def test_sentinel_config_exports_resolve() -> None:

@@ -66,9 +66,9 @@ def test_unreadable_file_exits_2_with_a_clear_message(tmp_path: Path) -> None:
     assert b"xla_hbm_oom" in done.stdout  # the readable file was still classified
 
 
-def test_invalid_signature_file_exits_2(tmp_path: Path) -> None:
+def test_invalid_signature_file_exits_3_as_for_a_config(tmp_path: Path) -> None:
     bad = tmp_path / "sig.yaml"
     bad.write_text("signatures:\n  - name: x\n    category: nope\n")
     done = sentinel("--signatures", str(bad), str(DATA / "healthy_tpu.log"))
-    assert done.returncode == 2
+    assert done.returncode == 3
     assert f"{bad}:3: signatures[0].category" in done.stderr.decode()

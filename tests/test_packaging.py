@@ -2,7 +2,11 @@
 virtual environment, run from an empty folder, it finds its rules, signatures
 and migrations inside the package.
 
-Slow (a wheel build and a dependency install): marked `slow`, run by CI.
+The wheel is built the way a package index's users get it: `python -m build`
+makes the sdist, then the wheel from the unpacked sdist (not from the checkout),
+so everything the wheel needs must travel in the sdist.
+
+Slow (two builds and a dependency install): marked `slow`, run by CI.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import venv
 from pathlib import Path
 
@@ -32,17 +37,26 @@ def _run(argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel built from this checkout installed; its bin/ folder."""
+    """A fresh venv with the wheel built from this checkout's sdist installed; its bin/ folder."""
     work = tmp_path_factory.mktemp("wheel")
     dist = work / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
-         cwd=work, timeout=300)
+    # sdist first, then the wheel from the unpacked sdist: `python -m build`'s default.
+    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], cwd=work,
+         timeout=600)
+    sdists = list(dist.glob("sentinel_sre-*.tar.gz"))
     wheels = list(dist.glob("sentinel_sre-*.whl"))
-    assert len(wheels) == 1, wheels
+    assert len(sdists) == 1 and len(wheels) == 1, (sdists, wheels)
+    with tarfile.open(sdists[0]) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    assert {"rules/vllm.yaml", "rules/signatures.yaml", "migrations/env.py",
+            "sentinel/_build.json"} <= names, "the sdist lacks what the wheel is built from"
     env_dir = work / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
-    _run([str(py), "-m", "pip", "install", "-q", str(wheels[0])], cwd=work, timeout=600)
+    # Without PYTHONPATH: a checkout on it holds sentinel_sre.egg-info (the sdist step
+    # writes it), and pip would take that for the package already installed.
+    _run([str(py), "-m", "pip", "install", "-q", str(wheels[0])], cwd=work, timeout=600,
+         env=_clean_env())
     return env_dir / "bin"
 
 

@@ -256,7 +256,7 @@ remediation:
         assert "would restart container vllm" in capsys.readouterr().out
         assert sim.container.times("POST") == []
         # No policy covers this alert: nothing runs.
-        assert main(["remediate", str(other), "docker_restart", "-c", str(cfg)]) == 2
+        assert main(["remediate", str(other), "docker_restart", "-c", str(cfg)]) == 3
         assert "no remediation policy allows" in capsys.readouterr().err
         assert main(args) == 0
         assert "succeeded" in capsys.readouterr().out

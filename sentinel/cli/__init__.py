@@ -9,6 +9,7 @@ that hand off to the module that does the work:
     remediate.py  remediate              logs.py       logs classify
     diagnose.py   diagnose               silence.py    silence add|list|expire
     api.py        approvals, mcp         common.py     --config/--database and how they are read
+    completion.py completion bash|zsh
 
 The stages never import from here. Building the parser imports nothing but
 argparse and these modules: handlers import what they need when they run, so
@@ -21,7 +22,19 @@ import argparse
 import os
 import sys
 
-from sentinel.cli import api, check, diagnose, incidents, logs, remediate, run, silence, sim
+from sentinel import exitcodes
+from sentinel.cli import (
+    api,
+    check,
+    completion,
+    diagnose,
+    incidents,
+    logs,
+    remediate,
+    run,
+    silence,
+    sim,
+)
 
 EPILOG = """\
 examples:
@@ -33,6 +46,7 @@ examples:
   sentinel logs classify /var/log/vllm.log   # crash signatures in a log file
   sentinel diagnose 42                   # ask the model for a runbook of incident 42
   sentinel silence add target=gemma-26b -d 2h -C "maintenance"
+  source <(sentinel completion bash)     # tab completion (bash, zsh)
 """
 
 
@@ -76,7 +90,7 @@ def _run(argv: list[str] | None) -> tuple[int, bool]:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2, False
+        return exitcodes.USAGE, False
     return _call(args), bool(getattr(args, "quick_exit", False))
 
 
@@ -84,20 +98,27 @@ def _call(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        return exitcodes.INTERRUPTED
     except BrokenPipeError:
-        return 0
-    except (_database_error(), ValueError) as exc:
-        # Bad arguments or an unreachable database: one clear line, no traceback
+        return exitcodes.OK
+    except _database_error() as exc:
+        # No database there, an old schema, or unreachable: one clear line, no traceback
         # (DatabaseError never carries the password).
         print(f"sentinel: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.UNAVAILABLE
+    except ValueError as exc:
+        print(f"sentinel: {exc}", file=sys.stderr)
+        return exitcodes.FAILURE
 
 
 def _database_error() -> type[Exception]:
     """DatabaseError when sentinel.incidents.db was imported (only then can it be raised)."""
     db = sys.modules.get("sentinel.incidents.db")
-    return db.DatabaseError if db is not None else ValueError
+    return db.DatabaseError if db is not None else _NeverRaised
+
+
+class _NeverRaised(Exception):
+    """Stands for DatabaseError in an `except` when the database module was never imported."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sentinel watches vLLM servers: scrapes /metrics, evaluates Prometheus "
         "alerting rules, records incidents, asks the self-hosted model for runbooks, "
         "remediates within guards and pages on-call.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG + "\n" + exitcodes.help_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action=_VersionAction, nargs=0,
                    help="print the version, commit, Python and platform, and exit")
@@ -122,4 +144,5 @@ def build_parser() -> argparse.ArgumentParser:
     silence.add_parser(sub)
     api.add_parser(sub)
     incidents.add_db_parser(sub)
+    completion.add_parser(sub)
     return p

@@ -7,30 +7,40 @@ import sys
 from typing import Any
 
 from sentinel.cli.common import DEFAULT_CONFIG
+from sentinel.cli.completion import files
 
 
 def add_parser(sub: Any) -> None:
     """Register `check` and `rules`."""
     check = sub.add_parser("check", help="validate configuration").add_subparsers(
         title="what", metavar="WHAT")
-    cc = check.add_parser("config", help="validate a config file and the rule files it names",
-                          description="Exit 0 when valid; else every problem as FILE:LINE: KEY.")
-    cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG, help="config file (sentinel.yaml)")
+    cc = check.add_parser("config", help="pre-flight: everything `run` would refuse, refused "
+                          "here first",
+                          description="Validate a config file, the rule files it names, and "
+                          "what `run` needs of this host (database, listen address, files). "
+                          "Exit 0 when `run` would start; else every problem as "
+                          "FILE:LINE: KEY: message and the fix, with `run`'s exit code "
+                          "(3: the configuration, 4: this host).")
+    files(cc.add_argument("file", nargs="?", default=DEFAULT_CONFIG,
+                          help="config file (sentinel.yaml)"))
     cc.add_argument("--strict", action="store_true",
                     help="fail when a remediation policy, route or inhibit rule names an alert "
                     "that no loaded rule defines (a warning otherwise)")
     cc.add_argument("--scrape", action="store_true",
                     help="also scrape every target once; exit 1 when a rule selects a metric "
                     "no target exposes (naming the replacement of a renamed vLLM metric)")
+    cc.add_argument("--offline", action="store_true",
+                    help="skip the checks that ask this host (database, listen address, log "
+                    "files): for a config written for another machine")
     cc.set_defaults(func=cmd_check_config)
 
     rules = sub.add_parser("rules", help="check or unit-test rule files").add_subparsers(
         title="what", metavar="WHAT")
     rc = rules.add_parser("check", help="validate rule files like `promtool check rules`")
-    rc.add_argument("files", nargs="+", metavar="FILE")
+    files(rc.add_argument("files", nargs="+", metavar="FILE"))
     rc.set_defaults(func=cmd_rules_check, quick_exit=True)
     rt = rules.add_parser("test", help="run rule unit tests in promtool's test-file format")
-    rt.add_argument("files", nargs="+", metavar="FILE")
+    files(rt.add_argument("files", nargs="+", metavar="FILE"))
     rt.set_defaults(func=cmd_rules_test, quick_exit=True)
 
 
@@ -39,7 +49,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from sentinel.checks import check_config
 
     return check_config(args.file, sys.stdout, sys.stderr, strict=args.strict,
-                        scrape=args.scrape)
+                        scrape=args.scrape, offline=args.offline)
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:

@@ -13,6 +13,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sentinel import exitcodes
+from sentinel.cli.completion import files
+
 if TYPE_CHECKING:
     from sentinel.config import Config
     from sentinel.incidents.db import Database
@@ -22,9 +25,9 @@ DEFAULT_CONFIG = "sentinel.yaml"
 
 def config_arg(p: argparse.ArgumentParser) -> None:
     """`-c/--config`."""
-    p.add_argument("-c", "--config", default=None,
-                   help=f"config file (default ./{DEFAULT_CONFIG} if present, else built-in "
-                   "defaults)")
+    files(p.add_argument("-c", "--config", default=None,
+                         help=f"config file (default ./{DEFAULT_CONFIG} if present, else "
+                         "built-in defaults)"))
 
 
 def db_args(p: argparse.ArgumentParser) -> None:
@@ -49,20 +52,29 @@ def since(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def load_config_or_exit(path: str | None) -> Config:
-    """The whole config (every section validated); exit 2 with every problem when invalid."""
-    from sentinel.config import Config, ConfigError, load_config
-
+def config_path(path: str | None) -> str | None:
+    """The config file a command reads: -c, else ./sentinel.yaml when present, else None."""
     if path is None and not Path(DEFAULT_CONFIG).exists():
+        return None
+    return path or DEFAULT_CONFIG
+
+
+def load_config_or_exit(path: str | None) -> Config:
+    """The whole config (every section validated); exit CONFIG with every problem when invalid.
+
+    The lines are `check config`'s (`sentinel.config.errors.load_error_lines`).
+    """
+    from sentinel.config import Config, ConfigError, load_config
+    from sentinel.config.errors import load_error_lines
+
+    source = config_path(path)
+    if source is None:
         return Config.default()
     try:
-        return load_config(path or DEFAULT_CONFIG)
-    except ConfigError as exc:
-        print(f"sentinel: invalid configuration:\n{exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except OSError as exc:
-        print(f"sentinel: cannot read config: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        return load_config(source)
+    except (ConfigError, OSError) as exc:
+        print("\n".join(load_error_lines(exc, source)), file=sys.stderr)
+        raise SystemExit(exitcodes.CONFIG) from None
 
 
 def database(args: argparse.Namespace, upgrade: bool = False) -> Database:
@@ -78,17 +90,14 @@ def database(args: argparse.Namespace, upgrade: bool = False) -> Database:
     url = args.database
     if not url:
         from sentinel.config.database import DEFAULT_DATABASE, load_database_url
-        from sentinel.config.errors import ConfigError
+        from sentinel.config.errors import ConfigError, load_error_lines
 
-        path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
+        path = config_path(args.config)
         try:
             url = load_database_url(path) if path else DEFAULT_DATABASE
-        except ConfigError as exc:
-            print(f"sentinel: invalid configuration:\n{exc}", file=sys.stderr)
-            raise SystemExit(2) from None
-        except OSError as exc:
-            print(f"sentinel: cannot read config: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+        except (ConfigError, OSError) as exc:
+            print("\n".join(load_error_lines(exc, path or DEFAULT_CONFIG)), file=sys.stderr)
+            raise SystemExit(exitcodes.CONFIG) from None
     if upgrade:
         db = Database(url)
         db.upgrade()

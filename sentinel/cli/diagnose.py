@@ -7,6 +7,7 @@ import sys
 import time
 from typing import Any
 
+from sentinel import exitcodes
 from sentinel.cli.common import config_arg, database, load_config_or_exit
 
 
@@ -33,11 +34,11 @@ def run_diagnose(args: argparse.Namespace) -> int:
     if config.diagnosis is None:
         print("sentinel: no diagnosis section in the config (diagnosis.endpoints)",
               file=sys.stderr)
-        return 2
+        return exitcodes.CONFIG
     db = database(args)
     if queries.get_incident(db, args.id) is None:
         print(f"sentinel: no incident {args.id}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILURE
     worker = DiagnosisWorker(db, config)
     try:
         stored = worker.diagnose(args.id, int(time.time() * 1000), has_static=True,

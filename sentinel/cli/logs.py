@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
+from sentinel import exitcodes
+
 if TYPE_CHECKING:
     from sentinel.logs.classify import Classifier
     from sentinel.logs.signatures import SignatureSet
@@ -71,7 +73,7 @@ def classify_files(paths: Sequence[str], as_json: bool, out: TextIO,
         sigset = load_signature_file(signatures or default_signature_file())
     except (SignatureFileError, FileNotFoundError) as exc:
         print(f"sentinel logs classify: invalid signatures:\n{exc}", file=err)
-        return 2
+        return exitcodes.CONFIG  # as `check config` and `run` for the same file
     status = 0
     found: list[tuple[str, LogEvent]] = []
     for path in paths:

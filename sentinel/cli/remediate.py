@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from sentinel import exitcodes
 from sentinel.cli.common import database, load_config_or_exit
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def run_remediate(args: argparse.Namespace) -> int:
     detail = queries.get_incident(db, args.incident)
     if detail is None:
         print(f"sentinel: no incident {args.incident}", file=sys.stderr)
-        return 2
+        return exitcodes.FAILURE
     inc = detail.incident
     firing = [a for a in detail.alerts if a.state == "firing"] or list(detail.alerts)
     labels = dict(firing[-1].labels) if firing else dict(detail.labels)
@@ -95,7 +96,7 @@ def run_remediate(args: argparse.Namespace) -> int:
     if found is None:
         print(f"sentinel: no remediation policy allows {args.action} for {inc.alertname} on "
               f"{inc.target or '(no target)'}", file=sys.stderr)
-        return 2
+        return exitcodes.CONFIG
     policy, step = found
     tracker = IncidentTracker(db)
     engine = build_engine(config, db, NotifyPager(receivers_notify(build_receivers(config),

@@ -7,7 +7,8 @@ import os
 import sys
 from typing import Any
 
-from sentinel.cli.common import config_arg, load_config_or_exit
+from sentinel import exitcodes
+from sentinel.cli.common import config_arg, config_path, load_config_or_exit
 
 
 def add_parser(sub: Any) -> None:
@@ -35,13 +36,14 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Load the config and run the daemon until a signal stops it."""
+    """Load the config, refuse what `check config` refuses, run the daemon until a signal."""
     from sentinel.daemon.run import run_daemon
+    from sentinel.preflight import NOTE, finding_lines, preflight
 
     if args.log_format not in ("text", "json"):
         print(f"sentinel: SENTINEL_LOG_FORMAT={args.log_format!r}: expected text or json",
               file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     config = load_config_or_exit(args.config)
     if args.listen:
         from sentinel.config.model import split_listen
@@ -49,9 +51,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         if split_listen(args.listen) is None:
             print(f"sentinel: --listen {args.listen!r}: expected host:port, "
                   "e.g. 0.0.0.0:9465", file=sys.stderr)
-            return 2
+            return exitcodes.USAGE
         config = config.model_copy(update={"listen": args.listen})
-    return run_daemon(config, args.log_level, args.log_format)
+    # The same checks, lines and exit codes as `check config` (sentinel.preflight).
+    pf = preflight(config, config_path(args.config), listen_flag=bool(args.listen))
+    if pf.refused:
+        print("\n".join(finding_lines(pf.refused)), file=sys.stderr)
+        return exitcodes.CONFIG if pf.config_is_wrong else exitcodes.UNAVAILABLE
+    said = [f for f in pf.findings if f.kind != NOTE] + [f for f in pf.findings if f.kind == NOTE]
+    return run_daemon(config, args.log_level, args.log_format,
+                      notes=finding_lines(said),
+                      listen_key="--listen" if args.listen else "listen")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

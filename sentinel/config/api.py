@@ -25,6 +25,9 @@ from sentinel.config.base import Strict, problem
 from sentinel.config.notify import read_file_field
 
 MIN_TOKEN_LEN = 16
+# The values the shipped examples carry (deploy/kubernetes/secret.yaml): long enough
+# for MIN_TOKEN_LEN, and public.
+PLACEHOLDER_PREFIX = "CHANGE-ME"
 
 
 class TokenConfig(Strict):
@@ -52,6 +55,9 @@ class TokenConfig(Strict):
     def _check_token(cls, v: str) -> str:
         if len(v) < MIN_TOKEN_LEN:
             raise problem(f"a token needs at least {MIN_TOKEN_LEN} characters")
+        if v.upper().startswith(PLACEHOLDER_PREFIX):
+            raise problem(f"is the shipped placeholder ({PLACEHOLDER_PREFIX}-…), which anyone "
+                          "can read: set a secret of your own, e.g. from `openssl rand -hex 32`")
         return v
 
 

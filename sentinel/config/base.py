@@ -22,6 +22,20 @@ def problem(message: str, *path: str | int) -> PydanticCustomError:
     return PydanticCustomError("config", "{message}", {"message": message, "path": path})
 
 
+def unreadable(path: Path, exc: OSError) -> str:
+    """Why a file the config names cannot be read, and the fix (as the user running Sentinel)."""
+    import os
+    import pwd
+
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = f"uid {os.geteuid()}"
+    fix = (f"make it readable by user {user}" if isinstance(exc, PermissionError) else
+           "create it, or fix the path (a relative path starts at the config file's folder)")
+    return f"cannot read {path} as user {user}: {exc.strerror or exc}: {fix}"
+
+
 def _duration_ms(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise PydanticCustomError("config", "{message}", {"message": "expected a duration like 5s"})
@@ -78,5 +92,5 @@ def with_key_from_file(model: _WithKey, context: dict[str, Any] | None) -> _With
     try:
         key = read_secret_file(path)
     except OSError as exc:
-        raise problem(f"cannot read {path}: {exc.strerror}", "api_key_file") from None
+        raise problem(unreadable(path, exc), "api_key_file") from None
     return model.model_copy(update={"api_key": key})

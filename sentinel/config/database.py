@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from sentinel.config.errors import ConfigError, ConfigProblem
+from sentinel.config.errors import ConfigError, ConfigProblem, missing_env_message
 from sentinel.config.yamlpos import YamlSyntaxError, load_positioned
 from sentinel.secrets import MissingEnvVar, expand_env
 
@@ -34,8 +35,27 @@ def load_database_url(path: str | Path, environ: Mapping[str, str] | None = None
     if not isinstance(value, str):
         raise ConfigError([ConfigProblem(str(path), line, "database", "expected a URL string")])
     try:
-        return expand_env(value, environ)
+        url = expand_env(value, environ)
     except MissingEnvVar as exc:
         raise ConfigError([ConfigProblem(str(path), line, "database",
-                                         f"environment variable {exc.name} is not set")]
-                          ) from None
+                                         missing_env_message(exc.name))]) from None
+    if "database" not in data:
+        return url  # the default: the working directory, as `run` has it
+    return resolve_sqlite_path(url, Path(path).resolve().parent)
+
+
+def resolve_sqlite_path(url: str, config_dir: Any) -> str:
+    """`url` with a relative SQLite file made absolute under `config_dir` (when one is given).
+
+    Relative paths in a config mean the config file's folder, whatever the working
+    directory: `sqlite:///sentinel.db` in /etc/sentinel/sentinel.yaml is
+    /etc/sentinel/sentinel.db. In-memory and `file:` URI databases are left alone,
+    and so is any other URL (PostgreSQL). Unparsable URLs are returned unchanged.
+    """
+    if config_dir is None or not url.startswith("sqlite"):
+        return url
+    prefix, sep, rest = url.partition(":///")
+    name, qmark, query = rest.partition("?")
+    if not sep or name in ("", ":memory:") or name.startswith("file:") or Path(name).is_absolute():
+        return url
+    return f"{prefix}{sep}{Path(config_dir) / name}{qmark}{query}"

@@ -28,8 +28,9 @@ neither: the service account when running in a pod, else `~/.kube/config`.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sentinel.config.base import Duration, PositiveDuration, Strict, http_url, problem
 
@@ -73,6 +74,17 @@ class KubernetesApiConfig(Strict):
     @classmethod
     def _check_server(cls, v: str | None) -> str | None:
         return None if v is None else http_url(v, what="api_server")
+
+    @field_validator("kubeconfig")
+    @classmethod
+    def _under_config_dir(cls, v: str | None, info: ValidationInfo) -> str | None:
+        # Relative paths in a config mean the config file's folder, not the working one.
+        if v is None:
+            return None
+        path = Path(v).expanduser()
+        if not path.is_absolute():
+            path = Path((info.context or {}).get("config_dir", ".")) / path
+        return str(path)
 
     @model_validator(mode="after")
     def _one_way(self) -> KubernetesApiConfig:

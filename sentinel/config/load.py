@@ -24,7 +24,7 @@ from sqlalchemy.exc import ArgumentError
 
 from sentinel.config.database import DEFAULT_DATABASE, load_database_url
 from sentinel.config.durations import format_duration
-from sentinel.config.errors import ConfigError, ConfigProblem
+from sentinel.config.errors import ConfigError, ConfigProblem, missing_env_message
 from sentinel.config.model import (
     Config,
     duplicate_message,
@@ -131,7 +131,7 @@ def _expand(value: Any, path: YamlPath, environ: Mapping[str, str] | None,
         try:
             result = expand_env(value, environ)
         except MissingEnvVar as exc:
-            problems.append((path, None, str(exc)))
+            problems.append((path, None, missing_env_message(exc.name)))
             return value
         if env_refs(value):
             expanded.append(result)

@@ -36,7 +36,7 @@ from sentinel.config.base import (
     http_url,
     problem,
 )
-from sentinel.config.database import DEFAULT_DATABASE
+from sentinel.config.database import DEFAULT_DATABASE, resolve_sqlite_path
 from sentinel.config.diagnosis import DiagnosisConfig
 from sentinel.config.durations import format_duration, parse_duration
 from sentinel.config.ha import HAConfig
@@ -141,7 +141,9 @@ class Config(Strict):
     database: str = Field(DEFAULT_DATABASE, repr=False)  # may hold a password
     listen: str = DEFAULT_LISTEN
     external_url: str = ""
-    rule_files: tuple[str, ...] = ()
+    # Alerting rule files (globs, relative to the config file). Unset: the rules Sentinel
+    # ships (`bundled_rule_glob`); [] loads none, on purpose.
+    rule_files: tuple[str, ...] | None = None
     evaluation_interval_ms: PositiveDuration = Field(
         DEFAULT_INTERVAL_MS, alias="evaluation_interval")
     scrape_interval_ms: PositiveDuration = Field(DEFAULT_INTERVAL_MS, alias="scrape_interval")
@@ -194,14 +196,17 @@ class Config(Strict):
 
     @field_validator("database")
     @classmethod
-    def _check_database(cls, v: str) -> str:
+    def _check_database(cls, v: str, info: ValidationInfo) -> str:
         try:
             driver = make_url(v).drivername
         except (ArgumentError, ValueError):
             raise problem("not a valid database URL (sqlite:///file.db, postgresql://…)") from None
         if driver.split("+")[0] not in ("sqlite", "postgresql"):
             raise problem(f"unsupported database {driver!r} (use sqlite or postgresql)")
-        return v
+        # Only a value written in the file: the default stays in the working directory
+        # (systemd's StateDirectory, the image's volume), where the config's folder is
+        # often read-only (/etc/sentinel, a ConfigMap).
+        return resolve_sqlite_path(v, (info.context or {}).get("config_dir"))
 
     @field_validator("listen")
     @classmethod
@@ -217,13 +222,14 @@ class Config(Strict):
 
     @field_validator("rule_files")
     @classmethod
-    def _check_rule_files(cls, v: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+    def _check_rule_files(cls, v: tuple[str, ...] | None, info: ValidationInfo
+                          ) -> tuple[str, ...] | None:
+        # A pattern that matches no rule file is a daemon that can never alert (issue 36):
+        # refused here, so `run`, `check config` and a reload all say so.
         base = Path((info.context or {}).get("config_dir", "."))
-        for i, pattern in enumerate(v):
-            full = pattern if Path(pattern).is_absolute() else str(base / pattern)
-            # A glob may match nothing yet; a plain file name that is missing is a typo.
-            if not _GLOB_CHARS.search(pattern) and not glob.glob(full):
-                raise problem("rule file not found", i)
+        for i, pattern in enumerate(v or ()):
+            if not _matching_rule_files(pattern, base):
+                raise problem(_no_rule_file_message(pattern, base), i)
         return v
 
     @field_validator("targets", "receivers", "kubernetes_sd")
@@ -261,11 +267,15 @@ class Config(Strict):
         return self
 
     def rule_paths(self) -> list[Path]:
-        """The rule files the globs match now, sorted, relative globs under `config_dir`."""
+        """The rule files the globs match now, sorted, relative globs under `config_dir`.
+
+        Without `rule_files`, the bundled rules. Unit tests (`*_test.yaml`) and crash
+        signatures (`signatures.yaml`) kept beside the rules are not rule files.
+        """
+        patterns = self.rule_files if self.rule_files is not None else (bundled_rule_glob(),)
         out: set[Path] = set()
-        for pattern in self.rule_files:
-            full = pattern if Path(pattern).is_absolute() else str(self.config_dir / pattern)
-            out.update(Path(p) for p in glob.glob(full))
+        for pattern in patterns:
+            out.update(_matching_rule_files(pattern, self.config_dir))
         return sorted(out)
 
     def receiver(self, name: str) -> ReceiverConfig | None:
@@ -285,6 +295,30 @@ class Config(Strict):
         out += [t.probe.api_key for t in self.targets if t.probe is not None and t.probe.api_key]
         out += self.api.secrets()
         return out
+
+
+def bundled_rule_glob() -> str:
+    """The rules Sentinel ships, as a glob: rules/ in a checkout, sentinel/_bundled/ in a wheel."""
+    from sentinel.paths import bundled_dir
+
+    return str(bundled_dir("rules") / "*.yaml")
+
+
+def _matching_rule_files(pattern: str, base: Path) -> list[Path]:
+    full = pattern if Path(pattern).is_absolute() else str(base / pattern)
+    return [Path(p) for p in glob.glob(full) if is_rule_file(Path(p))]
+
+
+def is_rule_file(path: Path) -> bool:
+    """False for the files kept beside rules that are not rules: unit tests, signatures."""
+    return not path.stem.endswith("_test") and path.stem != "signatures"
+
+
+def _no_rule_file_message(pattern: str, base: Path) -> str:
+    what = "matches no rule file" if _GLOB_CHARS.search(pattern) else "rule file not found"
+    where = "" if Path(pattern).is_absolute() else f" in {base}"
+    return (f"{what}: {pattern!r}{where} (relative to the config file's folder); omit "
+            "rule_files to load the bundled rules, or write rule_files: [] for none")
 
 
 def _database_password(url: str) -> str | None:

@@ -22,7 +22,14 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sentinel.config.base import Duration, PositiveDuration, Strict, http_url, problem
+from sentinel.config.base import (
+    Duration,
+    PositiveDuration,
+    Strict,
+    http_url,
+    problem,
+    unreadable,
+)
 from sentinel.respond.notify.matchers import parse_matchers
 from sentinel.secrets import read_secret_file, url_secret_parts
 
@@ -56,7 +63,7 @@ def read_file_field(data: Any, info: ValidationInfo, key: str, *, required: bool
     try:
         content = read_secret_file(path)
     except OSError as exc:
-        raise problem(f"cannot read {path}: {exc.strerror}", f"{key}_file") from None
+        raise problem(unreadable(path, exc), f"{key}_file") from None
     return {**data, key: content}
 
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sentinel.config.base import PositiveDuration, Strict, http_url, problem
+from sentinel.config.base import PositiveDuration, Strict, http_url, problem, unreadable
 
 DEFAULT_TIMEOUT_MS = 10_000
 
@@ -89,5 +89,5 @@ def _readable(base: Path, name: str, *where: str) -> str:
         with path.open("rb"):
             pass
     except OSError as exc:
-        raise problem(f"cannot read {path}: {exc.strerror}", *where) from None
+        raise problem(unreadable(path, exc), *where) from None
     return str(path)

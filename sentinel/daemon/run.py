@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 
+from sentinel import exitcodes
 from sentinel.config import Config
+from sentinel.config.model import split_listen
 from sentinel.daemon import gcpolicy
 from sentinel.daemon.app import App
 from sentinel.daemon.malloc import limit_arenas
 from sentinel.logformat import JsonFormatter, TextFormatter
+from sentinel.preflight import listen_error_text
 from sentinel.secretpatterns import PromptRedactor
 from sentinel.secrets import hide_http_client_urls, install_redaction
 
@@ -39,9 +44,17 @@ def setup_logging(level: str, config: Config, fmt: str = "text") -> None:
         logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
-def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text") -> int:
-    """Start the App and block until SIGTERM or SIGINT; returns the exit code."""
+def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text",
+               notes: Sequence[str] = (), listen_key: str = "listen") -> int:
+    """Start the App and block until SIGTERM or SIGINT; returns the exit code.
+
+    `notes` are the pre-flight's warnings and notes (`warning: …`, `note: …`), logged
+    once logging is set up; `listen_key` names what set the address in a bind error.
+    """
     setup_logging(log_level, config, log_format)
+    for note in notes:
+        kind, _, text = note.partition(": ")
+        log.log(logging.WARNING if kind == "warning" else logging.INFO, "%s", text)
     limit_arenas()
     gcpolicy.tune()
     app = App(config)
@@ -54,9 +67,8 @@ def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text"
     try:
         app.start()
     except Exception as exc:
-        log.error("could not start: %s", exc)
         app.stop(0)
-        return 1
+        return _start_failed(exc, config.listen, listen_key)
     while not stop.is_set():
         stop.wait(0.5)
         if reload.is_set():
@@ -65,3 +77,16 @@ def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text"
     log.info("stopping")
     app.stop(STOP_TIMEOUT_S)
     return 0
+
+
+def _start_failed(exc: Exception, listen: str, listen_key: str) -> int:
+    """Log why the App did not start; the exit code (UNAVAILABLE for the listen address)."""
+    hp = split_listen(listen)
+    if isinstance(exc, OSError) and hp is not None and exc.errno in (
+            errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+        # The pre-flight found the address free; another program took it since.
+        log.error("could not start: %s: %s: %s", listen_key, listen,
+                  listen_error_text(exc, hp[1]))
+        return exitcodes.UNAVAILABLE
+    log.error("could not start: %s", exc)
+    return exitcodes.FAILURE
