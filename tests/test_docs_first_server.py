@@ -24,7 +24,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from docs_helpers import name_bundled_rules_if_none_load
 from fixtures_e2e import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -98,7 +97,6 @@ def test_first_server_tutorial_gets_an_incident_and_a_webhook(tmp_path: Path) ->
             text = literal(body)
             if kind.startswith("file "):
                 (tmp_path / kind.split(None, 1)[1]).write_text(text)
-                name_bundled_rules_if_none_load(tmp_path / "sentinel.yaml", env)
             elif kind == "run":
                 done = subprocess.run(shlex.split(text), cwd=tmp_path, env=env,
                                       capture_output=True, text=True, timeout=60)
