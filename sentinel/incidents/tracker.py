@@ -60,10 +60,8 @@ from sentinel.incidents import alert_states
 from sentinel.incidents.convert import (
     dt_to_ms,
     format_value,
-    labels_from_json,
     labels_to_json,
     ms_to_dt,
-    value_from_db,
     value_to_db,
     value_to_json,
 )
@@ -77,6 +75,7 @@ from sentinel.incidents.models import (
     TimelineEvent,
     TimelineKind,
 )
+from sentinel.incidents.recovery import ended_by_recovery, row_alert
 from sentinel.model import Alert, AlertState, Labels, Notification, NotificationKind, label_value
 
 log = logging.getLogger(__name__)
@@ -202,7 +201,7 @@ class IncidentTracker:
                                       .order_by(Incident.id)).all():
                 rows = {r.fingerprint: r for r in s.scalars(
                     select(IncidentAlert).where(IncidentAlert.incident_id == incident.id))}
-                gone = [_row_alert(r, now_ms) for r in rows.values()
+                gone = [row_alert(r, now_ms) for r in rows.values()
                         if r.state == IncidentAlertState.FIRING
                         and (incident.group_key, r.fingerprint) not in live]
                 if not gone and any(r.state == IncidentAlertState.FIRING for r in rows.values()):
@@ -306,6 +305,9 @@ class IncidentTracker:
                 if outcome.closed:
                     s.flush()  # the closed incident leaves the partial unique index first
                     incident = None
+        if incident is None:  # a crash's alert outlives the verified recovery that ended it
+            firing = [a for a in firing
+                      if ended_by_recovery(s, key.text, key.target, a, now) is None]
         if not firing:
             return out
         opened = incident is None
@@ -444,18 +446,8 @@ def _is_superseded(row: IncidentAlert | None, alert: Alert) -> bool:
 
 def _superseded(row: IncidentAlert, alert: Alert, now: datetime) -> Alert:
     """The lost end of the row's occurrence: resolved, at the latest, when the new one began."""
-    return replace(_row_alert(row, dt_to_ms(now)), group=alert.group, rule=alert.rule,
+    return replace(row_alert(row, dt_to_ms(now)), group=alert.group, rule=alert.rule,
                    resolved_at_ms=min(alert.active_at_ms, dt_to_ms(now)))
-
-
-def _row_alert(row: IncidentAlert, resolved_at_ms: int) -> Alert:
-    """An incident row as a resolved alert, for its resolution and its notification."""
-    labels = labels_from_json(row.labels)
-    return Alert(group="", rule=label_value(labels, "alertname"), labels=labels,
-                 annotations=labels_from_json(row.annotations), state=AlertState.INACTIVE,
-                 value=value_from_db(row.value), active_at_ms=dt_to_ms(row.active_at),
-                 last_eval_ms=resolved_at_ms, fired_at_ms=dt_to_ms(row.fired_at),
-                 resolved_at_ms=resolved_at_ms)
 
 
 def _notification(outcome: _Outcome) -> Notification | None:

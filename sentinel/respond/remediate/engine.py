@@ -37,7 +37,11 @@ MANUAL_ATTEMPTS = 1_000_000  # a person asked: the step's own attempt count does
 
 
 class Pager(Protocol):
-    """Calls a human: the daemon sends a synthetic alert through the receivers."""
+    """Calls a human: the daemon sends a synthetic alert through the receivers.
+
+    A pager may also have `recovered(incident_id, why, data)`: called at a verified
+    recovery, it ends the incident there (sentinel/incidents/recovery.py).
+    """
 
     def page(self, incident_id: int, title: str, reason: str, labels: Mapping[str, str]) -> None:
         """Page on-call about an incident, with the reason."""
@@ -239,8 +243,23 @@ class Engine:
             "phase": "verify", "attempt": p.attempt_id, "ok": v.ok, "detail": v.detail,
             "action": p.action.kind, "target": c.target, "healthy_after_s": v.healthy_after_s,
             "served_after_s": v.served_after_s, "recovery_ms": recovery_ms})
+        if v.ok:  # a crash is an event: its incident ends here, not with the alert's window
+            self._recovered(c, p, message, recovery_ms)
         data = {**outcome.data, "verify": v.detail, "served_after_s": v.served_after_s}
         return v.ok, outcome.detail if v.ok else v.detail, recovery_ms, data
+
+    def _recovered(self, c: Candidate, p: Prepared, message: str, recovery_ms: int | None
+                   ) -> None:
+        recovered = getattr(self.pager, "recovered", None)
+        if recovered is None:
+            return
+        try:
+            recovered(c.incident_id, f"{p.action.kind} on {c.target} {message}",
+                      {"attempt": p.attempt_id, "action": p.action.kind, "target": c.target,
+                       "recovery_ms": recovery_ms})
+        except Exception:  # the attempt's own bookkeeping must still finish
+            log.exception("resolving incident %d at its verified recovery failed",
+                          c.incident_id)
 
     # -- audit ---------------------------------------------------------------------
 
