@@ -105,8 +105,9 @@ def test_a_verified_restart_resolves_the_crash_incident_for_good(tmp_path, sock_
         (incident,) = wait_for(lambda: [i for i in queries.list_incidents(db)
                                         if i.status == "resolved"], 30,
                                "the incident to resolve")
-        (attempt,) = state.attempts(db, incident.id)
-        assert attempt.status == "succeeded"
+        # Resolved at the verification, just before the attempt is finished as succeeded.
+        wait_for(lambda: [a for a in state.attempts(db, incident.id)
+                          if a.status == "succeeded"], 10, "the attempt to succeed")
         detail = queries.get_incident(db, incident.id)
         (ended,) = [e for e in detail.timeline if e.kind == "incident_resolved"]
         assert "resolved at verification" in ended.message and "docker_restart" in ended.message
@@ -117,6 +118,13 @@ def test_a_verified_restart_resolves_the_crash_incident_for_good(tmp_path, sock_
         assert abs(dt_to_ms(ended.at) - dt_to_ms(verified.at)) < 1000
         assert dt_to_ms(ended.at) - dt_to_ms(detail.incident.opened_at) < WINDOW_S * 1000 / 2
         assert app.pipeline.rules.active_alerts(), "the alert should still fire from its window"
+        # Honest clocks: from the crash line's own time, to open and to verified serving.
+        (excerpt, *_) = [e for e in detail.timeline if e.kind == "log_excerpt"]
+        assert detail.clocks.evidence_at == excerpt.at
+        assert detail.clocks.detect_ms == dt_to_ms(detail.incident.opened_at) - dt_to_ms(
+            excerpt.at)
+        assert detail.clocks.recovery_ms == dt_to_ms(ended.at) - dt_to_ms(excerpt.at)
+        assert verified.data["recovery_ms"] >= detail.clocks.recovery_ms - 1000
 
         # The alert goes on firing, then ends with its window: nothing re-opens, nothing pages.
         wait_for(lambda: not app.pipeline.rules.active_alerts(), WINDOW_S + 30,

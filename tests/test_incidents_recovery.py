@@ -36,8 +36,8 @@ def test_recovery_resolves_the_incident_and_announces_the_paged_firing(
     assert detail.incident.status == "resolved"
     assert detail.incident.resolved_at is not None
     (ended,) = [e for e in detail.timeline if e.kind == "incident_resolved"]
-    assert ended.message == "incident resolved at verification: docker_restart on gemma-26b " \
-                            "verified"
+    assert ended.message.startswith(
+        "incident resolved at verification: docker_restart on gemma-26b verified; ")
     # A second call (another worker, a retry) changes nothing.
     assert end_on_recovery(incident_db, None, incident_id, T0 + 11 * S, "again", {}) is None
 
@@ -88,3 +88,32 @@ def test_an_incident_resolved_by_its_alert_is_not_a_recovery(incident_db: Databa
     # A restored alert that still claims the old occurrence (clock skew, a bad restore).
     (n,) = tracker.process([replace(crash, last_eval_ms=T0 + 11 * S)], T0 + 11 * S)
     assert n.incident_id != incident_id
+
+
+def test_clocks_run_from_the_crash_line_to_open_and_to_verified_serving(
+        incident_db: Database) -> None:
+    # The crash line was written 4 s before the alert went active (a poll, a scrape later).
+    record_log_events(incident_db, [LogEvent(
+        target="gemma-26b", source="file:vllm.log", signature="xla_hbm_oom",
+        category="hbm_oom", severity="critical", t_ms=T0 - 4 * S, line_no=3,
+        excerpt=("RESOURCE_EXHAUSTED",), runbook="")], now_ms=T0 - 3 * S)
+    tracker = IncidentTracker(incident_db)
+    crash = alert(name=CRASH, active_at=T0, fired_at=T0 + 2 * S)
+    (n,) = tracker.process([crash], T0 + 2 * S)
+    detail = get_incident(incident_db, n.incident_id)
+    assert detail.clocks.evidence_at is not None
+    assert detail.clocks.detect_ms == 6 * S  # line → opened, not active → fired (2 s)
+    end_on_recovery(incident_db, None, n.incident_id, T0 + 10 * S, "verified", {})
+    detail = get_incident(incident_db, n.incident_id)
+    assert detail.clocks.recovery_ms == 14 * S
+    (ended,) = [e for e in detail.timeline if e.kind == "incident_resolved"]
+    assert "serving again 14.0s after the first evidence" in ended.message
+
+
+def test_without_a_crash_line_the_clock_starts_when_the_alert_went_active(
+        incident_db: Database) -> None:
+    tracker = IncidentTracker(incident_db)
+    (n,) = tracker.process([alert(name="VLLMTargetDown", active_at=T0, fired_at=T0 + 30 * S)],
+                           T0 + 30 * S)
+    detail = get_incident(incident_db, n.incident_id)
+    assert detail.clocks.detect_ms == 30 * S and detail.clocks.recovery_ms is None

@@ -63,15 +63,23 @@ def end_on_recovery(db: Database, outbox: OutboxWriter | None, incident_id: int,
             if row.state != IncidentAlertState.FIRING:
                 continue
             row.state, row.resolved_at = IncidentAlertState.RESOLVED, at
+            name = label_value(labels_from_json(row.labels), "alertname")
+            subject = f"{name} on {incident.target}" if incident.target else name
+            s.add(TimelineEvent(incident_id=incident_id, at=at, kind=TimelineKind.RESOLVED,
+                                message=f"{subject}: resolved at verification",
+                                data={"fingerprint": row.fingerprint, RECOVERED: True}))
             if row.notified_firing_at is not None:
                 row.notified_resolved_at = at
                 told.append(row_alert(row, at_ms))
         incident.status, incident.resolved_at, incident.updated_at = IncidentStatus.RESOLVED, at, at
         incident.resolve_ms = max(0, at_ms - dt_to_ms(incident.opened_at))
+        evidence_at = incident.evidence_at or incident.opened_at
+        incident.recovery_ms = max(0, at_ms - dt_to_ms(evidence_at))
         s.add(TimelineEvent(
             incident_id=incident_id, at=at, kind=TimelineKind.INCIDENT_RESOLVED,
-            message=f"incident resolved at verification: {why}",
-            data={RECOVERED: True, **data}))
+            message=f"incident resolved at verification: {why}; serving again "
+                    f"{incident.recovery_ms / 1000:.1f}s after the first evidence",
+            data={RECOVERED: True, **data, "time_to_recovery_ms": incident.recovery_ms}))
         if not told:
             return None
         group = tuple(sorted((k, v) for k, v in (("alertname", incident.alertname),

@@ -66,7 +66,7 @@ from sentinel.incidents.convert import (
     value_to_json,
 )
 from sentinel.incidents.db import Database
-from sentinel.incidents.evidence import attach_recent
+from sentinel.incidents.evidence import attach_recent, first_evidence
 from sentinel.incidents.models import (
     Incident,
     IncidentAlert,
@@ -315,6 +315,8 @@ class IncidentTracker:
             incident = _insert_incident(s, key, firing[0], now)
             s.flush()
             attach_recent(s, incident, key.target, ms_to_dt(firing[0].active_at_ms))
+            if incident.evidence_at is None:  # new, not a concurrent writer's
+                _clock_from_evidence(s, incident, firing[0])
             rows = None
         if rows is None:
             rows = _rows(s, incident)
@@ -502,6 +504,16 @@ def _insert_incident(s: Session, key: GroupKey, alert: Alert, now: datetime) -> 
             raise
         return existing
     return incident
+
+
+def _clock_from_evidence(s: Session, incident: Incident, alert: Alert) -> None:
+    """Start the incident's clock at its first evidence: the crash line's own time when the
+    target logged one, else when the alert went active (the first failed scrape or probe,
+    to an evaluation interval). Time to detect runs from it to the opening."""
+    active_at = ms_to_dt(alert.active_at_ms)
+    line_at = first_evidence(s, incident.target, active_at, incident.opened_at)
+    incident.evidence_at = min(active_at, line_at) if line_at is not None else active_at
+    incident.detect_ms = max(0, dt_to_ms(incident.opened_at) - dt_to_ms(incident.evidence_at))
 
 
 def _new_row(incident_id: int, alert: Alert, now: datetime) -> IncidentAlert:

@@ -234,10 +234,14 @@ class Engine:
         # A pod restart replaces the pod, and with it the address: the action says where.
         url = str(outcome.data.get("verify_url") or p.ctx.target.url)
         v = self.verifier(url, deadline_s)
-        # Clamped: an alert's active time from another clock must not make it negative.
-        recovery_ms = min(max(0, self.now_ms() - c.active_at_ms), 2**31 - 1) if v.ok else None
+        # From the failure's first evidence (the crash line), not from the alert: the
+        # honest figure is crash to serving again. Clamped: another clock must not make
+        # it negative.
+        start_ms = self._evidence_ms(c)
+        recovery_ms = min(max(0, self.now_ms() - start_ms), 2**31 - 1) if v.ok else None
         message = (f"verified: healthy after {v.healthy_after_s}s, serving after "
-                   f"{v.served_after_s}s; time to recovery {(recovery_ms or 0) / 1000:.1f}s"
+                   f"{v.served_after_s}s; time to recovery {(recovery_ms or 0) / 1000:.1f}s "
+                   "from the first evidence"
                    if v.ok else f"verification FAILED: {v.detail}")
         state.record(self.db, c.incident_id, self.now_ms(), message, {
             "phase": "verify", "attempt": p.attempt_id, "ok": v.ok, "detail": v.detail,
@@ -247,6 +251,14 @@ class Engine:
             self._recovered(c, p, message, recovery_ms)
         data = {**outcome.data, "verify": v.detail, "served_after_s": v.served_after_s}
         return v.ok, outcome.detail if v.ok else v.detail, recovery_ms, data
+
+    def _evidence_ms(self, c: Candidate) -> int:
+        try:
+            found = state.evidence_ms(self.db, c.incident_id)
+        except Exception:  # the figure is worth less than the attempt's bookkeeping
+            log.warning("no first evidence for incident %d", c.incident_id, exc_info=True)
+            found = None
+        return c.active_at_ms if found is None else min(found, c.active_at_ms)
 
     def _recovered(self, c: Candidate, p: Prepared, message: str, recovery_ms: int | None
                    ) -> None:
