@@ -76,11 +76,22 @@ from sentinel.incidents.models import (
     TimelineKind,
 )
 from sentinel.incidents.recovery import ended_by_recovery, row_alert
-from sentinel.model import Alert, AlertState, Labels, Notification, NotificationKind, label_value
+from sentinel.model import (
+    Alert,
+    AlertState,
+    Labels,
+    Notification,
+    NotificationKind,
+    label_value,
+    labels_of,
+)
 
 log = logging.getLogger(__name__)
 
 VALUE_EVENT_MIN_INTERVAL_MS = 60_000
+# On the alerts of an occurrence recorded after a database outage, and on its timeline.
+OUTAGE_ANNOTATION = "sentinel_outage"
+OUTAGE_NOTE = "fired and resolved while Sentinel's database was unavailable"
 
 
 class OutboxWriter(Protocol):
@@ -133,6 +144,7 @@ class _Outcome:
     closed: bool
     now: datetime
     opened: bool = False
+    missed: bool = False  # fired and resolved inside a database outage (`_missed`)
 
 
 class IncidentTracker:
@@ -226,6 +238,12 @@ class IncidentTracker:
             notification = _notification(outcome)
             if notification is None:
                 continue
+            if outcome.missed:  # its firing first, timed when it fired: then it is sent
+                for a in outcome.resolved:
+                    assert a.fired_at_ms is not None
+                    fired = replace(a, state=AlertState.FIRING, resolved_at_ms=None)
+                    self.outbox.enqueue(s, replace(notification, kind=NotificationKind.FIRING,
+                                                   alerts=(fired,)), a.fired_at_ms)
             self.outbox.enqueue(s, notification, now_ms)
             fps = [a.fingerprint for a in notification.alerts]
             for row in s.scalars(select(IncidentAlert).where(
@@ -305,6 +323,11 @@ class IncidentTracker:
                 if outcome.closed:
                     s.flush()  # the closed incident leaves the partial unique index first
                     incident = None
+        else:
+            for alert in resolved:
+                if alert.fired_at_ms is not None and not _recorded(s, key, alert):
+                    out.append(self._missed(s, key, alert, now))
+                    s.flush()
         if incident is None:  # a crash's alert outlives the verified recovery that ended it
             firing = [a for a in firing
                       if ended_by_recovery(s, key.text, key.target, a, now) is None]
@@ -324,6 +347,30 @@ class IncidentTracker:
         outcome.opened = opened
         out.append(outcome)
         return out
+
+    def _missed(self, s: Session, key: GroupKey, alert: Alert, now: datetime) -> _Outcome:
+        """An occurrence that fired and resolved while the database was away (issue 39).
+
+        The rule engine kept its resolution until it was committed, but its firing never
+        reached the database: it opens and resolves an incident with both times, and is
+        announced firing (timed when it fired), then resolved, saying why it comes late.
+        """
+        alert = replace(alert, annotations=labels_of({**dict(alert.annotations),
+                                                      OUTAGE_ANNOTATION: OUTAGE_NOTE}))
+        fired = replace(alert, state=AlertState.FIRING, resolved_at_ms=None)
+        incident = _insert_incident(s, key, fired, now)
+        s.flush()
+        attach_recent(s, incident, key.target, ms_to_dt(alert.active_at_ms))
+        _clock_from_evidence(s, incident, alert)
+        rows: dict[str, IncidentAlert] = {}
+        self._fire(s, incident, rows, fired, now)
+        self._resolve(s, incident, rows, alert, now)
+        _close(s, incident, list(rows.values()), now)
+        _event(s, incident, now, TimelineKind.NOTE,
+               f"{_subject(incident)}: {OUTAGE_NOTE}; recorded when it returned",
+               {"fingerprint": alert.fingerprint, "outage": True})
+        return _Outcome(incident.id, key, [], [alert], closed=True, now=now, opened=True,
+                        missed=True)
 
     def _apply(
         self, s: Session, incident: Incident, rows: dict[str, IncidentAlert], key: GroupKey,
@@ -450,6 +497,15 @@ def _superseded(row: IncidentAlert, alert: Alert, now: datetime) -> Alert:
     """The lost end of the row's occurrence: resolved, at the latest, when the new one began."""
     return replace(row_alert(row, dt_to_ms(now)), group=alert.group, rule=alert.rule,
                    resolved_at_ms=min(alert.active_at_ms, dt_to_ms(now)))
+
+
+def _recorded(s: Session, key: GroupKey, alert: Alert) -> bool:
+    """Whether an incident of the key holds this occurrence (fired when it did, or later)."""
+    assert alert.fired_at_ms is not None
+    fired = s.scalar(select(IncidentAlert.fired_at).join(Incident).where(
+        Incident.group_key == key.text, IncidentAlert.fingerprint == alert.fingerprint)
+        .order_by(Incident.id.desc()).limit(1))
+    return fired is not None and dt_to_ms(fired) >= alert.fired_at_ms
 
 
 def _notification(outcome: _Outcome) -> Notification | None:
