@@ -90,11 +90,12 @@ def end_on_recovery(db: Database, outbox: OutboxWriter | None, incident_id: int,
         return notification
 
 
-def ended_by_recovery(s: Session, group_key: str, target: str, alert: Alert, now: datetime
-                      ) -> str | None:
+def ended_by_recovery(s: Session, target: str, alert: Alert, now: datetime) -> str | None:
     """Why this firing alert is the occurrence a verified recovery already ended; else None."""
-    last = s.scalars(select(Incident).where(
-        Incident.group_key == group_key, Incident.status == IncidentStatus.RESOLVED.value)
+    # By the alert's own rows: it may have joined an incident of another key (joining.py).
+    last = s.scalars(select(Incident).join(IncidentAlert).where(
+        Incident.target == target, IncidentAlert.fingerprint == alert.fingerprint,
+        Incident.status == IncidentStatus.RESOLVED.value)
         .order_by(Incident.id.desc()).limit(1)).one_or_none()
     if last is None or last.resolved_at is None:
         return None

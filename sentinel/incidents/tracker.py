@@ -67,6 +67,12 @@ from sentinel.incidents.convert import (
 )
 from sentinel.incidents.db import Database
 from sentinel.incidents.evidence import attach_recent, first_evidence
+from sentinel.incidents.joining import (
+    FAILURE_ALERTS,
+    JOIN_WINDOW_MS,
+    incident_to_join,
+    joined_incident,
+)
 from sentinel.incidents.models import (
     Incident,
     IncidentAlert,
@@ -145,6 +151,7 @@ class _Outcome:
     now: datetime
     opened: bool = False
     missed: bool = False  # fired and resolved inside a database outage (`_missed`)
+    joined: bool = False  # alerts that joined another key's incident: they page nothing
 
 
 class IncidentTracker:
@@ -157,8 +164,13 @@ class IncidentTracker:
         value_interval_ms: int = VALUE_EVENT_MIN_INTERVAL_MS,
         value_change: float = VALUE_EVENT_MIN_CHANGE,
         outbox: OutboxWriter | None = None,
+        join_alerts: frozenset[str] = FAILURE_ALERTS,
+        join_window_ms: int = JOIN_WINDOW_MS,
     ) -> None:
         self.db = db  # public: the daemon's incident API reads through it
+        # One incident per failure (joining.py): which alerts join a target's incident.
+        self._joins = join_alerts
+        self._join_window_ms = join_window_ms
         # With an outbox, each notification is written into it in the same
         # transaction as the incident change, and its alerts are marked
         # notified there: delivery is then the outbox's job (retried, never lost).
@@ -204,8 +216,9 @@ class IncidentTracker:
         that no longer exists) resolves now, and pages resolved when its
         firing was paged.
         """
-        live = {(group_key(a).text, a.fingerprint) for a in firing
-                if a.state is AlertState.FIRING}
+        # By fingerprint (labels, alertname and target included): a joined alert's rows
+        # live in an incident of another key.
+        live = {a.fingerprint for a in firing if a.state is AlertState.FIRING}
         now = ms_to_dt(now_ms)
         outcomes: list[_Outcome] = []
         with self.db.session() as s:
@@ -215,7 +228,7 @@ class IncidentTracker:
                     select(IncidentAlert).where(IncidentAlert.incident_id == incident.id))}
                 gone = [row_alert(r, now_ms) for r in rows.values()
                         if r.state == IncidentAlertState.FIRING
-                        and (incident.group_key, r.fingerprint) not in live]
+                        and r.fingerprint not in live]
                 if not gone and any(r.state == IncidentAlertState.FIRING for r in rows.values()):
                     continue
                 key = GroupKey(incident.alertname, incident.target)
@@ -312,6 +325,10 @@ class IncidentTracker:
             incident = _open_incident(s, key)
         else:
             incident, rows = known.get(key.text, (None, None))
+        joined = False
+        if incident is None and key.alertname in self._joins:
+            incident = joined_incident(s, key.target, [a.fingerprint for a in alerts])
+            joined = incident is not None
         if incident is not None:
             if rows is None:
                 rows = _rows(s, incident)
@@ -319,10 +336,11 @@ class IncidentTracker:
                                 if _is_superseded(rows.get(a.fingerprint), a)]
             if ended:
                 outcome = self._apply(s, incident, rows, key, [], ended, now)
+                outcome.joined = joined
                 out.append(outcome)
                 if outcome.closed:
                     s.flush()  # the closed incident leaves the partial unique index first
-                    incident = None
+                    incident, joined = None, False
         else:
             for alert in resolved:
                 if alert.fired_at_ms is not None and not _recorded(s, key, alert):
@@ -330,9 +348,15 @@ class IncidentTracker:
                     s.flush()
         if incident is None:  # a crash's alert outlives the verified recovery that ended it
             firing = [a for a in firing
-                      if ended_by_recovery(s, key.text, key.target, a, now) is None]
+                      if ended_by_recovery(s, key.target, a, now) is None]
         if not firing:
             return out
+        if incident is None:
+            incident = incident_to_join(s, key.target, key.alertname, self._joins,
+                                        self._join_window_ms, now)
+            if incident is not None:
+                joined, rows = True, None
+                _note_join(s, incident, key, now, self._join_window_ms)
         opened = incident is None
         if incident is None:
             incident = _insert_incident(s, key, firing[0], now)
@@ -344,7 +368,7 @@ class IncidentTracker:
         if rows is None:
             rows = _rows(s, incident)
         outcome = self._apply(s, incident, rows, key, firing, [], now)
-        outcome.opened = opened
+        outcome.opened, outcome.joined = opened, joined
         out.append(outcome)
         return out
 
@@ -476,6 +500,12 @@ def _merge_outcome(outcomes: dict[int, _Outcome], outcome: _Outcome) -> None:
     if known is None:
         outcomes[outcome.incident_id] = outcome
         return
+    if outcome.joined != known.joined:
+        # The incident's own alerts announce; joined ones only help close it.
+        own, other = (known, outcome) if outcome.joined else (outcome, known)
+        own.closed = own.closed or other.closed
+        outcomes[outcome.incident_id] = own
+        return
     known.fired += outcome.fired
     known.resolved += outcome.resolved
     known.closed = known.closed or outcome.closed
@@ -503,12 +533,24 @@ def _recorded(s: Session, key: GroupKey, alert: Alert) -> bool:
     """Whether an incident of the key holds this occurrence (fired when it did, or later)."""
     assert alert.fired_at_ms is not None
     fired = s.scalar(select(IncidentAlert.fired_at).join(Incident).where(
-        Incident.group_key == key.text, IncidentAlert.fingerprint == alert.fingerprint)
+        Incident.target == key.target, IncidentAlert.fingerprint == alert.fingerprint)
         .order_by(Incident.id.desc()).limit(1))
     return fired is not None and dt_to_ms(fired) >= alert.fired_at_ms
 
 
+def _note_join(s: Session, incident: Incident, key: GroupKey, now: datetime,
+               window_ms: int) -> None:
+    """Say on the timeline why an alert joined this incident instead of opening its own."""
+    _event(s, incident, now, TimelineKind.NOTE,
+           f"{key.alertname} on {key.target} joined this incident: the same target, within "
+           f"{window_ms // 60_000} min of {incident.alertname} (one failure, one incident; "
+           "it pages nothing of its own)",
+           {"joined": key.alertname, "target": key.target, "window_ms": window_ms})
+
+
 def _notification(outcome: _Outcome) -> Notification | None:
+    if outcome.joined:
+        return None
     announced = tuple(outcome.fired + outcome.resolved)
     if not announced:
         return None
