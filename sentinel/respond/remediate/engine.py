@@ -205,6 +205,10 @@ class Engine:
                 self.metrics.in_flight.dec()
         before, after = state.finish(self.db, p.attempt_id, ok, detail, self.now_ms(),
                                      self.limits, recovery_ms, data)
+        if ok and "recovered" in data:
+            # A crash is an event: its incident ends here, once the attempt is on record
+            # as succeeded, not when the alert's window lets go.
+            self._recovered(c, p, str(data["recovered"]), recovery_ms)
         if self.metrics:
             self.metrics.actions.labels(spec.kind, "success" if ok else "failure").inc()
         if after.breaker_opened_ms is not None and before.breaker_opened_ms is None:
@@ -247,9 +251,9 @@ class Engine:
             "phase": "verify", "attempt": p.attempt_id, "ok": v.ok, "detail": v.detail,
             "action": p.action.kind, "target": c.target, "healthy_after_s": v.healthy_after_s,
             "served_after_s": v.served_after_s, "recovery_ms": recovery_ms})
-        if v.ok:  # a crash is an event: its incident ends here, not with the alert's window
-            self._recovered(c, p, message, recovery_ms)
         data = {**outcome.data, "verify": v.detail, "served_after_s": v.served_after_s}
+        if v.ok:
+            data["recovered"] = message
         return v.ok, outcome.detail if v.ok else v.detail, recovery_ms, data
 
     def _evidence_ms(self, c: Candidate) -> int:
