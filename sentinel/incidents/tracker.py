@@ -41,6 +41,20 @@ A firing alert whose row fires with a `fired_at` older than the alert's own
 (an orphaned incident): the old row resolves (paged resolved when its firing
 was) and the new occurrence opens a new incident, paged. `reconcile` (on
 start) resolves open incidents whose alerts the rule engine no longer fires.
+
+What reaches a human (issue 33; design.md, "the incident life cycle"):
+
+- One incident per failure: a failure alert (joining.py) with no incident of
+  its own joins the target's incident of another failure alert opened within
+  the window; the timeline says why, and it announces nothing itself.
+- It ends when the failure ends: a verified remediation resolves the incident
+  (recovery.py); the same occurrence still firing from its rule's window
+  neither re-opens it nor pages.
+- Honest clocks: an incident's clock starts at its first evidence (the crash
+  line's own time, else the alert going active): `detect_ms` runs from there.
+- Nothing is lost to an outage (issue 39): a resolved alert whose occurrence no
+  incident holds fired and resolved while the database was away; it opens and
+  resolves an incident with both times and is announced firing, then resolved.
 """
 
 from __future__ import annotations
