@@ -12,6 +12,7 @@ from test_incidents_tracker import T0, S, alert, deliver, resolved
 from sentinel.incidents import Database, IncidentTracker, get_incident, list_incidents
 from sentinel.incidents.log_events import record_log_events
 from sentinel.incidents.recovery import STILL_FIRING_MS, end_on_recovery
+from sentinel.incidents.render import detail_json, render_detail
 from sentinel.model import LogEvent, NotificationKind
 
 CRASH = "VLLMHBMOutOfMemory"
@@ -108,6 +109,13 @@ def test_clocks_run_from_the_crash_line_to_open_and_to_verified_serving(
     assert detail.clocks.recovery_ms == 14 * S
     (ended,) = [e for e in detail.timeline if e.kind == "incident_resolved"]
     assert "serving again 14.0s after the first evidence" in ended.message
+    # `sentinel incidents show`, text and JSON.
+    text = render_detail(detail)
+    assert "  detected:  after 6.0s" in text
+    assert "  recovered: serving again 14.0s after the first evidence (verified)" in text
+    shown = detail_json(detail)
+    assert (shown["time_to_detect_ms"], shown["time_to_recovery_ms"]) == (6 * S, 14 * S)
+    assert shown["evidence_at"] == "2026-11-21T10:00:01Z"
 
 
 def test_without_a_crash_line_the_clock_starts_when_the_alert_went_active(
