@@ -99,15 +99,16 @@ def test_cloud_logging_hbm_oom_opens_incident_and_restart_counts_nothing_twice(
         try:
             before = len(fake.requests)
             wait_for(lambda: len(fake.requests) >= before + 3, 10, "three more polls")
-            # Same entries, nothing new: no new event, no new count, no second page.
+            # Same entries, nothing new: no new event, no new count, no second page. The
+            # counter holds the match on record (restored at start, issue 33), not two.
             assert recent_log_events(app.pipeline.tracker.db, "tpu-a", 0) == stored
-            assert _hbm_count(app) == 0.0
+            assert _hbm_count(app) == 1.0
             assert len(_hbm_pages(sink)) == 1
             # A later crash is still seen after the restart (once it settles: the
             # source reads entries 10 s old, so late-arriving ones are not missed).
             oom = next(line for line in CRASH_LOG if "RESOURCE_EXHAUSTED" in line)
             fake.add(time.time_ns() - 9_000_000_000, oom)
-            wait_for(lambda: _hbm_count(app) == 1.0, 10, "the new entry counted")
+            wait_for(lambda: _hbm_count(app) == 2.0, 10, "the new entry counted")
         finally:
             app.stop(2)
     assert [h for h in hosts if not is_loopback(h)] == []

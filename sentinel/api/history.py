@@ -129,7 +129,9 @@ def get_incident(db: Database, incident_id: int) -> dict[str, Any]:
                  "data": e.data} for e in events]
     return {
         "incident": {**_summary(inc, (len(alerts), firing)), "labels": dict(inc.labels),
-                     "detect_ms": inc.detect_ms},
+                     "detect_ms": inc.detect_ms, "evidence_at": iso(inc.evidence_at),
+                     "time_to_detect_ms": inc.detect_ms,
+                     "time_to_recovery_ms": inc.recovery_ms},
         "alerts": [{"fingerprint": a.fingerprint, "labels": dict(a.labels),
                     "annotations": dict(a.annotations), "state": a.state,
                     "value": _num(value_from_db(a.value)), "active_at": iso(a.active_at),

@@ -277,11 +277,32 @@ class InhibitRuleConfig(Strict):
         return _matchers(v)
 
 
+# Shipped inhibitions (issue 33): one failure, one page. Set `notify.inhibit_rules` to
+# replace them (`[]` turns them off). The rules' alert names are rules/vllm.yaml's.
+_SERVING = ("VLLMHealthCheckFailing|VLLMEngineStalled|VLLMTimeToFirstTokenHigh|"
+            "VLLMInterTokenLatencyHigh|VLLMQueueTimeHigh|VLLMRequestsQueued|"
+            "VLLMRequestErrorsHigh|VLLMPreemptionStorm|VLLMKVCacheNearlyFull")
+_LATENCY = "VLLMTimeToFirstTokenHigh|VLLMInterTokenLatencyHigh|VLLMQueueTimeHigh"
+
+
+def default_inhibit_rules() -> tuple[InhibitRuleConfig, ...]:
+    """The inhibitions Sentinel ships, each with the reason it exists."""
+    return (
+        # A server that does not answer its scrapes serves nothing: its health, stall,
+        # latency, queue and error alerts only repeat that it is down.
+        InhibitRuleConfig(source_matchers=('alertname="VLLMTargetDown"',),
+                          target_matchers=(f'alertname=~"{_SERVING}"',), equal=("target",)),
+        # A stalled engine makes every request slow: its latency alerts are the stall.
+        InhibitRuleConfig(source_matchers=('alertname="VLLMEngineStalled"',),
+                          target_matchers=(f'alertname=~"{_LATENCY}"',), equal=("target",)),
+    )
+
+
 class NotifyConfig(Strict):
     """Routing, grouping, inhibition, escalation and delivery settings."""
 
     route: RouteConfig | None = None
-    inhibit_rules: tuple[InhibitRuleConfig, ...] = ()
+    inhibit_rules: tuple[InhibitRuleConfig, ...] = Field(default_factory=default_inhibit_rules)
     fallback_receiver: str | None = None
     watchdog: bool = False
     # How often the dispatcher and sender run (they also run right after an evaluation).

@@ -313,7 +313,7 @@ class App:
         from sentinel.respond.remediate.wiring import build_engine
 
         assert self.pipeline is not None and self.notifier is not None
-        pager = NotifyPager(self.notifier.page, self._now_ms)
+        pager = NotifyPager(self.notifier.page, self._now_ms, self.notifier.recovered)
         engine = build_engine(self.config, db, pager, RemediationMetrics(self.metrics.registry),
                               self.clock)
         engine.external_url = self.config.external_url

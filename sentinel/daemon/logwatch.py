@@ -3,6 +3,11 @@
 Each match increments `sentinel_log_signature_matches_total{target, signature,
 category}`, so ordinary Prometheus rules alert on log evidence, and the event
 with its excerpt is stored, where incidents of the target pick it up.
+
+The counters live in memory, so a restarted daemon (or a new HA leader, whose
+store never counted them) would see no increase and resolve a crash alert
+that still fires (issue 33): `restore` rebuilds each target's counter series
+from the events on record before the first evaluation.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 from sentinel.collect.logsource import LogSource
 from sentinel.incidents.db import Database
-from sentinel.incidents.log_events import record_log_events
+from sentinel.incidents.log_events import record_log_events, signature_counts_since
 from sentinel.logs.classify import DEFAULT_CATCH_ALL, Classifier
 from sentinel.logs.signatures import SignatureSet
 from sentinel.model import LogEvent, labels_of
@@ -40,6 +45,7 @@ class LogWatch:
         self._classifiers: dict[str, Classifier] = {}  # one per stream: context is per stream
         self._counts: dict[str, dict[tuple[str, str], int]] = {}  # target → (sig, cat) → n
         self._recorded: dict[str, object] = {}  # checkpoint key → the cursor/position on record
+        self._counted: dict[str, int] = {}  # target → when its counters were last written
 
     def poll(self, source: LogSource, now_ms: int) -> list[LogEvent]:
         """One poll of one source; never raises for bad lines (the classifier bounds them)."""
@@ -71,7 +77,38 @@ class LogWatch:
             return {}
         return {key: checkpoint}
 
-    def _count(self, target: str, events: Iterable[LogEvent], now_ms: int) -> None:
+    def restore(self, targets: Iterable[str], now_ms: int) -> None:
+        """Count, per target, the events on record that this process has not counted.
+
+        Events recorded within the store's retention by an earlier run or
+        another leader are replayed into the counter series at the times they
+        were counted, each step right after the count before it (so
+        `increase(...[w])` sees it for `w` after the event, as if this process
+        had polled), in order after what this store holds. Run at start and at
+        each HA takeover.
+        """
+        for target in targets:
+            counted = self._counted.get(target)
+            since = now_ms - self.store.retention_ms
+            found = signature_counts_since(self.db, target,
+                                           since if counted is None else max(since, counted))
+            counts = self._counts_for(target)
+            if counted is None:  # every series exists, at 0, from before the first event
+                first = min([t for _, _, t in found] + [now_ms]) - 2
+                self._write(target, {k: 0 for k in counts}, first)
+            for signature, category, t_ms in found:
+                key, series = (signature, category), _series(target, signature, category)
+                # The step sits at the event, as when every poll wrote the count: the old
+                # value just before it (dropped as out of order if the series is newer).
+                self.store.add(series, t_ms - 1, float(counts.get(key, 0)))
+                counts[key] = counts.get(key, 0) + 1
+                self.store.add(series, t_ms, float(counts[key]))
+            self._count(target, (), now_ms)
+            if found:
+                log.info("%s: %d signature matches on record restored into the counters",
+                         target, len(found))
+
+    def _counts_for(self, target: str) -> dict[tuple[str, str], int]:
         counts = self._counts.get(target)
         if counts is None:
             # Every signature's counter starts at 0, so the first match is an
@@ -81,13 +118,19 @@ class LogWatch:
                 (s.name, s.category): 0 for s in self.signatures.signatures}
             # The classifier's catch-all counts too, even when the signature file has none.
             counts.setdefault((DEFAULT_CATCH_ALL.name, DEFAULT_CATCH_ALL.category), 0)
+        return counts
+
+    def _count(self, target: str, events: Iterable[LogEvent], now_ms: int) -> None:
+        counts = self._counts_for(target)
         for event in events:
             key = (event.signature, event.category)
             counts[key] = counts.get(key, 0) + 1
+        self._write(target, counts, now_ms)
+        self._counted[target] = now_ms
+
+    def _write(self, target: str, counts: dict[tuple[str, str], int], t_ms: int) -> None:
         for (signature, category), n in counts.items():
-            self.store.add(labels_of({"__name__": MATCHES, "target": target,
-                                      "signature": signature, "category": category}),
-                           now_ms, float(n))
+            self.store.add(_series(target, signature, category), t_ms, float(n))
 
     def close(self, sources: Iterable[LogSource]) -> None:
         """Close every source (files, subprocesses, clients)."""
@@ -96,3 +139,8 @@ class LogWatch:
                 source.close()
             except Exception:
                 log.exception("closing log source %s failed", source.name)
+
+
+def _series(target: str, signature: str, category: str) -> tuple[tuple[str, str], ...]:
+    return labels_of({"__name__": MATCHES, "target": target, "signature": signature,
+                      "category": category})

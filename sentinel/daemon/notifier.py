@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -20,6 +21,7 @@ from sentinel.daemon.heartbeat import Heartbeats
 from sentinel.daemon.receivers import build_receivers, receiver_timeouts_ms, send_resolved
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.incidents.db import Database
+from sentinel.incidents.recovery import end_on_recovery
 from sentinel.model import Notification
 from sentinel.quietlog import QuietFailure
 from sentinel.respond.notify.depth import outbox_depth
@@ -89,6 +91,11 @@ class Notifier:
             page_once(s, self.outbox, self.dispatcher.settings.route, notification, now_ms,
                       escalate=escalate)
         self.kick()
+
+    def recovered(self, incident_id: int, now_ms: int, why: str, data: dict[str, Any]) -> None:
+        """End the incident at its verified recovery; its resolution is sent at once."""
+        if end_on_recovery(self._db, self.outbox, incident_id, now_ms, why, data) is not None:
+            self.kick()
 
     def kick(self) -> None:
         """Run as soon as possible (an evaluation queued intents)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,8 @@ from sentinel.incidents.db import Database
 from sentinel.logs.signatures import load_signature_file
 from sentinel.store import MemoryStore
 
+log = logging.getLogger(__name__)
+
 Clock = Callable[[], int]
 Guard = Callable[[str, Callable[..., None]], Callable[..., None]]
 
@@ -40,6 +43,23 @@ class SourceJobs:
             if self.log_sources else None
         self.tpu_sources = build_tpu_sources(config)
         self.xla_watches = build_xla_cache_watches(config)
+        self.restore_signatures()
+
+    def restore_signatures(self) -> None:
+        """Rebuild the signature counters from the events on record (start, HA takeover).
+
+        Before the first evaluation: a crash alert must not resolve because
+        this process never counted the line that raised it. Never raises: with
+        the database away the counters start from what the logs say next.
+        """
+        if self.watch is None:
+            return
+        try:
+            self.watch.restore(sorted({p.source.target for p in self.log_sources}),
+                               self.now_ms())
+        except Exception:
+            log.warning("could not restore the log signature counters from the database",
+                        exc_info=True)
 
     def count(self) -> int:
         """How many jobs `schedule` adds."""

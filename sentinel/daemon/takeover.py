@@ -54,6 +54,8 @@ def elected(app: App, epoch: int) -> None:
         pipeline.rules = rules
         pipeline.tracker = tracker
         pipeline.reconcile_pending = True
+        if app.sources is not None:  # this store never counted the last leader's log lines
+            app.sources.restore_signatures()
         if pipeline.remediator is None and cfg.remediation.policies:
             app._start_remediation(pipeline.tracker.db)
             _add_discovered(app)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from sentinel.incidents.models import (
@@ -42,6 +42,25 @@ def attach_recent(s: Session, incident: Incident, target: str, since: datetime) 
     for row in reversed(rows):
         s.add(_timeline_event(incident.id, row))
     return len(rows)
+
+
+def first_evidence(s: Session, target: str, active_at: datetime, until: datetime
+                   ) -> datetime | None:
+    """The own time of the target's first crash line before a new incident, if any.
+
+    Looked for in the evidence window before the alert went active, and only after the
+    target's last resolved incident ended (that failure's lines are not this one's); a
+    line timed after `until` (the incident's opening: another clock) does not count.
+    """
+    if not target:
+        return None
+    lo = active_at - EVIDENCE_WINDOW
+    ended = s.scalar(select(func.max(Incident.resolved_at)).where(
+        Incident.target == target, Incident.status == IncidentStatus.RESOLVED.value))
+    if ended is not None and ended > lo:
+        lo = ended
+    return s.scalar(select(func.min(LogEventRow.at)).where(
+        LogEventRow.target == target, LogEventRow.at > lo, LogEventRow.at <= until))
 
 
 def attach_new(s: Session, rows: Sequence[LogEventRow]) -> int:

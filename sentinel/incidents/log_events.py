@@ -89,6 +89,23 @@ def recent_log_events(db: Database, target: str, since_ms: int, limit: int = 20)
     ]
 
 
+def signature_counts_since(db: Database, target: str, since_ms: int
+                           ) -> list[tuple[str, str, int]]:
+    """(signature, category, recorded at ms) of `target`'s events recorded after `since_ms`.
+
+    Oldest first, timed as they were counted (`created_at`, the poll that
+    found them), not by the line's own time: what the signature counter series
+    held, so a restarted or new leader can rebuild it (daemon/logwatch.py).
+    """
+    query = (
+        select(LogEventRow.signature, LogEventRow.category, LogEventRow.created_at)
+        .where(LogEventRow.target == target, LogEventRow.created_at > _dt(since_ms))
+        .order_by(LogEventRow.created_at, LogEventRow.id)
+    )
+    with db.session() as session:
+        return [(sig, cat, _ms(at)) for sig, cat, at in session.execute(query)]
+
+
 def load_cursor(db: Database, key: str) -> LogCursor | None:
     """The saved cursor of a log source, or None."""
     with db.session() as session:

@@ -137,6 +137,10 @@ class Incident(Base):
     detect_ms: Mapped[int | None] = mapped_column(BigInteger)
     # opened → resolved, written with resolved_at: stats read it instead of computing it.
     resolve_ms: Mapped[int | None] = mapped_column(BigInteger)
+    # The failure's first evidence (a crash line's own time, else the alert going active):
+    # time to detect runs from it to opened_at, time to recovery to verified serving.
+    evidence_at: Mapped[datetime | None]
+    recovery_ms: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         CheckConstraint(_in("status", IncidentStatus), name="status"),

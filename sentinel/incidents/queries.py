@@ -7,7 +7,7 @@ plus LIMIT however many incidents the table holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -81,6 +81,16 @@ class IncidentDetail:
     labels: Labels
     alerts: tuple[IncidentAlertView, ...]
     timeline: tuple[TimelineEntry, ...]
+    clocks: Clocks = field(default_factory=lambda: Clocks(None, None, None))
+
+
+@dataclass(frozen=True, slots=True)
+class Clocks:
+    """The incident's honest clocks: first evidence, then to open and to verified serving."""
+
+    evidence_at: datetime | None
+    detect_ms: int | None
+    recovery_ms: int | None
 
 
 def list_incidents(
@@ -131,6 +141,7 @@ def get_incident(db: Database, incident_id: int) -> IncidentDetail | None:
         labels=labels_from_json(incident.labels),
         alerts=tuple(_alert_view(a) for a in alerts),
         timeline=tuple(TimelineEntry(e.id, e.at, e.kind, e.message, e.data) for e in events),
+        clocks=Clocks(incident.evidence_at, incident.detect_ms, incident.recovery_ms),
     )
 
 

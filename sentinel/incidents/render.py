@@ -48,6 +48,7 @@ def render_detail(detail: IncidentDetail) -> str:
     if i.resolved_at is not None:
         lines.append(f"  resolved:  {_when(i.resolved_at)} "
                      f"(after {_duration(i.opened_at, i.resolved_at)})")
+    lines.extend(_clock_lines(detail))
     if i.summary:
         lines.append(f"  summary:   {i.summary}")
     lines.append(f"  labels:    {_labels_text(detail.labels)}")
@@ -96,10 +97,27 @@ def list_json(items: Sequence[IncidentSummary]) -> list[dict[str, Any]]:
     return [summary_to_json(i) for i in items]
 
 
+def _clock_lines(detail: IncidentDetail) -> list[str]:
+    """First evidence, time to detect (evidence → opened), time to recovery (→ serving)."""
+    c = detail.clocks
+    out = []
+    if c.evidence_at is not None:
+        out.append(f"  evidence:  {_when(c.evidence_at)} (first sign of the failure)")
+    if c.detect_ms is not None:
+        out.append(f"  detected:  after {c.detect_ms / 1000:.1f}s")
+    if c.recovery_ms is not None:
+        out.append(f"  recovered: serving again {c.recovery_ms / 1000:.1f}s after the first "
+                   "evidence (verified)")
+    return out
+
+
 def detail_json(detail: IncidentDetail) -> dict[str, Any]:
     """One incident in full as a JSON object."""
     return {
         **summary_to_json(detail.incident),
+        "evidence_at": iso(detail.clocks.evidence_at),
+        "time_to_detect_ms": detail.clocks.detect_ms,
+        "time_to_recovery_ms": detail.clocks.recovery_ms,
         "labels": dict(detail.labels),
         "alert_list": [_alert_to_json(a) for a in detail.alerts],
         "timeline": [

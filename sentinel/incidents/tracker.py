@@ -41,6 +41,20 @@ A firing alert whose row fires with a `fired_at` older than the alert's own
 (an orphaned incident): the old row resolves (paged resolved when its firing
 was) and the new occurrence opens a new incident, paged. `reconcile` (on
 start) resolves open incidents whose alerts the rule engine no longer fires.
+
+What reaches a human (issue 33; design.md, "the incident life cycle"):
+
+- One incident per failure: a failure alert (joining.py) with no incident of
+  its own joins the target's incident of another failure alert opened within
+  the window; the timeline says why, and it announces nothing itself.
+- It ends when the failure ends: a verified remediation resolves the incident
+  (recovery.py); the same occurrence still firing from its rule's window
+  neither re-opens it nor pages.
+- Honest clocks: an incident's clock starts at its first evidence (the crash
+  line's own time, else the alert going active): `detect_ms` runs from there.
+- Nothing is lost to an outage (issue 39): a resolved alert whose occurrence no
+  incident holds fired and resolved while the database was away; it opens and
+  resolves an incident with both times and is announced firing, then resolved.
 """
 
 from __future__ import annotations
@@ -60,15 +74,19 @@ from sentinel.incidents import alert_states
 from sentinel.incidents.convert import (
     dt_to_ms,
     format_value,
-    labels_from_json,
     labels_to_json,
     ms_to_dt,
-    value_from_db,
     value_to_db,
     value_to_json,
 )
 from sentinel.incidents.db import Database
-from sentinel.incidents.evidence import attach_recent
+from sentinel.incidents.evidence import attach_recent, first_evidence
+from sentinel.incidents.joining import (
+    FAILURE_ALERTS,
+    JOIN_WINDOW_MS,
+    incident_to_join,
+    joined_incident,
+)
 from sentinel.incidents.models import (
     Incident,
     IncidentAlert,
@@ -77,11 +95,23 @@ from sentinel.incidents.models import (
     TimelineEvent,
     TimelineKind,
 )
-from sentinel.model import Alert, AlertState, Labels, Notification, NotificationKind, label_value
+from sentinel.incidents.recovery import ended_by_recovery, row_alert
+from sentinel.model import (
+    Alert,
+    AlertState,
+    Labels,
+    Notification,
+    NotificationKind,
+    label_value,
+    labels_of,
+)
 
 log = logging.getLogger(__name__)
 
 VALUE_EVENT_MIN_INTERVAL_MS = 60_000
+# On the alerts of an occurrence recorded after a database outage, and on its timeline.
+OUTAGE_ANNOTATION = "sentinel_outage"
+OUTAGE_NOTE = "fired and resolved while Sentinel's database was unavailable"
 
 
 class OutboxWriter(Protocol):
@@ -134,6 +164,8 @@ class _Outcome:
     closed: bool
     now: datetime
     opened: bool = False
+    missed: bool = False  # fired and resolved inside a database outage (`_missed`)
+    joined: bool = False  # alerts that joined another key's incident: they page nothing
 
 
 class IncidentTracker:
@@ -146,8 +178,13 @@ class IncidentTracker:
         value_interval_ms: int = VALUE_EVENT_MIN_INTERVAL_MS,
         value_change: float = VALUE_EVENT_MIN_CHANGE,
         outbox: OutboxWriter | None = None,
+        join_alerts: frozenset[str] = FAILURE_ALERTS,
+        join_window_ms: int = JOIN_WINDOW_MS,
     ) -> None:
         self.db = db  # public: the daemon's incident API reads through it
+        # One incident per failure (joining.py): which alerts join a target's incident.
+        self._joins = join_alerts
+        self._join_window_ms = join_window_ms
         # With an outbox, each notification is written into it in the same
         # transaction as the incident change, and its alerts are marked
         # notified there: delivery is then the outbox's job (retried, never lost).
@@ -193,8 +230,9 @@ class IncidentTracker:
         that no longer exists) resolves now, and pages resolved when its
         firing was paged.
         """
-        live = {(group_key(a).text, a.fingerprint) for a in firing
-                if a.state is AlertState.FIRING}
+        # By fingerprint (labels, alertname and target included): a joined alert's rows
+        # live in an incident of another key.
+        live = {a.fingerprint for a in firing if a.state is AlertState.FIRING}
         now = ms_to_dt(now_ms)
         outcomes: list[_Outcome] = []
         with self.db.session() as s:
@@ -202,9 +240,9 @@ class IncidentTracker:
                                       .order_by(Incident.id)).all():
                 rows = {r.fingerprint: r for r in s.scalars(
                     select(IncidentAlert).where(IncidentAlert.incident_id == incident.id))}
-                gone = [_row_alert(r, now_ms) for r in rows.values()
+                gone = [row_alert(r, now_ms) for r in rows.values()
                         if r.state == IncidentAlertState.FIRING
-                        and (incident.group_key, r.fingerprint) not in live]
+                        and r.fingerprint not in live]
                 if not gone and any(r.state == IncidentAlertState.FIRING for r in rows.values()):
                     continue
                 key = GroupKey(incident.alertname, incident.target)
@@ -227,6 +265,12 @@ class IncidentTracker:
             notification = _notification(outcome)
             if notification is None:
                 continue
+            if outcome.missed:  # its firing first, timed when it fired: then it is sent
+                for a in outcome.resolved:
+                    assert a.fired_at_ms is not None
+                    fired = replace(a, state=AlertState.FIRING, resolved_at_ms=None)
+                    self.outbox.enqueue(s, replace(notification, kind=NotificationKind.FIRING,
+                                                   alerts=(fired,)), a.fired_at_ms)
             self.outbox.enqueue(s, notification, now_ms)
             fps = [a.fingerprint for a in notification.alerts]
             for row in s.scalars(select(IncidentAlert).where(
@@ -295,6 +339,10 @@ class IncidentTracker:
             incident = _open_incident(s, key)
         else:
             incident, rows = known.get(key.text, (None, None))
+        joined = False
+        if incident is None and key.alertname in self._joins:
+            incident = joined_incident(s, key.target, [a.fingerprint for a in alerts])
+            joined = incident is not None
         if incident is not None:
             if rows is None:
                 rows = _rows(s, incident)
@@ -302,24 +350,65 @@ class IncidentTracker:
                                 if _is_superseded(rows.get(a.fingerprint), a)]
             if ended:
                 outcome = self._apply(s, incident, rows, key, [], ended, now)
+                outcome.joined = joined
                 out.append(outcome)
                 if outcome.closed:
                     s.flush()  # the closed incident leaves the partial unique index first
-                    incident = None
+                    incident, joined = None, False
+        else:
+            for alert in resolved:
+                if alert.fired_at_ms is not None and not _recorded(s, key, alert):
+                    out.append(self._missed(s, key, alert, now))
+                    s.flush()
+        if incident is None:  # a crash's alert outlives the verified recovery that ended it
+            firing = [a for a in firing
+                      if ended_by_recovery(s, key.target, a, now) is None]
         if not firing:
             return out
+        if incident is None:
+            incident = incident_to_join(s, key.target, key.alertname, self._joins,
+                                        self._join_window_ms, now)
+            if incident is not None:
+                joined, rows = True, None
+                _note_join(s, incident, key, now, self._join_window_ms)
         opened = incident is None
         if incident is None:
             incident = _insert_incident(s, key, firing[0], now)
             s.flush()
             attach_recent(s, incident, key.target, ms_to_dt(firing[0].active_at_ms))
+            if incident.evidence_at is None:  # new, not a concurrent writer's
+                _clock_from_evidence(s, incident, firing[0])
             rows = None
         if rows is None:
             rows = _rows(s, incident)
         outcome = self._apply(s, incident, rows, key, firing, [], now)
-        outcome.opened = opened
+        outcome.opened, outcome.joined = opened, joined
         out.append(outcome)
         return out
+
+    def _missed(self, s: Session, key: GroupKey, alert: Alert, now: datetime) -> _Outcome:
+        """An occurrence that fired and resolved while the database was away (issue 39).
+
+        The rule engine kept its resolution until it was committed, but its firing never
+        reached the database: it opens and resolves an incident with both times, and is
+        announced firing (timed when it fired), then resolved, saying why it comes late.
+        """
+        alert = replace(alert, annotations=labels_of({**dict(alert.annotations),
+                                                      OUTAGE_ANNOTATION: OUTAGE_NOTE}))
+        fired = replace(alert, state=AlertState.FIRING, resolved_at_ms=None)
+        incident = _insert_incident(s, key, fired, now)
+        s.flush()
+        attach_recent(s, incident, key.target, ms_to_dt(alert.active_at_ms))
+        _clock_from_evidence(s, incident, alert)
+        rows: dict[str, IncidentAlert] = {}
+        self._fire(s, incident, rows, fired, now)
+        self._resolve(s, incident, rows, alert, now)
+        _close(s, incident, list(rows.values()), now)
+        _event(s, incident, now, TimelineKind.NOTE,
+               f"{_subject(incident)}: {OUTAGE_NOTE}; recorded when it returned",
+               {"fingerprint": alert.fingerprint, "outage": True})
+        return _Outcome(incident.id, key, [], [alert], closed=True, now=now, opened=True,
+                        missed=True)
 
     def _apply(
         self, s: Session, incident: Incident, rows: dict[str, IncidentAlert], key: GroupKey,
@@ -425,6 +514,12 @@ def _merge_outcome(outcomes: dict[int, _Outcome], outcome: _Outcome) -> None:
     if known is None:
         outcomes[outcome.incident_id] = outcome
         return
+    if outcome.joined != known.joined:
+        # The incident's own alerts announce; joined ones only help close it.
+        own, other = (known, outcome) if outcome.joined else (outcome, known)
+        own.closed = own.closed or other.closed
+        outcomes[outcome.incident_id] = own
+        return
     known.fired += outcome.fired
     known.resolved += outcome.resolved
     known.closed = known.closed or outcome.closed
@@ -444,21 +539,32 @@ def _is_superseded(row: IncidentAlert | None, alert: Alert) -> bool:
 
 def _superseded(row: IncidentAlert, alert: Alert, now: datetime) -> Alert:
     """The lost end of the row's occurrence: resolved, at the latest, when the new one began."""
-    return replace(_row_alert(row, dt_to_ms(now)), group=alert.group, rule=alert.rule,
+    return replace(row_alert(row, dt_to_ms(now)), group=alert.group, rule=alert.rule,
                    resolved_at_ms=min(alert.active_at_ms, dt_to_ms(now)))
 
 
-def _row_alert(row: IncidentAlert, resolved_at_ms: int) -> Alert:
-    """An incident row as a resolved alert, for its resolution and its notification."""
-    labels = labels_from_json(row.labels)
-    return Alert(group="", rule=label_value(labels, "alertname"), labels=labels,
-                 annotations=labels_from_json(row.annotations), state=AlertState.INACTIVE,
-                 value=value_from_db(row.value), active_at_ms=dt_to_ms(row.active_at),
-                 last_eval_ms=resolved_at_ms, fired_at_ms=dt_to_ms(row.fired_at),
-                 resolved_at_ms=resolved_at_ms)
+def _recorded(s: Session, key: GroupKey, alert: Alert) -> bool:
+    """Whether an incident of the key holds this occurrence (fired when it did, or later)."""
+    assert alert.fired_at_ms is not None
+    fired = s.scalar(select(IncidentAlert.fired_at).join(Incident).where(
+        Incident.target == key.target, IncidentAlert.fingerprint == alert.fingerprint)
+        .order_by(Incident.id.desc()).limit(1))
+    return fired is not None and dt_to_ms(fired) >= alert.fired_at_ms
+
+
+def _note_join(s: Session, incident: Incident, key: GroupKey, now: datetime,
+               window_ms: int) -> None:
+    """Say on the timeline why an alert joined this incident instead of opening its own."""
+    _event(s, incident, now, TimelineKind.NOTE,
+           f"{key.alertname} on {key.target} joined this incident: the same target, within "
+           f"{window_ms // 60_000} min of {incident.alertname} (one failure, one incident; "
+           "it pages nothing of its own)",
+           {"joined": key.alertname, "target": key.target, "window_ms": window_ms})
 
 
 def _notification(outcome: _Outcome) -> Notification | None:
+    if outcome.joined:
+        return None
     announced = tuple(outcome.fired + outcome.resolved)
     if not announced:
         return None
@@ -510,6 +616,16 @@ def _insert_incident(s: Session, key: GroupKey, alert: Alert, now: datetime) -> 
             raise
         return existing
     return incident
+
+
+def _clock_from_evidence(s: Session, incident: Incident, alert: Alert) -> None:
+    """Start the incident's clock at its first evidence: the crash line's own time when the
+    target logged one, else when the alert went active (the first failed scrape or probe,
+    to an evaluation interval). Time to detect runs from it to the opening."""
+    active_at = ms_to_dt(alert.active_at_ms)
+    line_at = first_evidence(s, incident.target, active_at, incident.opened_at)
+    incident.evidence_at = min(active_at, line_at) if line_at is not None else active_at
+    incident.detect_ms = max(0, dt_to_ms(incident.opened_at) - dt_to_ms(incident.evidence_at))
 
 
 def _new_row(incident_id: int, alert: Alert, now: datetime) -> IncidentAlert:

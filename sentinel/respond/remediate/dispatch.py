@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy import select
 
 from sentinel.config.remediation import RemediationConfig
+from sentinel.incidents.joining import joined_incident
 from sentinel.incidents.models import Incident, IncidentStatus
 from sentinel.incidents.tracker import group_key
 from sentinel.model import Alert, AlertState
@@ -141,6 +142,9 @@ class Remediator:
         with self.engine.db.session() as s:
             incident_id = s.scalar(select(Incident.id).where(
                 Incident.group_key == key.text, Incident.status == IncidentStatus.OPEN.value))
+            if incident_id is None:  # it may have joined the target's incident (joining.py)
+                joined = joined_incident(s, key.target, [alert.fingerprint])
+                incident_id = joined.id if joined is not None else None
         if incident_id is None:
             return  # resolved meanwhile
         candidate = Candidate(incident_id, alert.name, key.target, dict(alert.labels),

@@ -37,7 +37,11 @@ MANUAL_ATTEMPTS = 1_000_000  # a person asked: the step's own attempt count does
 
 
 class Pager(Protocol):
-    """Calls a human: the daemon sends a synthetic alert through the receivers."""
+    """Calls a human: the daemon sends a synthetic alert through the receivers.
+
+    A pager may also have `recovered(incident_id, why, data)`: called at a verified
+    recovery, it ends the incident there (sentinel/incidents/recovery.py).
+    """
 
     def page(self, incident_id: int, title: str, reason: str, labels: Mapping[str, str]) -> None:
         """Page on-call about an incident, with the reason."""
@@ -201,6 +205,10 @@ class Engine:
                 self.metrics.in_flight.dec()
         before, after = state.finish(self.db, p.attempt_id, ok, detail, self.now_ms(),
                                      self.limits, recovery_ms, data)
+        if ok and "recovered" in data:
+            # A crash is an event: its incident ends here, once the attempt is on record
+            # as succeeded, not when the alert's window lets go.
+            self._recovered(c, p, str(data["recovered"]), recovery_ms)
         if self.metrics:
             self.metrics.actions.labels(spec.kind, "success" if ok else "failure").inc()
         if after.breaker_opened_ms is not None and before.breaker_opened_ms is None:
@@ -230,17 +238,44 @@ class Engine:
         # A pod restart replaces the pod, and with it the address: the action says where.
         url = str(outcome.data.get("verify_url") or p.ctx.target.url)
         v = self.verifier(url, deadline_s)
-        # Clamped: an alert's active time from another clock must not make it negative.
-        recovery_ms = min(max(0, self.now_ms() - c.active_at_ms), 2**31 - 1) if v.ok else None
+        # From the failure's first evidence (the crash line), not from the alert: the
+        # honest figure is crash to serving again. Clamped: another clock must not make
+        # it negative.
+        start_ms = self._evidence_ms(c)
+        recovery_ms = min(max(0, self.now_ms() - start_ms), 2**31 - 1) if v.ok else None
         message = (f"verified: healthy after {v.healthy_after_s}s, serving after "
-                   f"{v.served_after_s}s; time to recovery {(recovery_ms or 0) / 1000:.1f}s"
+                   f"{v.served_after_s}s; time to recovery {(recovery_ms or 0) / 1000:.1f}s "
+                   "from the first evidence"
                    if v.ok else f"verification FAILED: {v.detail}")
         state.record(self.db, c.incident_id, self.now_ms(), message, {
             "phase": "verify", "attempt": p.attempt_id, "ok": v.ok, "detail": v.detail,
             "action": p.action.kind, "target": c.target, "healthy_after_s": v.healthy_after_s,
             "served_after_s": v.served_after_s, "recovery_ms": recovery_ms})
         data = {**outcome.data, "verify": v.detail, "served_after_s": v.served_after_s}
+        if v.ok:
+            data["recovered"] = message
         return v.ok, outcome.detail if v.ok else v.detail, recovery_ms, data
+
+    def _evidence_ms(self, c: Candidate) -> int:
+        try:
+            found = state.evidence_ms(self.db, c.incident_id)
+        except Exception:  # the figure is worth less than the attempt's bookkeeping
+            log.warning("no first evidence for incident %d", c.incident_id, exc_info=True)
+            found = None
+        return c.active_at_ms if found is None else min(found, c.active_at_ms)
+
+    def _recovered(self, c: Candidate, p: Prepared, message: str, recovery_ms: int | None
+                   ) -> None:
+        recovered = getattr(self.pager, "recovered", None)
+        if recovered is None:
+            return
+        try:
+            recovered(c.incident_id, f"{p.action.kind} on {c.target} {message}",
+                      {"attempt": p.attempt_id, "action": p.action.kind, "target": c.target,
+                       "recovery_ms": recovery_ms})
+        except Exception:  # the attempt's own bookkeeping must still finish
+            log.exception("resolving incident %d at its verified recovery failed",
+                          c.incident_id)
 
     # -- audit ---------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ receivers directly.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import Alert, AlertState, Notification, NotificationKind, labels_of
@@ -23,9 +24,17 @@ class NotifyPager:
     """A Pager that sends through `notify(notification, now_ms, escalate)`."""
 
     def __init__(self, notify: Callable[[Notification, int, bool], None],
-                 clock_ms: Callable[[], int]) -> None:
+                 clock_ms: Callable[[], int],
+                 recovered: Callable[[int, int, str, dict[str, Any]], None] | None = None
+                 ) -> None:
         self.notify = notify
         self.clock_ms = clock_ms
+        self._recovered = recovered
+
+    def recovered(self, incident_id: int, why: str, data: dict[str, Any]) -> None:
+        """A verified recovery: end the incident now (the daemon's `Notifier.recovered`)."""
+        if self._recovered is not None:
+            self._recovered(incident_id, self.clock_ms(), why, data)
 
     def page(self, incident_id: int, title: str, reason: str, labels: Mapping[str, str]) -> None:
         """Send one firing synthetic alert for the incident."""

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from sentinel.incidents.convert import ms_to_dt, opt_dt_to_ms, opt_ms_to_dt
 from sentinel.incidents.db import Database
-from sentinel.incidents.models import TimelineEvent, TimelineKind
+from sentinel.incidents.models import Incident, TimelineEvent, TimelineKind
 from sentinel.incidents.models_remediation import (
     AttemptStatus,
     RemediationAttempt,
@@ -72,6 +72,13 @@ def record(db: Database, incident_id: int, now_ms: int, message: str,
     """`add_event` in a transaction of its own."""
     with db.session() as s:
         add_event(s, incident_id, now_ms, message, data)
+
+
+def evidence_ms(db: Database, incident_id: int) -> int | None:
+    """When the incident's failure first showed (its first evidence), if recorded."""
+    with db.session() as s:
+        return opt_dt_to_ms(s.scalar(select(Incident.evidence_at).where(
+            Incident.id == incident_id)))
 
 
 def load(s: Session, c: Claim, now_ms: int) -> tuple[TargetState, FleetState, Episode]:
