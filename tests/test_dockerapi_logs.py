@@ -99,3 +99,83 @@ def test_a_missing_container_or_socket_is_health_not_an_exception(tmp_path: Path
     assert "docker logs of vllm" in (source.health.last_error or "")
     source.close()
     db.dispose()
+
+
+def _daemon_config(folder: Path, sim_url: str, socket_path: str) -> Path:
+    (folder / "rules.yaml").write_text("groups: []\n")
+    cfg = folder / "sentinel.yaml"
+    cfg.write_text(f"""\
+database: sqlite:///{folder / 'sentinel.db'}
+listen: 127.0.0.1:0
+rule_files: [rules.yaml]
+targets:
+  - name: tpu-a
+    url: {sim_url}
+    scrape_interval: 1s
+    logs:
+      docker: [vllm]
+      docker_socket: {socket_path}
+      poll_interval: 200ms
+""")
+    return cfg
+
+
+def _events(db: Database) -> list[tuple[str, str]]:
+    from sqlalchemy import select
+
+    from sentinel.incidents.models import LogEventRow
+
+    with db.session() as s:
+        return [(r.signature, r.source) for r in s.scalars(select(LogEventRow)
+                                                           .order_by(LogEventRow.id))]
+
+
+def _cursor_saved(db: Database) -> object:
+    from sentinel.incidents.log_events import load_cursor
+
+    return load_cursor(db, "docker:tpu-a:vllm")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("down_s", [0, pytest.param(30, marks=pytest.mark.slow)])
+def test_daemon_stopped_while_the_container_crashes_matches_the_crash_once(
+        tmp_path: Path, down_s: int) -> None:
+    """Sentinel reads the container's logs, stops; the container logs an HBM OOM crash
+    while it is down (for `down_s`); the restarted Sentinel matches that crash once."""
+    from sentinel.config import load_config
+    from sentinel.daemon.app import App
+
+    sim = start_sim()
+    folder = Path(tempfile.mkdtemp(prefix="dl-", dir="/tmp"))
+    sock = serve_container(sim, ContainerSpec(name="vllm"), str(folder / "docker.sock"))
+    cfg = _daemon_config(tmp_path, sim.url, str(folder / "docker.sock"))
+    db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
+    app = App(load_config(cfg))
+    try:
+        app.start()
+        sim.container.print(["INFO: serving on :8000"])
+        wait_for(lambda: _cursor_saved(db), 20, "Sentinel to read the container's output")
+        assert _events(db) == []
+        app.stop(5)
+        app = None
+        sim.container.crash("down")  # the HBM OOM traceback, written while nobody reads
+        stopped_until = time.monotonic() + down_s
+        while time.monotonic() < stopped_until:  # the downtime itself, not a wait for an event
+            time.sleep(0.5)
+        app = App(load_config(cfg))
+        app.start()
+        wait_for(lambda: _events(db), 20, "the crash to be matched after the restart")
+        sim.container.print(["INFO: a later line"])
+        cursor = _cursor_saved(db)
+        wait_for(lambda: _cursor_saved(db) != cursor, 20, "Sentinel to read past the crash")
+        events = _events(db)
+        signatures = [sig for sig, _ in events]
+        assert len(signatures) == len(set(signatures)) >= 1, events  # each matched once
+        assert all(src == "docker:vllm" for _, src in events)
+        assert any("oom" in sig.lower() or "hbm" in sig.lower() for sig in signatures), events
+    finally:
+        if app is not None:
+            app.stop(5)
+        sock.stop()
+        sim.stop()
+        db.dispose()
