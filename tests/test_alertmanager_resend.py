@@ -187,3 +187,50 @@ def test_issue_figures_five_minutes_against_resolve_timeout_1m(
         tmp_path: Path, sim, am_hook: WebhookSink) -> None:  # noqa: ANN001
     """The issue's case: resolve_timeout 1m, Prometheus's 1 m resend interval, 5 min firing."""
     _stays_firing_then_resolves(tmp_path, sim, am_hook, "1m", 60.0, 300.0)
+
+
+def _entry(name: str, state: str, *, muted: str | None = None,
+           resolved_at: int | None = None) -> tuple[str, dict]:
+    from sentinel.respond.notify.codec import alert_to_json
+
+    alert = Alert(group="g", rule=name, labels=labels_of({"alertname": name}), annotations=(),
+                  state=AlertState(state), value=1.0, active_at_ms=T0, last_eval_ms=T0,
+                  fired_at_ms=T0, resolved_at_ms=resolved_at)
+    return alert.fingerprint, {"alert": alert_to_json(alert), "incident_id": 0, "muted": muted}
+
+
+@pytest.mark.parametrize("send_resolved", [True, False])
+def test_resend_posts_what_was_sent_firing_as_it_is_now(incident_db, loopback,  # noqa: ANN001
+                                                        send_resolved: bool) -> None:
+    """Firing → endsAt ahead; resolved since (group not flushed yet) → its end, unless
+    send_resolved is off; muted since, or never sent firing → left out; then nothing
+    until the resend interval has passed."""
+    from sentinel.incidents.convert import ms_to_dt
+    from sentinel.incidents.models_notify import NotifyGroup
+    from sentinel.respond.notify.alertmanager import AlertmanagerReceiver
+    from sentinel.respond.notify.amresend import AlertmanagerResender
+
+    entries = dict([_entry("Firing", "firing"), _entry("Muted", "firing", muted="silenced"),
+                    _entry("Ended", "inactive", resolved_at=T0 + 5_000),
+                    _entry("Waiting", "firing")])
+    sent = [fp for fp, e in entries.items() if e["alert"]["rule"] != "Waiting"]
+    with incident_db.session() as s:
+        s.add(NotifyGroup(key="0/am:{}", receiver="am", route="0", group_labels={},
+                          alerts=entries, sent_firing=sent, sent_resolved=[], seq=1,
+                          created_at=ms_to_dt(T0), next_flush_at=ms_to_dt(T0 + 3_600_000),
+                          last_sent_at=ms_to_dt(T0)))
+    rx = AlertmanagerReceiver("am", loopback.url(""), send_resolved=send_resolved,
+                              resend_interval_ms=60_000)
+    resender = AlertmanagerResender(incident_db, [rx, object()])
+    now = T0 + 10_000
+    assert [r.ok for r in resender.run(now)["am"]] == [True]
+    (request,) = loopback.accepted()
+    posted = {a["labels"]["alertname"]: a["endsAt"] for a in request.json()}  # type: ignore[union-attr]
+    expected = {"Firing": "2024-05-01T12:04:10Z"}
+    if send_resolved:
+        expected["Ended"] = "2024-05-01T12:00:05Z"
+    assert posted == expected
+    assert resender.run(now + 59_999) == {}
+    assert len(resender.run(now + 60_000)["am"]) == 1
+    assert len(loopback.accepted()) == 2
+    rx.close()
