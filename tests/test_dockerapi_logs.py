@@ -8,6 +8,7 @@ a new source (a restarted Sentinel) asks from there.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ def container() -> Iterator[tuple[object, str]]:
     yield sim.container, path
     sock.stop()
     sim.stop()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 class _Reader:
@@ -179,3 +181,4 @@ def test_daemon_stopped_while_the_container_crashes_matches_the_crash_once(
         sock.stop()
         sim.stop()
         db.dispose()
+        shutil.rmtree(folder, ignore_errors=True)
