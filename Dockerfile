@@ -14,10 +14,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     SENTINEL_LISTEN=0.0.0.0:9465
 
-# The log sources run `docker logs -f` and `journalctl -f`: their clients, nothing else.
+# The journald log source runs `journalctl -f` (systemd's client, nothing else); container
+# logs and restarts speak the Docker Engine API on the mounted socket, so no docker CLI.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends docker.io systemd \
+    && apt-get install -y --no-install-recommends systemd \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 sentinel \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/sentinel --create-home sentinel \

@@ -86,7 +86,7 @@ def test_amtool_add_query_expire_and_silenced_alert_sends_nothing(daemon, sink) 
     assert refused.returncode != 0
     sid = _run(amtool, url, write, "silence", "add", "alertname=QuietAlert",
                "--comment=maintenance", "--duration=1h").strip()
-    assert sid.isdigit()
+    assert len(sid) == 36 and sid.count("-") == 4  # a UUID, as Alertmanager gives
     listed = _run(amtool, url, None, "silence", "query", "-o", "json")
     import json
 

@@ -90,10 +90,14 @@ def test_writes_need_a_write_token(daemon) -> None:  # noqa: ANN001
         r = httpx.request(method, url + path, json=body)
         assert r.status_code == 401, (path, r.text)
         assert r.headers["www-authenticate"].startswith("Bearer")
+        # Each refusal says which token is missing (issue 35: not an empty `{}`).
+        assert "needs a write token; none was sent" in r.json()["error"], r.text
         r = httpx.request(method, url + path, json=body, headers=auth(READ_TOKEN))
         assert r.status_code == 403, (path, r.text)
+        assert "is a read token: this request needs a write token" in r.json()["error"]
         r = httpx.request(method, url + path, json=body, headers=auth("not-a-token-at-all-xx"))
         assert r.status_code == 401, (path, r.text)
+        assert "matches none of the configured api.tokens" in r.json()["error"]
     # MCP: a write tool needs the write token; reading tools do not.
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "approve_action", "arguments": {"approval_id": aid}}}

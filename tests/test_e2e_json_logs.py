@@ -37,26 +37,26 @@ def test_json_log_lines_tell_the_incident(tmp_path, sock_dir, sink) -> None:  # 
         sock.stop()
         sim.stop()
     lines = [json.loads(raw) for raw in (tmp_path / "stderr.log").read_text().splitlines()]
-    assert all({"ts", "level", "logger", "msg"} <= line.keys() for line in lines)
+    assert all({"time", "severity", "logger", "message"} <= line.keys() for line in lines)
     story = [line for line in lines if line.get("incident")]
     incident = story[0]["incident"]
 
     def one(**fields: object) -> dict:
         found = [x for x in story if all(x.get(k) == v for k, v in fields.items())]
-        assert found, (fields, [x["msg"] for x in story])
+        assert found, (fields, [x["message"] for x in story])
         return found[0]
 
     opened = one(state="open", alertname="VLLMHBMOutOfMemory", target="tpu-a")
     assert opened["incident"] == incident
     one(state="firing", alertname="VLLMHBMOutOfMemory", incident=incident)
     fired_page = one(receiver="oncall", outcome="sent", incident=incident)
-    assert fired_page["msg"].startswith("firing page")
+    assert fired_page["message"].startswith("firing page")
     for phase in ("intent", "outcome", "verify"):
         line = one(outcome=phase, incident=incident, target="tpu-a")
-        assert line["msg"].startswith(f"incident {incident}: ")
+        assert line["message"].startswith(f"incident {incident}: ")
     one(action="docker_restart", incident=incident)
     one(state="resolved", alertname="VLLMHBMOutOfMemory", incident=incident)
     resolved_page = [x for x in story if x.get("receiver") == "oncall"
-                     and x["msg"].startswith("resolved page")]
+                     and x["message"].startswith("resolved page")]
     assert resolved_page and resolved_page[0]["outcome"] == "sent"
-    assert not [x for x in lines if x["level"] in ("ERROR", "CRITICAL")], lines
+    assert not [x for x in lines if x["severity"] in ("ERROR", "CRITICAL")], lines

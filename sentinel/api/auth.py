@@ -83,7 +83,8 @@ class Auth:
             return None
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
-            raise ApiError(401, "expected Authorization: Bearer <token>")
+            raise ApiError(401, "the Authorization header is not 'Bearer <token>': send one of "
+                           "the api.tokens as a bearer token")
         return self.check_token(value.strip())
 
     def check_token(self, token: str) -> Principal:
@@ -94,7 +95,8 @@ class Auth:
             if hmac.compare_digest(given, value) and found is None:
                 found = (name, role)
         if found is None:
-            raise ApiError(401, "unknown token")
+            raise ApiError(401, "unknown token: the bearer token sent matches none of the "
+                           "configured api.tokens")
         return Principal(found[0], found[1], "bearer")
 
     def principal(self, bearer: str | None, cookie: str | None) -> Principal:
@@ -108,14 +110,19 @@ class Auth:
     def require_read(self, p: Principal) -> None:
         """401 unless reads are open or a token was given."""
         if p.role == "anonymous" and not self.reads_open:
-            raise ApiError(401, "a token is required (Authorization: Bearer <token>)")
+            raise ApiError(401, "missing token: reading needs a read or write token and none "
+                           "was sent (Authorization: Bearer <token>; amtool: "
+                           "--http.config.file with authorization.credentials)")
 
     def require_write(self, p: Principal) -> None:
         """401 without a token, 403 with a read-only one."""
         if p.role == "anonymous":
-            raise ApiError(401, "writing needs a write token (Authorization: Bearer <token>)")
+            raise ApiError(401, "missing token: this request changes something and needs a "
+                           "write token; none was sent (Authorization: Bearer <token>; amtool: "
+                           "--http.config.file with authorization.credentials)")
         if not p.can_write:
-            raise ApiError(403, f"token {p.name!r} may only read")
+            raise ApiError(403, f"token {p.name!r} is a read token: this request needs a "
+                           "write token")
 
     # -- page sessions -------------------------------------------------------
 

@@ -78,6 +78,17 @@ _DESCRIPTIONS = {
 }
 
 
+ALERT_PARAMS = ("filter", "active", "silenced", "inhibited", "unprocessed", "receiver")
+_DESCRIPTIONS.update({
+    "filter": 'a label matcher such as alertname="X" (repeatable)',
+    "active": "include active alerts (default true)",
+    "silenced": "include silenced alerts (default true)",
+    "inhibited": "include inhibited alerts (default true)",
+    "unprocessed": "include unprocessed alerts (default true; Sentinel has none)",
+    "receiver": "a regex (fully anchored) over receiver names",
+})
+
+
 def _params(names: tuple[str, ...]) -> list[dict[str, Any]]:
     return [{"name": n, "in": "query", "required": n == "query",
              "description": _DESCRIPTIONS.get(n, ""),
@@ -135,6 +146,11 @@ def openapi_document() -> dict[str, Any]:
             "get": _op("One silence", "GettableSilence", path_id=True),
             "delete": _op("Expire a silence", None, write=True, path_id=True)},
         "/api/v2/status": {"get": _op("Alertmanager-style status (for amtool)", None)},
+        # Shapes as in Alertmanager's own spec (gettableAlerts, alertGroups).
+        "/api/v2/alerts": {"get": _op("Alerts firing in open incidents (Alertmanager API v2)",
+                                      None, ALERT_PARAMS)},
+        "/api/v2/alerts/groups": {"get": _op("Those alerts grouped as the routes group them",
+                                             None, ALERT_PARAMS)},
     }
     return {
         "openapi": "3.1.0",

@@ -1,4 +1,4 @@
-"""HTTP routes of the JSON API (`/api/v1`) and Alertmanager's silences API (`/api/v2`).
+"""HTTP routes of the JSON API (`/api/v1`) and Alertmanager's API v2 (silences, alerts).
 
 Handlers are plain `def` functions (Starlette runs them in its thread pool),
 since the database calls are blocking. Every error is JSON with a message, and
@@ -104,18 +104,20 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         r("/api/v2/silences", lambda q, p: service.silences()),
         r("/api/v2/silences",
           lambda q, p: service.create_silence(_body_json(q), p, "api"), ("POST",), write=True),
-        r("/api/v2/silence/{id}", lambda q, p: _silence(service, q.path_params["id"])),
+        r("/api/v2/silence/{id}", lambda q, p: service.silence(q.path_params["id"])),
         r("/api/v2/silence/{id}",
           lambda q, p: _expire(service, q.path_params["id"], p), ("DELETE",), write=True),
         r("/api/v2/status", lambda q, p: _status(service)),
+        r("/api/v2/alerts", lambda q, p: _alerts_v2(service, q, grouped=False)),
+        r("/api/v2/alerts/groups", lambda q, p: _alerts_v2(service, q, grouped=True)),
     ]
 
 
-def _silence(service: ApiService, sid: str) -> dict[str, Any]:
-    for s in service.silences():
-        if s["id"] == sid:
-            return s
-    raise ApiError(404, f"no silence {sid}")
+def _alerts_v2(service: ApiService, request: Request, grouped: bool) -> Response:
+    """Alertmanager's alert reads; a JSON array (the generic handler returns objects)."""
+    alerts = service.alerts_v2(request.query_params.getlist("filter"),
+                               dict(request.query_params), grouped=grouped)
+    return JSONResponse(alerts)
 
 
 def _expire(service: ApiService, sid: str, p: Principal) -> Response:

@@ -43,6 +43,8 @@ class ApiService:
     clock: Callable[[], float] = time.time
     external_url: str = ""
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    # Routing tree and inhibition rules for API v2's alerts (receivers, inhibitedBy).
+    alert_routing: Any = None  # sentinel.api.alerts_v2.AlertRouting
 
     def now_ms(self) -> int:
         """The service's clock in ms."""
@@ -175,7 +177,28 @@ class ApiService:
         return {"approval": approval_id, "changed": d.changed, "status": d.status,
                 "message": d.message, "incident_id": d.incident_id}
 
+    # -- Alertmanager API v2 alerts ---------------------------------------------------
+
+    def alerts_v2(self, filters: Sequence[str], params: Mapping[str, str],
+                  grouped: bool = False) -> list[dict[str, Any]]:
+        """GET /api/v2/alerts (gettableAlerts) or /api/v2/alerts/groups (alertGroups)."""
+        from sentinel.api import alerts_v2
+
+        query = alerts_v2.AlertQuery.parse(filters, params)
+        routing = self.alert_routing or alerts_v2.AlertRouting()
+        read = alerts_v2.list_groups if grouped else alerts_v2.list_alerts
+        return read(self.db, routing, query, self.external_url, self.now_ms())
+
     # -- silences ---------------------------------------------------------------------
+
+    def silence(self, silence_id: str) -> dict[str, Any]:
+        """GET /api/v2/silence/{id}: by UUID, or by the integer id older clients were given."""
+        from sentinel.api import silences_v2
+
+        found = silences_v2.get_v2(self.db, silence_id, self.now_ms())
+        if found is None:
+            raise ApiError(404, f"no silence {silence_id}")
+        return found
 
     def silences(self) -> list[dict[str, Any]]:
         """Every silence (expired too) in Alertmanager API v2's GettableSilence form."""
@@ -200,10 +223,8 @@ class ApiService:
         """DELETE /api/v2/silence/{id} (audited)."""
         from sentinel.respond.notify.silences import SilenceError, expire_silence
 
-        if not silence_id.isdigit():
-            raise ApiError(404, f"no silence {silence_id}")
         try:
-            expire_silence(self.db, int(silence_id), self.now_ms())
+            expire_silence(self.db, silence_id, self.now_ms())
         except SilenceError as exc:
             self.audit(who, via, f"expire silence {silence_id}", 404, str(exc))
             raise ApiError(404, str(exc)) from None

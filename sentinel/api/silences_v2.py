@@ -1,13 +1,15 @@
 """Alertmanager API v2's silences over Sentinel's `silences` table, so `amtool` works unchanged.
 
 GettableSilence: {id, status: {state}, updatedAt, matchers: [{name, value,
-isRegex, isEqual}], startsAt, endsAt, createdBy, comment}. Ids are the
-table's integers as strings. Updating a silence by posting it with its id is
+isRegex, isEqual}], startsAt, endsAt, createdBy, comment}. Ids are UUIDs,
+as Alertmanager's; a silence's integer id (what the CLI shows, and what
+API v2 showed before migration 0010) still finds it. Updating a silence by posting it with its id is
 Alertmanager's "expire the old one, create a new one", done the same way here.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -17,6 +19,7 @@ from sentinel.incidents.db import Database
 from sentinel.respond.notify.matchers import make_matcher
 from sentinel.respond.notify.silences import (
     SilenceError,
+    SilenceView,
     add_silence,
     expire_silence,
     list_silences,
@@ -27,22 +30,32 @@ _OPS = {(False, True): "=", (False, False): "!=", (True, True): "=~", (True, Fal
 
 def list_v2(db: Database, now_ms: int) -> list[dict[str, Any]]:
     """Every silence, newest first, in API v2 form."""
+    return [_gettable(s) for s in list_silences(db, now_ms, include_expired=True)]
+
+
+def get_v2(db: Database, silence_id: str, now_ms: int) -> dict[str, Any] | None:
+    """One silence by UUID or integer id, in API v2 form; None when there is none."""
+    key = silence_id.strip().lower()
+    for s in list_silences(db, now_ms, include_expired=True):
+        if key in (s.uuid, str(s.id)):
+            return _gettable(s)
+    return None
+
+
+def _gettable(s: SilenceView) -> dict[str, Any]:
     from sentinel.respond.notify.matchers import parse_matcher
 
-    out = []
-    for s in list_silences(db, now_ms, include_expired=True):
-        matchers = [parse_matcher(m) for m in s.matchers]
-        out.append({
-            "id": str(s.id), "status": {"state": s.state}, "updatedAt": iso(s.starts_at),
-            "matchers": [{"name": m.name, "value": m.value, "isRegex": str(m.op) in ("=~", "!~"),
-                          "isEqual": str(m.op) in ("=", "=~")} for m in matchers],
-            "startsAt": iso(s.starts_at), "endsAt": iso(s.ends_at),
-            "createdBy": s.created_by, "comment": s.comment})
-    return out
+    matchers = [parse_matcher(m) for m in s.matchers]
+    return {
+        "id": s.uuid or str(s.id), "status": {"state": s.state}, "updatedAt": iso(s.starts_at),
+        "matchers": [{"name": m.name, "value": m.value, "isRegex": str(m.op) in ("=~", "!~"),
+                      "isEqual": str(m.op) in ("=", "=~")} for m in matchers],
+        "startsAt": iso(s.starts_at), "endsAt": iso(s.ends_at),
+        "createdBy": s.created_by, "comment": s.comment}
 
 
-def create_v2(db: Database, body: Mapping[str, Any], author: str, now_ms: int) -> int:
-    """Store a PostableSilence; ValueError says which field is wrong."""
+def create_v2(db: Database, body: Mapping[str, Any], author: str, now_ms: int) -> str:
+    """Store a PostableSilence; returns its UUID. ValueError says which field is wrong."""
     if not isinstance(body, Mapping):
         raise ValueError("body must be a JSON object (PostableSilence)")
     raw = body.get("matchers")
@@ -65,12 +78,14 @@ def create_v2(db: Database, body: Mapping[str, Any], author: str, now_ms: int) -
     old = body.get("id")
     if old:
         try:
-            expire_silence(db, int(str(old)), now_ms)
+            expire_silence(db, str(old), now_ms)
         except (SilenceError, ValueError):
             pass  # unknown or already expired: a new silence it is
+    new_id = str(uuid.uuid4())
     try:
-        return add_silence(db, matchers, max(starts, now_ms) if old else starts, ends,
-                           created_by, comment, now_ms)
+        add_silence(db, matchers, max(starts, now_ms) if old else starts, ends, created_by,
+                    comment, now_ms, uuid=new_id)
+        return new_id
     except SilenceError as exc:
         raise ValueError(str(exc)) from None
 

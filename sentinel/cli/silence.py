@@ -32,7 +32,7 @@ def add_parser(sub: Any) -> None:
     ls.set_defaults(func=lambda a: cmd_list(a, database(a)), quick_exit=True)
     ex = cmds.add_parser("expire", help="end a silence now")
     db_args(ex)
-    ex.add_argument("ids", nargs="+", type=int, metavar="ID")
+    ex.add_argument("ids", nargs="+", metavar="ID", help="integer id or API v2 UUID")
     ex.set_defaults(func=lambda a: cmd_expire(a, database(a)))
 
 
@@ -57,7 +57,8 @@ def cmd_list(args: argparse.Namespace, db: Any) -> int:
 
     items = list_silences(db, int(time.time() * 1000), include_expired=args.all)
     if args.json:
-        print(json.dumps([{"id": s.id, "matchers": list(s.matchers), "state": s.state,
+        print(json.dumps([{"id": s.id, "uuid": s.uuid, "matchers": list(s.matchers),
+                           "state": s.state,
                            "starts_at": s.starts_at.isoformat(), "ends_at": s.ends_at.isoformat(),
                            "created_by": s.created_by, "comment": s.comment} for s in items],
                          indent=2))

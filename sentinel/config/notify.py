@@ -42,6 +42,8 @@ _HEADER_NAME = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
 DEFAULT_GROUP_WAIT_MS = 30_000
 DEFAULT_GROUP_INTERVAL_MS = 5 * 60_000
 DEFAULT_REPEAT_INTERVAL_MS = 4 * 3600_000
+# Prometheus's notifier re-sends firing alerts to Alertmanager every minute.
+DEFAULT_RESEND_INTERVAL_MS = 60_000
 
 
 def read_file_field(data: Any, info: ValidationInfo, key: str, *, required: bool) -> Any:
@@ -177,10 +179,17 @@ def _pd_severity(v: str) -> str:
 
 
 class AlertmanagerConfig(_HttpReceiver):
-    """An existing Alertmanager: alerts are pushed to `<url>/api/v2/alerts`."""
+    """An existing Alertmanager: alerts are pushed to `<url>/api/v2/alerts`.
+
+    Firing alerts are re-sent every `resend_interval` with endsAt = now + 4 x
+    that interval, as Prometheus's notifier does, so Alertmanager never expires
+    (resolves) an alert that Sentinel still has firing.
+    """
 
     url: str = Field(repr=False)
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    resend_interval_ms: PositiveDuration = Field(DEFAULT_RESEND_INTERVAL_MS,
+                                                 alias="resend_interval")
 
     @field_validator("url")
     @classmethod

@@ -7,7 +7,8 @@ targets:
     xla_cache_path: /dev/shm/xla_cache      # VLLM_XLA_CACHE_PATH, where Sentinel can read it
     logs:
       files: [/var/log/vllm/vllm.log]
-      docker: [vllm]                          # `docker logs -f` of these containers
+      docker: [vllm]                          # these containers' logs, Docker Engine API
+      docker_socket: /var/run/docker.sock     # (the default) where that API listens
       journal: [vllm.service]                 # `journalctl -f -o json -u` of these units
       cloud_logging:
         project: my-project
@@ -27,6 +28,8 @@ from pydantic import Field, field_validator
 from sentinel.config.base import PositiveDuration, Strict, http_url, problem
 
 DEFAULT_LOG_POLL_MS = 1_000
+# The Docker Engine API's unix socket (the same default as docker_restart's).
+DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
 DEFAULT_CLOUD_LOGGING_POLL_MS = 10_000
 DEFAULT_TPU_POLL_MS = 30_000
 DEFAULT_XLA_CACHE_POLL_MS = 60_000
@@ -69,6 +72,9 @@ class LogsConfig(Strict):
 
     files: tuple[str, ...] = ()
     docker: tuple[str, ...] = ()
+    # Container logs are read through the Engine API on this socket (no docker CLI),
+    # resumed after a restart from the position saved in the database.
+    docker_socket: str = DEFAULT_DOCKER_SOCKET
     journal: tuple[str, ...] = ()
     cloud_logging: CloudLoggingConfig | None = None
     poll_interval_ms: PositiveDuration = Field(DEFAULT_LOG_POLL_MS, alias="poll_interval")

@@ -325,6 +325,7 @@ class App:
 
     def _surfaces(self, db: Database, host: str) -> Any:
         """The API, page and MCP served beside /metrics (issue 15)."""
+        from sentinel.api.alerts_v2 import AlertRouting
         from sentinel.api.server import build_surfaces, rule_expr_lookup
         from sentinel.api.service import ApiService
 
@@ -335,7 +336,8 @@ class App:
             rule_exprs=rule_expr_lookup(lambda: self._groups),
             # Looked up at each approval: with `ha:` the runner starts when this daemon leads.
             on_approved=lambda: self.approvals.kick() if self.approvals is not None else None,
-            clock=self.clock, external_url=self.config.external_url)
+            clock=self.clock, external_url=self.config.external_url,
+            alert_routing=AlertRouting.from_config(self.config))  # API v2 alerts (issue 35)
         return build_surfaces(service, self.config.api, host)
 
     # -- discovered targets (kubernetes_sd) --------------------------------

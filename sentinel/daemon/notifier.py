@@ -24,6 +24,7 @@ from sentinel.incidents.db import Database
 from sentinel.incidents.recovery import end_on_recovery
 from sentinel.model import Notification
 from sentinel.quietlog import QuietFailure
+from sentinel.respond.notify.amresend import AlertmanagerResender
 from sentinel.respond.notify.depth import outbox_depth
 from sentinel.respond.notify.dispatcher import Dispatcher, DispatchSettings
 from sentinel.respond.notify.mute import InhibitRule
@@ -60,6 +61,8 @@ class Notifier:
             RetryPolicy(n.retry_initial_ms, n.retry_max_ms, n.give_up_after_ms),
             lease_ms=receiver_timeouts_ms(config), on_delivery=self._count,
             may_send=active)
+        # Alertmanager receivers get their firing alerts again every resend interval.
+        self.resender = AlertmanagerResender(db, receivers, annotations)
         for r in receivers:  # the counter shows every receiver from the start
             for outcome in ("success", "retry", "failure"):
                 metrics.notifications.labels(r.name, outcome)
@@ -77,6 +80,7 @@ class Notifier:
         self._thread: threading.Thread | None = None
         self._dispatch_failure = QuietFailure(log, "notify dispatch")
         self._send_failure = QuietFailure(log, "notify send")
+        self._resend_failure = QuietFailure(log, "alertmanager resend")
 
     def start(self) -> None:
         """Start the worker thread."""
@@ -127,6 +131,13 @@ class Notifier:
             self._send_failure.failed()
         else:
             self._send_failure.ok()
+        try:
+            self.resender.run(self._clock_ms())
+        except Exception:
+            self._metrics.notify_failures.labels("resend").inc()
+            self._resend_failure.failed()
+        else:
+            self._resend_failure.ok()
         try:
             depth = outbox_depth(self._db, self._clock_ms())
             self._metrics.outbox_depth.set(depth.pending)

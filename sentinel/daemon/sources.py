@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sentinel.collect.cloud_logging import CloudLoggingSource, default_filter, make_client
-from sentinel.collect.logcommand import docker_logs, journal_logs
+from sentinel.collect.dockerapi_logs import DockerApiLogSource
+from sentinel.collect.logcommand import journal_logs
 from sentinel.collect.logfile import LogFileSource
 from sentinel.collect.logsource import LogSource
 from sentinel.collect.tpu import TpuNodeSource, make_tpu_client
@@ -56,7 +57,10 @@ def build_log_sources(config: Config, db: Database) -> list[PolledLogSource]:
         out += [PolledLogSource(LogFileSource(t.name, path, offset_store=DbPositionStore(db),
                                               auto_commit=False), every)
                 for path in t.logs.files]
-        out += [PolledLogSource(docker_logs(t.name, c), every) for c in t.logs.docker]
+        # The Engine API, resumed from the saved cursor (LogWatch saves it with the events).
+        out += [PolledLogSource(DockerApiLogSource(t.name, c, t.logs.docker_socket,
+                                                   cursor_store=DbCursorStore(db)), every)
+                for c in t.logs.docker]
         out += [PolledLogSource(journal_logs(t.name, u), every) for u in t.logs.journal]
         if t.logs.cloud_logging is not None:
             out.append(_cloud_logging(t, db))

@@ -108,6 +108,8 @@ class SilenceRow(Base):
     __tablename__ = "silences"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The id API v2 shows (Alertmanager's clients expect UUIDs); `id` is still accepted.
+    uuid: Mapped[str] = mapped_column(String(36), unique=True)
     # [[name, op, value], ...] with op one of =, !=, =~, !~
     matchers: Mapped[list[list[str]]] = mapped_column(JSON)
     starts_at: Mapped[datetime]

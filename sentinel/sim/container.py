@@ -65,6 +65,9 @@ class SimContainer:
         self.sim = sim
         self.spec = spec
         self.events: list[tuple[float, str]] = []
+        # What the container printed, (time, line): the Docker API's logs endpoint serves it.
+        self.output: list[tuple[float, str]] = []
+        self.output_changed = threading.Condition()
         self._lock = threading.Lock()
         self.pid = next(_pids)
         self.running = True
@@ -193,6 +196,13 @@ class SimContainer:
 
     # -- internals ---------------------------------------------------------------
 
+    def print(self, lines: list[str]) -> None:
+        """The container writes these lines to its output (stdout/stderr, as vLLM's logs)."""
+        with self.output_changed:
+            now = time.time()
+            self.output.extend((now, line) for line in lines)
+            self.output_changed.notify_all()
+
     def _lock_holder(self) -> int | None:
         """The pid in libtpu's lock file when one is there (stale or held), else None."""
         if not self.spec.lockfile or not os.path.exists(self.spec.lockfile):
@@ -224,6 +234,7 @@ class SimContainer:
         self.event("serving")
 
     def _log(self, lines: list[str]) -> None:
+        self.print(lines)
         if not self.spec.log_file:
             return
         with open(self.spec.log_file, "a", encoding="utf-8") as f:

@@ -5,6 +5,9 @@
     POST /containers/{name}/stop?t=N     204, or 304 when already stopped
     POST /containers/{name}/start        204, or 304 when already running
     POST /containers/{name}/restart      204
+    GET  /containers/{name}/logs         the container's output as Docker's multiplexed
+                                         stream (stdout/stderr, since=, timestamps=1,
+                                         follow=1 keeps the response open)
 
 Paths may carry an API version prefix (`/v1.41/...`), as the Docker CLI and
 SDKs send. Unknown containers get 404 `{"message": "No such container: x"}`.
@@ -20,17 +23,19 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
+from sentinel.sim import dockerlogs
 from sentinel.sim.container import ContainerSpec, SimContainer
 
-_PATH = re.compile(r"^(?:/v[0-9.]+)?/containers/([^/]+)/(json|stop|start|restart)$")
+_PATH = re.compile(r"^(?:/v[0-9.]+)?/containers/([^/]+)/(json|logs|stop|start|restart)$")
 _PING = re.compile(r"^(?:/v[0-9.]+)?/_ping$")
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
     containers: dict[str, SimContainer]
+    stopping: threading.Event  # ends the followers of a logs stream
 
 
 class DockerSocket:
@@ -42,6 +47,7 @@ class DockerSocket:
         self.path = path
         self._server = _Server(path, _Handler)
         self._server.containers = {c.spec.name: c for c in containers}
+        self._server.stopping = threading.Event()
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         name="sentinel-sim-docker", daemon=True)
 
@@ -52,6 +58,7 @@ class DockerSocket:
 
     def stop(self) -> None:
         """Stop serving and remove the socket file."""
+        self._server.stopping.set()
         self._server.shutdown()
         self._server.server_close()
         if os.path.exists(self.path):
@@ -74,19 +81,24 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, b"OK", "text/plain")
             return
         m = _PATH.match(path)
-        if not m or m.group(2) != "json":
+        if not m or m.group(2) not in ("json", "logs"):
             self._json(HTTPStatus.NOT_FOUND, {"message": "page not found"})
             return
         container = self._container(m.group(1))
-        if container is not None:
-            self._json(HTTPStatus.OK, container.inspect())
+        if container is None:
+            return
+        if m.group(2) == "logs":
+            dockerlogs.serve(self, container, parse_qs(urlsplit(self.path).query),
+                             self.server.stopping)  # type: ignore[attr-defined]
+            return
+        self._json(HTTPStatus.OK, container.inspect())
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
         m = _PATH.match(unquote(urlsplit(self.path).path))
-        if not m or m.group(2) == "json":
+        if not m or m.group(2) in ("json", "logs"):
             self._json(HTTPStatus.NOT_FOUND, {"message": "page not found"})
             return
         container = self._container(m.group(1))

@@ -1,7 +1,12 @@
-"""Silences in the database: add, list, expire, and the active ones for the dispatcher."""
+"""Silences in the database: add, list, expire, and the active ones for the dispatcher.
+
+Each silence has an integer id (the table's key, what the CLI and the timeline
+show) and a UUID (what Alertmanager API v2 shows); both find it.
+"""
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,17 +36,22 @@ class SilenceView:
     created_by: str
     comment: str
     state: str  # pending, active, expired
+    uuid: str = ""
 
 
 def add_silence(db: Database, matchers: Sequence[Matcher], starts_ms: int, ends_ms: int,
-                created_by: str, comment: str, now_ms: int) -> int:
-    """Store a silence; returns its id. Needs at least one matcher and an end after the start."""
+                created_by: str, comment: str, now_ms: int, uuid: str | None = None) -> int:
+    """Store a silence; returns its id. Needs at least one matcher and an end after the start.
+
+    `uuid` is its API v2 id, a new random one unless given.
+    """
     if not matchers:
         raise SilenceError("a silence needs at least one matcher")
     if ends_ms <= starts_ms:
         raise SilenceError("a silence must end after it starts")
     with db.session() as s:
-        row = SilenceRow(matchers=[m.as_list() for m in matchers], starts_at=ms_to_dt(starts_ms),
+        row = SilenceRow(uuid=uuid or str(uuidlib.uuid4()),
+                         matchers=[m.as_list() for m in matchers], starts_at=ms_to_dt(starts_ms),
                          ends_at=ms_to_dt(ends_ms), created_by=created_by, comment=comment,
                          created_at=ms_to_dt(now_ms))
         s.add(row)
@@ -49,10 +59,21 @@ def add_silence(db: Database, matchers: Sequence[Matcher], starts_ms: int, ends_
         return row.id
 
 
-def expire_silence(db: Database, silence_id: int, now_ms: int) -> None:
-    """End a silence now (kept for the record). Expiring an expired one is an error."""
+def find_silence(s: Session, silence_id: int | str) -> SilenceRow | None:
+    """The silence with this integer id or UUID (as text either way)."""
+    key = str(silence_id).strip()
+    if key.isdigit():
+        return s.get(SilenceRow, int(key))
+    return s.scalars(select(SilenceRow).where(SilenceRow.uuid == key.lower())).one_or_none()
+
+
+def expire_silence(db: Database, silence_id: int | str, now_ms: int) -> None:
+    """End a silence now (kept for the record). Expiring an expired one is an error.
+
+    `silence_id` is its integer id or its UUID.
+    """
     with db.session() as s:
-        row = s.get(SilenceRow, silence_id)
+        row = find_silence(s, silence_id)
         if row is None:
             raise SilenceError(f"no silence {silence_id}")
         now = ms_to_dt(now_ms)
@@ -69,7 +90,7 @@ def list_silences(db: Database, now_ms: int, *, include_expired: bool = False) -
         if not include_expired:
             q = q.where(SilenceRow.ends_at > now)
         return [SilenceView(r.id, tuple(str(m) for m in from_lists(r.matchers)), r.starts_at,
-                            r.ends_at, r.created_by, r.comment, _state(r, now))
+                            r.ends_at, r.created_by, r.comment, _state(r, now), r.uuid)
                 for r in s.scalars(q)]
 
 

@@ -1,0 +1,115 @@
+"""Re-send to Alertmanager receivers what they were told is firing, every resend interval.
+
+Prometheus's notifier posts every firing alert to Alertmanager each
+`resend_interval` (1 m) with endsAt 4 intervals ahead; Alertmanager expires an
+alert whose endsAt has passed. Sentinel's dispatcher sends a group's message
+once and repeats it only on the route's repeat_interval (hours), so without
+this job a real Alertmanager resolves alerts Sentinel still has firing.
+
+What to re-send is read from the aggregation groups in the database (the
+alerts of each group the receiver was last sent as firing, and not muted
+since), so a restart or an HA failover resumes at once: the first run after
+start re-sends everything. An alert that resolved in Sentinel but whose group
+has not flushed yet (a long group_interval) is sent resolved here, so
+Alertmanager resolves it within one resend interval either way. Posting goes
+straight to the receiver, not through the outbox: the next interval is the
+retry, as in Prometheus.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from sentinel.incidents.convert import labels_from_json
+from sentinel.incidents.db import Database
+from sentinel.incidents.models_notify import NotifyGroup
+from sentinel.model import Alert, AlertState, Notification, NotificationKind, labels_of
+from sentinel.respond.notify.alertmanager import AlertmanagerReceiver
+from sentinel.respond.notify.base import DeliveryResult
+from sentinel.respond.notify.codec import alert_from_json
+
+log = logging.getLogger(__name__)
+
+Annotations = Callable[[Session, int], dict[str, str]]
+
+
+class AlertmanagerResender:
+    """Every resend interval, posts each Alertmanager receiver's firing alerts again."""
+
+    def __init__(self, db: Database, receivers: Iterable[object],
+                 annotations: Annotations | None = None) -> None:
+        self.db = db
+        # Only Alertmanager receivers are re-sent to; the others repeat on their routes.
+        self.receivers = {r.name: r for r in receivers if isinstance(r, AlertmanagerReceiver)}
+        self.annotations = annotations
+        self._next_ms: dict[str, int] = {}  # empty after a start: the first run sends
+
+    def run(self, now_ms: int) -> dict[str, list[DeliveryResult]]:
+        """Re-send for every receiver that is due; returns the results per receiver."""
+        due = [n for n, r in self.receivers.items() if now_ms >= self._next_ms.get(n, 0)]
+        if not due:
+            return {}
+        with self.db.session() as s:
+            notes = {name: self._notifications(s, name, self.receivers[name].send_resolved)
+                     for name in due}
+        out: dict[str, list[DeliveryResult]] = {}
+        for name, batch in notes.items():
+            rx = self.receivers[name]
+            self._next_ms[name] = now_ms + rx.resend_interval_ms
+            out[name] = [rx.send(n, now_ms) for n in batch]
+            failed = [r for r in out[name] if not r.ok]
+            if failed:
+                log.warning("alertmanager %s: resend failed (%d of %d groups): %s", name,
+                            len(failed), len(batch), failed[0].detail)
+        return out
+
+    def _notifications(self, s: Session, receiver: str, send_resolved: bool
+                       ) -> list[Notification]:
+        groups = s.scalars(select(NotifyGroup).where(NotifyGroup.receiver == receiver)
+                           .order_by(NotifyGroup.id)).all()
+        out = []
+        for g in groups:
+            alerts = [(a, i) for a, i in self._alerts(s, g.alerts, g.sent_firing)
+                      if send_resolved or a.state is AlertState.FIRING]
+            if not alerts:
+                continue
+            firing = any(a.state is AlertState.FIRING for a, _ in alerts)
+            out.append(Notification(
+                incident_id=next((i for _, i in alerts if i), 0),
+                kind=NotificationKind.FIRING if firing else NotificationKind.RESOLVED,
+                alerts=tuple(a for a, _ in alerts), group_labels=labels_from_json(g.group_labels),
+                group_key=g.key, incident_ids=tuple(i for _, i in alerts)))
+        return out
+
+    def _alerts(self, s: Session, entries: Mapping[str, dict], sent_firing: list[str]
+                ) -> list[tuple[Alert, int]]:
+        """The group's alerts last sent as firing, as they are now; muted ones are left out."""
+        out = []
+        for fp in sent_firing:
+            entry = entries.get(fp)
+            if entry is None or entry.get("muted"):
+                continue  # resolved and flushed (the dispatcher sent that), or silenced since
+            incident_id = int(entry["incident_id"])
+            out.append((self._annotated(s, alert_from_json(entry["alert"]), incident_id),
+                        incident_id))
+        return out
+
+    def _annotated(self, s: Session, alert: Alert, incident_id: int) -> Alert:
+        """With the extra annotations the dispatcher's messages carry (the runbook), so a
+        resend does not take them away in Alertmanager."""
+        if self.annotations is None or not incident_id:
+            return alert
+        try:
+            with s.begin_nested():
+                extra = self.annotations(s, incident_id)
+        except Exception:
+            log.exception("annotations for incident %s failed", incident_id)
+            return alert
+        if not extra:
+            return alert
+        return replace(alert, annotations=labels_of({**dict(alert.annotations), **extra}))

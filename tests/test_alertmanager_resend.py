@@ -1,0 +1,236 @@
+"""Issue 33: a real Alertmanager never resolves an alert Sentinel still has firing.
+
+The daemon (App) scrapes the simulator; a queue-backlog rule fires while the
+simulator reports a backlog. The
+only receiver is a real Alertmanager (Debian's `prometheus-alertmanager`)
+whose own route sends to a webhook sink, so anything Alertmanager decides
+(firing, resolved) is seen there as well as in its API. Sentinel's route has a
+long group_interval and repeat_interval, as a real route would: only the
+resend job keeps Alertmanager up to date. Clearing the backlog resolves the
+alert in Sentinel; Alertmanager must follow within one resend interval.
+
+Alertmanager reads endsAt against its own wall clock, so these tests run in
+real time: the fast one with a 1 s resend interval and a 1 s resolve_timeout,
+the slow one with the issue's figures (resolve_timeout 1m, the default 1 m
+resend interval, 5 minutes of firing).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+from fixtures_e2e import wait_for, write_config
+
+from sentinel.config import load_config
+from sentinel.daemon.app import App
+from sentinel.demo import WebhookSink
+from sentinel.model import Alert, AlertState, Notification, NotificationKind, labels_of
+from sentinel.respond.notify.alertmanager import postable_alerts
+
+T0 = 1_714_564_800_000  # 2024-05-01T12:00:00Z
+
+RULES = """\
+groups:
+  - name: g
+    interval: 200ms
+    rules:
+      - alert: ServingAlert
+        expr: vllm:num_requests_waiting > 5
+        keep_firing_for: 3s  # one slow scrape on a busy machine does not resolve it
+        labels: {severity: page}
+"""
+
+
+def _am_binary() -> str:
+    path = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("prometheus-alertmanager is required under CI=true")
+        pytest.skip("prometheus-alertmanager not installed")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RealAlertmanager:
+    """Debian's Alertmanager on loopback, routing everything at once to a webhook sink."""
+
+    def __init__(self, folder: Path, resolve_timeout: str, hook_url: str) -> None:
+        (folder / "am.yml").write_text(
+            f"global: {{resolve_timeout: {resolve_timeout}}}\n"
+            "route: {receiver: hook, group_by: [alertname], group_wait: 0s, "
+            "group_interval: 1s, repeat_interval: 1h}\n"
+            f"receivers: [{{name: hook, webhook_configs: [{{url: '{hook_url}', "
+            "send_resolved: true}]}]\n")
+        self.url = f"http://127.0.0.1:{_free_port()}"
+        self.proc = subprocess.Popen(
+            [_am_binary(), f"--config.file={folder / 'am.yml'}",
+             f"--storage.path={folder / 'am-data'}",
+             f"--web.listen-address={self.url.removeprefix('http://')}",
+             "--cluster.listen-address="],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ready(self) -> bool:
+        assert self.proc.poll() is None, "alertmanager exited"
+        try:
+            return httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def active(self) -> list[dict]:
+        """The alerts Alertmanager holds as not resolved (its API leaves resolved ones out)."""
+        resp = httpx.get(f"{self.url}/api/v2/alerts", timeout=5)
+        resp.raise_for_status()
+        return [a for a in resp.json() if a["labels"].get("alertname") == "ServingAlert"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def test_postable_alerts_end_ahead_while_firing_and_at_resolution_when_resolved() -> None:
+    """Prometheus's notifier: endsAt = now + 4 x resend interval; resolved: its end."""
+    firing = Alert(group="g", rule="A", labels=labels_of({"alertname": "A", "t": "1"}),
+                   annotations=(), state=AlertState.FIRING, value=1.0, active_at_ms=T0,
+                   last_eval_ms=T0 + 5_000, fired_at_ms=T0)
+    resolved = replace(firing, labels=labels_of({"alertname": "A", "t": "2"}),
+                       state=AlertState.INACTIVE, resolved_at_ms=T0 + 7_250)
+    note = Notification(1, NotificationKind.FIRING, (firing, resolved))
+    posted = postable_alerts(note, "http://s", T0 + 10_000, resend_interval_ms=60_000)
+    assert [a["endsAt"] for a in posted] == ["2024-05-01T12:04:10Z", "2024-05-01T12:00:07.25Z"]
+    assert all(a["startsAt"] == "2024-05-01T12:00:00Z" for a in posted)
+
+
+@pytest.fixture
+def am_hook() -> Iterator[WebhookSink]:
+    s = WebhookSink().start()
+    yield s
+    s.stop()
+
+
+def _start(tmp_path: Path, sim, am: RealAlertmanager, resend: str) -> App:  # noqa: ANN001
+    cfg = write_config(tmp_path, [("tpu-a", sim.url)], None, RULES, scrape_interval="1s")
+    cfg.write_text(cfg.read_text() + f"""\
+receivers:
+  - name: am
+    alertmanager: {{url: '{am.url}', resend_interval: {resend}, timeout: 2s}}
+notify:
+  route: {{receiver: am, group_by: [alertname], group_wait: 0s, group_interval: 1h,
+           repeat_interval: 4h}}
+""")
+    app = App(load_config(cfg))
+    app.start()
+    return app
+
+
+def _resolved_by_am(hook: WebhookSink) -> list[dict]:
+    return [b for _, b, _ in list(hook.received) if b.get("status") == "resolved"]
+
+
+def _stays_firing_then_resolves(tmp_path: Path, sim, am_hook: WebhookSink,  # noqa: ANN001
+                                resolve_timeout: str, resend_s: float, firing_s: float) -> None:
+    am = RealAlertmanager(tmp_path, resolve_timeout, am_hook.url)
+    app = None
+    try:
+        wait_for(am.ready, 15, "alertmanager ready")
+        sim.set_state(num_requests_waiting=10)
+        app = _start(tmp_path, sim, am, f"{int(resend_s)}s")
+        wait_for(am.active, 30, "the alert to reach Alertmanager")
+        # Watch for `firing_s`: Alertmanager holds the alert the whole time and never
+        # tells its own receivers it resolved.
+        watched_until = time.monotonic() + firing_s
+        polls = 0
+        while time.monotonic() < watched_until:
+            shown = am.active()
+            assert shown, f"Alertmanager dropped the alert after {polls} polls"
+            assert shown[0]["status"]["state"] == "active"
+            assert not _resolved_by_am(am_hook), "Alertmanager sent a false 'resolved'"
+            polls += 1
+            time.sleep(0.25)  # poll interval of the watch window, not a wait for an event
+        # Sentinel resolves it (the backlog clears): Alertmanager follows within one
+        # resend interval (+ Sentinel's detection: a scrape, keep_firing_for, some slack).
+        sim.set_state(num_requests_waiting=0)
+        stopped = time.monotonic()
+        wait_for(lambda: not am.active(), resend_s + 10, "Alertmanager to resolve the alert")
+        assert time.monotonic() - stopped <= resend_s + 10
+        wait_for(lambda: _resolved_by_am(am_hook), 10, "Alertmanager's resolved notification")
+    finally:
+        if app is not None:
+            app.stop(2)
+        am.stop()
+
+
+@pytest.mark.integration
+def test_real_alertmanager_keeps_a_firing_alert_and_follows_its_resolution(
+        tmp_path: Path, sim, am_hook: WebhookSink) -> None:  # noqa: ANN001
+    """Resend 1 s, endsAt 4 s ahead; Alertmanager's resolve_timeout 1 s would expire an alert
+    without endsAt at once. 12 s of firing is three endsAt windows."""
+    _stays_firing_then_resolves(tmp_path, sim, am_hook, "1s", 1.0, 12.0)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_issue_figures_five_minutes_against_resolve_timeout_1m(
+        tmp_path: Path, sim, am_hook: WebhookSink) -> None:  # noqa: ANN001
+    """The issue's case: resolve_timeout 1m, Prometheus's 1 m resend interval, 5 min firing."""
+    _stays_firing_then_resolves(tmp_path, sim, am_hook, "1m", 60.0, 300.0)
+
+
+def _entry(name: str, state: str, *, muted: str | None = None,
+           resolved_at: int | None = None) -> tuple[str, dict]:
+    from sentinel.respond.notify.codec import alert_to_json
+
+    alert = Alert(group="g", rule=name, labels=labels_of({"alertname": name}), annotations=(),
+                  state=AlertState(state), value=1.0, active_at_ms=T0, last_eval_ms=T0,
+                  fired_at_ms=T0, resolved_at_ms=resolved_at)
+    return alert.fingerprint, {"alert": alert_to_json(alert), "incident_id": 0, "muted": muted}
+
+
+@pytest.mark.parametrize("send_resolved", [True, False])
+def test_resend_posts_what_was_sent_firing_as_it_is_now(incident_db, loopback,  # noqa: ANN001
+                                                        send_resolved: bool) -> None:
+    """Firing → endsAt ahead; resolved since (group not flushed yet) → its end, unless
+    send_resolved is off; muted since, or never sent firing → left out; then nothing
+    until the resend interval has passed."""
+    from sentinel.incidents.convert import ms_to_dt
+    from sentinel.incidents.models_notify import NotifyGroup
+    from sentinel.respond.notify.alertmanager import AlertmanagerReceiver
+    from sentinel.respond.notify.amresend import AlertmanagerResender
+
+    entries = dict([_entry("Firing", "firing"), _entry("Muted", "firing", muted="silenced"),
+                    _entry("Ended", "inactive", resolved_at=T0 + 5_000),
+                    _entry("Waiting", "firing")])
+    sent = [fp for fp, e in entries.items() if e["alert"]["rule"] != "Waiting"]
+    with incident_db.session() as s:
+        s.add(NotifyGroup(key="0/am:{}", receiver="am", route="0", group_labels={},
+                          alerts=entries, sent_firing=sent, sent_resolved=[], seq=1,
+                          created_at=ms_to_dt(T0), next_flush_at=ms_to_dt(T0 + 3_600_000),
+                          last_sent_at=ms_to_dt(T0)))
+    rx = AlertmanagerReceiver("am", loopback.url(""), send_resolved=send_resolved,
+                              resend_interval_ms=60_000)
+    resender = AlertmanagerResender(incident_db, [rx, object()])
+    now = T0 + 10_000
+    assert [r.ok for r in resender.run(now)["am"]] == [True]
+    (request,) = loopback.accepted()
+    posted = {a["labels"]["alertname"]: a["endsAt"] for a in request.json()}  # type: ignore[union-attr]
+    expected = {"Firing": "2024-05-01T12:04:10Z"}
+    if send_resolved:
+        expected["Ended"] = "2024-05-01T12:00:05Z"
+    assert posted == expected
+    assert resender.run(now + 59_999) == {}
+    assert len(resender.run(now + 60_000)["am"]) == 1
+    assert len(loopback.accepted()) == 2
+    rx.close()
