@@ -1,7 +1,7 @@
 """Silences get UUIDs, the ids Alertmanager API v2 clients expect (issue 35).
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-11-27 09:00:00
 
 `silences.uuid` is the id API v2 shows and takes. Existing silences get one
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0010"
-down_revision: str | None = "0009"
+revision: str = "0011"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
