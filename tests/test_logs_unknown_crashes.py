@@ -292,3 +292,19 @@ def test_a_bare_traceback_cut_off_at_the_end_of_the_log_is_a_crash(sigs: Signatu
     assert [(e.signature, e.line_no) for e in events] == [("unclassified_crash", 2)]
     logged = [f"ERROR 01-26 17:51:44 [api.py:1] {line}" for line in bare[1:]]
     assert classify(sigs, logged, 10) == []
+
+
+def test_empty_polls_do_not_restart_the_quiet_timer(sigs: SignatureSet) -> None:
+    # The daemon polls every 100 ms and hands each (mostly empty) batch to
+    # feed_many before flush: silence after the crash's last line must still run out.
+    lines = ["(EngineCore_DP0 pid=5) Traceback (most recent call last):",
+             '(EngineCore_DP0 pid=5)   File "/x.py", line 1, in f',
+             "(EngineCore_DP0 pid=5) MarbleLedgerError: cobalt zephyr"]
+    c = Classifier(sigs)
+    events = c.feed_many([LogEntry("t", "s", 0, x, i) for i, x in enumerate(lines)], now_ms=0)
+    now = 0
+    while not events and now < 5_000:
+        now += 100
+        events = c.feed_many([], now_ms=now) + c.flush(now_ms=now)
+    assert [e.signature for e in events] == ["unclassified_crash"]
+    assert now == SETTLE_MS  # timed from the last line, not from the last poll

@@ -126,7 +126,7 @@ class Classifier:
         self._lines = 0
         self._truncated = 0
         self._events = 0
-        self._fed_ms: int | None = None
+        self._last_line_ms: int | None = None  # when the last non-empty batch came
         found = signatures.by_name(CATCH_ALL)
         self._catch_all = found if found is not None else DEFAULT_CATCH_ALL
 
@@ -150,14 +150,16 @@ class Classifier:
     def feed_many(self, entries: Sequence[LogEntry], now_ms: int | None = None) -> list[LogEvent]:
         """Classify a batch; same result as feeding one by one, much faster on quiet logs.
 
-        `now_ms` (when the batch was read) starts the settle time of a traceback
-        still undecided at the end of the batch (see `flush`).
+        `now_ms` (when the batch was read, on Sentinel's clock) starts the settle
+        time of a traceback still undecided at the end of the batch (see `flush`).
+        An empty batch leaves it alone: the quiet time runs from the last *line*,
+        so a poller that calls this on every (empty) poll still sees it run out.
         """
-        if now_ms is not None:
-            self._fed_ms = now_ms
         texts = [e.text for e in entries]
         if not texts:
             return []
+        if now_ms is not None:
+            self._last_line_ms = now_ms
         block = "\n".join(texts)
         if block.count("\n") != len(texts) - 1 or max(map(len, texts)) > self.max_line_chars:
             return [ev for e in entries for ev in self.feed(e)]  # multi-line or huge: slow path
@@ -183,13 +185,14 @@ class Classifier:
         """The stream went quiet (`now_ms` given) or ended (None): close the open group.
 
         A traceback whose fate is still undecided waits, on a quiet stream,
-        until `fatal.SETTLE_MS` after the batch that brought its last line;
+        until `fatal.SETTLE_MS` after the batch that brought its last line
+        (`now_ms` and that batch's time are both Sentinel's clock);
         then (and at the end of the stream) its shape decides.
         """
         group = self._group
         if group is not None and not group.hits and group.tb_header is not None:
-            if now_ms is not None and self._fed_ms is not None \
-                    and now_ms - self._fed_ms < fatal.SETTLE_MS:
+            if now_ms is not None and self._last_line_ms is not None \
+                    and now_ms - self._last_line_ms < fatal.SETTLE_MS:
                 return []
             self._decide_by_shape(group, ended=True)
         return self._close()
