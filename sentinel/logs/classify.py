@@ -68,6 +68,7 @@ class _Hit:
     signature: Signature
     entry: LogEntry
     line_no: int | None
+    cause: bool = False  # the catch-all on a traceback that ended its process: a root cause
 
 
 @dataclass(slots=True)
@@ -89,6 +90,9 @@ class _Group:
     exception: tuple[LogEntry, str, int | None] | None = None
     tb_start: tuple[LogEntry, int | None] | None = None  # the first header's entry and line
     waited: int = 0  # neutral lines seen while deciding
+    # The first exception line in the group that no signature names: when only
+    # symptoms (engine dead) follow, it is the root cause that names the event.
+    cause: tuple[LogEntry, int | None] | None = None
 
     def add(self, line: str) -> None:
         self.size += 1
@@ -236,6 +240,8 @@ class Classifier:
                 group.add(line)
                 if not was_after and group.traceback.after_exception:
                     group.exception = (entry, line, line_no)
+                    if group.cause is None and signature is None and fatal.is_cause(line):
+                        group.cause = (entry, line_no)
                 if signature is not None:
                     group.hit(signature, entry, line_no)
                 return True
@@ -316,7 +322,7 @@ class Classifier:
         if group.tb_header is None or (group.exception is None and not ended):
             return
         exception = group.exception[1] if group.exception is not None else ""
-        if fatal.by_shape(group.tb_header, group.tb_before, exception):
+        if fatal.by_shape(group.tb_header, group.tb_before, exception, group.tb_process):
             self._crash(group)
         else:
             group.tb_header = None
@@ -326,9 +332,9 @@ class Classifier:
         sig = self._catch_all
         if group.exception is not None:
             entry, _, line_no = group.exception
-            group.hits.append(_Hit(sig, entry, line_no))
+            group.hits.append(_Hit(sig, entry, line_no, cause=True))
         elif group.tb_start is not None:
-            group.hits.append(_Hit(sig, *group.tb_start))
+            group.hits.append(_Hit(sig, *group.tb_start, cause=True))
         group.after_left = sig.context_after
 
     def _open(self, entry: LogEntry, line: str, line_no: int | None,
@@ -351,8 +357,7 @@ class Classifier:
         group, self._group = self._group, None
         if group is None or not group.hits:
             return []
-        # Root causes outrank symptoms; among equals the first hit names the event.
-        best = max(group.hits, key=lambda h: h.signature.priority)
+        best = self._naming_hit(group)
         sig = best.signature
         before = group.before[-sig.context_before:] if sig.context_before else []
         body = group.head + ([f"… [{group.omitted} lines omitted] …"] if group.omitted else [])
@@ -364,6 +369,23 @@ class Classifier:
             line_no=best.line_no, excerpt=self._cap(before + body), runbook=sig.runbook,
         )]
 
+    def _naming_hit(self, group: _Group) -> _Hit:
+        """The hit that names the event: the root cause, not its symptoms.
+
+        Root causes outrank symptoms by priority; among equals the first hit
+        names the event. When only symptoms (engine dead, priority at most
+        SYMPTOM_PRIORITY) matched, an exception in the excerpt that no
+        signature knows (an assertion in the scheduler, an error in a kernel
+        library) is their cause: the catch-all names the event there.
+        """
+        best = max(group.hits, key=lambda h: h.signature.priority)
+        if best.signature.priority > SYMPTOM_PRIORITY or best.cause:
+            return best
+        found = next((h for h in group.hits if h.cause), None)
+        if found is None and group.cause is not None:
+            found = _Hit(self._catch_all, *group.cause, cause=True)
+        return found or best
+
     def _cap(self, lines: list[str]) -> tuple[str, ...]:
         """Keep the excerpt within max lines and chars, keeping head and tail."""
         if len(lines) > self.max_excerpt_lines:
@@ -374,3 +396,4 @@ class Classifier:
             per_line = max(80, self.max_excerpt_chars // max(len(lines), 1))
             lines = [x if len(x) <= per_line else x[:per_line] + " …" for x in lines]
         return tuple(lines)
+
