@@ -68,3 +68,10 @@ def test_an_unwritable_or_damaged_cache_only_means_building_again(
     for entry in tmp_path.glob("signatures-*.sigset"):
         entry.write_bytes(entry.read_bytes()[:100])  # cut short
     assert _events(load_signature_file(BUNDLED)) == reference
+
+
+def test_old_entries_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sigcache.ENV, str(tmp_path))
+    for i in range(sigcache.KEEP + 3):
+        sigcache.write(f"k{i}", b"x")
+    assert len(list(tmp_path.glob("signatures-*.sigset"))) == sigcache.KEEP

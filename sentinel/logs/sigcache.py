@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 ENV = "SENTINEL_SIGNATURE_CACHE"
 _SUFFIX = ".sigset"
+KEEP = 8  # entries kept per folder: every edit of a signature file adds one
 
 
 def cache_dirs() -> list[Path]:
@@ -75,6 +76,7 @@ def write(key: str, blob: bytes) -> Path | None:
                     f.write(blob)
                 target = folder / f"signatures-{key}{_SUFFIX}"
                 os.replace(tmp, target)
+                _prune(folder)
                 return target
             finally:
                 if os.path.exists(tmp):
@@ -82,3 +84,13 @@ def write(key: str, blob: bytes) -> Path | None:
         except OSError as exc:
             log.debug("signature cache: cannot write in %s (%s)", folder, exc)
     return None
+
+
+def _prune(folder: Path) -> None:
+    """Drop all but the KEEP most recently written entries of `folder`."""
+    try:
+        entries = sorted(folder.glob(f"signatures-*{_SUFFIX}"), key=lambda p: p.stat().st_mtime)
+        for old in entries[:-KEEP]:
+            old.unlink()
+    except OSError:  # another process pruned first, or the folder went away
+        pass
