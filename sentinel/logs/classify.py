@@ -23,7 +23,14 @@ whether the process survived it (see `fatal.py`): when it did not, the event
 is the catch-all `unclassified_crash` (category `other`). A symptom's hit
 (lower priority, e.g. engine-dead) inside an open group's window joins the
 group instead of opening its own event, so the root cause names the event
-and the symptom's lines are part of its excerpt.
+and the symptom's lines are part of its excerpt. When only symptoms matched,
+the first exception in the group that no signature knows (an assertion in
+the scheduler, an error in a kernel library) is their cause, and the
+catch-all names the event at that line.
+
+Time: `flush(now_ms)` on a quiet poll lets an undecided traceback wait
+`fatal.SETTLE_MS` from the batch that brought the stream's last line (not
+from the last poll), on the caller's clock.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ traceback Python's default hook printed (no log level before it) ends the
 process unless it came from a thread, a callback or an ASGI request, which
 the process survives; a traceback logged by a logger was caught by code that
 carries on (a tool parser failing on one response), unless it is logged at
-CRITICAL or its message says the process is going down ("fatal", "died").
+CRITICAL, its message says the process is going down ("fatal", "died"), or
+the process is vLLM's engine core or one of its workers, whose loops log an
+exception only on their way out.
 Stopping on purpose (`KeyboardInterrupt`, `SystemExit`, a cancelled task) is
 never a crash.
 
