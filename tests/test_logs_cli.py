@@ -93,3 +93,20 @@ def test_a_v1_engine_death_through_an_unknown_kernel_is_an_event_named_after_its
     ]) + "\n"
     done = sentinel("-", stdin=log.encode())
     assert (done.returncode, done.stdout.decode()) == (0, "other unclassified_crash 4\n")
+
+
+def test_line_numbers_hold_across_chunks_crlf_and_a_last_line_without_newline(
+        tmp_path: Path) -> None:
+    # The CLI reads 1 MiB at a time and makes entries only for lines it looks at:
+    # a crash past the first chunk, CRLF endings and an unterminated last line
+    # must keep their line numbers.
+    healthy = '(APIServer pid=1) INFO:     10.0.0.7:5000 - "GET /health HTTP/1.1" 200 OK'
+    oom = ("(EngineCore_DP0 pid=9) torch.OutOfMemoryError: CUDA out of memory. Tried to "
+           "allocate 2.00 GiB. GPU 0 has a total capacity of 79.1 GiB")
+    lines = [healthy] * 30_000 + [oom] + [healthy] * 20 + ["Killed process 9 (python) x"]
+    path = tmp_path / "big.log"
+    path.write_bytes("\r\n".join(lines).encode())
+    assert path.stat().st_size > 2 << 20
+    done = sentinel(str(path))
+    assert done.stdout.decode().splitlines() == [
+        "cuda_oom cuda_oom 30001", "host_oom_killed kernel_oom_kill 30022"]

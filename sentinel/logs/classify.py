@@ -36,7 +36,7 @@ from the last poll), on the caller's clock.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sentinel.logs import fatal
@@ -166,29 +166,41 @@ class Classifier:
         An empty batch leaves it alone: the quiet time runs from the last *line*,
         so a poller that calls this on every (empty) poll still sees it run out.
         """
-        texts = [e.text for e in entries]
+        return self.feed_lines([e.text for e in entries], entries.__getitem__, now_ms)
+
+    def feed_lines(self, texts: list[str], entry_of: Callable[[int], LogEntry],
+                   now_ms: int | None = None) -> list[LogEvent]:
+        """`feed_many` for a reader that has the lines as text (`sentinel logs classify`).
+
+        `entry_of(i)` makes the entry of line i; it is called only for the lines
+        the classifier looks at (matches, tracebacks, their context), so a quiet
+        stretch costs no objects at all.
+        """
         if not texts:
             return []
         if now_ms is not None:
             self._last_line_ms = now_ms
         block = "\n".join(texts)
         if block.count("\n") != len(texts) - 1 or max(map(len, texts)) > self.max_line_chars:
-            return [ev for e in entries for ev in self.feed(e)]  # multi-line or huge: slow path
+            # multi-line or huge: the slow path, line by line
+            return [ev for i in range(len(texts)) for ev in self.feed(entry_of(i))]
         events: list[LogEvent] = []
         i = 0
         end = len(texts)
         for hit, signature, starts_tb in [*self.signatures.scan(block), (end, None, False)]:
             while i < hit and self._group is not None:  # an open group needs every line
-                events.extend(self._step(entries[i], texts[i].rstrip("\r"), entries[i].line_no,
-                                         None, False))
+                entry = entry_of(i)
+                events.extend(self._step(entry, texts[i].rstrip("\r"), entry.line_no, None,
+                                         False))
                 i += 1
             if i < hit:  # quiet stretch: only the ring and the counter change
                 self._ring.extend(texts[max(i, hit - (self._ring.maxlen or 1)):hit])
                 self._lines += hit - i
                 i = hit
             if hit < end:
-                events.extend(self._step(entries[hit], texts[hit].rstrip("\r"),
-                                         entries[hit].line_no, signature, starts_tb))
+                entry = entry_of(hit)
+                events.extend(self._step(entry, texts[hit].rstrip("\r"), entry.line_no,
+                                         signature, starts_tb))
                 i = hit + 1
         return events
 
