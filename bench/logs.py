@@ -14,7 +14,12 @@ tests/data/logs every --crash-every lines). Measures, on one core, in one run:
   (b) the whole Classifier (feed_many + flush: grouping, excerpts, events),
       on LogEntry batches built beforehand;
   (c) `grep -c -E -f patterns.txt FILE` with the same patterns (translated
-      to POSIX ERE), timed as a subprocess.
+      to POSIX ERE), timed as a subprocess;
+  (d) `sentinel logs classify FILE` itself, as a subprocess (start-up,
+      reading, classifying, printing), beside (c).
+
+First, start-up: the CPU of `sentinel logs classify` on an empty file, with
+the compiled-signature cache cold and then warm (target < 0.3 s warm).
 
 Two cases in one run, each against grep in that run:
 
@@ -35,6 +40,7 @@ import argparse
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -170,24 +176,30 @@ def bench_classifier(sigs: SignatureSet, text: str) -> tuple[float, int]:
     return time.perf_counter() - start, events
 
 
-def bench_grep(sigs: SignatureSet, path: Path, tmp: Path) -> tuple[float, int] | None:
-    """Seconds and matching-line count of `grep -c -E -f`, or None without grep."""
+def bench_grep(sigs: SignatureSet, path: Path,
+               tmp: Path) -> tuple[float, int, float] | None:
+    """Seconds, matching-line count and CPU seconds of `grep -c -E -f` (best of 3), or None."""
     grep = shutil.which("grep")
     if grep is None:
         return None
     patterns = tmp / "patterns.txt"
     patterns.write_text("\n".join(to_ere(p) for s in sigs.signatures for p in s.patterns) + "\n")
     best = None
+    cpu = None
     for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         done = subprocess.run([grep, "-c", "-E", "-f", str(patterns), str(path)],
                               capture_output=True, text=True, check=False)
         took = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode not in (0, 1):
             print(f"grep failed: {done.stderr.strip()}")
             return None
+        used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         best = took if best is None else min(best, took)
-    return best or 0.0, int(done.stdout.strip() or 0)
+        cpu = used if cpu is None else min(cpu, used)
+    return best or 0.0, int(done.stdout.strip() or 0), cpu or 0.0
 
 
 def run_case(name: str, path: Path, sigs: SignatureSet, literal: SignatureSet,
@@ -219,11 +231,39 @@ def run_case(name: str, path: Path, sigs: SignatureSet, literal: SignatureSet,
     if grep is None:
         print("(c) grep -E            : unavailable")
         return
-    gseconds, gmatched = grep
+    gseconds, gmatched, gcpu = grep
     print(f"(c) grep -c -E -f      : {lines / gseconds:12,.0f} lines/s "
           f"({gseconds * 1000:.0f} ms, {gmatched} matching lines)")
+    wall, cpu = min((cli_run(path, tmp / "sigcache") for _ in range(3)), key=lambda r: r[1])
+    print(f"(d) sentinel logs classify FILE (whole CLI, subprocess): {wall:.2f} s wall, "
+          f"{cpu:.2f} s CPU; grep {gseconds:.2f} s wall, {gcpu:.2f} s CPU: "
+          f"CPU (d)/(c) = {cpu / max(gcpu, 1e-9):.2f}x, wall {wall / gseconds:.2f}x")
     print(f"{name}: (a)/(c) = {gseconds / seconds:.2f}x; matching lines agree: "
           f"{matched == gmatched}")
+
+
+def cli_run(path: Path, cache: Path) -> tuple[float, float]:
+    """`sentinel logs classify PATH` as a subprocess: (wall seconds, CPU seconds)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SENTINEL_SIGNATURE_CACHE": str(cache)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import sys; from sentinel.cli import console; "
+                    "sys.argv[0] = 'sentinel'; sys.exit(console())", "logs", "classify",
+                    str(path)], env=env, check=False, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def bench_startup(tmp: Path) -> None:
+    """Start-up CPU of `sentinel logs classify` on an empty file: cache cold, then warm."""
+    empty = tmp / "empty.log"
+    empty.write_text("")
+    cache = tmp / "sigcache"
+    cold = cli_run(empty, cache)
+    warm = min((cli_run(empty, cache) for _ in range(3)), key=lambda r: r[1])
+    print(f"--- start-up: sentinel logs classify on an empty file: first run (builds the "
+          f"cache) {cold[1]:.2f} s CPU; cached {warm[1]:.2f} s CPU ({warm[0]:.2f} s wall)")
 
 
 def main() -> None:
@@ -242,6 +282,7 @@ def main() -> None:
     literal = SignatureSet(parse_signatures(sig_path.read_text(), str(sig_path)), "literal")
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
+        bench_startup(tmp)
         if args.file is not None:
             run_case(args.file.name, args.file, sigs, literal, tmp)
             return

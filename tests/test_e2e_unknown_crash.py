@@ -75,7 +75,9 @@ def test_unknown_fatal_crash_opens_an_incident_and_asks_the_model_within_2s(tmp_
     app = App(load_config(_config(tmp_path, target.url, model.url, log_file)))
     app.start()
     try:
-        time.sleep(1.0)  # the source joins the file at its end; counters start at 0
+        # The source joins the file at its end on its first poll; counters start at 0.
+        wait_for(lambda: all(p.source.position is not None for p in app.sources.log_sources),
+                 10.0, "the file joined at its end")
         db = app.pipeline.tracker.db
         with log_file.open("a") as f:
             f.write("".join(f"{line}\n" for line in CRASH))

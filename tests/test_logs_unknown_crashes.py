@@ -292,3 +292,81 @@ def test_a_bare_traceback_cut_off_at_the_end_of_the_log_is_a_crash(sigs: Signatu
     assert [(e.signature, e.line_no) for e in events] == [("unclassified_crash", 2)]
     logged = [f"ERROR 01-26 17:51:44 [api.py:1] {line}" for line in bare[1:]]
     assert classify(sigs, logged, 10) == []
+
+
+def test_empty_polls_do_not_restart_the_quiet_timer(sigs: SignatureSet) -> None:
+    # The daemon polls every 100 ms and hands each (mostly empty) batch to
+    # feed_many before flush: silence after the crash's last line must still run out.
+    lines = ["(EngineCore_DP0 pid=5) Traceback (most recent call last):",
+             '(EngineCore_DP0 pid=5)   File "/x.py", line 1, in f',
+             "(EngineCore_DP0 pid=5) MarbleLedgerError: cobalt zephyr"]
+    c = Classifier(sigs)
+    events = c.feed_many([LogEntry("t", "s", 0, x, i) for i, x in enumerate(lines)], now_ms=0)
+    now = 0
+    while not events and now < 5_000:
+        now += 100
+        events = c.feed_many([], now_ms=now) + c.flush(now_ms=now)
+    assert [e.signature for e in events] == ["unclassified_crash"]
+    assert now == SETTLE_MS  # timed from the last line, not from the last poll
+
+
+E = "(EngineCore_DP0 pid=236) ERROR 10-20 03:20:50 [core.py:710] "
+S = "(APIServer pid=1) ERROR 10-20 03:20:50 [async_llm.py:485] "
+
+
+def engine_death(exception: str, *, header: bool = True, dead_class: bool = True) -> list[str]:
+    """A V1 engine death: the engine core's traceback, then the API server's symptoms."""
+    dead = "EngineDeadError: " if dead_class else ""
+    return [
+        '(APIServer pid=1) INFO:     10.0.0.7:5000 - "POST /v1/completions HTTP/1.1" 200 OK',
+        *([f"{E}EngineCore encountered a fatal error."] if header else []),
+        f"{E}Traceback (most recent call last):",
+        f'{E}  File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 701, in run',
+        f"{E}    engine_core.run_busy_loop()",
+        f'{E}  File "/usr/lib/python3.12/site-packages/quokka_kernels/ops.py", line 55, in moe',
+        f"{E}    return torch.ops.quokka.fused_moe(x)",
+        f"{E}{exception}",
+        f"{S}AsyncLLM output_handler failed.",
+        f"{S}Traceback (most recent call last):",
+        f'{S}  File "/usr/lib/python3.12/site-packages/vllm/v1/engine/async_llm.py", line 4, in h',
+        f"{S}    outputs = await engine_core.get_output_async()",
+        f"{S}{dead}EngineCore encountered an issue. See stack trace (above) for the root cause.",
+    ]
+
+
+@pytest.mark.parametrize("header", [True, False])
+@pytest.mark.parametrize("dead_class", [True, False])
+def test_a_v1_engine_death_through_an_unknown_kernel_is_named_after_its_cause(
+        sigs: SignatureSet, header: bool, dead_class: bool) -> None:
+    lines = engine_death("RuntimeError: quokka fused_moe: invalid tile config 7",
+                         header=header, dead_class=dead_class)
+    for batch in (1, 1000):
+        events = classify(sigs, lines, batch)
+        assert [(e.signature, e.category) for e in events] == [("unclassified_crash", "other")]
+        assert events[0].line_no == lines.index(f"{E}RuntimeError: quokka fused_moe: invalid "
+                                                "tile config 7") + 1
+        assert f"{S}AsyncLLM output_handler failed." in events[0].excerpt  # the symptoms stay
+
+
+@pytest.mark.parametrize(("exception", "category"), [
+    ("AssertionError: num_computed_tokens 12 > num_tokens 8", "other"),
+    ("RuntimeError: CUDA error: device-side assert triggered", "other"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+     "total capacity of 79.1 GiB", "cuda_oom"),
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+     "allocate 7406166528 bytes.", "hbm_oom"),
+])
+def test_the_root_cause_names_an_engine_death_not_its_symptoms(
+        sigs: SignatureSet, exception: str, category: str) -> None:
+    events = classify(sigs, engine_death(exception), 1000)
+    assert [e.category for e in events] == [category]
+    assert any("EngineCore encountered an issue" in x for x in events[0].excerpt)
+
+
+def test_an_engine_core_traceback_logged_on_its_way_out_then_silence_is_a_crash(
+        sigs: SignatureSet) -> None:
+    lines = engine_death("RuntimeError: quokka", header=False)[:7]  # up to the exception
+    assert [e.signature for e in classify(sigs, lines, 1000)] == ["unclassified_crash"]
+    # The same logged traceback in the API server (a request's handler caught it) is not.
+    api = [x.replace(E, "(APIServer pid=1) ERROR 10-20 03:20:50 [serving.py:1] ") for x in lines]
+    assert classify(sigs, api, 1000) == []

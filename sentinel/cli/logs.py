@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from sentinel.logs.signatures import SignatureSet
     from sentinel.model import LogEntry, LogEvent
 
-_BATCH = 8192
+_CHUNK = 1 << 20  # bytes read at a time
 
 
 def add_parser(sub: Any) -> None:
@@ -100,36 +100,51 @@ def _classify_path(path: str, sigset: SignatureSet) -> list[LogEvent]:
 
     source = "stdin" if path == "-" else f"file:{path}"
     classifier = Classifier(sigset)
-    events: list[LogEvent] = []
     if path == "-":
-        stream: BinaryIO = sys.stdin.buffer
-        return _run(classifier, _entries(stream, path, source))
+        return _run(classifier, sys.stdin.buffer, path, source)
     with open(path, "rb") as stream:
-        events = _run(classifier, _entries(stream, path, source))
-    return events
+        return _run(classifier, stream, path, source)
 
 
-def _run(classifier: Classifier, batches: Iterator[list[LogEntry]]) -> list[LogEvent]:
-    events: list[LogEvent] = []
-    for batch in batches:
-        events.extend(classifier.feed_many(batch))
-    events.extend(classifier.flush())
-    return events
+def _run(classifier: Classifier, stream: BinaryIO, target: str, source: str) -> list[LogEvent]:
+    """Classify the stream in chunks of whole lines; invalid UTF-8 is replaced, never fatal.
 
-
-def _entries(stream: BinaryIO, target: str, source: str) -> Iterator[list[LogEntry]]:
-    """Batches of entries, one per line; invalid UTF-8 is replaced, never fatal."""
+    Lines are split as bytes (a newline byte is never inside a UTF-8
+    character) and an entry is made only for a line the classifier looks at.
+    """
     from sentinel.model import LogEntry
 
-    batch: list[LogEntry] = []
-    for line_no, raw in enumerate(stream, start=1):
-        text = raw.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")
-        batch.append(LogEntry(target=target, source=source, t_ms=0, text=text, line_no=line_no))
-        if len(batch) >= _BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+    events: list[LogEvent] = []
+    first = 1  # line number of the chunk's first line
+    rest = b""
+    while True:
+        data = stream.read(_CHUNK)
+        if not data:
+            break
+        data = rest + data
+        cut = data.rfind(b"\n")
+        if cut == -1:
+            rest = data
+            continue
+        rest = data[cut + 1:]
+        block = data[:cut].decode("utf-8", errors="replace")
+        if "\r" in block:  # CRLF: drop the CR as the reader of a LF file would see it
+            block = block.replace("\r\n", "\n")
+        texts = block.split("\n")
+
+        def entry_of(i: int, texts: list[str] = texts, first: int = first) -> LogEntry:
+            return LogEntry(target=target, source=source, t_ms=0, text=texts[i],
+                            line_no=first + i)
+
+        events.extend(classifier.feed_lines(texts, entry_of))
+        first += len(texts)
+    if rest:
+        text = rest.decode("utf-8", errors="replace").rstrip("\r")
+        events.extend(classifier.feed_lines(
+            [text], lambda _: LogEntry(target=target, source=source, t_ms=0, text=text,
+                                       line_no=first)))
+    events.extend(classifier.flush())
+    return events
 
 
 def _as_dict(path: str, ev: LogEvent) -> dict[str, object]:

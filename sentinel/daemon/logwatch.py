@@ -54,7 +54,8 @@ class LogWatch:
         events = classifier.feed_many(entries, now_ms=now_ms)
         if not entries:
             # The stream went quiet: emit what waited for context-after lines (a
-            # traceback whose fate is undecided waits a bounded time more).
+            # traceback whose fate is undecided waits SETTLE_MS from its last
+            # line, which an empty poll does not move).
             events += classifier.flush(now_ms)
         events = [dataclasses.replace(e, excerpt=_REDACTOR.lines(e.excerpt)) for e in events]
         # Where the source stands is saved with the events it led to, and only when it moved.

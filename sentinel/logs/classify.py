@@ -23,13 +23,20 @@ whether the process survived it (see `fatal.py`): when it did not, the event
 is the catch-all `unclassified_crash` (category `other`). A symptom's hit
 (lower priority, e.g. engine-dead) inside an open group's window joins the
 group instead of opening its own event, so the root cause names the event
-and the symptom's lines are part of its excerpt.
+and the symptom's lines are part of its excerpt. When only symptoms matched,
+the first exception in the group that no signature knows (an assertion in
+the scheduler, an error in a kernel library) is their cause, and the
+catch-all names the event at that line.
+
+Time: `flush(now_ms)` on a quiet poll lets an undecided traceback wait
+`fatal.SETTLE_MS` from the batch that brought the stream's last line (not
+from the last poll), on the caller's clock.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sentinel.logs import fatal
@@ -68,6 +75,7 @@ class _Hit:
     signature: Signature
     entry: LogEntry
     line_no: int | None
+    cause: bool = False  # the catch-all on a traceback that ended its process: a root cause
 
 
 @dataclass(slots=True)
@@ -89,6 +97,9 @@ class _Group:
     exception: tuple[LogEntry, str, int | None] | None = None
     tb_start: tuple[LogEntry, int | None] | None = None  # the first header's entry and line
     waited: int = 0  # neutral lines seen while deciding
+    # The first exception line in the group that no signature names: when only
+    # symptoms (engine dead) follow, it is the root cause that names the event.
+    cause: tuple[LogEntry, int | None] | None = None
 
     def add(self, line: str) -> None:
         self.size += 1
@@ -126,7 +137,7 @@ class Classifier:
         self._lines = 0
         self._truncated = 0
         self._events = 0
-        self._fed_ms: int | None = None
+        self._last_line_ms: int | None = None  # when the last non-empty batch came
         found = signatures.by_name(CATCH_ALL)
         self._catch_all = found if found is not None else DEFAULT_CATCH_ALL
 
@@ -150,32 +161,46 @@ class Classifier:
     def feed_many(self, entries: Sequence[LogEntry], now_ms: int | None = None) -> list[LogEvent]:
         """Classify a batch; same result as feeding one by one, much faster on quiet logs.
 
-        `now_ms` (when the batch was read) starts the settle time of a traceback
-        still undecided at the end of the batch (see `flush`).
+        `now_ms` (when the batch was read, on Sentinel's clock) starts the settle
+        time of a traceback still undecided at the end of the batch (see `flush`).
+        An empty batch leaves it alone: the quiet time runs from the last *line*,
+        so a poller that calls this on every (empty) poll still sees it run out.
         """
-        if now_ms is not None:
-            self._fed_ms = now_ms
-        texts = [e.text for e in entries]
+        return self.feed_lines([e.text for e in entries], entries.__getitem__, now_ms)
+
+    def feed_lines(self, texts: list[str], entry_of: Callable[[int], LogEntry],
+                   now_ms: int | None = None) -> list[LogEvent]:
+        """`feed_many` for a reader that has the lines as text (`sentinel logs classify`).
+
+        `entry_of(i)` makes the entry of line i; it is called only for the lines
+        the classifier looks at (matches, tracebacks, their context), so a quiet
+        stretch costs no objects at all.
+        """
         if not texts:
             return []
+        if now_ms is not None:
+            self._last_line_ms = now_ms
         block = "\n".join(texts)
         if block.count("\n") != len(texts) - 1 or max(map(len, texts)) > self.max_line_chars:
-            return [ev for e in entries for ev in self.feed(e)]  # multi-line or huge: slow path
+            # multi-line or huge: the slow path, line by line
+            return [ev for i in range(len(texts)) for ev in self.feed(entry_of(i))]
         events: list[LogEvent] = []
         i = 0
         end = len(texts)
         for hit, signature, starts_tb in [*self.signatures.scan(block), (end, None, False)]:
             while i < hit and self._group is not None:  # an open group needs every line
-                events.extend(self._step(entries[i], texts[i].rstrip("\r"), entries[i].line_no,
-                                         None, False))
+                entry = entry_of(i)
+                events.extend(self._step(entry, texts[i].rstrip("\r"), entry.line_no, None,
+                                         False))
                 i += 1
             if i < hit:  # quiet stretch: only the ring and the counter change
                 self._ring.extend(texts[max(i, hit - (self._ring.maxlen or 1)):hit])
                 self._lines += hit - i
                 i = hit
             if hit < end:
-                events.extend(self._step(entries[hit], texts[hit].rstrip("\r"),
-                                         entries[hit].line_no, signature, starts_tb))
+                entry = entry_of(hit)
+                events.extend(self._step(entry, texts[hit].rstrip("\r"), entry.line_no,
+                                         signature, starts_tb))
                 i = hit + 1
         return events
 
@@ -183,13 +208,14 @@ class Classifier:
         """The stream went quiet (`now_ms` given) or ended (None): close the open group.
 
         A traceback whose fate is still undecided waits, on a quiet stream,
-        until `fatal.SETTLE_MS` after the batch that brought its last line;
+        until `fatal.SETTLE_MS` after the batch that brought its last line
+        (`now_ms` and that batch's time are both Sentinel's clock);
         then (and at the end of the stream) its shape decides.
         """
         group = self._group
         if group is not None and not group.hits and group.tb_header is not None:
-            if now_ms is not None and self._fed_ms is not None \
-                    and now_ms - self._fed_ms < fatal.SETTLE_MS:
+            if now_ms is not None and self._last_line_ms is not None \
+                    and now_ms - self._last_line_ms < fatal.SETTLE_MS:
                 return []
             self._decide_by_shape(group, ended=True)
         return self._close()
@@ -233,6 +259,8 @@ class Classifier:
                 group.add(line)
                 if not was_after and group.traceback.after_exception:
                     group.exception = (entry, line, line_no)
+                    if group.cause is None and signature is None and fatal.is_cause(line):
+                        group.cause = (entry, line_no)
                 if signature is not None:
                     group.hit(signature, entry, line_no)
                 return True
@@ -313,7 +341,7 @@ class Classifier:
         if group.tb_header is None or (group.exception is None and not ended):
             return
         exception = group.exception[1] if group.exception is not None else ""
-        if fatal.by_shape(group.tb_header, group.tb_before, exception):
+        if fatal.by_shape(group.tb_header, group.tb_before, exception, group.tb_process):
             self._crash(group)
         else:
             group.tb_header = None
@@ -323,9 +351,9 @@ class Classifier:
         sig = self._catch_all
         if group.exception is not None:
             entry, _, line_no = group.exception
-            group.hits.append(_Hit(sig, entry, line_no))
+            group.hits.append(_Hit(sig, entry, line_no, cause=True))
         elif group.tb_start is not None:
-            group.hits.append(_Hit(sig, *group.tb_start))
+            group.hits.append(_Hit(sig, *group.tb_start, cause=True))
         group.after_left = sig.context_after
 
     def _open(self, entry: LogEntry, line: str, line_no: int | None,
@@ -348,8 +376,7 @@ class Classifier:
         group, self._group = self._group, None
         if group is None or not group.hits:
             return []
-        # Root causes outrank symptoms; among equals the first hit names the event.
-        best = max(group.hits, key=lambda h: h.signature.priority)
+        best = self._naming_hit(group)
         sig = best.signature
         before = group.before[-sig.context_before:] if sig.context_before else []
         body = group.head + ([f"… [{group.omitted} lines omitted] …"] if group.omitted else [])
@@ -361,6 +388,23 @@ class Classifier:
             line_no=best.line_no, excerpt=self._cap(before + body), runbook=sig.runbook,
         )]
 
+    def _naming_hit(self, group: _Group) -> _Hit:
+        """The hit that names the event: the root cause, not its symptoms.
+
+        Root causes outrank symptoms by priority; among equals the first hit
+        names the event. When only symptoms (engine dead, priority at most
+        SYMPTOM_PRIORITY) matched, an exception in the excerpt that no
+        signature knows (an assertion in the scheduler, an error in a kernel
+        library) is their cause: the catch-all names the event there.
+        """
+        best = max(group.hits, key=lambda h: h.signature.priority)
+        if best.signature.priority > SYMPTOM_PRIORITY or best.cause:
+            return best
+        found = next((h for h in group.hits if h.cause), None)
+        if found is None and group.cause is not None:
+            found = _Hit(self._catch_all, *group.cause, cause=True)
+        return found or best
+
     def _cap(self, lines: list[str]) -> tuple[str, ...]:
         """Keep the excerpt within max lines and chars, keeping head and tail."""
         if len(lines) > self.max_excerpt_lines:
@@ -371,3 +415,4 @@ class Classifier:
             per_line = max(80, self.max_excerpt_chars // max(len(lines), 1))
             lines = [x if len(x) <= per_line else x[:per_line] + " …" for x in lines]
         return tuple(lines)
+

@@ -16,7 +16,9 @@ traceback Python's default hook printed (no log level before it) ends the
 process unless it came from a thread, a callback or an ASGI request, which
 the process survives; a traceback logged by a logger was caught by code that
 carries on (a tool parser failing on one response), unless it is logged at
-CRITICAL or its message says the process is going down ("fatal", "died").
+CRITICAL, its message says the process is going down ("fatal", "died"), or
+the process is vLLM's engine core or one of its workers, whose loops log an
+exception only on their way out.
 Stopping on purpose (`KeyboardInterrupt`, `SystemExit`, a cancelled task) is
 never a crash.
 
@@ -67,6 +69,9 @@ _SURVIVABLE_CONTEXT = re.compile(
 _FATAL_MESSAGE = re.compile(
     r"[Ff]atal|FATAL|[Cc]rash|\bdied\b|\bdead\b|[Aa]bort|\b[Tt]erminat|\b[Ee]xiting"
 )
+# vLLM's processes that do not survive an exception they log: the engine core
+# (EngineCore_DP0), its workers (VllmWorker-1, Worker_TP0, WorkerProc), Ray's worker wrappers.
+_ENGINE_PROCESS = re.compile(r"(?:EngineCore|[A-Za-z]*Worker|WorkerProc|RayWorkerWrapper)")
 _LEVEL_PREFIX_CHARS = 120  # a level word later than this is message text, not the record's level
 
 
@@ -106,11 +111,27 @@ def is_benign(exception: str) -> bool:
     return _BENIGN.search(exception) is not None
 
 
-def by_shape(header: str, before: str, exception: str) -> bool:
+# Exceptions that report another process's death or a torn-down channel: the
+# fallout of an engine death, never its cause.
+_FALLOUT = re.compile(
+    r"\b(?:EOFError|BrokenPipeError|ConnectionResetError|ConnectionRefusedError|ZMQError|"
+    r"ClosedResourceError|EndOfStream|ProcessLookupError|TimeoutError|CancelledError|"
+    r"EngineGenerateError|EngineDeadError|ChildProcessError)\b|"
+    r"RuntimeError: (?:cancelled|Engine|Worker|Cannot send)"
+)
+
+
+def is_cause(exception: str) -> bool:
+    """Whether an exception line can be the root cause of the engine's death (not its fallout)."""
+    return not is_benign(exception) and _FALLOUT.search(exception) is None
+
+
+def by_shape(header: str, before: str, exception: str, process: str | None = None) -> bool:
     """Whether an undecided traceback ended its process, judged by how it was printed.
 
     `header` is the `Traceback (most recent call last):` line, `before` the line
-    preceding it, `exception` the final exception line.
+    preceding it, `exception` the final exception line, `process` the
+    `(Name pid=N)` prefix when there is one.
     """
     body = exception
     marker = header.find("Traceback (most recent call last):")
@@ -125,6 +146,10 @@ def by_shape(header: str, before: str, exception: str) -> bool:
     if level is None:
         return True  # printed by Python's default hook: the exception ended the program
     if level in ("CRITICAL", "FATAL"):
+        return True
+    if level == "ERROR" and process is not None and _ENGINE_PROCESS.match(process):
+        # vLLM's engine core and workers log an exception on their way out (their
+        # busy loops do not carry on after one), and no sign of life followed it.
         return True
     # Logged by code that caught the exception (logger.exception): the process
     # carries on unless the message itself says it is going down.

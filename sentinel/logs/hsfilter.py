@@ -110,6 +110,30 @@ class HyperscanFilter:
         return out
 
 
+    def serialize(self) -> bytes:
+        """The compiled database as bytes (`load_hyperscan_filter` reads them back)."""
+        return bytes(hyperscan.dumpb(self._db))
+
+
+def hyperscan_version() -> str:
+    """Which Hyperscan builds the prefilter ("none" when it is not installed)."""
+    if hyperscan is None:
+        return "none"
+    return f"hyperscan {getattr(hyperscan, '__version__', '?')}"
+
+
+def load_hyperscan_filter(data: bytes | None, exact: Sequence[bool]) -> HyperscanFilter | None:
+    """A filter from `HyperscanFilter.serialize` bytes; None without Hyperscan or on bad bytes."""
+    if hyperscan is None or data is None:
+        return None
+    try:
+        db = hyperscan.loadb(data, hyperscan.HS_MODE_BLOCK)
+    except Exception as exc:  # a cache written by another Hyperscan build, or damaged
+        log.info("cached Hyperscan database unusable (%s); compiling", exc)
+        return None
+    return HyperscanFilter(db, tuple(bool(e) for e in exact))
+
+
 def _collect(_id: int, _start: int, end: int, _flags: int, ends: list[int]) -> None:
     ends.append(end)
 

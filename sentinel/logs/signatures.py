@@ -11,15 +11,25 @@ Validation reports every problem at once as `file:line: key: message`.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from sentinel.config.yamlpos import Positioned, YamlSyntaxError, load_positioned
+from sentinel.logs import sigcache
 from sentinel.logs.anchors import AnchorError, choose_anchors, pattern_units
-from sentinel.logs.hsfilter import build_hyperscan_filter, is_exact
+from sentinel.logs.hsfilter import (
+    build_hyperscan_filter,
+    hyperscan_version,
+    is_exact,
+    load_hyperscan_filter,
+)
 
 CATEGORIES = (
     "hbm_oom", "cuda_oom", "host_oom_killed", "engine_dead", "startup_failure",
@@ -34,6 +44,7 @@ _KEYS = {"name", "category", "severity", "patterns", "context_before", "context_
 _REQUIRED = ("name", "category", "severity", "patterns", "runbook")
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 MAX_CONTEXT = 50
+log = logging.getLogger(__name__)
 
 
 class SignatureFileError(Exception):
@@ -64,55 +75,107 @@ class Signature:
     unless_after: tuple[str, ...] = ()
 
 
-class SignatureSet:
-    """Compiled signatures: one combined regex behind a literal prefilter."""
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """What building a `SignatureSet` costs to compute: kept in the on-disk cache (`sigcache.py`).
 
-    def __init__(self, signatures: Sequence[Signature], engine: str = "auto") -> None:
+    `hyperscan` is the serialized Hyperscan database (None: the literal
+    prefilter), `exact` its per-expression exactness.
+    """
+
+    anchors: tuple[str, ...]
+    exact: tuple[bool, ...]
+    hyperscan: bytes | None
+
+
+class SignatureSet:
+    """Compiled signatures: one combined regex behind a literal prefilter.
+
+    Building one chooses anchors and compiles Hyperscan (seconds of CPU);
+    `compiled` hands in what an earlier build computed (see `sigcache.py`).
+    Python regexes are compiled on first use: a scan that finds no candidate
+    line never needs them.
+    """
+
+    def __init__(self, signatures: Sequence[Signature], engine: str = "auto", *,
+                 compiled: Compiled | None = None) -> None:
         if engine not in ENGINES:
             raise ValueError(f"unknown prefilter engine {engine!r} (one of {', '.join(ENGINES)})")
         self.signatures = tuple(signatures)
         patterns = tuple(p for s in self.signatures for p in s.patterns)
-        # The traceback marker is an anchor too: the classifier must see where tracebacks start.
-        self.anchors = tuple(sorted(set(choose_anchors(patterns)) | {TRACEBACK}))
+        self._patterns = patterns
         # Hyperscan expression i is pattern i (the traceback marker last), so a
         # match id names its signature: only that pattern's `re` confirms the
         # line, and not even that where the Hyperscan rewrite is exact.
         owner = [i for i, s in enumerate(self.signatures) for _ in s.patterns]
         self._pattern_sig = [self.signatures[i] for i in owner]
         self._pattern_rank = [(-self.signatures[i].priority, i) for i in owner]
-        self._pattern_re = [re.compile(p) for p in patterns]
-        self._excluded = {id(s): re.compile("|".join(f"(?:{p})" for p in s.exclude))
-                          for s in self.signatures if s.exclude}
-        self._after = {id(s): re.compile("|".join(f"(?:{p})" for p in s.unless_after))
-                       for s in self.signatures if s.unless_after}
-        self._exact = [is_exact(p) for p in patterns]
         self._tb_id = len(patterns)
-        self._hyperscan = (None if engine == "literal" or not patterns
-                           else build_hyperscan_filter([*patterns, re.escape(TRACEBACK)],
-                                                       [*self._exact, True]))
+        if compiled is not None:
+            self.anchors = compiled.anchors
+            self._hyperscan = None if engine == "literal" else load_hyperscan_filter(
+                compiled.hyperscan, compiled.exact)
+            self._exact = list(compiled.exact) if self._hyperscan is not None \
+                else [False] * len(patterns)
+        else:
+            self._build(patterns, engine)
         if engine == "hyperscan" and self._hyperscan is None:
             raise ValueError("the hyperscan prefilter is unavailable for these signatures")
         self.engine = "hyperscan" if self._hyperscan is not None else "literal"
+        self.max_before = max((s.context_before for s in self.signatures), default=0)
+
+    def _build(self, patterns: tuple[str, ...], engine: str) -> None:
+        """Choose the anchors and compile Hyperscan (the slow part of loading)."""
+        # The traceback marker is an anchor too: the classifier must see where tracebacks start.
+        self.anchors = tuple(sorted(set(choose_anchors(patterns)) | {TRACEBACK}))
+        self._exact = [is_exact(p) for p in patterns]
+        self._hyperscan = (None if engine == "literal" or not patterns
+                           else build_hyperscan_filter([*patterns, re.escape(TRACEBACK)],
+                                                       [*self._exact, True]))
         if self._hyperscan is not None:  # what Hyperscan could compile exactly, in the end
             compiled = self._hyperscan.exact
             self._exact = [i < len(compiled) and compiled[i] for i in range(len(self._exact))]
+
+    def compiled(self) -> Compiled:
+        """What an identical set can be rebuilt from without choosing anchors or compiling."""
+        db = self._hyperscan.serialize() if self._hyperscan is not None else None
+        return Compiled(self.anchors, tuple(self._exact), db)
+
+    @cached_property
+    def _pattern_re(self) -> list[re.Pattern[str]]:
+        return [re.compile(p) for p in self._patterns]
+
+    @cached_property
+    def _excluded(self) -> dict[int, re.Pattern[str]]:
+        return {id(s): re.compile("|".join(f"(?:{p})" for p in s.exclude))
+                for s in self.signatures if s.exclude}
+
+    @cached_property
+    def _after(self) -> dict[int, re.Pattern[str]]:
+        return {id(s): re.compile("|".join(f"(?:{p})" for p in s.unless_after))
+                for s in self.signatures if s.unless_after}
+
+    @cached_property
+    def _combined(self) -> re.Pattern[str] | None:
         alternatives = [
             f"(?P<s{i}>" + "|".join(f"(?:{p})" for p in s.patterns) + ")"
             for i, s in enumerate(self.signatures)
         ]
-        self._combined = re.compile("|".join(alternatives)) if alternatives else None
+        return re.compile("|".join(alternatives)) if alternatives else None
+
+    @cached_property
+    def _ranked(self) -> list[tuple[Signature, re.Pattern[str]]]:
         # Per-signature regexes, highest priority first: used only on lines that
         # already matched, to let a root cause later in the line outrank a
         # symptom earlier in it ("compile permanent error. Ran out of memory").
         # Ties in priority go to the signature listed first.
         ranked = sorted(range(len(self.signatures)),
                         key=lambda i: (-self.signatures[i].priority, i))
-        self._ranked = [
+        return [
             (self.signatures[i],
              re.compile("|".join(f"(?:{p})" for p in self.signatures[i].patterns)))
             for i in ranked
         ]
-        self.max_before = max((s.context_before for s in self.signatures), default=0)
 
     def by_name(self, name: str) -> Signature | None:
         """The signature called `name`, or None."""
@@ -245,13 +308,55 @@ class SignatureSet:
 
 
 def load_signature_file(path: str | Path) -> SignatureSet:
-    """Load, validate and compile a signature file; raise SignatureFileError with every problem."""
+    """Load, validate and compile a signature file; raise SignatureFileError with every problem.
+
+    A file compiled before (same bytes, same Sentinel) comes from the on-disk
+    cache (`sigcache.py`) without choosing anchors or compiling Hyperscan again.
+    """
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SignatureFileError([f"{name}: cannot read: {exc}"]) from None
-    return SignatureSet(parse_signatures(text, name))
+    key = sigcache.cache_key(raw, _BUILDERS, hyperscan_version())
+    blob = sigcache.read(key)
+    if blob is not None:
+        try:
+            return _decode(blob)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.info("signature cache entry %s unusable (%s); compiling", key, exc)
+    sigset = SignatureSet(parse_signatures(text, name))
+    sigcache.write(key, _encode(sigset))
+    return sigset
+
+
+# The modules whose code decides what a signature file compiles to.
+_BUILDERS = tuple(Path(__file__).with_name(n) for n in ("signatures.py", "anchors.py",
+                                                        "hsfilter.py"))
+
+
+def _encode(sigset: SignatureSet) -> bytes:
+    """A cache blob: a length, the JSON of the signatures and anchors, the Hyperscan bytes."""
+    compiled = sigset.compiled()
+    head = json.dumps({
+        "signatures": [dataclasses.asdict(s) for s in sigset.signatures],
+        "anchors": list(compiled.anchors), "exact": list(compiled.exact),
+        "hyperscan": compiled.hyperscan is not None,
+    }).encode()
+    return len(head).to_bytes(8, "big") + head + (compiled.hyperscan or b"")
+
+
+def _decode(blob: bytes) -> SignatureSet:
+    size = int.from_bytes(blob[:8], "big")
+    head = json.loads(blob[8:8 + size])
+    fields: list[dict[str, Any]] = [
+        {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        for d in head["signatures"]]
+    sigs = [Signature(**f) for f in fields]
+    db = blob[8 + size:] if head["hyperscan"] else None
+    compiled = Compiled(tuple(head["anchors"]), tuple(bool(e) for e in head["exact"]), db)
+    return SignatureSet(sigs, compiled=compiled)
 
 
 def parse_signatures(text: str, filename: str = "<signatures>") -> list[Signature]:
