@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from sentinel.quietlog import QuietFailure
 from sentinel.respond.remediate import approvals
 from sentinel.respond.remediate.engine import REFUSED, Candidate, Engine, Prepared
 
@@ -32,6 +33,8 @@ class ApprovalRunner:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sentinel-approvals",
                                         daemon=True)
+        # A database away (or this daemon no longer leading) fails every tick: log it once.
+        self._failure = QuietFailure(log, "approval tick")
 
     def start(self) -> ApprovalRunner:
         """Tick in a background thread."""
@@ -57,7 +60,9 @@ class ApprovalRunner:
             try:
                 self.tick()
             except Exception:  # one bad row must not stop the runner
-                log.exception("approval tick failed")
+                self._failure.failed()
+            else:
+                self._failure.ok()
 
     def tick(self) -> None:
         """Expire, escalate, run: one pass."""
