@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from sentinel.incidents.db import Database
@@ -193,3 +194,43 @@ def action_lines(path: Path) -> Counter[str]:
     if not path.exists():
         return Counter()
     return Counter(line.split()[0] for line in path.read_text().splitlines() if line.strip())
+
+
+class PausableCluster:
+    """A PostgreSQL cluster of the test's own, which it can stop and start again on the same
+    port (a database outage). Built on fixtures_postgres's throwaway cluster."""
+
+    def __init__(self) -> None:
+        import fixtures_postgres as fp
+
+        bindir = fp._pg_bindir()
+        if bindir is None:
+            reason = "PostgreSQL binaries not found under /usr/lib/postgresql/*/bin"
+            if os.environ.get("CI") == "true":
+                pytest.fail(reason)
+            pytest.skip(reason)
+        self._fp = fp
+        self._cluster = fp._Cluster(bindir)
+        self.url = ""
+
+    def start(self) -> str:
+        self.url = self._cluster.start()
+        return self.url
+
+    def _ctl(self, *args: str) -> None:
+        c = self._cluster
+        self._fp._run([str(c.bindir / "pg_ctl"), "-D", str(c.data), *args])
+
+    def pause(self) -> None:
+        """Stop the server at once: every connection is cut, nothing answers on the port."""
+        self._ctl("-m", "immediate", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start it again on the same port."""
+        c = self._cluster
+        opts = (f"-p {c.port} -k {c.root} -c listen_addresses=127.0.0.1 "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+        self._ctl("-o", opts, "-l", str(c.root / "log"), "-w", "-t", "60", "start")
+
+    def stop(self) -> None:
+        self._cluster.stop()

@@ -118,6 +118,7 @@ class LeaderLease:
         self._shared = db.dialect == "postgresql"
         self._state: Leadership | None = None
         self._acting: int | None = None  # the epoch on_elected ran for (lease thread only)
+        self._led: int | None = None  # the epoch whose takeover succeeded (for /readyz)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._pinned = threading.local()  # the epoch a piece of work started under
@@ -166,6 +167,8 @@ class LeaderLease:
         """One line for /readyz: leader or standby, and the epoch or who leads."""
         st = self._state
         if st is not None and self._mono() < st.deadline:
+            if self._led != st.epoch:  # the lease is held, the takeover not done (or failed)
+                return f"ha: taking over (epoch {st.epoch}, holder {self.holder})"
             return f"ha: leader (epoch {st.epoch}, since {st.since_s:.3f}, holder {self.holder})"
         failing = ""
         if self._takeover_failures:
@@ -370,6 +373,7 @@ class LeaderLease:
                     self._demote()
                 else:
                     self._takeover_ok()
+            self._led = st.epoch if self._state is st else None
         self._set_metrics()
 
     def _takeover_failed(self, exc: Exception) -> None:
@@ -391,7 +395,7 @@ class LeaderLease:
         self._takeover_log.ok()
 
     def _demote(self) -> None:
-        self._acting = None
+        self._acting = self._led = None
         if self._changes is not None:
             self._changes.labels("stepped_down").inc()
         if self._on_demoted is not None:
