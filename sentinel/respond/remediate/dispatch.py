@@ -147,7 +147,13 @@ class Remediator:
                               self.engine.config.policies[policy_index], alert.active_at_ms)
         prepared = self.engine.prepare(candidate)
         if isinstance(prepared, Prepared):
-            self._pool.submit(self._run, prepared)
+            try:
+                future = self._pool.submit(self._run, prepared)
+            except RuntimeError:  # the pool shut down meanwhile (stop)
+                Engine.drop(prepared)
+                raise
+            # Cancelled by stop() before it ran: not running here any more (lease.RUNNING).
+            future.add_done_callback(lambda f: Engine.drop(prepared) if f.cancelled() else None)
 
     def _run(self, prepared: Prepared) -> None:
         try:
