@@ -267,6 +267,10 @@ class Engine:
               data: dict[str, object]) -> bool:
         """Write the decision if its reason changed (always for a manual run)."""
         key = (c.incident_id, c.policy.name)
+        if not manual and key not in self._last:  # a new leader: what the last one wrote
+            last = state.last_reason(self.db, c.incident_id, c.policy.name)
+            with self._lock:
+                self._last.setdefault(key, last or "")
         with self._lock:
             if not manual and self._last.get(key) == d.reason:
                 return False
