@@ -130,3 +130,24 @@ def test_a_failing_takeover_backs_off_logs_once_counts_and_is_unhealthy(
         assert "takeover failing" not in _get(f"http://{host}:{port}/readyz")[1]
     finally:
         app.stop(2)
+
+
+def test_takeover_imports_nothing_of_the_app():
+    """Issue 38: `daemon/takeover.py` ⇄ `daemon/app.py` was an import circle. The App hands
+    a Takeover what it needs; takeover (and what it imports) never loads app.py."""
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import sentinel.daemon.takeover as takeover
+
+    tree = ast.parse(Path(takeover.__file__).read_text())
+    named = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "sentinel.daemon.app" not in named  # not even under TYPE_CHECKING
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, sentinel.daemon.takeover, sentinel.daemon.remediation;"
+         "print('sentinel.daemon.app' in sys.modules)"], capture_output=True, text=True,
+        check=True).stdout.strip()
+    assert loaded == "False"
