@@ -63,6 +63,7 @@ class Remediator:
         self._reaper = threading.Thread(target=self._reap_loop, name="sentinel-remediate-reaper",
                                         daemon=True)
         self._reap_failure = QuietFailure(log, "reaping abandoned remediation attempts")
+        self._dispatch_failure = QuietFailure(log, "deciding a remediation")
 
     def start(self, stale_after_ms: int | None = None) -> Remediator:
         """Fail attempts a previous run left running, then start the dispatcher."""
@@ -130,8 +131,10 @@ class Remediator:
             key: tuple[str, int] = item[2]
             try:
                 self._one(alert, policy)
-            except Exception:
-                log.exception("remediation of %s failed", key[0])
+            except Exception:  # database away or lease lost: every queued alert fails alike
+                self._dispatch_failure.failed(detail=f"remediation of {key[0]}")
+            else:
+                self._dispatch_failure.ok()
             finally:
                 with self._lock:
                     self._pending.discard(key)
