@@ -116,7 +116,7 @@ def _approvals(url: str, status: str | None = None) -> list[dict]:
 def _pending(url: str, not_ids: tuple[int, ...] = ()) -> dict:
     return wait_for(lambda: next((a for a in _approvals(url, "pending")
                                   if a["id"] not in not_ids), None),
-                    30, "an approval to be parked")  # type: ignore[return-value]
+                    60, "an approval to be parked")  # type: ignore[return-value]
 
 
 def _approve(url: str, approval_id: int) -> None:
@@ -147,15 +147,15 @@ def test_a_failed_approved_attempt_is_parked_again_and_runs_once_approved(tmp_pa
         first = _pending(url)
         _approve(url, first["id"])
         done = wait_for(lambda: (a := _status(url, first["id"])) and a["status"] == "done" and a,
-                        20, "the approved attempt to fail")
+                        40, "the approved attempt to fail")
         assert done["detail"].startswith("failed")
         mode.write_text("ok")
         second = _pending(url, (first["id"],))  # back through the guards: parked again
         assert second["step"] == first["step"]
-        wait_for(lambda: len(_pages(sink, "SentinelRemediationAwaitingApproval")) >= 2, 10,
+        wait_for(lambda: len(_pages(sink, "SentinelRemediationAwaitingApproval")) >= 2, 30,
                  "on-call to be paged about the second approval")
         _approve(url, second["id"])
-        wait_for(lambda: (a := _status(url, second["id"])) and a["status"] == "done", 20,
+        wait_for(lambda: (a := _status(url, second["id"])) and a["status"] == "done", 40,
                  "the second approved attempt to finish")
         attempts = state.attempts(app.pipeline.tracker.db, first["incident_id"])
         assert [a.status for a in attempts] == ["failed", "succeeded"]
@@ -175,7 +175,7 @@ def test_failed_approved_attempts_that_use_up_the_ladder_page_gave_up(tmp_path, 
             approval = _pending(url, ids)
             _approve(url, approval["id"])
             ids += (approval["id"],)
-        page = wait_for(lambda: _pages(sink, "SentinelRemediationGaveUp"), 20,
+        page = wait_for(lambda: _pages(sink, "SentinelRemediationGaveUp"), 40,
                         "on-call to be paged that remediation gave up")[0]
         assert page["labels"]["reason"] == "gave_up"
         assert sorted(a["id"] for a in _approvals(url)) == sorted(ids)  # not parked again
@@ -195,7 +195,7 @@ def test_kill_9_during_an_approved_action_abandons_the_approval_and_parks_again(
         sim.set_state(kv_cache_usage=0.93)
         first = _pending(url)
         _approve(url, first["id"])
-        wait_for(lambda: _runs(tmp_path), 20, "the approved action to start")
+        wait_for(lambda: _runs(tmp_path), 40, "the approved action to start")
         assert _status(url, first["id"])["status"] == "running"
         d.kill9()
         mode.write_text("ok")
@@ -204,7 +204,7 @@ def test_kill_9_during_an_approved_action_abandons_the_approval_and_parks_again(
         was = _status(url, first["id"])
         assert was["status"] == "done" and was["detail"].startswith("abandoned"), was
         _approve(url, second["id"])
-        wait_for(lambda: (a := _status(url, second["id"])) and a["status"] == "done", 20,
+        wait_for(lambda: (a := _status(url, second["id"])) and a["status"] == "done", 40,
                  "the re-parked action to run")
         db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
         try:
