@@ -158,6 +158,20 @@ def pages(sink: Any) -> list[tuple[str, str, str, str]]:
     return out
 
 
+class AlertOnly:
+    """A sink's deliveries of one alert name only: remediation's own pages (such as
+    SentinelRemediationGaveUp after an attempt a kill abandoned) carry the target too, and
+    are not transitions of the alert under test."""
+
+    def __init__(self, sink: Any, name: str = "KVCacheHigh") -> None:
+        self.received = [(at, {**body, "alerts": [a for a in body.get("alerts", [])
+                                                  if a["labels"].get("alertname") == name]},
+                          headers)
+                         for at, body, headers in list(sink.received)
+                         if any(a["labels"].get("alertname") == name
+                                for a in body.get("alerts", []))]
+
+
 def page_report(sink: Any) -> dict[str, Any]:
     """Transitions paged, keys per transition, deliveries per key."""
     by_transition: dict[tuple[str, str, str], set[str]] = defaultdict(set)

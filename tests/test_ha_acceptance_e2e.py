@@ -21,6 +21,7 @@ import pytest
 from ha_helpers import (
     EVAL_S,
     LEASE_S,
+    AlertOnly,
     Daemon,
     PausableCluster,
     action_lines,
@@ -59,21 +60,8 @@ def sims():
         s.stop()
 
 
-class _Alert:
-    """The sink's deliveries of one alert name (remediation's own pages, such as
-    SentinelRemediationGaveUp after an attempt a kill abandoned, carry the target too)."""
-
-    def __init__(self, sink, name: str = "KVCacheHigh") -> None:
-        self.received = [(at, {**body, "alerts": [a for a in body.get("alerts", [])
-                                                  if a["labels"].get("alertname") == name]},
-                          headers)
-                         for at, body, headers in list(sink.received)
-                         if any(a["labels"].get("alertname") == name
-                                for a in body.get("alerts", []))]
-
-
 def _distinct(sink, status: str) -> Counter[str]:
-    seen = {(t, s) for (t, st, s) in page_report(_Alert(sink))["transitions"] if st == status}
+    seen = {(t, s) for (t, st, s) in page_report(AlertOnly(sink))["transitions"] if st == status}
     return Counter(t for t, _ in seen)
 
 
@@ -196,7 +184,7 @@ def _dump_pages(sink) -> None:
 
 def _check(sink, db: Database, out: Path, kills: set, recoveries: list, took: float,
            failed_takeovers: list) -> None:
-    report = page_report(_Alert(sink))
+    report = page_report(AlertOnly(sink))
     firing, resolved = _distinct(sink, "firing"), _distinct(sink, "resolved")
     redelivered = {k: n for k, n in report["deliveries"].items() if n > 1}
     dbr = db_report(db)
