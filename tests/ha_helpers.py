@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from sentinel.incidents.db import Database
@@ -157,6 +158,20 @@ def pages(sink: Any) -> list[tuple[str, str, str, str]]:
     return out
 
 
+class AlertOnly:
+    """A sink's deliveries of one alert name only: remediation's own pages (such as
+    SentinelRemediationGaveUp after an attempt a kill abandoned) carry the target too, and
+    are not transitions of the alert under test."""
+
+    def __init__(self, sink: Any, name: str = "KVCacheHigh") -> None:
+        self.received = [(at, {**body, "alerts": [a for a in body.get("alerts", [])
+                                                  if a["labels"].get("alertname") == name]},
+                          headers)
+                         for at, body, headers in list(sink.received)
+                         if any(a["labels"].get("alertname") == name
+                                for a in body.get("alerts", []))]
+
+
 def page_report(sink: Any) -> dict[str, Any]:
     """Transitions paged, keys per transition, deliveries per key."""
     by_transition: dict[tuple[str, str, str], set[str]] = defaultdict(set)
@@ -193,3 +208,46 @@ def action_lines(path: Path) -> Counter[str]:
     if not path.exists():
         return Counter()
     return Counter(line.split()[0] for line in path.read_text().splitlines() if line.strip())
+
+
+class PausableCluster:
+    """A PostgreSQL cluster of the test's own, which it can stop and start again on the same
+    port (a database outage). Built on fixtures_postgres's throwaway cluster."""
+
+    def __init__(self) -> None:
+        import fixtures_postgres as fp
+
+        bindir = fp._pg_bindir()
+        if bindir is None:
+            reason = "PostgreSQL binaries not found under /usr/lib/postgresql/*/bin"
+            if os.environ.get("CI") == "true":
+                pytest.fail(reason)
+            pytest.skip(reason)
+        self._fp = fp
+        self._cluster = fp._Cluster(bindir)
+        self.url = ""
+
+    def start(self) -> str:
+        self.url = self._cluster.start()
+        return self.url
+
+    def _ctl(self, *args: str) -> None:
+        c = self._cluster
+        self._fp._run([str(c.bindir / "pg_ctl"), "-D", str(c.data), *args])
+
+    def pause(self) -> None:
+        """Stop the server (`-m fast`, as `systemctl stop` does): every session is ended,
+        nothing answers on the port. Not `immediate`: this throwaway cluster runs with
+        fsync and synchronous_commit off, so a crash would lose commits a real server
+        keeps (a claim the daemon saw committed, then acted on)."""
+        self._ctl("-m", "fast", "-w", "-t", "60", "stop")
+
+    def resume(self) -> None:
+        """Start it again on the same port."""
+        c = self._cluster
+        opts = (f"-p {c.port} -k {c.root} -c listen_addresses=127.0.0.1 "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+        self._ctl("-o", opts, "-l", str(c.root / "log"), "-w", "-t", "60", "start")
+
+    def stop(self) -> None:
+        self._cluster.stop()

@@ -20,6 +20,7 @@ import pytest
 from ha_helpers import (
     EVAL_S,
     LEASE_S,
+    AlertOnly,
     Daemon,
     action_lines,
     db_report,
@@ -41,7 +42,8 @@ KILLS = 5
 
 def _distinct(sink, status: str) -> Counter[str]:
     """Per target, how many distinct occurrences (startsAt) were paged with this status."""
-    seen = {(t, s) for (t, st, s) in page_report(sink)["transitions"] if st == status}
+    seen = {(t, s) for (t, st, s) in page_report(AlertOnly(sink))["transitions"]
+            if st == status}
     return Counter(t for t, _ in seen)
 
 
@@ -139,7 +141,7 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
         a.stop()
         b.stop()
 
-    report = page_report(sink)
+    report = page_report(AlertOnly(sink))
     transitions = report["transitions"]
     firing = _distinct(sink, "firing")
     resolved = _distinct(sink, "resolved")
@@ -231,6 +233,7 @@ def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
         assert stopped_for > LEASE_S * 1.5
         mark = len(a.log_text())
         pages_before, lines_before = len(sink.received), sum(action_lines(out).values())
+        received_before = len(sink.received)
         a.signal(signal.SIGCONT)
         wait(lambda: "ha: standby" in a.readyz(), 10, "the woken daemon to say standby")
         time.sleep(LEASE_S * 1.5)  # time for anything it had in hand to go out
@@ -251,7 +254,9 @@ def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
     # The woken leader stepped down, and sent, ran and wrote nothing.
     assert leader_gauge == 0 and stepped is not None and stepped >= 1
     assert "lost" in woken_log
-    assert pages_after == pages_before
+    assert pages_after == pages_before, [  # which page, for the CI log
+        (a["labels"], a["status"]) for _, body, _ in list(sink.received)[received_before:]
+        for a in body.get("alerts", [])]
     assert lines_after == lines_before
     assert after == quiet
     assert " page to oncall sent" not in woken_log, woken_log

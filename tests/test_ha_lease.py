@@ -148,22 +148,33 @@ def test_ha_config_section():
         Config.model_validate({"targets": [], "ha": {"lease": "500ms"}})
 
 
-def test_targets_discovered_while_standing_by_reach_the_new_remediation_engine():
-    from types import SimpleNamespace
+def test_targets_discovered_while_standing_by_reach_the_new_remediation_engine(tmp_path):
+    from prometheus_client import CollectorRegistry
 
     from sentinel.config import TargetConfig
-    from sentinel.daemon.takeover import _add_discovered
-    from sentinel.respond.remediate.base import TargetInfo
+    from sentinel.daemon.remediation import DaemonRemediation
 
-    engine = SimpleNamespace(targets={"static": TargetInfo("static", "http://s", None)})
+    cfg = Config.model_validate({
+        "targets": [{"name": "static", "url": "http://s"}],
+        "remediation": {"command_allowlist": ["/bin/true"], "policies": [
+            {"name": "fix", "alerts": ["X"], "steps": [{"command": {"argv": ["/bin/true"]}}]}]}})
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    db.upgrade()
     pod = TargetConfig.model_validate({"name": "pod-a", "url": "http://10.0.0.1:8000",
                                        "labels": {"pod": "pod-a"}, "scrape_interval": "5s",
                                        "scrape_timeout": "4s"})
-    app = SimpleNamespace(discovered=SimpleNamespace(targets=lambda: [pod]),
-                          pipeline=SimpleNamespace(remediator=SimpleNamespace(engine=engine)))
-    _add_discovered(app)  # type: ignore[arg-type]
-    assert set(engine.targets) == {"static", "pod-a"}
-    assert engine.targets["pod-a"].labels == {"pod": "pod-a"}
+    remediation = DaemonRemediation(cfg, CollectorRegistry(), pager=None,  # type: ignore[arg-type]
+                                    may_act=lambda: True)
+    for _ in range(2):  # every term's engine learns them
+        remediator = remediation.start(db, [pod])
+        try:
+            engine = remediator.engine
+            assert set(engine.targets) == {"static", "pod-a"}
+            assert engine.targets["pod-a"].labels == {"pod": "pod-a"}
+            assert remediation.approvals is not None
+        finally:
+            remediation.stop(1.0)
+        assert remediation.remediator is None and remediation.approvals is None
 
 
 def test_work_pinned_to_a_term_is_refused_in_the_next_even_by_the_same_daemon(pg):

@@ -31,10 +31,12 @@ from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.probejobs import HEARTBEAT_SERIES, SHOWN_SERIES, ProbeJobs, probes_on
 from sentinel.daemon.querybackend import DaemonBackend
 from sentinel.daemon.readiness import DataReadiness
+from sentinel.daemon.remediation import DaemonRemediation
 from sentinel.daemon.scrapejobs import ScrapeJobs, first_run_ms, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.selfstore import write_to_store
 from sentinel.daemon.sourcejobs import SourceJobs
+from sentinel.daemon.takeover import Takeover
 from sentinel.incidents.db import Database
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import labels_of
@@ -48,6 +50,8 @@ from sentinel.respond.diagnose.gather import (
     store_series,
 )
 from sentinel.respond.diagnose.worker import DiagnosisWorker
+from sentinel.respond.remediate.approval_runner import ApprovalRunner
+from sentinel.respond.remediate.pager import NotifyPager
 from sentinel.rules.loader import RuleGroup, load_rule_files
 from sentinel.rules.manager import RuleManager
 from sentinel.rules.needs import needed_series
@@ -93,7 +97,9 @@ class App:
         self.status: StatusServer | None = None
         self.notifier: Notifier | None = None
         self.discovered: Any = None  # sentinel.daemon.discovery.DiscoveredTargets
-        self.approvals: Any = None  # ApprovalRunner, when remediation is configured
+        # Remediation and approvals: started with the daemon, or at each HA takeover.
+        self.remediation: DaemonRemediation | None = None
+        self._takeover: Takeover | None = None  # with `ha:`, what a change of role touches
         self._scheduler: BackgroundScheduler | None = None
         # The one event loop for network I/O: scrapes now; other async sources submit here.
         self.io: IOLoop | None = None
@@ -132,6 +138,10 @@ class App:
                                  heartbeats=self.heartbeats,
                                  active=self.acting if self.lease is not None else None)
         tracker = IncidentTracker(work_db, outbox=self.notifier.outbox)
+        self.remediation = DaemonRemediation(cfg, self.metrics.registry,
+                                             NotifyPager(self.notifier.page, self._now_ms,
+                                                         self.notifier.recovered),
+                                             self.acting, self.clock)
         groups = load_rule_files(rule_paths(cfg))
         self.io = IOLoop().start()
         store = MemoryStore(retention_ms=self._retention_ms(groups))
@@ -166,7 +176,9 @@ class App:
                 work_db, cfg, series=self.query.series_reader() or store_series(store))
         if self.lease is None:
             self.pipeline.reconcile(self._now_ms())
-            self._start_remediation(db)
+            self.pipeline.remediator = self.remediation.start(db)
+        else:
+            self._takeover = self._takeover_for(self.lease.holder)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         self.probes = ProbeJobs(cfg, store, self.metrics.registry, self._now_ms,
                                 self.io)
@@ -233,12 +245,10 @@ class App:
         if self.status is not None:
             self.status.stop()
             self.status = None
-        if self.approvals is not None:
-            self.approvals.stop(timeout_s)
-            self.approvals = None
+        if self.remediation is not None:
+            self.remediation.stop(timeout_s)
         if self.pipeline is not None:
-            if self.pipeline.remediator is not None:
-                self.pipeline.remediator.stop(timeout_s)
+            self.pipeline.remediator = None
         if self.sources is not None:
             self.sources.close()
         if self.diagnosis is not None:
@@ -280,11 +290,20 @@ class App:
         Logged once when it turns unhealthy, summarised while it stays so, and once on recovery.
         """
         why = self.heartbeats.unhealthy(time.monotonic(), self.clock())
+        trouble = self.lease.takeover_trouble() if self.lease is not None else None
+        if trouble is not None:  # no leader anywhere, and this one cannot take over
+            why = trouble if why is None else f"{why}\n{trouble}"
         if why is None:
             self._health_log.ok()
         else:
             self._health_log.failed(detail=why.replace("\n", "; "))
         return why
+
+    @property
+    def approvals(self) -> ApprovalRunner | None:
+        """The approval runner while this daemon acts and remediation is configured."""
+        return self.remediation.approvals if self.remediation is not None else None
+
     def acting(self) -> bool:
         """Whether this daemon evaluates, records and responds: always, or as the HA leader."""
         return self.lease is None or (self.leading and self.lease.is_leader())
@@ -293,35 +312,42 @@ class App:
         """With `ha:`, the leader lease and a database fenced by it; else `db` itself."""
         if self.config.ha is None:
             return db
-        from sentinel.daemon import takeover
         from sentinel.daemon.leader import FencedDatabase, LeaderLease
         from sentinel.respond.remediate.lease import owner_id
 
+        # The lease starts (and so calls these) only once start() built the Takeover.
         self.lease = LeaderLease(
             db, self.config.ha.lease_ms, self.config.ha.name, owner_id(),
-            registry=self.metrics.registry, on_elected=lambda epoch: takeover.elected(self, epoch),
-            on_demoted=lambda: takeover.demoted(self))
+            registry=self.metrics.registry, on_elected=self._elected,
+            on_demoted=self._demoted)
         return FencedDatabase(db, self.lease.fence)
 
-    def _start_remediation(self, db: Database) -> None:
-        """The remediation engine, when a response policy names anything to do."""
-        if not self.config.remediation.policies:
-            return
-        from sentinel.respond.remediate.dispatch import Remediator
-        from sentinel.respond.remediate.metrics import RemediationMetrics
-        from sentinel.respond.remediate.pager import NotifyPager
-        from sentinel.respond.remediate.wiring import build_engine
-
+    def _takeover_for(self, holder: str) -> Takeover:
+        """What a change of HA role touches, handed to daemon/takeover.py."""
         assert self.pipeline is not None and self.notifier is not None
-        pager = NotifyPager(self.notifier.page, self._now_ms, self.notifier.recovered)
-        engine = build_engine(self.config, db, pager, RemediationMetrics(self.metrics.registry),
-                              self.clock)
-        engine.external_url = self.config.external_url
-        engine.may_act = self.acting
-        self.pipeline.remediator = Remediator(engine).start()
-        from sentinel.respond.remediate.approval_runner import ApprovalRunner
+        assert self.query is not None and self.remediation is not None
+        return Takeover(
+            config=self.config, pipeline=self.pipeline, outbox=self.notifier.outbox,
+            lock=self._lock, groups=lambda: self._groups, backend=self.query.backend,
+            started_ms=self.started_ms, now_ms=self._now_ms, remediation=self.remediation,
+            discovered=lambda: self.discovered.targets() if self.discovered is not None else (),
+            set_leading=self._set_leading, holder=holder,
+            restore_signatures=self._restore_signatures)
 
-        self.approvals = ApprovalRunner(engine).start()
+    def _elected(self, epoch: int) -> None:
+        assert self._takeover is not None
+        self._takeover.elected(epoch)
+
+    def _demoted(self) -> None:
+        assert self._takeover is not None
+        self._takeover.demoted()
+
+    def _set_leading(self, leading: bool) -> None:
+        self.leading = leading
+
+    def _restore_signatures(self) -> None:
+        if self.sources is not None:
+            self.sources.restore_signatures()
 
     def _surfaces(self, db: Database, host: str) -> Any:
         """The API, page and MCP served beside /metrics (issue 15)."""

@@ -33,6 +33,13 @@ What fencing cannot cover is a call to the outside world (a webhook POST, a
 command) after the claim committed: those check `is_leader()` (the local
 deadline) just before they start, which leaves only the instant between that
 check and the call itself.
+
+A takeover (`on_elected`) that raises hands the lease back and is retried with
+backoff (a lease, doubling to `TAKEOVER_BACKOFF_CAP_S`), logged once with its
+traceback and summarised while it repeats, counted in
+`sentinel_ha_takeover_failures_total`, and reported by `takeover_trouble()`
+(/healthz: a daemon that cannot lead while no one leads is unhealthy) and
+`describe()` (/readyz). Meanwhile the lease is only looked at.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from sentinel.backoff import exponential
 from sentinel.incidents.db import Database
 from sentinel.quietlog import QuietFailure
 
@@ -74,6 +82,9 @@ _PEEK = text(
 _FENCE = text(
     "SELECT epoch FROM ha_leases WHERE name = :name AND holder = :holder AND epoch = :epoch "
     "AND expires_at > clock_timestamp() FOR SHARE")
+
+# The longest wait between two tries of a takeover that keeps failing.
+TAKEOVER_BACKOFF_CAP_S = 30.0
 
 
 class NotLeader(Exception):
@@ -107,14 +118,21 @@ class LeaderLease:
         self._shared = db.dialect == "postgresql"
         self._state: Leadership | None = None
         self._acting: int | None = None  # the epoch on_elected ran for (lease thread only)
+        self._led: int | None = None  # the epoch whose takeover succeeded (for /readyz)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._pinned = threading.local()  # the epoch a piece of work started under
         self._thread: threading.Thread | None = None
         self._failure = QuietFailure(log, "leader lease")
+        # A takeover that raised: retried with backoff, logged once (see the module docstring).
+        self._takeover_log = QuietFailure(log, "taking over as leader (the lease is handed back)")
+        self._takeover_failures = 0  # in a row
+        self._takeover_error = ""
+        self._backoff_until = 0.0  # monotonic: no takeover before this
         self.other: str | None = None  # the holder seen last, when not us
         self._remaining_ms = 0.0  # what the leader seen last had left of its lease
-        self._gauge = self._epoch_gauge = self._changes = None
+        self._other_live = False  # whether that leader (self.other) still had time left
+        self._gauge = self._epoch_gauge = self._changes = self._takeover_counter = None
         if registry is not None:
             self._gauge = Gauge("sentinel_ha_leader",
                                 "1 while this Sentinel holds the leader lease, else 0.",
@@ -127,6 +145,10 @@ class LeaderLease:
                                     ["change"], registry=registry)
             for change in ("elected", "stepped_down"):
                 self._changes.labels(change)
+            self._takeover_counter = Counter(
+                "sentinel_ha_takeover_failures_total",
+                "Takeovers that failed after the lease was acquired (the lease was handed "
+                "back and the takeover is retried with backoff).", registry=registry)
 
     # -- what others ask ---------------------------------------------------
 
@@ -145,8 +167,31 @@ class LeaderLease:
         """One line for /readyz: leader or standby, and the epoch or who leads."""
         st = self._state
         if st is not None and self._mono() < st.deadline:
+            if self._led != st.epoch:  # the lease is held, the takeover not done (or failed)
+                return f"ha: taking over (epoch {st.epoch}, holder {self.holder})"
             return f"ha: leader (epoch {st.epoch}, since {st.since_s:.3f}, holder {self.holder})"
-        return f"ha: standby (leader {self.other or 'unknown'}, holder {self.holder})"
+        failing = ""
+        if self._takeover_failures:
+            failing = (f"; takeover failing ({self._takeover_failures} in a row, next try in "
+                       f"{max(0.0, self._backoff_until - self._mono()):.1f}s): "
+                       f"{self._takeover_error}")
+        return f"ha: standby (leader {self.other or 'unknown'}, holder {self.holder}){failing}"
+
+    def takeover_trouble(self) -> str | None:
+        """Why this daemon is unhealthy as far as leading goes, or None.
+
+        It is when its takeovers keep failing while no one else leads: the fleet has no
+        leader, and only a restart (or a person) can help. While another daemon leads,
+        a standby that could not take over is not (yet) a problem for anyone.
+        """
+        if not self._takeover_failures or self.is_leader() or self.other_leads():
+            return None
+        return (f"ha: cannot take over as leader ({self._takeover_failures} failed takeovers "
+                f"in a row, and no other Sentinel leads): {self._takeover_error}")
+
+    def other_leads(self) -> bool:
+        """Whether the lease was seen last held by another Sentinel, with time left."""
+        return self.other is not None and self._other_live
 
     @contextmanager
     def term(self) -> Iterator[int | None]:
@@ -229,6 +274,8 @@ class LeaderLease:
         try:
             if self._state is not None:
                 self._renew(self._state)
+            elif self._mono() < self._backoff_until:
+                self._peek()  # a takeover failed: only look, until the backoff ends
             elif not self._shared:
                 self._elected(1)
             else:
@@ -255,14 +302,23 @@ class LeaderLease:
         else:
             self._lost(st, "the renewal found the lease taken or run out")
 
-    def _try_acquire(self) -> None:
+    def _peek(self) -> bool:
+        """Look at the lease row; True when someone (perhaps us) holds it with time left."""
+        if not self._shared:
+            return False
         with self._statement() as s:
             row = s.execute(_PEEK, {"name": self.name}).first()
-        if row is not None:
-            self.other = None if row[0] == self.holder else str(row[0])
-            self._remaining_ms = float(row[2])
-            if self._remaining_ms > 0:
-                return
+        if row is None:
+            self.other, self._remaining_ms, self._other_live = None, 0.0, False
+            return False
+        self.other = None if row[0] == self.holder else str(row[0])
+        self._remaining_ms = float(row[2])
+        self._other_live = self._remaining_ms > 0
+        return self._other_live
+
+    def _try_acquire(self) -> None:
+        if self._peek():
+            return
         t0 = self._mono()
         with self._statement() as s:
             got = s.execute(_ACQUIRE, {"name": self.name, "holder": self.holder,
@@ -310,15 +366,36 @@ class LeaderLease:
             if self._on_elected is not None:
                 try:
                     self._on_elected(st.epoch)
-                except Exception:
-                    log.exception("taking over as leader failed; handing the lease back")
+                except Exception as exc:
+                    self._takeover_failed(exc)
                     self._state = None
                     self._release_quietly(st)
                     self._demote()
+                else:
+                    self._takeover_ok()
+            self._led = st.epoch if self._state is st else None
         self._set_metrics()
 
+    def _takeover_failed(self, exc: Exception) -> None:
+        """Count it, log it once, and back off before the next try."""
+        self._takeover_failures += 1
+        self._takeover_error = f"{type(exc).__name__}: {exc}"[:500]
+        wait = exponential(self._takeover_failures, self.lease_s,
+                           max(self.lease_s, TAKEOVER_BACKOFF_CAP_S))
+        self._backoff_until = self._mono() + wait
+        self._other_live = False  # handed back: nobody holds it now
+        if self._takeover_counter is not None:
+            self._takeover_counter.inc()
+        self._takeover_log.failed(exc)
+
+    def _takeover_ok(self) -> None:
+        if self._takeover_failures:
+            log.info("took over as leader after %d failed takeovers", self._takeover_failures)
+        self._takeover_failures, self._takeover_error, self._backoff_until = 0, "", 0.0
+        self._takeover_log.ok()
+
     def _demote(self) -> None:
-        self._acting = None
+        self._acting = self._led = None
         if self._changes is not None:
             self._changes.labels("stepped_down").inc()
         if self._on_demoted is not None:
@@ -343,6 +420,9 @@ class LeaderLease:
             return self.lease_s / 3 if self._shared else 3600.0
         remaining = self._remaining_ms / 1000
         self._remaining_ms = 0.0
+        backoff = self._backoff_until - self._mono()
+        if backoff > 0:  # a takeover failed: the next try waits; keep looking meanwhile
+            return max(0.02, min(self.lease_s / 3, backoff + 0.02))
         # Wake just after the leader's lease would run out, but look at least every third.
         return max(0.02, min(self.lease_s / 3, remaining + 0.02))
 

@@ -1,5 +1,11 @@
 """What a Sentinel does when it becomes the HA leader, and when it stops being one.
 
+Leadership is a state a daemon enters many times: a database blip longer
+than the lease, a partition, or a pair where both have led once each make it
+lose and retake the lease. Everything `elected` starts, `demoted` stops, and
+`elected` can start it again (issue 39: the remediation metrics were
+registered again at each takeover, so a daemon led once and never again).
+
 `elected` runs on the lease thread once the lease is held, before the first
 evaluation as leader:
 
@@ -15,76 +21,82 @@ evaluation as leader:
 - remediation and approvals start (their claims go through the fenced database).
 
 `demoted` stops remediation and approvals; evaluation, notify and the log and
-diagnosis jobs check `App.acting()` themselves, and every write they would
-still try is refused by the fence.
+diagnosis jobs check the App's `acting()` themselves, and every write they
+would still try is refused by the fence.
+
+The daemon hands in what a takeover needs (`Takeover`); nothing here imports
+the App.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from sentinel.incidents.tracker import IncidentTracker
+from sentinel.config import Config, TargetConfig
+from sentinel.daemon.pipeline import Pipeline
+from sentinel.daemon.remediation import DaemonRemediation
+from sentinel.incidents.tracker import IncidentTracker, OutboxWriter
+from sentinel.rules.backend import QueryBackend
+from sentinel.rules.loader import RuleGroup
 from sentinel.rules.manager import RuleManager
-
-if TYPE_CHECKING:
-    from sentinel.daemon.app import App
 
 log = logging.getLogger(__name__)
 
 
-def elected(app: App, epoch: int) -> None:
-    """Take over: restore alert state from the database, then act."""
-    pipeline, notifier, lease = app.pipeline, app.notifier, app.lease
-    assert pipeline is not None and notifier is not None and app.engine is not None
-    cfg = app.config
-    with app._lock, pipeline.record_lock:
-        tracker = IncidentTracker(pipeline.tracker.db, outbox=notifier.outbox)
-        saved = tracker.load_alert_states()
-        backend = app.query.backend if app.query is not None else app.engine
-        rules = RuleManager(app._groups, backend, default_interval_ms=cfg.evaluation_interval_ms,
-                            external_url=cfg.external_url, store=pipeline.store)
-        if app.query is not None:  # the same routing of recording rules as at start
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    """The daemon's parts a change of role touches, handed in by the App."""
+
+    config: Config
+    pipeline: Pipeline
+    outbox: OutboxWriter
+    # Held with the pipeline's record lock while the rule manager and tracker are swapped.
+    lock: threading.Lock
+    groups: Callable[[], list[RuleGroup]]  # the rule groups loaded now (reload swaps them)
+    backend: QueryBackend  # what rules read
+    started_ms: int  # when this daemon's store began (alerts evaluated since are warm)
+    now_ms: Callable[[], int]
+    remediation: DaemonRemediation
+    discovered: Callable[[], Iterable[TargetConfig]]  # targets found by discovery so far
+    set_leading: Callable[[bool], None]
+    holder: str = "-"
+    # Rebuilds the crash-signature counters from the log events on record: this store
+    # never counted the lines the last leader read, and a crash alert must not resolve
+    # because leadership moved.
+    restore_signatures: Callable[[], None] = lambda: None
+
+    def elected(self, epoch: int) -> None:
+        """Take over: restore alert state from the database, then act."""
+        pipeline, cfg = self.pipeline, self.config
+        with self.lock, pipeline.record_lock:
+            tracker = IncidentTracker(pipeline.tracker.db, outbox=self.outbox)
+            saved = tracker.load_alert_states()
+            rules = RuleManager(self.groups(), self.backend,
+                                default_interval_ms=cfg.evaluation_interval_ms,
+                                external_url=cfg.external_url, store=pipeline.store)
+            # The same routing of recording rules as at start (query_backend:).
             rules.evaluates_recording = pipeline.rules.evaluates_recording
-        warm = [a for a in saved if a.last_eval_ms >= app.started_ms]
-        cold = [a for a in saved if a.last_eval_ms < app.started_ms]
-        n = rules.restore(warm)  # this store saw the whole time: ActiveAt stands
-        n += rules.restore(cold, app._now_ms(), cfg.alert_restore.settings())
-        rules.ready = pipeline.rules.ready
-        pipeline.rules = rules
-        pipeline.tracker = tracker
-        pipeline.reconcile_pending = True
-        if app.sources is not None:  # this store never counted the last leader's log lines
-            app.sources.restore_signatures()
-        if pipeline.remediator is None and cfg.remediation.policies:
-            app._start_remediation(pipeline.tracker.db)
-            _add_discovered(app)
-        app.leading = True
-    log.info("took over as leader (epoch %d, holder %s): %d alerts restored",
-             epoch, lease.holder if lease is not None else "-", n)
+            warm = [a for a in saved if a.last_eval_ms >= self.started_ms]
+            cold = [a for a in saved if a.last_eval_ms < self.started_ms]
+            n = rules.restore(warm)  # this store saw the whole time: ActiveAt stands
+            n += rules.restore(cold, self.now_ms(), cfg.alert_restore.settings())
+            rules.ready = pipeline.rules.ready
+            self.restore_signatures()
+            # Remediation first: if it cannot start, the pipeline is left as it was.
+            pipeline.remediator = self.remediation.start(tracker.db, self.discovered())
+            pipeline.rules = rules
+            pipeline.tracker = tracker
+            pipeline.reconcile_pending = True
+            self.set_leading(True)
+        log.info("took over as leader (epoch %d, holder %s): %d alerts restored",
+                 epoch, self.holder, n)
 
-
-def demoted(app: App) -> None:
-    """Stand by: stop starting actions; running ones cannot record anything any more."""
-    app.leading = False
-    pipeline = app.pipeline
-    if pipeline is not None and pipeline.remediator is not None:
-        remediator, pipeline.remediator = pipeline.remediator, None
-        remediator.stop(1.0)
-    if app.approvals is not None:
-        approvals, app.approvals = app.approvals, None
-        approvals.stop(1.0)
-    log.info("standing by: another Sentinel leads")
-
-
-def _add_discovered(app: App) -> None:
-    """Targets discovered while standing by: the new remediation engine must know them too."""
-    from sentinel.respond.remediate.base import TargetInfo
-
-    pipeline = app.pipeline
-    if app.discovered is None or pipeline is None or pipeline.remediator is None:
-        return
-    engine = pipeline.remediator.engine
-    found = {t.name: TargetInfo(t.name, t.url, t.xla_cache_path, labels=dict(t.labels))
-             for t in app.discovered.targets()}
-    engine.targets = {**found, **engine.targets}  # copy-on-write, static names win
+    def demoted(self) -> None:
+        """Stand by: stop starting actions; running ones cannot record anything any more."""
+        self.set_leading(False)
+        self.pipeline.remediator = None
+        self.remediation.stop(1.0)
+        log.info("standing by: another Sentinel leads")

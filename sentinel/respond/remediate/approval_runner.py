@@ -3,8 +3,13 @@
 Approvals may arrive through the API, the page, MCP or `sentinel approvals
 approve` in another process, so the runner reads them from the database: each
 tick expires due approvals, pages on-call once about every denial or expiry
-(as a refusal pages), and claims approved ones (`approved → running`, one
-winner) to run through the engine with the guards checked again at the claim.
+(as a refusal pages), marks running approvals whose action was abandoned (the
+owner died: its attempt was reaped), and claims approved ones (`approved →
+running`, one winner) to run through the engine with the guards checked again
+at the claim. An approval that ends `done` (failed, abandoned, refused at the
+claim) hands the step back to the guards: the next offer re-parks it (a new
+approval, paged) or, with the ladder used up, pages that remediation gave up,
+as without approvals.
 `kick()` makes the next tick start now, so an approval runs within
 milliseconds when it came in through this daemon.
 """
@@ -14,7 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from sentinel.respond.remediate import approvals
+from sentinel.quietlog import QuietFailure
+from sentinel.respond.remediate import approvals, lease, state
 from sentinel.respond.remediate.engine import REFUSED, Candidate, Engine, Prepared
 
 log = logging.getLogger(__name__)
@@ -32,6 +38,8 @@ class ApprovalRunner:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sentinel-approvals",
                                         daemon=True)
+        # A database away (or this daemon no longer leading) fails every tick: log it once.
+        self._failure = QuietFailure(log, "approval tick")
 
     def start(self) -> ApprovalRunner:
         """Tick in a background thread."""
@@ -57,12 +65,18 @@ class ApprovalRunner:
             try:
                 self.tick()
             except Exception:  # one bad row must not stop the runner
-                log.exception("approval tick failed")
+                self._failure.failed()
+            else:
+                self._failure.ok()
 
     def tick(self) -> None:
         """Expire, escalate, run: one pass."""
         db, now = self.engine.db, self.engine.now_ms()
         approvals.expire_due(db, now)
+        for row in approvals.abandon_orphans(db, now, self.engine.config.lease_ms,
+                                             lease.owner_gone):
+            log.warning("approval #%d abandoned (%s on %s): %s", row.id, row.action, row.target,
+                        row.detail)
         for row in approvals.claim_escalations(db, now):
             why = (f"approval #{row.id} {row.status}" + (f" by {row.decided_by}"
                    if row.decided_by else "") + f": {row.action} on {row.target} not run"
@@ -74,7 +88,7 @@ class ApprovalRunner:
             except Exception:
                 log.exception("paging about approval %d failed", row.id)
         for approval_id in approvals.approved_ids(db):
-            if approvals.claim(db, approval_id):
+            if approvals.claim(db, approval_id, lease.owner_id(), self.engine.now_ms()):
                 self._run(approval_id)
 
     def _run(self, approval_id: int) -> None:
@@ -93,6 +107,13 @@ class ApprovalRunner:
             approvals.finish(self.engine.db, approval_id, None,
                              f"refused when run: {prepared.decision.reason}: "
                              f"{prepared.decision.detail}")
+            return
+        if not approvals.started(self.engine.db, approval_id, prepared.attempt_id):
+            # Swept as abandoned while this runner was slow: another offer re-parks it.
+            Engine.drop(prepared)
+            state.finish(self.engine.db, prepared.attempt_id, False,
+                         "not run: its approval was marked abandoned", self.engine.now_ms(),
+                         self.engine.limits)
             return
         result = self.engine.execute(prepared)
         approvals.finish(self.engine.db, approval_id, result.attempt_id,

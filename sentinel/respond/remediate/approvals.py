@@ -2,23 +2,35 @@
 
     park          the guards allowed the action and its check passed, but the
                   policy says `approval: required`: write a `pending` approval
-                  (one per incident, policy and step) with its expiry
+                  with its expiry; one live approval per incident, policy and
+                  step (pending, approved, running; denied and expired ones end
+                  the step), and a new one once the last is `done`: its attempt
+                  failed, was abandoned or was refused at the claim, and the
+                  guards offered the step again (a retry needs a person again)
     decide        approve or deny; a conditional UPDATE on `status = 'pending'
                   AND expires_at > now`, so a second approval (or a late one)
                   changes nothing; approving needs the incident still open
     expire_due    pending approvals past their expiry, or whose incident
                   resolved, become `expired`
     claim         `approved` → `running` (conditional UPDATE, rowcount 1): the
-                  one worker that wins runs the action through the engine
+                  one worker that wins runs the action through the engine; the
+                  claimer (owner, time) is noted in `detail`, and `started`
+                  links the attempt it claimed as soon as it has one
     finish        `running` → `done` with the attempt that ran
+    abandon_orphans  `running` → `done` ("abandoned: ...") when its action was
+                  abandoned: the attempt was failed by a reaper (its owner died
+                  or stopped renewing its lease), or the claimer died before it
+                  claimed an attempt; the step then goes back through the guards
 
 Every change is an ACTION event on the incident's timeline.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select, update
 
@@ -26,7 +38,16 @@ from sentinel.incidents.convert import dt_to_ms, ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident, IncidentStatus
 from sentinel.incidents.models_api import Approval, ApprovalStatus
+from sentinel.incidents.models_remediation import AttemptStatus, RemediationAttempt
 from sentinel.respond.remediate.state import add_event
+
+# An approval whose action is abandoned: marked `done` with this prefix in `detail` (and an
+# `approval_abandoned` timeline event), so the step is offered again.
+ABANDONED = "abandoned"
+# Statuses that keep (incident, policy, step) from being parked again.
+_LIVE_OR_DECIDED = frozenset({ApprovalStatus.PENDING, ApprovalStatus.APPROVED,
+                              ApprovalStatus.RUNNING, ApprovalStatus.DENIED,
+                              ApprovalStatus.EXPIRED})
 
 AWAITING = "SentinelRemediationAwaitingApproval"
 
@@ -54,13 +75,16 @@ class Decided:
 def park(db: Database, *, incident_id: int, target: str, policy: str, step: int, action: str,
          plan: str, alertname: str, labels: dict[str, str], active_at_ms: int, now_ms: int,
          expiry_ms: int) -> Parked:
-    """The approval for (incident, policy, step): the existing one, or a new pending one."""
+    """The approval for (incident, policy, step): the live (or denied, expired) one, or a new
+    pending one, also after a `done` one (the guards offered the step again)."""
     with db.session() as s:
         existing = s.scalars(select(Approval).where(
             Approval.incident_id == incident_id, Approval.policy == policy,
             Approval.step == step).order_by(Approval.id.desc()).limit(1)).first()
-        if existing is not None:
+        if existing is not None and existing.status in _LIVE_OR_DECIDED:
             return Parked(existing.id, existing.status, False)
+        again = (f"; again after approval #{existing.id}: {existing.detail}"
+                 if existing is not None else "")
         row = Approval(incident_id=incident_id, target=target, policy=policy, step=step,
                        action=action, plan=plan, alertname=alertname, labels=labels,
                        active_at=ms_to_dt(active_at_ms), status=ApprovalStatus.PENDING,
@@ -70,10 +94,11 @@ def park(db: Database, *, incident_id: int, target: str, policy: str, step: int,
         s.flush()
         add_event(s, incident_id, now_ms,
                   f"awaiting approval #{row.id}: {action} on {target} ({plan}); "
-                  f"expires in {expiry_ms // 1000}s",
+                  f"expires in {expiry_ms // 1000}s{again}"[:2000],
                   {"phase": "awaiting_approval", "approval": row.id, "action": action,
                    "target": target, "policy": policy, "step": step, "plan": plan,
-                   "expires_at_ms": now_ms + expiry_ms})
+                   "expires_at_ms": now_ms + expiry_ms,
+                   "after": existing.id if existing is not None else None})
         return Parked(row.id, row.status, True)
 
 
@@ -144,12 +169,24 @@ def _expire(s: object, row: Approval, now_ms: int, why: str) -> bool:
     return changed
 
 
-def claim(db: Database, approval_id: int) -> bool:
-    """approved → running; True for the one caller that wins."""
+def claim(db: Database, approval_id: int, owner: str = "", now_ms: int = 0) -> bool:
+    """approved → running; True for the one caller that wins. `owner` (lease.owner_id) and
+    `now_ms` say who runs it since when, so `abandon_orphans` can tell a dead claimer."""
     with db.session() as s:
         return s.execute(update(Approval).where(
             Approval.id == approval_id, Approval.status == ApprovalStatus.APPROVED.value
-        ).values(status=ApprovalStatus.RUNNING.value)).rowcount == 1  # type: ignore[attr-defined]
+        ).values(status=ApprovalStatus.RUNNING.value,
+                 detail=f"claimed by {owner} at {now_ms}" if owner else "")
+        ).rowcount == 1  # type: ignore[attr-defined]
+
+
+def started(db: Database, approval_id: int, attempt_id: int) -> bool:
+    """The running approval's action claimed its attempt (before any side effect); False
+    when the approval is no longer running (swept as abandoned): then do not act."""
+    with db.session() as s:
+        return s.execute(update(Approval).where(
+            Approval.id == approval_id, Approval.status == ApprovalStatus.RUNNING.value
+        ).values(attempt_id=attempt_id)).rowcount == 1  # type: ignore[attr-defined]
 
 
 def approved_ids(db: Database) -> list[int]:
@@ -160,11 +197,67 @@ def approved_ids(db: Database) -> list[int]:
 
 
 def finish(db: Database, approval_id: int, attempt_id: int | None, detail: str) -> None:
-    """running → done, with the attempt that ran (None when the guards refused at the claim)."""
+    """running → done, with the attempt that ran (None when the guards refused at the claim).
+
+    Conditional: an approval already marked abandoned (its owner was thought dead while
+    the database was away) keeps what the sweep wrote.
+    """
     with db.session() as s:
-        row = s.get(Approval, approval_id)
-        if row is not None:
-            row.status, row.attempt_id, row.detail = ApprovalStatus.DONE, attempt_id, detail[:2000]
+        s.execute(update(Approval).where(
+            Approval.id == approval_id, Approval.status == ApprovalStatus.RUNNING.value
+        ).values(status=ApprovalStatus.DONE.value, attempt_id=attempt_id, detail=detail[:2000]))
+
+
+def abandon_orphans(db: Database, now_ms: int, lease_ms: int,
+                    owner_gone: Callable[[str], bool]) -> list[Approval]:
+    """Mark running approvals whose action was abandoned, and return them.
+
+    Abandoned: the attempt it claimed was failed by a reaper (its detail says
+    "abandoned": the owner died or stopped renewing its lease), or no attempt was
+    claimed and the claimer is gone (`owner_gone`) or claimed more than a lease ago.
+    """
+    with db.session() as s:
+        rows = s.scalars(select(Approval).where(
+            Approval.status == ApprovalStatus.RUNNING.value)).all()
+        out = []
+        for row in rows:
+            why = _abandoned_why(s, row, now_ms, lease_ms, owner_gone)
+            if why is None:
+                continue
+            detail = f"{ABANDONED}: {why}"[:2000]
+            if s.execute(update(Approval).where(
+                    Approval.id == row.id, Approval.status == ApprovalStatus.RUNNING.value
+            ).values(status=ApprovalStatus.DONE.value, detail=detail)
+            ).rowcount != 1:  # type: ignore[attr-defined]
+                continue
+            row.status, row.detail = ApprovalStatus.DONE, detail
+            add_event(s, row.incident_id, now_ms,
+                      f"approval #{row.id} abandoned: {row.action} on {row.target}: {why}; "
+                      "the step goes back through the guards",
+                      {"phase": "approval_abandoned", "approval": row.id,
+                       "attempt": row.attempt_id, "action": row.action, "target": row.target,
+                       "policy": row.policy, "detail": why})
+            out.append(row)
+        return out
+
+
+def _abandoned_why(s: Any, row: Approval, now_ms: int, lease_ms: int,
+                   owner_gone: Callable[[str], bool]) -> str | None:
+    if row.attempt_id is not None:
+        attempt = s.get(RemediationAttempt, row.attempt_id)
+        if attempt is None:
+            return f"attempt #{row.attempt_id} is gone"
+        if attempt.status == AttemptStatus.FAILED and attempt.detail.startswith(ABANDONED):
+            return f"attempt #{attempt.id} {attempt.detail}"
+        return None  # running, or finished normally (its runner records it now)
+    owner, _, at = row.detail.removeprefix("claimed by ").rpartition(" at ")
+    if not row.detail.startswith("claimed by ") or not at.isdigit():
+        return None  # claimed by an older version: its runner finishes it
+    if owner_gone(owner):
+        return f"its runner {owner} is gone before it claimed an attempt"
+    if now_ms - int(at) > lease_ms * 2:
+        return f"its runner {owner} claimed no attempt within two leases"
+    return None
 
 
 def claim_escalations(db: Database, now_ms: int) -> list[Approval]:

@@ -64,6 +64,7 @@ class Remediator:
         self._reaper = threading.Thread(target=self._reap_loop, name="sentinel-remediate-reaper",
                                         daemon=True)
         self._reap_failure = QuietFailure(log, "reaping abandoned remediation attempts")
+        self._dispatch_failure = QuietFailure(log, "deciding a remediation")
 
     def start(self, stale_after_ms: int | None = None) -> Remediator:
         """Fail attempts a previous run left running, then start the dispatcher."""
@@ -131,8 +132,10 @@ class Remediator:
             key: tuple[str, int] = item[2]
             try:
                 self._one(alert, policy)
-            except Exception:
-                log.exception("remediation of %s failed", key[0])
+            except Exception:  # database away or lease lost: every queued alert fails alike
+                self._dispatch_failure.failed(detail=f"remediation of {key[0]}")
+            else:
+                self._dispatch_failure.ok()
             finally:
                 with self._lock:
                     self._pending.discard(key)
@@ -151,7 +154,13 @@ class Remediator:
                               self.engine.config.policies[policy_index], alert.active_at_ms)
         prepared = self.engine.prepare(candidate)
         if isinstance(prepared, Prepared):
-            self._pool.submit(self._run, prepared)
+            try:
+                future = self._pool.submit(self._run, prepared)
+            except RuntimeError:  # the pool shut down meanwhile (stop)
+                Engine.drop(prepared)
+                raise
+            # Cancelled by stop() before it ran: not running here any more (lease.RUNNING).
+            future.add_done_callback(lambda f: Engine.drop(prepared) if f.cancelled() else None)
 
     def _run(self, prepared: Prepared) -> None:
         try:

@@ -25,7 +25,7 @@ from sentinel.respond.remediate import state
 from sentinel.respond.remediate.actions import ACTIONS
 from sentinel.respond.remediate.base import Action, ActionContext, TargetInfo
 from sentinel.respond.remediate.guards import Decision, Limits, Reason, Request, decide
-from sentinel.respond.remediate.lease import Heartbeat, owner_id
+from sentinel.respond.remediate.lease import RUNNING, Heartbeat, owner_id
 from sentinel.respond.remediate.metrics import RemediationMetrics
 from sentinel.respond.remediate.verify import Verification, verify
 
@@ -163,6 +163,7 @@ class Engine:
         if attempt_id is None:  # another worker took the slot between peek and claim
             self._refused(c, decision, manual)
             return Result(decision)
+        RUNNING.add(attempt_id)  # until execute ends (or the caller calls `drop`)
         self._count_decision(c, decision)
         with self._lock:
             self._last[(c.incident_id, c.policy.name)] = Reason.ALLOWED
@@ -186,6 +187,11 @@ class Engine:
                        f"{parked.approval_id}/approve|deny")
         return Result(d, detail=f"approval #{parked.approval_id} {parked.status}")
 
+    @staticmethod
+    def drop(p: Prepared) -> None:
+        """A claimed attempt that will not be executed (its worker pool stopped first)."""
+        RUNNING.discard(p.attempt_id)
+
     # -- act, verify, finish -----------------------------------------------------
 
     def execute(self, p: Prepared) -> Result:
@@ -203,8 +209,11 @@ class Engine:
         finally:
             if self.metrics:
                 self.metrics.in_flight.dec()
-        before, after = state.finish(self.db, p.attempt_id, ok, detail, self.now_ms(),
-                                     self.limits, recovery_ms, data)
+        try:
+            before, after = state.finish(self.db, p.attempt_id, ok, detail, self.now_ms(),
+                                         self.limits, recovery_ms, data)
+        finally:  # unrecorded (not leader any more): the reaper fails it once its lease ran out
+            RUNNING.discard(p.attempt_id)
         if ok and "recovered" in data:
             # A crash is an event: its incident ends here, once the attempt is on record
             # as succeeded, not when the alert's window lets go.
@@ -293,6 +302,10 @@ class Engine:
               data: dict[str, object]) -> bool:
         """Write the decision if its reason changed (always for a manual run)."""
         key = (c.incident_id, c.policy.name)
+        if not manual and key not in self._last:  # a new leader: what the last one wrote
+            last = state.last_reason(self.db, c.incident_id, c.policy.name)
+            with self._lock:
+                self._last.setdefault(key, last or "")
         with self._lock:
             if not manual and self._last.get(key) == d.reason:
                 return False

@@ -10,6 +10,12 @@ attempt: the target's failures in a row, backoff and breaker count it (as
 `finish` would), its hour budget already counted it when it was claimed,
 and its concurrency slot is free. So the slot of a dead owner is free within
 one lease period, while the daemon runs, not only at its next start (issue 10).
+
+An owner's own attempts are left alone while this process still runs them
+(`RUNNING`: from the claim to the end of `Engine.execute`). One whose run ended
+without recording its outcome (the HA lease was lost meanwhile, and the fenced
+database refused the finish) is reaped like a dead owner's once its lease ran out:
+else, when the same daemon leads again, the target stays `in_progress` for ever.
 """
 
 from __future__ import annotations
@@ -43,6 +49,31 @@ class Reaped:
     target: str
     owner: str
     why: str
+
+
+class RunningAttempts:
+    """The attempts this process claimed and is still running (thread safe)."""
+
+    def __init__(self) -> None:  # noqa: D107
+        self._ids: set[int] = set()
+        self._lock = threading.Lock()
+
+    def add(self, attempt_id: int) -> None:
+        """Claimed here: alive until `discard`, whatever its lease says."""
+        with self._lock:
+            self._ids.add(attempt_id)
+
+    def discard(self, attempt_id: int) -> None:
+        """Its run ended (recorded or not)."""
+        with self._lock:
+            self._ids.discard(attempt_id)
+
+    def __contains__(self, attempt_id: object) -> bool:
+        with self._lock:
+            return attempt_id in self._ids
+
+
+RUNNING = RunningAttempts()
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -126,14 +157,17 @@ def reap(db: Database, owner: str, now_ms: int, limits: Limits) -> list[Reaped]:
         ).with_for_update(skip_locked=True)).all()
         for r in rows:
             assert r.owner is not None
-            if r.owner == owner:
-                continue  # ours and alive: the heartbeat was late (database away), not dead
             expired = r.lease_until is not None and r.lease_until < now
-            gone = owner_gone(r.owner)
-            if not (expired or gone):
-                continue
-            why = (f"its owner {r.owner} is gone" if gone
-                   else f"its owner {r.owner} stopped renewing its lease")
+            if r.owner == owner:
+                if r.id in RUNNING or not expired:
+                    continue  # ours and running: the heartbeat was late (database away)
+                why = "its run here ended without recording an outcome"
+            else:
+                gone = owner_gone(r.owner)
+                if not (expired or gone):
+                    continue
+                why = (f"its owner {r.owner} is gone" if gone
+                       else f"its owner {r.owner} stopped renewing its lease")
             r.status, r.finished_at, r.lease_until = AttemptStatus.FAILED, now, None
             r.detail = f"abandoned: {why}; outcome unknown"
             target = _target_row(s, r.target, now)

@@ -81,6 +81,32 @@ def evidence_ms(db: Database, incident_id: int) -> int | None:
             Incident.id == incident_id)))
 
 
+# How far back `last_reason` looks on a timeline (ACTION events, newest first).
+_LAST_REASON_SCAN = 200
+
+
+def last_reason(db: Database, incident_id: int, policy: str) -> str | None:
+    """The reason of the newest automatic decision written for (incident, policy), or None.
+
+    An intent counts as `allowed`. What a previous leader (or this daemon's previous
+    term) wrote: a new engine starts from it, so it writes a refusal, and pages, only
+    when the reason changed (issue 39: decisions written twice after a failover).
+    """
+    with db.session() as s:
+        rows = s.scalars(select(TimelineEvent.data).where(
+            TimelineEvent.incident_id == incident_id,
+            TimelineEvent.kind == TimelineKind.ACTION.value,
+        ).order_by(TimelineEvent.id.desc()).limit(_LAST_REASON_SCAN)).all()
+    for data in rows:
+        if not data or data.get("policy") != policy or data.get("manual"):
+            continue
+        if data.get("phase") == "intent":
+            return "allowed"
+        if data.get("phase") == "decision":
+            return str(data.get("reason"))
+    return None
+
+
 def load(s: Session, c: Claim, now_ms: int) -> tuple[TargetState, FleetState, Episode]:
     """The guard inputs for one claim, read in the caller's transaction."""
     row = s.get(RemediationTarget, c.target)
