@@ -8,6 +8,7 @@ for its token in the text, with string literals masked out.
 
 from __future__ import annotations
 
+import ast
 import re
 from datetime import timedelta
 from functools import lru_cache
@@ -17,6 +18,8 @@ import promql_parser as pp
 from sentinel.model import METRIC_NAME
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.functions import label_replace_regex
+from sentinel.re2match import RegexError, anchored
 from sentinel.store.memory import Matcher
 
 # Functions the engine evaluates (see the table in sentinel/promql/__init__.py).
@@ -88,7 +91,7 @@ def _compile_cached(text: str) -> n.Expr:
     try:
         parsed = pp.parse(_rename_holt_winters(text) if "holt_winters" in text else text)
     except ValueError as exc:
-        raise PromQLError(f"parse error: {exc}", _parse_error_position(text, str(exc))) from None
+        raise _parse_error(text, str(exc)) from None
     quoted = _quoted_name(text)
     if quoted is not None:
         # Prometheus 3 allows `{"my.metric", "a.b"="x"}`; 2.x, the reference, does not.
@@ -137,10 +140,49 @@ def _find(text: str, pattern: str) -> int | None:
     return m.start() if m else None
 
 
-def _parse_error_position(text: str, message: str) -> int | None:
+_ILLEGAL_REGEX = "illegal regex for "
+
+
+def _parse_error(text: str, message: str) -> PromQLError:
+    """The parser's error with a position; a refused regex is worded as Go's RE2 words it."""
+    if message.startswith(_ILLEGAL_REGEX):
+        # The parser checks matcher regexes with Rust's regex crate; RE2 says why, as promtool.
+        pattern = message[len(_ILLEGAL_REGEX):]
+        try:
+            anchored(pattern)
+        except RegexError as e:
+            return _regex_error(text, pattern, e)
+        return PromQLError(f"parse error: {message}", _matcher_position(text, pattern))
     m = re.search(r"unknown function with name '([A-Za-z_:][A-Za-z0-9_:]*)'", message)
     if m:
-        return _find(text, rf"\b{re.escape(m.group(1))}\s*\(")
+        return PromQLError(f"parse error: {message}",
+                           _find(text, rf"\b{re.escape(m.group(1))}\s*\("))
+    return PromQLError(f"parse error: {message}", None)
+
+
+def _regex_error(text: str, pattern: str, error: RegexError) -> PromQLError:
+    return PromQLError(f"parse error: {error} (regex: {pattern})",
+                       _matcher_position(text, pattern))
+
+
+def _unquote(token: str) -> str | None:
+    """The value of a PromQL string literal (Go's escapes are Python's), None if it has none."""
+    if token[0] == "`":
+        return token[1:-1]
+    try:
+        value = ast.literal_eval(token)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _matcher_position(text: str, value: str) -> int | None:
+    """Offset of the matcher (else the string) whose value is `value`, where promtool points."""
+    for lit in _STRING_LITERAL.finditer(text):
+        if lit.group(0)[0] == "#" or _unquote(lit.group(0)) != value:
+            continue
+        before = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*[=!]~\s*$", text[:lit.start()])
+        return before.start() if before else lit.start()
     return None
 
 
@@ -200,10 +242,8 @@ class _Compiler:
         for m in e.matchers.matchers:
             try:
                 matchers.append(Matcher(m.name, _MATCH_OPS[_enum_name(m.op)], m.value))
-            except re.error as exc:
-                position = _find(self.text, re.escape(m.value))
-                message = f"invalid regular expression {m.value!r}: {exc}"
-                raise PromQLError(message, position) from None
+            except RegexError as exc:
+                raise _regex_error(self.text, m.value, exc) from None
         return n.VectorSelector(tuple(matchers), _ms(e.offset), self.at(e.at))
 
     def call(self, e: pp.Call) -> n.Call:
@@ -211,7 +251,17 @@ class _Compiler:
         if name not in SUPPORTED_FUNCTIONS:
             raise self.reject(f"function {name}()", rf"\b{re.escape(name)}\s*\(")
         returns = n.SCALAR if e.func.return_type == pp.ValueType.Scalar else n.VECTOR
-        return n.Call(name, tuple(self.convert(a) for a in e.args), returns)
+        args = tuple(self.convert(a) for a in e.args)
+        if name == "label_replace" and isinstance(args[-1], n.StringLiteral):
+            self.check_label_replace(args[-1].value)
+        return n.Call(name, args, returns)
+
+    def check_label_replace(self, regex: str) -> None:
+        """A regex RE2 refuses fails every evaluation in Prometheus: refuse it at load."""
+        try:
+            label_replace_regex(regex)
+        except PromQLError as e:
+            raise PromQLError(e.message, _matcher_position(self.text, regex)) from None
 
     def aggregate(self, e: pp.AggregateExpr) -> n.Aggregate:
         op = str(e.op)

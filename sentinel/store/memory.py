@@ -15,7 +15,6 @@ filtered, and keep a clock of their own.
 
 from __future__ import annotations
 
-import re
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
@@ -23,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, is_stale, label_value
+from sentinel.re2match import GoRegex, anchored
 
 DEFAULT_RETENTION_MS = 15 * 60 * 1000
 
@@ -33,18 +33,22 @@ class StoreFullError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Matcher:
-    """A label matcher: `=`, `!=`, `=~` or `!~`, regexes fully anchored as in PromQL."""
+    """A label matcher: `=`, `!=`, `=~` or `!~`, regexes fully anchored as in PromQL.
+
+    Regexes are Go's RE2 (`sentinel.re2match`): a pattern RE2 refuses raises
+    `RegexError` (a ValueError) here, so when the expression is compiled.
+    """
 
     name: str
     op: str
     value: str
-    _re: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _re: GoRegex | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.op not in ("=", "!=", "=~", "!~"):
             raise ValueError(f"unknown matcher operator {self.op!r}")
         if self.op in ("=~", "!~"):
-            object.__setattr__(self, "_re", re.compile(self.value))
+            object.__setattr__(self, "_re", anchored(self.value))
 
     def matches(self, value: str) -> bool:
         """Whether a label value (empty when the label is absent) satisfies the matcher."""
@@ -53,8 +57,7 @@ class Matcher:
         if self.op == "!=":
             return value != self.value
         assert self._re is not None
-        # fullmatch, not ^...$: "$" would also match before a trailing newline.
-        hit = self._re.fullmatch(value) is not None
+        hit = self._re.matches(value)
         return hit if self.op == "=~" else not hit
 
 
