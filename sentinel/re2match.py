@@ -135,7 +135,7 @@ class GoRegex:
 
     __slots__ = ("pattern", "_source", "_match", "_capture", "_answers")
 
-    def __init__(self, pattern: str, source: str, shift: int) -> None:
+    def __init__(self, pattern: str, source: str, shift: int, remember: bool) -> None:
         refused = _go_only_refusal(pattern)
         if refused is not None:
             raise RegexError(pattern, refused[0], refused[1])
@@ -146,7 +146,8 @@ class GoRegex:
         self._capture: _re2.RE2 | None = None  # built on first use: label_replace, templates
         self._source = encoded
         self.pattern = pattern
-        self._answers: dict[str, bool] = {}
+        # Label values repeat every evaluation; template texts need not, and may be long.
+        self._answers: dict[str, bool] | None = {} if remember else None
 
     def _capturing(self) -> _re2.RE2:
         if self._capture is None:
@@ -167,13 +168,14 @@ class GoRegex:
     def matches(self, value: str) -> bool:
         """Whether the pattern matches `value` (for an anchored pattern: all of it)."""
         answers = self._answers
-        hit = answers.get(value)
+        hit = answers.get(value) if answers is not None else None
         if hit is None:
             data = _encode(value)
             hit = self._match.Match(_UNANCHORED, data, 0, len(data))[0] != _NO_MATCH
-            if len(answers) >= _MAX_ANSWERS:
-                answers.clear()
-            answers[value] = hit
+            if answers is not None:
+                if len(answers) >= _MAX_ANSWERS:
+                    answers.clear()
+                answers[value] = hit
         return hit
 
     def groups_of(self, value: str) -> list[str | None] | None:
@@ -220,10 +222,10 @@ def anchored(pattern: str) -> GoRegex:
 
     RegexError when Go's RE2 refuses it. Cached.
     """
-    return GoRegex(pattern, f"{_ANCHOR}{pattern})$", len(_ANCHOR))
+    return GoRegex(pattern, f"{_ANCHOR}{pattern})$", len(_ANCHOR), remember=True)
 
 
 @lru_cache(maxsize=512)
 def unanchored(pattern: str) -> GoRegex:
     """`pattern` as Go's `regexp.Compile` takes it (template functions `match`, `reReplaceAll`)."""
-    return GoRegex(pattern, pattern, 0)
+    return GoRegex(pattern, pattern, 0, remember=False)
