@@ -86,10 +86,39 @@ def _rename_holt_winters(text: str) -> str:
     return "".join(out) + text[last:]
 
 
+def _for_parser(text: str) -> str:
+    """The text as promql-parser reads it the way Prometheus reads the original.
+
+    Errors are located in the original text, so the rewrites may move offsets.
+    """
+    if "holt_winters" in text:
+        text = _rename_holt_winters(text)
+    if "`" in text:
+        text = _raw_strings_quoted(text)
+    return text
+
+
+def _raw_strings_quoted(text: str) -> str:
+    """Backtick (raw) strings as double-quoted ones with the same value.
+
+    The parser refuses a backslash it does not know inside a raw string
+    (`\\d`, `\\pL`), where Prometheus keeps every character: the way regexes
+    are usually written.
+    """
+    def quoted(m: re.Match[str]) -> str:
+        lit = m.group(0)
+        if lit[0] != "`":
+            return lit
+        body = lit[1:-1].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{body}"'
+
+    return _STRING_LITERAL.sub(quoted, text)
+
+
 @lru_cache(maxsize=1024)
 def _compile_cached(text: str) -> n.Expr:
     try:
-        parsed = pp.parse(_rename_holt_winters(text) if "holt_winters" in text else text)
+        parsed = pp.parse(_for_parser(text))
     except ValueError as exc:
         raise _parse_error(text, str(exc)) from None
     quoted = _quoted_name(text)

@@ -48,7 +48,9 @@ class Matcher:
         return hit if self.op is MatchOp.RE else not hit
 
     def __str__(self) -> str:
-        return f'{self.name}{self.op}"{self.value}"'
+        """Alertmanager's form (openMetricsEscape): `parse_matcher(str(m))` gives `m` back."""
+        value = self.value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+        return f'{self.name}{self.op}"{value}"'
 
     def as_list(self) -> list[str]:
         """[name, op, value], as stored in the database."""
