@@ -126,7 +126,8 @@ def test_refused_regex_is_a_compile_error_with_its_position(expr: str, reason: s
 
 def test_alertmanager_matchers_run_re2_and_unescape_as_alertmanager() -> None:
     # amtool and Alertmanager read `\\d` and `\d` inside quotes as the regex \d.
-    for text in ('job=~"[[:alpha:]]+-\\\\d+"', 'job=~"[[:alpha:]]+-\\d+"', "job=~[[:alpha:]]+-\\d+"):
+    for text in ('job=~"[[:alpha:]]+-\\\\d+"', 'job=~"[[:alpha:]]+-\\d+"',
+                 "job=~[[:alpha:]]+-\\d+"):
         m = parse_matcher(text)
         assert m.value == "[[:alpha:]]+-\\d+", text
         assert m.matches(labels_of({"job": "api-12"}))
