@@ -20,6 +20,7 @@ Sentinel's own patterns (log signatures, config syntax) keep Python's `re`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from functools import lru_cache
 
@@ -31,7 +32,14 @@ __all__ = ["GoRegex", "RegexError", "anchored", "unanchored"]
 _ANCHOR = "^(?:"  # Prometheus's wrapping; its length shifts error offsets
 _UNANCHORED = _re2.RE2.Anchor.UNANCHORED
 _NO_MATCH = (-1, -1)
-_MAX_ANSWERS = 10_000  # cached answers per pattern before the cache starts over
+_MAX_ANSWERS = 10_000  # cached answers per pattern before its cache starts over
+# Answers cached over all patterns: a client sending many distinct regexes over many
+# series must not grow memory without bound (about 100 bytes an answer).
+_ANSWER_BUDGET = 200_000
+_remembered = [0]  # answers held now, over all patterns (approximate across threads)
+# A pattern that is only literal alternatives ("abort|error"), the commonest in rules:
+# a set lookup, as Prometheus's FastRegexMatcher does for it.
+_LITERALS = re.compile(r"[A-Za-z0-9_:\- ,/=@%]*(?:\|[A-Za-z0-9_:\- ,/=@%]*)*")
 
 # C++ RE2's error texts, worded as Go's regexp/syntax words them.
 _GO_WORDING = {
@@ -133,9 +141,10 @@ def _refusal(source: str, error: bytes | str, shift: int, pattern: str) -> Regex
 class GoRegex:
     """One compiled pattern. Not built directly: use `anchored()` or `unanchored()`."""
 
-    __slots__ = ("pattern", "_source", "_match", "_capture", "_answers")
+    __slots__ = ("pattern", "_source", "_match", "_capture", "_answers", "_literals")
 
     def __init__(self, pattern: str, source: str, shift: int, remember: bool) -> None:
+        self._answers: dict[str, bool] | None = None  # first: __del__ runs if __init__ raises
         refused = _go_only_refusal(pattern)
         if refused is not None:
             raise RegexError(pattern, refused[0], refused[1])
@@ -147,7 +156,14 @@ class GoRegex:
         self._source = encoded
         self.pattern = pattern
         # Label values repeat every evaluation; template texts need not, and may be long.
-        self._answers: dict[str, bool] | None = {} if remember else None
+        self._answers = {} if remember else None
+        self._literals: frozenset[str] | None = None
+        if remember and _LITERALS.fullmatch(pattern):
+            self._literals = frozenset(pattern.split("|"))
+
+    def __del__(self) -> None:
+        if self._answers:  # give the budget back
+            _remembered[0] -= len(self._answers)
 
     def _capturing(self) -> _re2.RE2:
         if self._capture is None:
@@ -167,15 +183,21 @@ class GoRegex:
 
     def matches(self, value: str) -> bool:
         """Whether the pattern matches `value` (for an anchored pattern: all of it)."""
+        if self._literals is not None:
+            return value in self._literals
         answers = self._answers
-        hit = answers.get(value) if answers is not None else None
-        if hit is None:
-            data = _encode(value)
-            hit = self._match.Match(_UNANCHORED, data, 0, len(data))[0] != _NO_MATCH
-            if answers is not None:
-                if len(answers) >= _MAX_ANSWERS:
-                    answers.clear()
-                answers[value] = hit
+        if answers is not None:
+            hit = answers.get(value)
+            if hit is not None:
+                return hit
+        data = _encode(value)
+        hit = self._match.Match(_UNANCHORED, data, 0, len(data))[0] != _NO_MATCH
+        if answers is not None and _remembered[0] < _ANSWER_BUDGET:
+            if len(answers) >= _MAX_ANSWERS:
+                _remembered[0] -= len(answers)
+                answers.clear()
+            answers[value] = hit
+            _remembered[0] += 1
         return hit
 
     def groups_of(self, value: str) -> list[str | None] | None:

@@ -38,6 +38,10 @@ from sentinel.store.memory import Matcher, MemoryStore
     (".*", "two\nlines", False),                      # "." does not match a newline (2.x)
     ("(?s).*", "two\nlines", True),
     ("", "", True),
+    ("abort|error", "error", True),                   # literal alternatives: a set lookup
+    ("abort|error", "errors", False),
+    ("abort|error", "abort|error", False),
+    ("a-b|", "", True),
 ])
 def test_anchored_matches_as_prometheus(pattern: str, value: str, hit: bool) -> None:
     assert anchored(pattern).matches(value) is hit
@@ -160,3 +164,13 @@ def test_a_catastrophic_pattern_answers_in_linear_time() -> None:
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "1"
+
+
+def test_remembered_answers_are_bounded_per_pattern_and_overall() -> None:
+    from sentinel import re2match
+
+    rx = anchored("v[[:digit:]]+x")
+    for i in range(re2match._MAX_ANSWERS + 500):
+        assert rx.matches(f"v{i}x") and not rx.matches(f"v{i}")
+        assert len(rx._answers or {}) <= re2match._MAX_ANSWERS
+    assert 0 < re2match._remembered[0] <= re2match._ANSWER_BUDGET
