@@ -21,7 +21,7 @@ Sentinel's own patterns (log signatures, config syntax) keep Python's `re`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 import re2
@@ -199,6 +199,10 @@ class GoRegex:
             answers[value] = hit
             _remembered[0] += 1
         return hit
+
+    def tester(self) -> Callable[[str], bool]:
+        """The fastest callable answering `matches`: a set's own lookup for literal alternatives."""
+        return self._literals.__contains__ if self._literals is not None else self.matches
 
     def groups_of(self, value: str) -> list[str | None] | None:
         """The first match's text and groups ([0] is the whole match), or None: no match."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, is_stale, label_value
@@ -43,12 +43,16 @@ class Matcher:
     op: str
     value: str
     _re: GoRegex | None = field(default=None, init=False, repr=False, compare=False)
+    _test: Callable[[str], bool] | None = field(default=None, init=False, repr=False,
+                                               compare=False)
 
     def __post_init__(self) -> None:
         if self.op not in ("=", "!=", "=~", "!~"):
             raise ValueError(f"unknown matcher operator {self.op!r}")
         if self.op in ("=~", "!~"):
-            object.__setattr__(self, "_re", anchored(self.value))
+            rx = anchored(self.value)
+            object.__setattr__(self, "_re", rx)
+            object.__setattr__(self, "_test", rx.tester())
 
     def matches(self, value: str) -> bool:
         """Whether a label value (empty when the label is absent) satisfies the matcher."""
@@ -56,8 +60,8 @@ class Matcher:
             return value == self.value
         if self.op == "!=":
             return value != self.value
-        assert self._re is not None
-        hit = self._re.matches(value)
+        assert self._test is not None
+        hit = self._test(value)
         return hit if self.op == "=~" else not hit
 
 
