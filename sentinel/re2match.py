@@ -162,7 +162,7 @@ class GoRegex:
             self._literals = frozenset(pattern.split("|"))
 
     def __del__(self) -> None:
-        if self._answers:  # give the budget back
+        if self._answers and _remembered:  # give the budget back (not at interpreter exit)
             _remembered[0] -= len(self._answers)
 
     def _capturing(self) -> _re2.RE2:

@@ -8,11 +8,14 @@ promtool is in tests/test_re2_promtool.py and tests/promql_cases/oracle.yaml.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sentinel.model import labels_of
 from sentinel.promql import Engine
@@ -174,3 +177,23 @@ def test_remembered_answers_are_bounded_per_pattern_and_overall() -> None:
         assert rx.matches(f"v{i}x") and not rx.matches(f"v{i}")
         assert len(rx._answers or {}) <= re2match._MAX_ANSWERS
     assert 0 < re2match._remembered[0] <= re2match._ANSWER_BUDGET
+
+
+_REGEX_ALPHABET = "ab-.*+?|()[]{}^$\\:=!<>PpLdDsSwWzZCQE0123456789,iUsm \n\"'`é\x00"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet=_REGEX_ALPHABET, max_size=24), st.text(max_size=12))
+def test_any_pattern_compiles_or_is_refused_and_never_raises_anything_else(pattern: str,
+                                                                           value: str) -> None:
+    try:
+        rx = anchored(pattern)
+    except RegexError as e:
+        assert 0 <= e.offset <= len(pattern)
+    else:
+        assert rx.matches(value) in (True, False)
+        rx.groups_of(value)
+    try:
+        compile_expr(f"up{{a=~{json.dumps(pattern)}}}")
+    except PromQLError:
+        pass
