@@ -131,6 +131,24 @@ def test_refused_regex_is_a_compile_error_with_its_position(expr: str, reason: s
     assert err.value.position == position
 
 
+def test_regexes_only_the_parsers_rust_regex_refuses_are_accepted_as_go_accepts_them() -> None:
+    store = MemoryStore()
+    for v in ("[", "A", "[a", "x"):
+        store.add(labels_of({"__name__": "up", "v": v}), 0, 1)
+    engine = Engine(store)
+    for expr, want in (('up{v=~"[[]"}', ["["]), ('up{v=~"\\\\101"}', ["A"]),
+                       ('up{v=~`\\Q[a\\E`}', ["[a"]), ('{v=~"[[]+"}', ["["])):
+        result = engine.query(expr, 0)
+        assert not isinstance(result, float)
+        assert [dict(s.labels)["v"] for s in result] == want, expr
+    # The parser judged a stand-in; the real regex matches "", as Prometheus refuses.
+    with pytest.raises(PromQLError, match="at least one non-empty matcher"):
+        compile_expr('{v=~"[[]*"}')
+    with pytest.raises(PromQLError, match="unsupported Perl syntax") as err:
+        compile_expr('up{v=~"[[]", w=~"(?=x)"}')
+    assert err.value.position == 13
+
+
 def test_alertmanager_matchers_run_re2_and_unescape_as_alertmanager() -> None:
     # amtool and Alertmanager read `\\d` and `\d` inside quotes as the regex \d.
     for text in ('job=~"[[:alpha:]]+-\\\\d+"', 'job=~"[[:alpha:]]+-\\d+"',

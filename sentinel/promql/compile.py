@@ -8,7 +8,6 @@ for its token in the text, with string literals masked out.
 
 from __future__ import annotations
 
-import ast
 import re
 from datetime import timedelta
 from functools import lru_cache
@@ -19,7 +18,13 @@ from sentinel.model import METRIC_NAME
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.functions import label_replace_regex
-from sentinel.re2match import RegexError, anchored
+from sentinel.promql.regexcheck import (
+    STRING_LITERAL,
+    matcher_position,
+    parse_with_stand_ins,
+    regex_error,
+)
+from sentinel.re2match import RegexError
 from sentinel.store.memory import Matcher
 
 # Functions the engine evaluates (see the table in sentinel/promql/__init__.py).
@@ -61,7 +66,7 @@ def _enum_name(value: object) -> str:
     return str(value).rsplit(".", 1)[-1]
 
 
-_STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`|#[^\n]*')
+_STRING_LITERAL = STRING_LITERAL
 
 
 def compile_expr(text: str) -> n.Expr:
@@ -118,7 +123,7 @@ def _raw_strings_quoted(text: str) -> str:
 @lru_cache(maxsize=1024)
 def _compile_cached(text: str) -> n.Expr:
     try:
-        parsed = pp.parse(_for_parser(text))
+        parsed, stand_ins = parse_with_stand_ins(pp.parse, _for_parser(text), text)
     except ValueError as exc:
         raise _parse_error(text, str(exc)) from None
     quoted = _quoted_name(text)
@@ -126,7 +131,7 @@ def _compile_cached(text: str) -> n.Expr:
         # Prometheus 3 allows `{"my.metric", "a.b"="x"}`; 2.x, the reference, does not.
         raise PromQLError("a quoted (UTF-8) metric or label name (Prometheus 3) is not "
                           "supported by Sentinel's engine", quoted)
-    expr = _Compiler(text).convert(parsed)
+    expr = _Compiler(text, stand_ins).convert(parsed)
     kind = n.value_type(expr)
     if kind not in (n.VECTOR, n.SCALAR):
         raise PromQLError(f"expression must return an instant vector or a scalar, not a {kind}", 0)
@@ -169,50 +174,15 @@ def _find(text: str, pattern: str) -> int | None:
     return m.start() if m else None
 
 
-_ILLEGAL_REGEX = "illegal regex for "
-
-
 def _parse_error(text: str, message: str) -> PromQLError:
-    """The parser's error with a position; a refused regex is worded as Go's RE2 words it."""
-    if message.startswith(_ILLEGAL_REGEX):
-        # The parser checks matcher regexes with Rust's regex crate; RE2 says why, as promtool.
-        pattern = message[len(_ILLEGAL_REGEX):]
-        try:
-            anchored(pattern)
-        except RegexError as e:
-            return _regex_error(text, pattern, e)
-        return PromQLError(f"parse error: {message}", _matcher_position(text, pattern))
+    """The parser's error, with a position where one can be found."""
     m = re.search(r"unknown function with name '([A-Za-z_:][A-Za-z0-9_:]*)'", message)
     if m:
         return PromQLError(f"parse error: {message}",
                            _find(text, rf"\b{re.escape(m.group(1))}\s*\("))
+    if message.startswith("illegal regex for "):  # refused by RE2 too: not reached
+        return PromQLError(f"parse error: {message}", matcher_position(text, message[18:]))
     return PromQLError(f"parse error: {message}", None)
-
-
-def _regex_error(text: str, pattern: str, error: RegexError) -> PromQLError:
-    return PromQLError(f"parse error: {error} (regex: {pattern})",
-                       _matcher_position(text, pattern))
-
-
-def _unquote(token: str) -> str | None:
-    """The value of a PromQL string literal (Go's escapes are Python's), None if it has none."""
-    if token[0] == "`":
-        return token[1:-1]
-    try:
-        value = ast.literal_eval(token)
-    except (ValueError, SyntaxError):
-        return None
-    return value if isinstance(value, str) else None
-
-
-def _matcher_position(text: str, value: str) -> int | None:
-    """Offset of the matcher (else the string) whose value is `value`, where promtool points."""
-    for lit in _STRING_LITERAL.finditer(text):
-        if lit.group(0)[0] == "#" or _unquote(lit.group(0)) != value:
-            continue
-        before = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*[=!]~\s*$", text[:lit.start()])
-        return before.start() if before else lit.start()
-    return None
 
 
 def _ms(delta: timedelta | None) -> int:
@@ -222,8 +192,9 @@ def _ms(delta: timedelta | None) -> int:
 
 
 class _Compiler:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, stand_ins: dict[str, str]) -> None:
         self.text = text
+        self.stand_ins = stand_ins  # regexes the parser saw as stand-ins (regexcheck)
 
     def reject(self, what: str, pattern: str) -> PromQLError:
         position = _find(self.text, pattern)
@@ -269,10 +240,15 @@ class _Compiler:
         if e.name:
             matchers.append(Matcher(METRIC_NAME, "=", e.name))
         for m in e.matchers.matchers:
+            value = self.stand_ins.get(m.value, m.value)
             try:
-                matchers.append(Matcher(m.name, _MATCH_OPS[_enum_name(m.op)], m.value))
+                matchers.append(Matcher(m.name, _MATCH_OPS[_enum_name(m.op)], value))
             except RegexError as exc:
-                raise _regex_error(self.text, m.value, exc) from None
+                raise regex_error(self.text, value, exc) from None
+        if self.stand_ins and not e.name and all(m.matches("") for m in matchers):
+            # The parser judged the stand-in, which never matches "": judge the real regex.
+            raise PromQLError("parse error: vector selector must contain at least one "
+                              "non-empty matcher", _find(self.text, r"\{"))
         return n.VectorSelector(tuple(matchers), _ms(e.offset), self.at(e.at))
 
     def call(self, e: pp.Call) -> n.Call:
@@ -290,7 +266,7 @@ class _Compiler:
         try:
             label_replace_regex(regex)
         except PromQLError as e:
-            raise PromQLError(e.message, _matcher_position(self.text, regex)) from None
+            raise PromQLError(e.message, matcher_position(self.text, regex)) from None
 
     def aggregate(self, e: pp.AggregateExpr) -> n.Aggregate:
         op = str(e.op)
