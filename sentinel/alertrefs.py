@@ -8,13 +8,13 @@ lists each such reference with its file:line and the nearest real name.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from sentinel.config import Config
 from sentinel.config.load import format_path
 from sentinel.config.notify import RouteConfig
+from sentinel.re2match import RegexError, anchored
 from sentinel.respond.notify.matchers import MatchOp, parse_matcher
 
 # Alerts Sentinel raises itself, not defined by any rule file.
@@ -80,8 +80,8 @@ def _matcher_refs(texts: Iterable[str], path: KeyPath) -> Iterator[tuple[KeyPath
 
 def _full_match(pattern: str, name: str) -> bool:
     try:
-        return re.fullmatch(pattern, name) is not None
-    except re.error:
+        return anchored(pattern).matches(name)
+    except RegexError:
         return False
 
 

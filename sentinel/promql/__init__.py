@@ -37,6 +37,10 @@ Supported subset:
 | other           | `time timestamp vector scalar sort sort_desc`                   |
 | NOT supported   | native histograms, `limitk`, `limit_ratio`, functions newer     |
 |                 | than 2.42: rejected when compiled, with the construct's position|
+
+Regexes (`=~`, `!~`, `label_replace`) are Go's RE2, anchored `^(?:re)$`, matched
+in linear time (`sentinel.re2match`); one RE2 refuses is a compile error at the
+matcher's position, worded as promtool words it.
 """
 
 from sentinel.promql.compile import compile_expr

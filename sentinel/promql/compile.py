@@ -17,6 +17,14 @@ import promql_parser as pp
 from sentinel.model import METRIC_NAME
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.functions import label_replace_regex
+from sentinel.promql.regexcheck import (
+    STRING_LITERAL,
+    matcher_position,
+    parse_with_stand_ins,
+    regex_error,
+)
+from sentinel.re2match import RegexError
 from sentinel.store.memory import Matcher
 
 # Functions the engine evaluates (see the table in sentinel/promql/__init__.py).
@@ -58,7 +66,7 @@ def _enum_name(value: object) -> str:
     return str(value).rsplit(".", 1)[-1]
 
 
-_STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`|#[^\n]*')
+_STRING_LITERAL = STRING_LITERAL
 
 
 def compile_expr(text: str) -> n.Expr:
@@ -83,18 +91,47 @@ def _rename_holt_winters(text: str) -> str:
     return "".join(out) + text[last:]
 
 
+def _for_parser(text: str) -> str:
+    """The text as promql-parser reads it the way Prometheus reads the original.
+
+    Errors are located in the original text, so the rewrites may move offsets.
+    """
+    if "holt_winters" in text:
+        text = _rename_holt_winters(text)
+    if "`" in text:
+        text = _raw_strings_quoted(text)
+    return text
+
+
+def _raw_strings_quoted(text: str) -> str:
+    """Backtick (raw) strings as double-quoted ones with the same value.
+
+    The parser refuses a backslash it does not know inside a raw string
+    (`\\d`, `\\pL`), where Prometheus keeps every character: the way regexes
+    are usually written.
+    """
+    def quoted(m: re.Match[str]) -> str:
+        lit = m.group(0)
+        if lit[0] != "`":
+            return lit
+        body = lit[1:-1].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{body}"'
+
+    return _STRING_LITERAL.sub(quoted, text)
+
+
 @lru_cache(maxsize=1024)
 def _compile_cached(text: str) -> n.Expr:
     try:
-        parsed = pp.parse(_rename_holt_winters(text) if "holt_winters" in text else text)
+        parsed, stand_ins = parse_with_stand_ins(pp.parse, _for_parser(text), text)
     except ValueError as exc:
-        raise PromQLError(f"parse error: {exc}", _parse_error_position(text, str(exc))) from None
+        raise _parse_error(text, str(exc)) from None
     quoted = _quoted_name(text)
     if quoted is not None:
         # Prometheus 3 allows `{"my.metric", "a.b"="x"}`; 2.x, the reference, does not.
         raise PromQLError("a quoted (UTF-8) metric or label name (Prometheus 3) is not "
                           "supported by Sentinel's engine", quoted)
-    expr = _Compiler(text).convert(parsed)
+    expr = _Compiler(text, stand_ins).convert(parsed)
     kind = n.value_type(expr)
     if kind not in (n.VECTOR, n.SCALAR):
         raise PromQLError(f"expression must return an instant vector or a scalar, not a {kind}", 0)
@@ -137,11 +174,15 @@ def _find(text: str, pattern: str) -> int | None:
     return m.start() if m else None
 
 
-def _parse_error_position(text: str, message: str) -> int | None:
+def _parse_error(text: str, message: str) -> PromQLError:
+    """The parser's error, with a position where one can be found."""
     m = re.search(r"unknown function with name '([A-Za-z_:][A-Za-z0-9_:]*)'", message)
     if m:
-        return _find(text, rf"\b{re.escape(m.group(1))}\s*\(")
-    return None
+        return PromQLError(f"parse error: {message}",
+                           _find(text, rf"\b{re.escape(m.group(1))}\s*\("))
+    if message.startswith("illegal regex for "):  # refused by RE2 too: not reached
+        return PromQLError(f"parse error: {message}", matcher_position(text, message[18:]))
+    return PromQLError(f"parse error: {message}", None)
 
 
 def _ms(delta: timedelta | None) -> int:
@@ -151,8 +192,9 @@ def _ms(delta: timedelta | None) -> int:
 
 
 class _Compiler:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, stand_ins: dict[str, str]) -> None:
         self.text = text
+        self.stand_ins = stand_ins  # regexes the parser saw as stand-ins (regexcheck)
 
     def reject(self, what: str, pattern: str) -> PromQLError:
         position = _find(self.text, pattern)
@@ -198,12 +240,15 @@ class _Compiler:
         if e.name:
             matchers.append(Matcher(METRIC_NAME, "=", e.name))
         for m in e.matchers.matchers:
+            value = self.stand_ins.get(m.value, m.value)
             try:
-                matchers.append(Matcher(m.name, _MATCH_OPS[_enum_name(m.op)], m.value))
-            except re.error as exc:
-                position = _find(self.text, re.escape(m.value))
-                message = f"invalid regular expression {m.value!r}: {exc}"
-                raise PromQLError(message, position) from None
+                matchers.append(Matcher(m.name, _MATCH_OPS[_enum_name(m.op)], value))
+            except RegexError as exc:
+                raise regex_error(self.text, value, exc) from None
+        if self.stand_ins and not e.name and all(m.matches("") for m in matchers):
+            # The parser judged the stand-in, which never matches "": judge the real regex.
+            raise PromQLError("parse error: vector selector must contain at least one "
+                              "non-empty matcher", _find(self.text, r"\{"))
         return n.VectorSelector(tuple(matchers), _ms(e.offset), self.at(e.at))
 
     def call(self, e: pp.Call) -> n.Call:
@@ -211,7 +256,17 @@ class _Compiler:
         if name not in SUPPORTED_FUNCTIONS:
             raise self.reject(f"function {name}()", rf"\b{re.escape(name)}\s*\(")
         returns = n.SCALAR if e.func.return_type == pp.ValueType.Scalar else n.VECTOR
-        return n.Call(name, tuple(self.convert(a) for a in e.args), returns)
+        args = tuple(self.convert(a) for a in e.args)
+        if name == "label_replace" and isinstance(args[-1], n.StringLiteral):
+            self.check_label_replace(args[-1].value)
+        return n.Call(name, args, returns)
+
+    def check_label_replace(self, regex: str) -> None:
+        """A regex RE2 refuses fails every evaluation in Prometheus: refuse it at load."""
+        try:
+            label_replace_regex(regex)
+        except PromQLError as e:
+            raise PromQLError(e.message, matcher_position(self.text, regex)) from None
 
     def aggregate(self, e: pp.AggregateExpr) -> n.Aggregate:
         op = str(e.op)

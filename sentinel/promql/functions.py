@@ -11,6 +11,7 @@ from sentinel.promql import floatops as f
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.histogram import bucket_quantile
 from sentinel.promql.mathfuncs import TRIG
+from sentinel.re2match import GoRegex, RegexError, anchored
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _TEMPLATE = re.compile(r"\$(\$|\{(\w+)\}|(\w+))")
@@ -117,7 +118,7 @@ def sort_desc(vec: Vector) -> Vector:
     return rest + nans
 
 
-def _expand(template: str, match: re.Match[str]) -> str:
+def _expand(template: str, rx: GoRegex, groups: list[str | None]) -> str:
     """Go's regexp.Expand: $1, ${1}, $name, ${name}, $$; unknown groups expand to ''."""
 
     def one(m: re.Match[str]) -> str:
@@ -128,31 +129,37 @@ def _expand(template: str, match: re.Match[str]) -> str:
             if len(name) > 1 and name[0] == "0":
                 return ""
             num = int(name)
-            if num > (match.re.groups or 0):
+            if num >= len(groups):
                 return ""
-            return match.group(num) or ""
-        if name in match.re.groupindex:
-            return match.group(name) or ""
-        return ""
+            return groups[num] or ""
+        index = rx.group_index.get(name)
+        if index is None:
+            return ""
+        return groups[index] or ""
 
     return _TEMPLATE.sub(one, template)
 
 
+def label_replace_regex(regex: str) -> GoRegex:
+    """label_replace()'s regex, anchored as in Prometheus; PromQLError when RE2 refuses it."""
+    try:
+        return anchored(regex)
+    except RegexError as e:
+        raise PromQLError(f"invalid regular expression in label_replace(): {regex}: {e}") from None
+
+
 def label_replace(vec: Vector, dst: str, repl: str, src: str, regex: str) -> Vector:
     """Set `dst` from `repl` expanded against `src` when the anchored `regex` matches."""
-    try:
-        rx = re.compile(f"^(?:{regex})$")
-    except re.error:
-        raise PromQLError(f"invalid regular expression in label_replace(): {regex}") from None
+    rx = label_replace_regex(regex)
     if not _LABEL_NAME.fullmatch(dst):
         raise PromQLError(f"invalid destination label name in label_replace(): {dst}")
     out = []
     for s in vec:
-        m = rx.fullmatch(label_value(s.labels, src))
-        if m is None:
+        groups = rx.groups_of(label_value(s.labels, src))
+        if groups is None:
             out.append(s)
             continue
-        res = _expand(repl, m)
+        res = _expand(repl, rx, groups)
         rest = [kv for kv in s.labels if kv[0] != dst]
         out.append(InstantSample(labels_of([*rest, (dst, res)]), s.value))
     return out

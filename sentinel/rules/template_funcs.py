@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from sentinel.re2match import GoRegex, RegexError, unanchored
 from sentinel.rules.gofmt import go_sprint, go_sprintf, go_sprintln, go_type
 
 
@@ -163,40 +164,47 @@ def strip_port(value: Any) -> str:
     return m.group(1) if m.group(1) is not None else m.group(3)
 
 
-def _go_regex(pattern: str) -> re.Pattern[str]:
+def _go_regex(pattern: str) -> GoRegex:
+    """Go's regexp.Compile (RE2 syntax, unanchored), as Prometheus's template functions use it."""
     try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise FuncError(f"error parsing regexp: {e}") from None
+        return unanchored(pattern)
+    except RegexError as e:
+        raise FuncError(str(e)) from None
 
 
 def match(pattern: Any, text: Any) -> bool:
     """regexp.MatchString: whether the (unanchored) pattern occurs in text."""
-    return _go_regex(_string(pattern)).search(_string(text)) is not None
+    return _go_regex(_string(pattern)).matches(_string(text))
 
 
 _GO_GROUP = re.compile(r"\$(?:\$|\{(\w+)\}|(\w+))")
 
 
+def _expand(template: str, rx: GoRegex, groups: list[str | None]) -> str:
+    """Go's Regexp.Expand: `$1`, `${name}`, `$$`; a group that does not exist is ''."""
+
+    def group(g: re.Match[str]) -> str:
+        if g.group(0) == "$$":
+            return "$"
+        name = g.group(1) or g.group(2)
+        index = int(name) if name.isascii() and name.isdigit() else rx.group_index.get(name)
+        if index is None or index >= len(groups):
+            return ""
+        return groups[index] or ""
+
+    return _GO_GROUP.sub(group, template)
+
+
 def re_replace_all(pattern: Any, repl: Any, text: Any) -> str:
     """regexp.ReplaceAllString with Go's `$1` / `${name}` expansion."""
     rx = _go_regex(_string(pattern))
-    template = _string(repl)
-
-    def expand(m: re.Match[str]) -> str:
-        def group(g: re.Match[str]) -> str:
-            if g.group(0) == "$$":
-                return "$"
-            name = g.group(1) or g.group(2)
-            try:
-                key: int | str = int(name) if name.isdigit() else name
-                return m.group(key) or ""
-            except IndexError:  # no such group: Go expands it to ""
-                return ""
-
-        return _GO_GROUP.sub(group, template)
-
-    return rx.sub(expand, _string(text))
+    template, src = _string(repl), _string(text)
+    out, last = [], 0
+    for groups, start, end in rx.find_all(src):
+        out += [src[last:start], _expand(template, rx, groups)]
+        last = end
+    out.append(src[last:])
+    return "".join(out)
 
 
 def _kind(v: Any) -> str:

@@ -15,14 +15,14 @@ filtered, and keep a clock of their own.
 
 from __future__ import annotations
 
-import re
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, is_stale, label_value
+from sentinel.re2match import GoRegex, anchored
 
 DEFAULT_RETENTION_MS = 15 * 60 * 1000
 
@@ -33,18 +33,26 @@ class StoreFullError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Matcher:
-    """A label matcher: `=`, `!=`, `=~` or `!~`, regexes fully anchored as in PromQL."""
+    """A label matcher: `=`, `!=`, `=~` or `!~`, regexes fully anchored as in PromQL.
+
+    Regexes are Go's RE2 (`sentinel.re2match`): a pattern RE2 refuses raises
+    `RegexError` (a ValueError) here, so when the expression is compiled.
+    """
 
     name: str
     op: str
     value: str
-    _re: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _re: GoRegex | None = field(default=None, init=False, repr=False, compare=False)
+    _test: Callable[[str], bool] | None = field(default=None, init=False, repr=False,
+                                               compare=False)
 
     def __post_init__(self) -> None:
         if self.op not in ("=", "!=", "=~", "!~"):
             raise ValueError(f"unknown matcher operator {self.op!r}")
         if self.op in ("=~", "!~"):
-            object.__setattr__(self, "_re", re.compile(self.value))
+            rx = anchored(self.value)
+            object.__setattr__(self, "_re", rx)
+            object.__setattr__(self, "_test", rx.tester())
 
     def matches(self, value: str) -> bool:
         """Whether a label value (empty when the label is absent) satisfies the matcher."""
@@ -52,9 +60,8 @@ class Matcher:
             return value == self.value
         if self.op == "!=":
             return value != self.value
-        assert self._re is not None
-        # fullmatch, not ^...$: "$" would also match before a trailing newline.
-        hit = self._re.fullmatch(value) is not None
+        assert self._test is not None
+        hit = self._test(value)
         return hit if self.op == "=~" else not hit
 
 
