@@ -176,7 +176,8 @@ class App:
         surfaces = self._surfaces(db, host)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready,
                                    surfaces.routes, surfaces.lifespans, healthy=self.healthy,
-                                   role=self.lease.describe if self.lease is not None else None)
+                                   role=self.lease.describe if self.lease is not None else None,
+                                   guard=surfaces.guard)
         self.status.start()
         self.missed.track((t.name for t in cfg.targets), rules.groups)
         quiet_apscheduler()
