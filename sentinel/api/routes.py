@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -68,6 +69,18 @@ def _id(request: Request, name: str = "id") -> int:
     return int(raw)
 
 
+def _form_params(request: Request) -> dict[str, str]:
+    import anyio.from_thread
+
+    body = anyio.from_thread.run(request.body)
+    if len(body) > MAX_BODY:
+        raise ApiError(413, f"body larger than {MAX_BODY} bytes")
+    try:
+        return dict(parse_qsl(body.decode(), keep_blank_values=True))
+    except (UnicodeDecodeError, ValueError):
+        raise ApiError(400, "body is not a URL-encoded form") from None
+
+
 def _body_json(request: Request) -> Any:
     import anyio.from_thread
 
@@ -87,7 +100,11 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         return Route(path, _endpoint(auth, write, fn), methods=list(methods))
 
     def params(request: Request) -> dict[str, str]:
-        return dict(request.query_params)
+        out = dict(request.query_params)
+        if request.method == "POST" and request.headers.get("content-type", "").startswith(
+                "application/x-www-form-urlencoded"):
+            out.update(_form_params(request))  # as Prometheus: a long query goes in the body
+        return out
 
     return [
         r("/api/v1/incidents", lambda q, p: service.incidents(params(q))),

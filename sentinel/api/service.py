@@ -20,13 +20,16 @@ from sentinel.api import history, stats
 from sentinel.api.auth import Principal
 from sentinel.api.errors import ApiError, bad_param
 from sentinel.api.params import time_param
+from sentinel.api.querypool import QueryPool
 from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident, LogEventRow
 from sentinel.incidents.models_api import ApiAudit, ApprovalStatus
 from sentinel.model import InstantSample
 from sentinel.promql import PromQLError
+from sentinel.promql.compile import check_expr_text
 from sentinel.promql.floatops import format_float
+from sentinel.promql.limits import QueryLimitError
 
 MAX_QUERY_RESULT = 10_000  # series in one instant query result
 
@@ -43,6 +46,11 @@ class ApiService:
     clock: Callable[[], float] = time.time
     external_url: str = ""
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    pool: QueryPool | None = None  # where clients' queries run (api/querypool.py)
+
+    def __post_init__(self) -> None:
+        if self.pool is None:
+            self.pool = _pool_for(self.query_fn)
 
     def now_ms(self) -> int:
         """The service's clock in ms."""
@@ -105,10 +113,16 @@ class ApiService:
             raise ApiError(400, "bad parameter 'query': required", "query")
         at = time_param(params, "time", self.now_ms())
         at = self.now_ms() if at is None else at
-        if self.query_fn is None:
+        query_fn = self.query_fn
+        if query_fn is None:
             raise ApiError(503, "no series store in this process (ask the daemon)")
+        assert self.pool is not None
         try:
-            result = self.query_fn(expr, at)
+            check_expr_text(expr)  # microseconds, here: no child for what the text refuses
+            result = self.pool.run(lambda: _capped(query_fn(expr, at)))
+        except QueryLimitError as exc:
+            return {"status": "error", "errorType": "execution", "error": str(exc),
+                    "limit": exc.limit, "_http_status": 422}
         except PromQLError as exc:
             return {"status": "error", "errorType": "bad_data", "error": str(exc),
                     "_http_status": 400}
@@ -129,23 +143,14 @@ class ApiService:
         (the comparison only keeps the samples that fire), so a filtering
         comparison against a number at the top is peeled off.
         """
-        if self.query_fn is None or end_ms <= start_ms:
+        query_fn = self.query_fn
+        if query_fn is None or end_ms <= start_ms:
             return []
-        target: Any = plotted_expr(expr)
-        step = max(1, (end_ms - start_ms) // (points - 1))
-        series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
-        for i in range(points):
-            t = start_ms + i * step
-            try:
-                result = self.query_fn(target, t)
-            except PromQLError:
-                return []
-            if not isinstance(result, list):
-                continue
-            for sample in result[:20]:
-                if not math.isnan(sample.value):
-                    series.setdefault(sample.labels, []).append((t, sample.value))
-        return [{"labels": dict(k), "points": v} for k, v in list(series.items())[:20]]
+        assert self.pool is not None
+        try:
+            return self.pool.run(lambda: _plot(query_fn, expr, start_ms, end_ms, points))
+        except (PromQLError, ApiError):
+            return []
 
     # -- approvals --------------------------------------------------------------------
 
@@ -238,3 +243,40 @@ def plotted_expr(expr: str) -> Any:
         if isinstance(node.lhs, NumberLiteral):
             return node.rhs
     return node
+
+
+def _pool_for(query_fn: Callable[[str, int], Any] | None) -> QueryPool:
+    """A pool forking children for the embedded engine; in-process for a remote backend."""
+    from sentinel.promql.engine import Engine
+
+    engine = getattr(query_fn, "__self__", None)
+    if not isinstance(engine, Engine):
+        return QueryPool(isolate=False)
+    store = engine.store
+    locks = tuple(lock for lock in (getattr(store, "_lock", None), getattr(store, "_data", None))
+                  if lock is not None)
+    return QueryPool(timeout_s=engine.timeout_s, locks=locks)
+
+
+def _capped(result: Any) -> Any:
+    """A vector cut to what the API returns, so a child never pickles more."""
+    return result[:MAX_QUERY_RESULT] if isinstance(result, list) else result
+
+
+def _plot(query_fn: Callable[[Any, int], Any], expr: str, start_ms: int, end_ms: int,
+          points: int) -> list[dict[str, Any]]:
+    target: Any = plotted_expr(expr)
+    step = max(1, (end_ms - start_ms) // (points - 1))
+    series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+    for i in range(points):
+        t = start_ms + i * step
+        try:
+            result = query_fn(target, t)
+        except PromQLError:
+            return []
+        if not isinstance(result, list):
+            continue
+        for sample in result[:20]:
+            if not math.isnan(sample.value):
+                series.setdefault(sample.labels, []).append((t, sample.value))
+    return [{"labels": dict(k), "points": v} for k, v in list(series.items())[:20]]

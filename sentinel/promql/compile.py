@@ -18,6 +18,7 @@ import promql_parser as pp
 from sentinel.model import METRIC_NAME
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.limits import check_text
 from sentinel.store.memory import Matcher
 
 # Functions the engine evaluates (see the table in sentinel/promql/__init__.py).
@@ -70,6 +71,11 @@ def compile_expr(text: str) -> n.Expr:
     return _compile_cached(text)
 
 
+def check_expr_text(text: str) -> None:
+    """The limits on an expression's text alone (sentinel/promql/limits.py), without parsing."""
+    check_text(text, _masked(text))
+
+
 # Prometheus 2.x's name for double_exponential_smoothing (renamed in 3.0); the
 # parser knows only the new name, so the old one is renamed before parsing.
 _HOLT_WINTERS = re.compile(r"\bholt_winters(\s*\()")
@@ -86,6 +92,7 @@ def _rename_holt_winters(text: str) -> str:
 
 @lru_cache(maxsize=1024)
 def _compile_cached(text: str) -> n.Expr:
+    check_expr_text(text)
     _check_at_values(text)
     try:
         return _compile(text)
