@@ -134,7 +134,7 @@ class App:
         tracker = IncidentTracker(work_db, outbox=self.notifier.outbox)
         groups = load_rule_files(rule_paths(cfg))
         self.io = IOLoop().start()
-        store = MemoryStore(retention_ms=self._retention_ms(groups))
+        store = MemoryStore(retention_ms=self._retention_ms(groups), max_series=cfg.max_series)
         store.set_filter(self._series_filter(groups))
         self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms)
         self.query = DaemonBackend(cfg, self.engine, self.metrics.registry)
