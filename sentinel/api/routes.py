@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 from sentinel.api.auth import SESSION_COOKIE, Auth, Principal
 from sentinel.api.errors import ApiError
 from sentinel.api.openapi import openapi_document
+from sentinel.api.params import parse_id
 from sentinel.api.service import ApiService
 
 log = logging.getLogger(__name__)
@@ -63,10 +64,7 @@ def _endpoint(auth: Auth, write: bool, fn: Callable[[Request, Principal], Any]
 
 
 def _id(request: Request, name: str = "id") -> int:
-    raw = request.path_params[name]
-    if not str(raw).isdigit():
-        raise ApiError(400, f"bad parameter {name!r}: expected an integer id", name)
-    return int(raw)
+    return parse_id(str(request.path_params[name]), name)
 
 
 def _form_params(request: Request) -> dict[str, str]:

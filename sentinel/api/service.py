@@ -8,6 +8,7 @@ itself is checked by the caller (routes, MCP), which knows how the request came.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +20,7 @@ from sqlalchemy import func, select
 from sentinel.api import history, stats
 from sentinel.api.auth import Principal
 from sentinel.api.errors import ApiError, bad_param
-from sentinel.api.params import time_param
+from sentinel.api.params import MAX_ID, time_param
 from sentinel.api.querypool import QueryPool
 from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.db import Database
@@ -32,6 +33,7 @@ from sentinel.promql.floatops import format_float
 from sentinel.promql.limits import QueryLimitError
 
 MAX_QUERY_RESULT = 10_000  # series in one instant query result
+MAX_SILENCE_BYTES = 64 * 1024  # a silence, comment included, as the API's body limit
 
 
 @dataclass
@@ -193,6 +195,11 @@ class ApiService:
         """POST /api/v2/silences (audited); the author is the token's name."""
         from sentinel.api import silences_v2
 
+        size = len(json.dumps(body, default=str).encode()) if body is not None else 0
+        if size > MAX_SILENCE_BYTES:
+            # The API's body limit, for every surface: MCP hands the body over in-process.
+            self.audit(who, via, "create silence", 413, f"{size} bytes")
+            raise ApiError(413, f"silence of {size} bytes is larger than {MAX_SILENCE_BYTES}")
         try:
             sid = silences_v2.create_v2(self.db, body, who.name, self.now_ms())
         except ValueError as exc:
@@ -205,8 +212,8 @@ class ApiService:
         """DELETE /api/v2/silence/{id} (audited)."""
         from sentinel.respond.notify.silences import SilenceError, expire_silence
 
-        if not silence_id.isdigit():
-            raise ApiError(404, f"no silence {silence_id}")
+        if not (silence_id.isascii() and silence_id.isdigit()) or int(silence_id) > MAX_ID:
+            raise ApiError(404, f"no silence {silence_id[:40]}")
         try:
             expire_silence(self.db, int(silence_id), self.now_ms())
         except SilenceError as exc:
