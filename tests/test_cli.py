@@ -216,3 +216,23 @@ def test_unreachable_database_is_one_line_without_the_password():
     assert out.returncode == 4
     assert "hunter2-secret" not in out.stdout + out.stderr
     assert "Traceback" not in out.stderr and out.stderr.startswith("sentinel: ")
+
+
+def test_db_upgrade_says_what_it_did(tmp_path):
+    from sentinel.incidents.db import Database, find_migrations_dir, head_revision
+
+    head = head_revision()
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    first = sentinel("db", "upgrade", "--database", url)
+    assert first.returncode == 0 and f"created at {head}" in first.stdout, first.stdout
+    again = sentinel("db", "upgrade", "--database", url)
+    assert f"up to date ({head})" in again.stdout
+    # A database one migration behind: the output names both revisions.
+    body = next(p.read_text() for p in (find_migrations_dir() / "versions").glob("*.py")
+                if re.search(rf'^revision(?:: str)? = ["\']{head}', p.read_text(), re.M))
+    previous = re.search(r'^down_revision(?:: [^=]+)? = ["\']([^"\']+)', body, re.M)
+    assert previous is not None
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    Database(old).upgrade(previous.group(1))
+    upgraded = sentinel("db", "upgrade", "--database", old)
+    assert f"upgraded from {previous.group(1)} to {head}" in upgraded.stdout, upgraded.stdout

@@ -167,3 +167,8 @@ def test_run_listens_where_listen_says(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def test_unit_raises_the_open_files_limit() -> None:
+    limits = re.findall(r"^LimitNOFILE=(\d+)$", UNIT.read_text(), re.M)
+    assert limits and int(limits[0]) >= 65536

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
 
 import pytest
 from diagnose_helpers import (
     CRASH_LOG,
     STATIC,
     T0,
+    _FakeModel,
     config,
     fake_model,
     open_incident,
@@ -270,3 +273,49 @@ def test_webhook_annotations_come_from_the_newest_runbook(incident_db, model) ->
                   AlertState.FIRING, 1.0, T0, T0, T0)
     out = annotate(Notification(incident, NotificationKind.FIRING, (alert,)), extra)
     assert dict(out.alerts[0].annotations)["summary"] == book["summary"]
+
+
+class _MalformedStream(_FakeModel):
+    """Answers every chat with a stream whose chunk has `"delta": "oops"` (a string)."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.path == "/tokenize":
+            super().do_POST()
+            return
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        data = b'data: {"choices": [{"index": 0, "delta": "oops"}]}\n\ndata: [DONE]\n\n'
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def malformed() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _MalformedStream)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_malformed_stream_chunk_is_a_model_error_static_then_backoff(incident_db,
+                                                                        malformed) -> None:
+    incident = open_incident(incident_db)
+    worker = _worker(incident_db, malformed)
+    assert worker.tick(T0) == []  # no exception out of the tick
+    (static,) = runbooks(incident_db, incident)
+    assert static["source"] == "static"
+    assert "delta" in static["model_errors"][0][1]
+    assert worker.tick(T0 + 1) == []  # backing off: not asked again at once
+    _intact(incident_db, incident)
+
+
+def test_a_malformed_stream_chunk_moves_on_to_the_next_endpoint(incident_db, malformed,
+                                                                model) -> None:
+    incident = open_incident(incident_db)
+    _worker(incident_db, malformed, model.url).tick(T0)
+    (data,) = runbooks(incident_db, incident)
+    assert data["source"] == "model" and data["endpoint"] == "m1"

@@ -14,6 +14,7 @@ import pytest
 from fixtures_e2e import wait_for
 
 from sentinel.config import load_config
+from sentinel.config.model import DEFAULT_SAMPLE_LIMIT
 from sentinel.daemon.app import App
 from sentinel.model import METRIC_NAME, label_value
 from sentinel.paths import bundled_dir
@@ -237,5 +238,35 @@ def test_missed_scrapes_and_evaluations_are_counted_and_alerted(tmp_path, pages,
         assert _metric(app, "sentinel_rule_group_iterations_missed_total",
                        group="sentinel-self") == 0
         assert set(_ups(app, "ok")) == {1.0} and set(_ups(app, "hung")) == {0.0}
+    finally:
+        app.stop(2)
+
+
+def test_default_sample_limit_fails_a_runaway_page_and_the_series_cap_is_configured(
+        tmp_path, pages):
+    """No sample_limit set: the default (50,000) fails the 200,000-sample page, as
+    Prometheus would (up 0); the store's series cap comes from `max_series`."""
+    pages.pages["/hundred"] = b"".join(b'h{i="%d"} 1\n' % i for i in range(100))
+    (tmp_path / "rules.yaml").write_text("groups:\n  - name: g\n    rules:\n"
+                                         "      - alert: A\n        expr: load > 5\n")
+    every = "scrape_interval: 1s, scrape_timeout: 1s"
+    cfg = _config(tmp_path, pages.url, [f"name: big, metrics_path: /big, {every}",
+                                        f"name: s1, metrics_path: /small, {every}",
+                                        f"name: many, metrics_path: /hundred, sample_limit: 0, "
+                                        f"{every}"], ["rules.yaml"])
+    cfg.write_text(cfg.read_text() + "max_series: 60\nkeep_all_series: true\n")
+    config = load_config(cfg)
+    assert config.targets[0].sample_limit == DEFAULT_SAMPLE_LIMIT == 50_000
+    assert config.targets[2].sample_limit == 0  # 0: no limit, as in Prometheus
+    app = App(config)
+    app.start()
+    try:
+        wait_for(lambda: _metric(app, "sentinel_scrapes_exceeded_sample_limit_total",
+                                 target="big") >= 2 and len(_ups(app, "s1")) >= 2, 60,
+                 "two refused scrapes of the big page")
+        assert set(_ups(app, "big")) == {0.0} and set(_ups(app, "s1")) == {1.0}
+        assert app.pipeline is not None and app.pipeline.store.max_series == 60
+        # `many` has no sample limit: its 100 series meet the store's cap of 60 instead.
+        assert len(app.pipeline.store.select([Matcher(METRIC_NAME, "=", "h")], 0, 2**62)) < 60
     finally:
         app.stop(2)

@@ -14,21 +14,34 @@ run, no database of past failures) and a fixed number of examples each.
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
 import pytest
 import yaml
+from fakes.kube_server import pod as kube_pod
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sentinel.collect.exposition import ExpositionError, SeriesCache, parse_exposition
+from sentinel.collect.kubernetes_sd import safe_pod_target
+from sentinel.config.kubernetes import KubernetesSDConfig
 from sentinel.config.load import ConfigError, load_config
+from sentinel.daemon.app import App
 from sentinel.logs.classify import Classifier
 from sentinel.logs.signatures import SignatureFileError, load_signature_file, parse_signatures
 from sentinel.model import LogEntry
+from sentinel.promql.engine import Engine
+from sentinel.promql.errors import PromQLError
+from sentinel.respond.diagnose.client import ModelError, _read_stream
 from sentinel.rules.loader import parse_rule_file
+from sentinel.store.memory import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = (ROOT / "deploy" / "sentinel.example.yaml").read_text()
@@ -224,3 +237,128 @@ def test_log_classifier_never_fails_and_batches_agree(texts: list[str]) -> None:
     for ev in events:
         assert len(ev.excerpt) <= batch.max_excerpt_lines + 1
         assert sum(len(line) for line in ev.excerpt) <= batch.max_excerpt_chars + 200
+
+
+# -- the model's stream, Kubernetes pods, PromQL, the API's parameters (issue 39) ------------
+
+JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+              st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8)),
+    lambda kids: st.one_of(st.lists(kids, max_size=3),
+                           st.dictionaries(st.sampled_from(
+                               ["choices", "delta", "content", "finish_reason", "usage",
+                                "error", "message", "index", "x"]), kids, max_size=4)),
+    max_leaves=10)
+
+
+@st.composite
+def stream_lines(draw: st.DrawFn) -> list[str]:
+    """Server-sent chat chunks of any shape, some well-formed, maybe ending in [DONE]."""
+    good = {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}
+    chunks = draw(st.lists(st.one_of(st.just(good), JSON), max_size=6))
+    lines = [f"data: {json.dumps(c)}" for c in chunks]
+    lines += draw(st.lists(st.text(max_size=20), max_size=2))  # not even JSON
+    if draw(st.booleans()):
+        lines.append("data: [DONE]")
+    return lines
+
+
+@FUZZ
+@given(lines=stream_lines())
+def test_model_stream_parser_fails_only_with_a_model_error(lines: list[str]) -> None:
+    try:
+        reply = _read_stream(iter(lines), time.monotonic() + 60, 1 << 20)
+    except ModelError:
+        return
+    assert isinstance(reply.text, str)
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> object:
+    """A valid pod with a few values anywhere in it replaced by anything JSON can hold."""
+    p = kube_pod("p", namespace="ns", labels={"app": "vllm"})
+    for _ in range(draw(st.integers(0, 4))):
+        node: object = p
+        path = draw(st.lists(st.sampled_from(
+            ["metadata", "spec", "status", "containers", "ports", "labels", "name", "podIP",
+             "containerPort", "phase", 0]), min_size=1, max_size=4))
+        for key in path[:-1]:
+            try:
+                node = node[key]  # type: ignore[index]
+            except (KeyError, IndexError, TypeError):
+                break
+        if isinstance(node, dict) and isinstance(path[-1], str):
+            node[path[-1]] = draw(JSON)
+        elif isinstance(node, list) and node and path[-1] == 0:
+            node[0] = draw(JSON)
+    return draw(st.one_of(st.just(p), JSON)) if draw(st.integers(0, 9)) == 0 else p
+
+
+SD = KubernetesSDConfig.model_validate({"name": "vllm", "namespaces": ["ns"], "port": "http",
+                                        "label_selector": "app=vllm"})
+
+
+@FUZZ
+@given(pod=pods())
+def test_kubernetes_pod_parser_never_fails(pod: object) -> None:
+    target, why = safe_pod_target(pod, SD, 5000, 4000)
+    assert (target is None) or (why is None)
+
+
+PROMQL_TOKENS = st.sampled_from([
+    "up", "x", "{", "}", "(", ")", "[", "]", "5m", "1y", "1ms", ":", ",", " ", "@", "@ ", "-",
+    "+", "*", "/", "^", "offset", "by", "sum", "rate", "count_over_time", "vector", "start()",
+    '"a"', '=', '=~', 'a="b"', "1", "0", "-1", "1e30", "-1e30", "1e400", "0x7fffffffffffffff",
+    "9223372036854775807", "18446744073709551616", "1.5", "inf", "nan", ".5", "5e-324",
+    "and", "or", "unless", "==", ">", "bool", "#", "\n", "é"])
+
+
+@st.composite
+def promql_texts(draw: st.DrawFn) -> str:
+    text = "".join(draw(st.lists(PROMQL_TOKENS, max_size=24)))
+    depth = draw(st.sampled_from([0, 0, 0, 3, 70, 300]))  # past the nesting limit too
+    return "(" * depth + text + ")" * depth
+
+
+@FUZZ
+@given(text=promql_texts(), at=st.integers(-(2**63), 2**63))
+def test_promql_fails_only_with_a_promql_error(text: str, at: int) -> None:
+    engine = Engine(MemoryStore(), max_points=100_000, timeout_s=5)
+    try:
+        engine.query(text, at)
+    except PromQLError:
+        pass
+
+
+API_PARAMS = st.sampled_from(["status", "alertname", "target", "category", "since", "until",
+                              "limit", "cursor", "by", "query", "time", "x"])
+HOSTILE_VALUES = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from(["inf", "-inf", "nan", "1e308", "-1e308", "99999999999999999999", "²",
+                     "١٢", "0x10", "-1", "0", "30d", "9999999999y", "2026-13-40", "%", "\x00",
+                     "bWFueTo1", "OTk5OTk5OTk5OTk5OTk5OTk5OTk6MQ", "up", "(", "up @ -1"]))
+API_PATHS = st.sampled_from(["/api/v1/incidents", "/api/v1/stats", "/api/v1/query",
+                             "/api/v1/approvals", "/api/v1/targets", "/api/v2/silences",
+                             "/api/v1/incidents/{v}", "/incidents/{v}", "/api/v2/silence/{v}"])
+
+
+@pytest.fixture(scope="module")
+def api_url(folder: Path) -> Iterator[str]:
+    cfg = folder / "api.yaml"
+    cfg.write_text(f"database: sqlite:///{folder / 'api.db'}\nlisten: 127.0.0.1:0\n")
+    app = App(load_config(cfg))
+    app.start()
+    host, port = app.status.address  # type: ignore[union-attr]
+    yield f"http://{host}:{port}"
+    app.stop(2)
+
+
+@settings(FUZZ, max_examples=200)
+@given(path=API_PATHS, params=st.dictionaries(API_PARAMS, HOSTILE_VALUES, max_size=4),
+       value=HOSTILE_VALUES)
+def test_api_parameters_never_give_a_500(api_url: str, path: str, params: dict[str, str],
+                                         value: str) -> None:
+    url = api_url + path.replace("{v}", quote(value, safe="") or "x")
+    r = httpx.get(url, params=params, timeout=30)
+    assert r.status_code < 500 or (r.status_code == 503 and "max_" in r.text), (url, r.text)
+    assert "Traceback" not in r.text

@@ -12,7 +12,13 @@ import pytest
 from fakes.kube_server import FakeKube, pod
 from prometheus_client import CollectorRegistry
 
-from sentinel.collect.kubernetes_sd import KubernetesDiscovery, SDMetrics, label_name, pod_target
+from sentinel.collect.kubernetes_sd import (
+    KubernetesDiscovery,
+    SDMetrics,
+    label_name,
+    pod_target,
+    safe_pod_target,
+)
 from sentinel.config.kubernetes import KubernetesSDConfig
 from sentinel.config.model import TargetConfig
 
@@ -236,3 +242,35 @@ def test_bookmarks_move_the_version_on_so_a_quiet_watch_resumes_without_a_list(a
     wait_until(lambda: rec.names() == ["vllm-0", "vllm-1"], "the new pod")
     lists = [p for _, p, _ in api.requests if "watch=" not in p]
     assert len(lists) == 1, "a 410 forced a list: the bookmarks did not move the version on"
+
+
+MALFORMED = [
+    lambda p: p["spec"]["containers"][0]["ports"][0].update(containerPort="eighty"),
+    lambda p: p["metadata"].update(labels=["app", "vllm"]),
+    lambda p: p["spec"].update(containers="vllm"),
+    lambda p: p["status"].update(podIP=["10.0.0.5"]),
+    lambda p: p["metadata"].update(name="bad name/with slash"),
+]
+
+
+@pytest.mark.parametrize("spoil", MALFORMED)
+def test_a_malformed_pod_costs_only_its_own_target(spoil) -> None:
+    sd = sd_config()
+    bad = vllm("bad", "10.0.0.5")
+    spoil(bad)
+    target, why = safe_pod_target(bad, sd, 5000, 4000)
+    assert target is None and why
+    assert safe_pod_target("not a pod", sd, 5000, 4000) == (None, "not a pod object")
+
+
+def test_one_malformed_pod_does_not_stop_discovery_of_the_namespace(api, run, caplog) -> None:
+    bad = vllm("bad", "10.0.0.5")
+    bad["spec"]["containers"][0]["ports"][0]["containerPort"] = "eighty"
+    api.put("pods", bad)
+    api.put("pods", vllm("vllm-0", "10.0.0.1"))
+    d, rec = run(sd_config(api.url))
+    wait_until(lambda: d.synced, "the first list")
+    assert rec.names() == ["vllm-0"]
+    api.put("pods", vllm("vllm-1", "10.0.0.2"))  # the watch goes on after the bad pod
+    wait_until(lambda: rec.names() == ["vllm-0", "vllm-1"], "the next pod")
+    assert "pod inference/bad skipped" in caplog.text

@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -76,6 +77,10 @@ class Auth:
         self.reads_open = reads_open
         self.clock = clock
         self._key = key or os.urandom(32)
+        # Sessions logged out before they expire: signature -> expiry (s). Pruned as
+        # they expire, so it holds at most the sessions of one TTL.
+        self._revoked: dict[str, int] = {}
+        self._revoked_lock = threading.Lock()
 
     def from_bearer(self, header: str | None) -> Principal | None:
         """The principal a bearer header names; None when absent; 401 when wrong."""
@@ -134,18 +139,37 @@ class Auth:
 
     def session_principal(self, cookie: str | None) -> Principal | None:
         """The principal of a valid, unexpired session cookie."""
-        if not cookie:
+        parsed = self._parse_session(cookie)
+        if parsed is None:
+            return None
+        name, role, expires, mac = parsed
+        if int(expires) < self.clock() or mac in self._revoked:
+            return None
+        return Principal(name, role, "session")
+
+    def _parse_session(self, cookie: str | None) -> tuple[str, str, str, str] | None:
+        """A cookie's (name, role, expiry, signature) when its signature is ours."""
+        if not cookie or not cookie.isascii():  # a forged non-ASCII value is no session
             return None
         parts = cookie.split("|")
         if len(parts) != 4:
             return None
         body, mac = "|".join(parts[:3]), parts[3]
-        if not hmac.compare_digest(mac, self._sign("session", body)):
+        if not hmac.compare_digest(mac.encode(), self._sign("session", body).encode()):
             return None
-        name, role, expires = parts[:3]
-        if not expires.isdigit() or int(expires) < self.clock():
+        if not (parts[2].isascii() and parts[2].isdigit()) or len(parts[2]) > 12:
             return None
-        return Principal(name, role, "session")
+        return parts[0], parts[1], parts[2], mac
+
+    def revoke(self, cookie: str | None) -> None:
+        """End a session before its expiry (logout): its cookie is refused from now on."""
+        parsed = self._parse_session(cookie)
+        if parsed is None:
+            return
+        now = self.clock()
+        with self._revoked_lock:
+            self._revoked = {m: e for m, e in self._revoked.items() if e >= now}
+            self._revoked[parsed[3]] = int(parsed[2])
 
     def csrf_for(self, cookie: str | None) -> str:
         """The CSRF value the page's forms carry for this session ("" without one)."""
@@ -153,7 +177,8 @@ class Auth:
 
     def check_csrf(self, cookie: str | None, value: str | None) -> None:
         """403 unless the form's CSRF value belongs to the session."""
-        if not cookie or not value or not hmac.compare_digest(self.csrf_for(cookie), value):
+        if not cookie or not value or not hmac.compare_digest(self.csrf_for(cookie).encode(),
+                                                              value.encode()):
             raise ApiError(403, "missing or wrong CSRF value: reload the page and try again")
 
     def _sign(self, purpose: str, body: str) -> str:

@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -19,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 from sentinel.api.auth import SESSION_COOKIE, Auth, Principal
 from sentinel.api.errors import ApiError
 from sentinel.api.openapi import openapi_document
+from sentinel.api.params import parse_id
 from sentinel.api.service import ApiService
 
 log = logging.getLogger(__name__)
@@ -62,10 +64,19 @@ def _endpoint(auth: Auth, write: bool, fn: Callable[[Request, Principal], Any]
 
 
 def _id(request: Request, name: str = "id") -> int:
-    raw = request.path_params[name]
-    if not str(raw).isdigit():
-        raise ApiError(400, f"bad parameter {name!r}: expected an integer id", name)
-    return int(raw)
+    return parse_id(str(request.path_params[name]), name)
+
+
+def _form_params(request: Request) -> dict[str, str]:
+    import anyio.from_thread
+
+    body = anyio.from_thread.run(request.body)
+    if len(body) > MAX_BODY:
+        raise ApiError(413, f"body larger than {MAX_BODY} bytes")
+    try:
+        return dict(parse_qsl(body.decode(), keep_blank_values=True))
+    except (UnicodeDecodeError, ValueError):
+        raise ApiError(400, "body is not a URL-encoded form") from None
 
 
 def _body_json(request: Request) -> Any:
@@ -87,7 +98,11 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         return Route(path, _endpoint(auth, write, fn), methods=list(methods))
 
     def params(request: Request) -> dict[str, str]:
-        return dict(request.query_params)
+        out = dict(request.query_params)
+        if request.method == "POST" and request.headers.get("content-type", "").startswith(
+                "application/x-www-form-urlencoded"):
+            out.update(_form_params(request))  # as Prometheus: a long query goes in the body
+        return out
 
     return [
         r("/api/v1/incidents", lambda q, p: service.incidents(params(q))),

@@ -10,6 +10,7 @@ from typing import Any
 from starlette.routing import BaseRoute, Route
 
 from sentinel.api.auth import Auth, is_loopback
+from sentinel.api.guard import AsgiApp, HostPolicy, RequestGuard
 from sentinel.api.mcp_server import LocalBackend, McpGate, build_server
 from sentinel.api.routes import api_routes
 from sentinel.api.service import ApiService
@@ -25,6 +26,11 @@ class Surfaces:
     lifespans: list[Callable[[], contextlib.AbstractAsyncContextManager[None]]]
     service: ApiService
     auth: Auth
+    policy: HostPolicy
+
+    def guard(self, app: AsgiApp) -> AsgiApp:
+        """The whole listener behind the Host check and the body limit (sentinel/api/guard.py)."""
+        return RequestGuard(app, self.policy)
 
 
 def build_surfaces(service: ApiService, api: ApiConfig, host: str) -> Surfaces:
@@ -37,10 +43,9 @@ def build_surfaces(service: ApiService, api: ApiConfig, host: str) -> Surfaces:
 
     auth = Auth(api.tokens, reads_open=is_loopback(host))
     mcp = build_server(LocalBackend(service))
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=is_loopback(host),
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+    # Host and Origin are checked for every route, /mcp included, by RequestGuard:
+    # the SDK's own check (loopback names only) would be a second list to keep in step.
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     manager = StreamableHTTPSessionManager(app=mcp._lowlevel_server, json_response=True,
                                            stateless=True, security_settings=security)
     gate: Any = McpGate(StreamableHTTPASGIApp(manager), auth)
@@ -52,7 +57,8 @@ def build_surfaces(service: ApiService, api: ApiConfig, host: str) -> Surfaces:
 
     routes: list[BaseRoute] = [*api_routes(service, auth), *web_routes(service, auth),
                                Route("/mcp", gate)]
-    return Surfaces(routes, [mcp_lifespan], service, auth)
+    policy = HostPolicy.build(service.external_url, api.allowed_hosts)
+    return Surfaces(routes, [mcp_lifespan], service, auth, policy)
 
 
 def rule_expr_lookup(groups: Callable[[], list[Any]]) -> Callable[[str], str | None]:

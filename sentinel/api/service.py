@@ -8,6 +8,7 @@ itself is checked by the caller (routes, MCP), which knows how the request came.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,15 +21,19 @@ from sentinel.api import history, stats
 from sentinel.api.auth import Principal
 from sentinel.api.errors import ApiError, bad_param
 from sentinel.api.params import time_param
+from sentinel.api.querypool import QueryPool
 from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident, LogEventRow
 from sentinel.incidents.models_api import ApiAudit, ApprovalStatus
 from sentinel.model import InstantSample
 from sentinel.promql import PromQLError
+from sentinel.promql.compile import check_expr_text
 from sentinel.promql.floatops import format_float
+from sentinel.promql.limits import QueryLimitError
 
 MAX_QUERY_RESULT = 10_000  # series in one instant query result
+MAX_SILENCE_BYTES = 64 * 1024  # a silence, comment included, as the API's body limit
 
 
 @dataclass
@@ -45,6 +50,11 @@ class ApiService:
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     # Routing tree and inhibition rules for API v2's alerts (receivers, inhibitedBy).
     alert_routing: Any = None  # sentinel.api.alerts_v2.AlertRouting
+    pool: QueryPool | None = None  # where clients' queries run (api/querypool.py)
+
+    def __post_init__(self) -> None:
+        if self.pool is None:
+            self.pool = _pool_for(self.query_fn)
 
     def now_ms(self) -> int:
         """The service's clock in ms."""
@@ -107,10 +117,16 @@ class ApiService:
             raise ApiError(400, "bad parameter 'query': required", "query")
         at = time_param(params, "time", self.now_ms())
         at = self.now_ms() if at is None else at
-        if self.query_fn is None:
+        query_fn = self.query_fn
+        if query_fn is None:
             raise ApiError(503, "no series store in this process (ask the daemon)")
+        assert self.pool is not None
         try:
-            result = self.query_fn(expr, at)
+            check_expr_text(expr)  # microseconds, here: no child for what the text refuses
+            result = self.pool.run(lambda: _capped(query_fn(expr, at)))
+        except QueryLimitError as exc:
+            return {"status": "error", "errorType": "execution", "error": str(exc),
+                    "limit": exc.limit, "_http_status": 422}
         except PromQLError as exc:
             return {"status": "error", "errorType": "bad_data", "error": str(exc),
                     "_http_status": 400}
@@ -131,23 +147,14 @@ class ApiService:
         (the comparison only keeps the samples that fire), so a filtering
         comparison against a number at the top is peeled off.
         """
-        if self.query_fn is None or end_ms <= start_ms:
+        query_fn = self.query_fn
+        if query_fn is None or end_ms <= start_ms:
             return []
-        target: Any = plotted_expr(expr)
-        step = max(1, (end_ms - start_ms) // (points - 1))
-        series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
-        for i in range(points):
-            t = start_ms + i * step
-            try:
-                result = self.query_fn(target, t)
-            except PromQLError:
-                return []
-            if not isinstance(result, list):
-                continue
-            for sample in result[:20]:
-                if not math.isnan(sample.value):
-                    series.setdefault(sample.labels, []).append((t, sample.value))
-        return [{"labels": dict(k), "points": v} for k, v in list(series.items())[:20]]
+        assert self.pool is not None
+        try:
+            return self.pool.run(lambda: _plot(query_fn, expr, start_ms, end_ms, points))
+        except (PromQLError, ApiError):
+            return []
 
     # -- approvals --------------------------------------------------------------------
 
@@ -211,6 +218,11 @@ class ApiService:
         """POST /api/v2/silences (audited); the author is the token's name."""
         from sentinel.api import silences_v2
 
+        size = len(json.dumps(body, default=str).encode()) if body is not None else 0
+        if size > MAX_SILENCE_BYTES:
+            # The API's body limit, for every surface: MCP hands the body over in-process.
+            self.audit(who, via, "create silence", 413, f"{size} bytes")
+            raise ApiError(413, f"silence of {size} bytes is larger than {MAX_SILENCE_BYTES}")
         try:
             sid = silences_v2.create_v2(self.db, body, who.name, self.now_ms())
         except ValueError as exc:
@@ -259,3 +271,40 @@ def plotted_expr(expr: str) -> Any:
         if isinstance(node.lhs, NumberLiteral):
             return node.rhs
     return node
+
+
+def _pool_for(query_fn: Callable[[str, int], Any] | None) -> QueryPool:
+    """A pool forking children for the embedded engine; in-process for a remote backend."""
+    from sentinel.promql.engine import Engine
+
+    engine = getattr(query_fn, "__self__", None)
+    if not isinstance(engine, Engine):
+        return QueryPool(isolate=False)
+    store = engine.store
+    locks = tuple(lock for lock in (getattr(store, "_lock", None), getattr(store, "_data", None))
+                  if lock is not None)
+    return QueryPool(timeout_s=engine.timeout_s, locks=locks)
+
+
+def _capped(result: Any) -> Any:
+    """A vector cut to what the API returns, so a child never pickles more."""
+    return result[:MAX_QUERY_RESULT] if isinstance(result, list) else result
+
+
+def _plot(query_fn: Callable[[Any, int], Any], expr: str, start_ms: int, end_ms: int,
+          points: int) -> list[dict[str, Any]]:
+    target: Any = plotted_expr(expr)
+    step = max(1, (end_ms - start_ms) // (points - 1))
+    series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+    for i in range(points):
+        t = start_ms + i * step
+        try:
+            result = query_fn(target, t)
+        except PromQLError:
+            return []
+        if not isinstance(result, list):
+            continue
+        for sample in result[:20]:
+            if not math.isnan(sample.value):
+                series.setdefault(sample.labels, []).append((t, sample.value))
+    return [{"labels": dict(k), "points": v} for k, v in list(series.items())[:20]]

@@ -77,7 +77,8 @@ def load_config_or_exit(path: str | None) -> Config:
         raise SystemExit(exitcodes.CONFIG) from None
 
 
-def database(args: argparse.Namespace, upgrade: bool = False) -> Database:
+def database(args: argparse.Namespace, upgrade: bool = False,
+             must_exist: bool = True) -> Database:
     """The database of `--database`, else of the config's `database` key.
 
     Only `sentinel db upgrade` (upgrade=True) creates or migrates; every other
@@ -102,4 +103,6 @@ def database(args: argparse.Namespace, upgrade: bool = False) -> Database:
         db = Database(url)
         db.upgrade()
         return db
+    if not must_exist:
+        return Database(url)  # to read its revision: nothing checked, nothing migrated
     return open_existing(url)

@@ -74,7 +74,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
-    """Create or migrate the database to the newest schema."""
-    database(args, upgrade=True)
-    print("database schema is up to date")
+    """Create or migrate the database to the newest schema, saying which it did."""
+    before = database(args, upgrade=False, must_exist=False).current_revision()
+    after = database(args, upgrade=True).current_revision()
+    if before == after:
+        print(f"database schema is up to date ({after})")
+    elif before is None:
+        print(f"database schema created at {after}")
+    else:
+        print(f"database schema upgraded from {before} to {after}")
     return 0

@@ -100,6 +100,30 @@ def pod_target(pod: dict[str, Any], sd: KubernetesSDConfig, interval_ms: int,
         "xla_cache_path": sd.xla_cache_path})
 
 
+def safe_pod_target(pod: Any, sd: KubernetesSDConfig, interval_ms: int,
+                    timeout_ms: int) -> tuple[TargetConfig | None, str | None]:
+    """(target, None), or (None, why) for a pod object of the wrong shape.
+
+    The API server's objects are trusted to be pods, but one malformed object
+    (a port that is not a number, labels that are a list, a name the config
+    refuses) must cost that pod its target, not the namespace its discovery.
+    """
+    if not isinstance(pod, dict) or not isinstance(pod.get("metadata") or {}, dict):
+        return None, "not a pod object"
+    try:
+        return pod_target(pod, sd, interval_ms, timeout_ms), None
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # ValidationError too
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def pod_key(pod: Any, namespace: str = "") -> PodKey | None:
+    """(namespace, name) of a pod object, None when it has no usable metadata."""
+    if not isinstance(pod, dict) or not isinstance(pod.get("metadata") or {}, dict):
+        return None
+    m = meta(pod)
+    return str(m.get("namespace", namespace) or namespace), str(m.get("name", ""))
+
+
 class SDMetrics:
     """Discovery's own series, labelled by the discovery's name."""
 
@@ -134,6 +158,7 @@ class KubernetesDiscovery:
         self.last_error: str | None = None
         self._pods: dict[PodKey, TargetConfig] = {}  # pods that make a target now
         self._names: dict[str, PodKey] = {}  # target name → the pod that holds it
+        self._malformed: set[PodKey] = set()  # pods whose object was of the wrong shape
         self._synced: set[str] = set()
         self._versions: dict[str, str] = {}  # namespace ("" = all) → resourceVersion to resume
         self._lock = threading.Lock()
@@ -233,7 +258,8 @@ class KubernetesDiscovery:
             if token is None:
                 break
         version = str((body.get("metadata") or {}).get("resourceVersion", ""))
-        fresh = {(meta(p).get("namespace", namespace), meta(p).get("name", "")): p for p in pods}
+        keyed = ((pod_key(p, namespace), p) for p in pods)
+        fresh = {key: p for key, p in keyed if key is not None}
         with self._lock:
             for key in [k for k in self._pods if (not namespace or k[0] == namespace)
                         and k not in fresh]:
@@ -284,10 +310,12 @@ class KubernetesDiscovery:
         kind, obj = str(event.get("type")), event.get("raw_object") or {}
         if self.metrics:
             self.metrics.events.labels(self.sd.name, kind).inc()
+        key = pod_key(obj)
+        if key is None:
+            return version  # not an object at all: nothing to apply, keep the version
         version = str(meta(obj).get("resourceVersion") or version)
         if kind == "BOOKMARK":
             return version
-        key = (str(meta(obj).get("namespace", "")), str(meta(obj).get("name", "")))
         with self._lock:
             if kind == "DELETED":
                 self._drop(key)
@@ -300,7 +328,10 @@ class KubernetesDiscovery:
 
     def _apply(self, pod: dict[str, Any]) -> None:
         key = (str(meta(pod).get("namespace", "")), str(meta(pod).get("name", "")))
-        target = pod_target(pod, self.sd, self.interval_ms, self.timeout_ms)
+        target, why = safe_pod_target(pod, self.sd, self.interval_ms, self.timeout_ms)
+        if why is not None and key not in self._malformed:
+            self._malformed.add(key)  # logged once per pod, not at every event
+            log.warning("kubernetes_sd %s: pod %s skipped: %s", self.sd.name, "/".join(key), why)
         if target is None:
             self._drop(key)
             return

@@ -9,6 +9,7 @@ api:
     - name: grafana
       role: read
       token_file: /etc/sentinel/read.token
+  allowed_hosts: [sentinel.example.com]   # names in Host besides external_url's
 ```
 
 Reads need no token while Sentinel listens on loopback only; on any other
@@ -65,6 +66,9 @@ class ApiConfig(Strict):
     """Tokens for the API, the page and MCP."""
 
     tokens: tuple[TokenConfig, ...] = ()
+    # Host names the listener answers besides IP literals, loopback names and the
+    # host of external_url (DNS rebinding check); "*.example.com" allows subdomains.
+    allowed_hosts: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _unique(self) -> ApiConfig:

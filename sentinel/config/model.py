@@ -72,6 +72,10 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
+DEFAULT_SAMPLE_LIMIT = 50_000
+DEFAULT_MAX_SERIES = 1_000_000
+
+
 class TargetConfig(Strict):
     """One vLLM server to scrape. Intervals are inherited from the global ones when unset."""
 
@@ -86,7 +90,9 @@ class TargetConfig(Strict):
     xla_cache_path: str | None = None
     # Prometheus's per-scrape limits: more samples in a page, or more labels on one
     # series, fail this target's scrape (up 0) and no other's. 0: no limit.
-    sample_limit: int = Field(0, ge=0)
+    # sample_limit defaults to DEFAULT_SAMPLE_LIMIT: one runaway page must not crowd
+    # out the fleet's scrapes (a vLLM page is ~2,000 samples).
+    sample_limit: int = Field(DEFAULT_SAMPLE_LIMIT, ge=0)
     label_limit: int = Field(0, ge=0)
     # /health, /v1/models and a canary completion (sentinel.collect.probe); see config/probe.py.
     probe: ProbeConfig | None = None
@@ -151,6 +157,9 @@ class Config(Strict):
     retention_ms: PositiveDuration = Field(DEFAULT_RETENTION_MS, alias="retention")
     # Store every scraped series, not only those the loaded rules read.
     keep_all_series: bool = False
+    # Series the embedded store holds at most, all targets together; a scrape that
+    # would add one past it fails ("store full", up stays as it was for that page).
+    max_series: int = Field(DEFAULT_MAX_SERIES, ge=1)
     targets: tuple[TargetConfig, ...] = ()
     # Targets found in the Kubernetes API and kept in sync (sentinel/collect/kubernetes_sd.py).
     kubernetes_sd: tuple[KubernetesSDConfig, ...] = ()

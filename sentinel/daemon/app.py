@@ -144,7 +144,7 @@ class App:
                                              self.acting, self.clock)
         groups = load_rule_files(rule_paths(cfg))
         self.io = IOLoop().start()
-        store = MemoryStore(retention_ms=self._retention_ms(groups))
+        store = MemoryStore(retention_ms=self._retention_ms(groups), max_series=cfg.max_series)
         store.set_filter(self._series_filter(groups))
         self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms)
         self.query = DaemonBackend(cfg, self.engine, self.metrics.registry)
@@ -188,7 +188,8 @@ class App:
         surfaces = self._surfaces(db, host)
         self.status = StatusServer(host, port, self.metrics.registry, self.ready,
                                    surfaces.routes, surfaces.lifespans, healthy=self.healthy,
-                                   role=self.lease.describe if self.lease is not None else None)
+                                   role=self.lease.describe if self.lease is not None else None,
+                                   guard=surfaces.guard)
         self.status.start()
         self.missed.track((t.name for t in cfg.targets), rules.groups)
         quiet_apscheduler()

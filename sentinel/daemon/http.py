@@ -47,6 +47,7 @@ class StatusServer:
         lifespans: Sequence[Lifespan] = (),
         healthy: Callable[[], str | None] = lambda: None,
         role: Callable[[], str] | None = None,
+        guard: Callable[[Any], Any] | None = None,
     ) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
@@ -62,7 +63,10 @@ class StatusServer:
             raise
         app = Starlette(routes=[*_status_routes(registry, ready, healthy, role), *routes],
                         lifespan=_combined(lifespans))
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on",
+        # Every route behind the Host check and the body limit; without surfaces
+        # (no API), loopback names and IP literals only.
+        served = (guard or _default_guard)(app)
+        config = uvicorn.Config(served, log_config=None, access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=2, server_header=False)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
@@ -141,6 +145,12 @@ def _status_routes(registry: CollectorRegistry, ready: Callable[[], str | None],
         return PlainTextResponse(f"not ready: {why}\n" + extra, status_code=503)
 
     return [Route("/metrics", metrics), Route("/healthz", healthz), Route("/readyz", readyz)]
+
+
+def _default_guard(app: Any) -> Any:
+    from sentinel.api.guard import HostPolicy, RequestGuard
+
+    return RequestGuard(app, HostPolicy.build(""))
 
 
 def _combined(lifespans: Sequence[Lifespan]) -> Any:

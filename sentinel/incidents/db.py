@@ -153,6 +153,10 @@ class Database:
         with self._translate_errors(), self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
 
+    def current_revision(self) -> str | None:
+        """The schema's revision (`alembic_version`), None for a database without one."""
+        return self._current_revision()
+
     def _current_revision(self) -> str | None:
         """The schema's revision (`alembic_version`), None for a database without one."""
         with self._translate_errors(), self.engine.connect() as conn:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
 import promql_parser as pp
@@ -18,6 +19,7 @@ from sentinel.model import METRIC_NAME
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.functions import label_replace_regex
+from sentinel.promql.limits import check_text
 from sentinel.promql.regexcheck import (
     STRING_LITERAL,
     matcher_position,
@@ -77,6 +79,11 @@ def compile_expr(text: str) -> n.Expr:
     return _compile_cached(text)
 
 
+def check_expr_text(text: str) -> None:
+    """The limits on an expression's text alone (sentinel/promql/limits.py), without parsing."""
+    check_text(text, _masked(text))
+
+
 # Prometheus 2.x's name for double_exponential_smoothing (renamed in 3.0); the
 # parser knows only the new name, so the old one is renamed before parsing.
 _HOLT_WINTERS = re.compile(r"\bholt_winters(\s*\()")
@@ -122,6 +129,28 @@ def _raw_strings_quoted(text: str) -> str:
 
 @lru_cache(maxsize=1024)
 def _compile_cached(text: str) -> n.Expr:
+    check_expr_text(text)
+    _check_at_values(text)
+    try:
+        return _compile(text)
+    except PromQLError:
+        raise
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the binding panics (pyo3 PanicException)
+        # promql-parser is Rust: a panic surfaces as a BaseException that is not an
+        # Exception, and would end `sentinel run` or a reload. Any failure of the
+        # parser or of reading its objects is a parse error of this expression.
+        raise PromQLError(f"parse error: the expression parser failed: {_one_line(exc)}",
+                          0) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def _compile(text: str) -> n.Expr:
     try:
         parsed, stand_ins = parse_with_stand_ins(pp.parse, _for_parser(text), text)
     except ValueError as exc:
@@ -136,6 +165,36 @@ def _compile_cached(text: str) -> n.Expr:
     if kind not in (n.VECTOR, n.SCALAR):
         raise PromQLError(f"expression must return an instant vector or a scalar, not a {kind}", 0)
     return expr
+
+
+# An `@` timestamp: sign, number (hex or decimal), and any unit letters after it.
+_AT_VALUE = re.compile(r"@\s*([+-]?)\s*(0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+                       r"([A-Za-z]*)")
+_DURATION_UNIT = re.compile(r"(?:ms|[smhdwy])(?:\d|$)")
+# Prometheus 2.42's bound (parser.setTimestamp): |t| must be below 2^63 seconds.
+_AT_LIMIT = 2**63
+
+
+def _check_at_values(text: str) -> None:
+    """Reject `@` values the binding mishandles, before it sees them, with their position.
+
+    promql-parser panics (a Rust panic, not an Exception) when a negative `@`
+    time is read back, saturates huge ones at 2^64 ms, and takes a duration
+    (`@ 5m`) that Prometheus rejects. Prometheus accepts negative times; no
+    sample is ever stored before 1970, so Sentinel refuses them as unsupported.
+    """
+    for m in _AT_VALUE.finditer(_masked(text)):
+        sign, number, unit = m.groups()
+        if unit and _DURATION_UNIT.match(unit):
+            raise PromQLError(f'parse error: unexpected duration "{number}{unit}" in @, '
+                              "expected timestamp", m.start(2))
+        value = int(number, 16) if number[:2] in ("0x", "0X") else float(number)
+        if value >= _AT_LIMIT:
+            raise PromQLError(f"parse error: timestamp out of bounds for @ modifier: "
+                              f"{sign}{number}", m.start(2))
+        if sign == "-" and value > 0:
+            raise PromQLError("a negative @ timestamp is not supported by Sentinel's engine",
+                              m.start())
 
 
 def _quoted_name(text: str) -> int | None:
@@ -230,8 +289,13 @@ class _Compiler:
             return None
         if _enum_name(at.type) in ("Start", "End"):  # type: ignore[attr-defined]
             return n.AT_QUERY
-        when = at.at  # type: ignore[attr-defined]
-        return round(when.timestamp() * 1000)
+        # Read the printed value ("@ 1234.500"), never `at.at`: that converts to a
+        # datetime and panics before 1970, overflows after 9999.
+        printed = str(at).removeprefix("@").strip()
+        try:
+            return int(Decimal(printed) * 1000)
+        except (InvalidOperation, ValueError):
+            raise PromQLError(f"parse error: unreadable @ modifier {printed!r}", None) from None
 
     def selector(self, e: pp.VectorSelector) -> n.VectorSelector:
         if e.matchers.or_matchers:

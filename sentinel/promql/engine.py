@@ -31,6 +31,7 @@ from sentinel.promql.binary import scalar_op, set_op, vector_scalar, vector_vect
 from sentinel.promql.calls import RangeSeries, check_unique, evaluate_call
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.limits import MAX_POINTS, QUERY_TIMEOUT_S, Budget
 from sentinel.store.memory import Matcher, Series, Summary
 
 DEFAULT_LOOKBACK_MS = 300_000
@@ -55,8 +56,12 @@ class Engine:
     """Evaluates PromQL expressions over a series store at a given time."""
 
     def __init__(self, store: SeriesSource, lookback_ms: int = DEFAULT_LOOKBACK_MS,
-                 subquery_step_ms: int = DEFAULT_SUBQUERY_STEP_MS) -> None:
+                 subquery_step_ms: int = DEFAULT_SUBQUERY_STEP_MS,
+                 max_points: int = MAX_POINTS, timeout_s: float = QUERY_TIMEOUT_S) -> None:
         self.store = store
+        # Each query's bounds (sentinel/promql/limits.py): rules, the API, the page, MCP.
+        self.max_points = max_points
+        self.timeout_s = timeout_s
         self.lookback_ms = lookback_ms
         # The step of subqueries written without one: Prometheus's global
         # evaluation_interval (promtool: the test file's evaluation_interval).
@@ -69,8 +74,10 @@ class Engine:
         evaluation errors (e.g. many-to-many matching).
         """
         node = compile_expr(expr) if isinstance(expr, str) else expr
+        budget = Budget(self.max_points, self.timeout_s)
+        budget.precheck_steps(subquery_steps(node, self.subquery_step_ms))
         result = _Evaluator(self.store, self.lookback_ms, at_ms, at_ms,
-                            self.subquery_step_ms).eval(node)
+                            self.subquery_step_ms, budget).eval(node)
         if isinstance(result, float | list):
             return result  # type: ignore[return-value]
         raise PromQLError("expression must return an instant vector or a scalar")
@@ -84,6 +91,28 @@ def max_lookback_ms(expr: str | n.Expr, lookback_ms: int = DEFAULT_LOOKBACK_MS) 
     """The oldest data an expression reads, in ms before the evaluation time."""
     node = compile_expr(expr) if isinstance(expr, str) else expr
     return max(0, _reach(node, lookback_ms))
+
+
+def subquery_steps(e: n.Expr, default_step_ms: int) -> int:
+    """Evaluations of the innermost expression that nested subqueries ask for (1 without)."""
+    if isinstance(e, n.Subquery):
+        step = e.step_ms or default_step_ms
+        return (e.range_ms // max(1, step) + 1) * subquery_steps(e.expr, default_step_ms)
+    return max((subquery_steps(c, default_step_ms) for c in _children(e)), default=1)
+
+
+def _children(e: n.Expr) -> tuple[n.Expr, ...]:
+    if isinstance(e, n.Call):
+        return e.args
+    if isinstance(e, n.Aggregate):
+        return (e.expr,) if e.param is None else (e.expr, e.param)
+    if isinstance(e, n.Binary):
+        return (e.lhs, e.rhs)
+    if isinstance(e, n.Negate | n.Paren | n.Subquery):
+        return (e.expr,)
+    if isinstance(e, n.MatrixSelector):
+        return (e.selector,)
+    return ()
 
 
 def _reach(e: n.Expr, lookback_ms: int) -> int:
@@ -107,8 +136,9 @@ def _reach(e: n.Expr, lookback_ms: int) -> int:
 
 class _Evaluator:
     def __init__(self, store: SeriesSource, lookback_ms: int, at_ms: int, query_ms: int,
-                 subquery_step_ms: int) -> None:
+                 subquery_step_ms: int, budget: Budget) -> None:
         self.store = store
+        self.budget = budget  # shared with the evaluators of subquery steps
         self.lookback_ms = lookback_ms
         self.at_ms = at_ms  # this evaluation's time (a step, inside a subquery)
         self.query_ms = query_ms  # the instant query's time: start() and end()
@@ -162,14 +192,17 @@ class _Evaluator:
         if newest is not None:
             found: list[tuple[Labels, int, float]] = newest(sel.matchers,
                                                             ref - self.lookback_ms, ref)
+            self.budget.charge(len(found))
             return found
-        return [(s.labels, s.ts[-1], s.vs[-1])
-                for s in self.select(sel, ref - self.lookback_ms, ref) if not is_stale(s.vs[-1])]
+        selected = self.select(sel, ref - self.lookback_ms, ref)
+        self.budget.charge(len(selected))
+        return [(s.labels, s.ts[-1], s.vs[-1]) for s in selected if not is_stale(s.vs[-1])]
 
     def matrix(self, e: n.MatrixSelector) -> list[RangeSeries]:
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
         out = []
         for s in self.select(e.selector, end - e.range_ms, end):
+            self.budget.charge(len(s.ts))
             # Only a NaN can be a staleness marker (NaN != NaN): skip the check without one.
             if any(v != v for v in s.vs):
                 keep = [i for i, v in enumerate(s.vs) if not is_stale(v)]
@@ -185,6 +218,7 @@ class _Evaluator:
             return None
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
         found: list[Summary] = summarize(e.selector.matchers, end - e.range_ms, end)
+        self.budget.charge(len(found))
         return found
 
     def subquery(self, e: n.Subquery) -> list[RangeSeries]:
@@ -194,8 +228,10 @@ class _Evaluator:
         points: dict[Labels, RangeSeries] = {}
         for t in range(start, end + 1, step):
             inner = _Evaluator(self.store, self.lookback_ms, t, self.query_ms,
-                               self.subquery_step_ms)
-            for sample in inner.vector(e.expr):
+                               self.subquery_step_ms, self.budget)
+            samples = inner.vector(e.expr)
+            self.budget.charge(len(samples) + 1)  # +1: an empty step costs time too
+            for sample in samples:
                 series = points.get(sample.labels)
                 if series is None:
                     series = points[sample.labels] = RangeSeries(sample.labels, [], [])

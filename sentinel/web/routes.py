@@ -23,6 +23,7 @@ from starlette.routing import BaseRoute, Route
 from sentinel.api.auth import SESSION_COOKIE, SESSION_TTL_S, Auth, Principal
 from sentinel.api.errors import ApiError
 from sentinel.api.history import incident_window_ms
+from sentinel.api.params import MAX_ID
 from sentinel.api.routes import principal_of
 from sentinel.api.service import ApiService
 from sentinel.config.durations import parse_duration
@@ -142,7 +143,7 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         Route("/silences/{sid}/expire", page(expire, write=True), methods=["POST"]),
         Route("/login", lambda q: _html(pages.layout("log in", pages.login_page()))),
         Route("/login", _login(auth), methods=["POST"]),
-        Route("/logout", _logout),
+        Route("/logout", _logout(auth)),
         Route("/static/{name}", _static),
     ]
 
@@ -162,10 +163,14 @@ def _login(auth: Auth) -> Callable[[Request], Response]:
     return handle
 
 
-def _logout(request: Request) -> Response:
-    response = RedirectResponse("/", status_code=303)
-    response.delete_cookie(SESSION_COOKIE, path="/")
-    return response
+def _logout(auth: Auth) -> Callable[[Request], Response]:
+    def handle(request: Request) -> Response:
+        # Deleting the cookie is not enough: a copy of it would stay valid until it expires.
+        auth.revoke(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse("/", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+    return handle
 
 
 def _static(request: Request) -> Response:
@@ -222,9 +227,10 @@ def _form(request: Request) -> dict[str, str]:
 
 
 def _int(raw: Any) -> int:
-    if not str(raw).isdigit():
+    text = str(raw)
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_ID:
         raise ApiError(404, "not found")
-    return int(raw)
+    return int(text)
 
 
 def _html(body: str, status: int = 200) -> Response:

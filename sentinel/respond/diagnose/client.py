@@ -285,13 +285,10 @@ def _read_stream(lines: Iterator[str], deadline: float, max_bytes: int) -> _Repl
             if isinstance(chunk.get("error"), dict):
                 raise ServerError(
                     f"error in stream: {str(chunk['error'].get('message'))[:300]}")
-            for choice in chunk.get("choices") or ():
-                if not isinstance(choice, dict):
-                    continue
-                piece = str((choice.get("delta") or {}).get("content") or "")
+            for piece, finish in _choices(chunk):
                 parts.append(piece)
                 size += len(piece.encode())
-                reply.finish = choice.get("finish_reason") or reply.finish
+                reply.finish = finish or reply.finish
             if isinstance(chunk.get("usage"), dict):
                 reply.usage = chunk["usage"]
             if size > max_bytes:
@@ -304,6 +301,32 @@ def _read_stream(lines: Iterator[str], deadline: float, max_bytes: int) -> _Repl
     reply.truncated = True
     reply.finish = "length"
     return reply
+
+
+def _choices(chunk: dict[str, Any]) -> Iterator[tuple[str, str | None]]:
+    """(text piece, finish reason) of each choice in a chunk; ServerError when malformed.
+
+    A chunk of the wrong shape (`"delta": "oops"`, `"choices": 5`) is the
+    server's fault like a chunk that is not JSON: a retryable ModelError, so
+    the worker backs off, tries the next endpoint and falls back to the static
+    runbook, rather than an AttributeError escaping every time.
+    """
+    choices = chunk.get("choices")
+    if choices is None:
+        return
+    if not isinstance(choices, list):
+        raise ServerError("a stream chunk's choices are not a list")
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise ServerError("a stream chunk's delta is not a JSON object")
+        content = delta.get("content") or ""
+        finish = choice.get("finish_reason")
+        if not isinstance(content, str) or not isinstance(finish, str | None):
+            raise ServerError("a stream chunk's content or finish_reason is not a string")
+        yield content, finish
 
 
 def _utf8_head(text: str, max_bytes: int) -> str:

@@ -59,10 +59,17 @@ def add_silence(db: Database, matchers: Sequence[Matcher], starts_ms: int, ends_
         return row.id
 
 
+_MAX_ROW_ID = 2**63 - 1  # BIGINT
+
+
 def find_silence(s: Session, silence_id: int | str) -> SilenceRow | None:
     """The silence with this integer id or UUID (as text either way)."""
     key = str(silence_id).strip()
     if key.isdigit():
+        # '²'.isdigit() is true too, and an id past BIGINT overflows PostgreSQL's column:
+        # neither can name a silence.
+        if not key.isascii() or int(key) > _MAX_ROW_ID:
+            return None
         return s.get(SilenceRow, int(key))
     return s.scalars(select(SilenceRow).where(SilenceRow.uuid == key.lower())).one_or_none()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -64,14 +65,28 @@ def _one_token(http: httpx.Client) -> str:
     models = http.get("/v1/models")
     if models.status_code != 200:
         return f"/v1/models HTTP {models.status_code}"
-    data = models.json().get("data") or []
-    if not data:
+    listing = _object(models)
+    data = listing.get("data") if listing is not None else None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict) \
+            or not isinstance(data[0].get("id"), str):
+        # A server still starting (or a proxy's page) answers 200 with something
+        # else: not recovered yet, so poll on until the deadline rather than abort.
         return "/v1/models lists no model"
     resp = http.post("/v1/chat/completions", json={
         "model": data[0]["id"], "max_tokens": 1, "temperature": 0,
         "messages": [{"role": "user", "content": "ping"}]})
     if resp.status_code != 200:
         return f"completion HTTP {resp.status_code}"
-    if not resp.json().get("choices"):
+    answer = _object(resp)
+    if answer is None or not answer.get("choices"):
         return "completion without choices"
     return "ok"
+
+
+def _object(resp: httpx.Response) -> dict[str, Any] | None:
+    """The response's JSON object, None when the body is not one."""
+    try:
+        body = resp.json()
+    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    return body if isinstance(body, dict) else None
