@@ -94,6 +94,9 @@ EXTRA: dict[str, str] = {
                                               "`severity` label `severity_map` lacks.",
     "receivers[].alertmanager.timeout": "One request's deadline.",
     "receivers[].alertmanager.send_resolved": "Also push the resolved alert.",
+    "receivers[].alertmanager.resend_interval": (
+        "Re-send firing alerts this often, with endsAt four intervals ahead (as Prometheus's "
+        "notifier does), so Alertmanager never expires an alert Sentinel still has firing."),
     "diagnosis.endpoints[].name": "Unique name of the endpoint (on the runbook event).",
     "diagnosis.endpoints[].model": "The model to ask; default: the first id of `/v1/models`.",
     "diagnosis.endpoints[].target": "The Sentinel target this endpoint is (never asked about "
