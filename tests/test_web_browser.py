@@ -127,3 +127,35 @@ def test_planted_markup_is_inert_in_the_browser(tmp_path: Path, browser) -> None
         assert "<b>late</b>" in b.find_element(By.ID, "incident-rows").text
     finally:
         app.stop(2)
+
+
+FLAG = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
+
+
+def test_markup_is_text_on_every_page(tmp_path: Path, browser) -> None:  # noqa: ANN001,F811
+    """Labels, annotations, log excerpt, runbook, notes and a silence's comment holding
+    markup render as visible text on every page: no element made of it, no script run."""
+    from selenium.webdriver.common.by import By
+
+    b = browser
+    app = App(load_config(_config(tmp_path)))
+    app.start()
+    try:
+        host, port = app.status.address  # type: ignore[union-attr]
+        url = f"http://{host}:{port}"
+        iid, _ = plant(app.pipeline.tracker.db, FLAG)  # type: ignore[union-attr]
+        r = httpx.post(f"{url}/api/v2/silences", headers={"Authorization": f"Bearer {WRITE_TOKEN}"},
+                       json={"matchers": [{"name": "a", "value": FLAG, "isRegex": False}],
+                             "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2036-01-01T00:00:00Z",
+                             "createdBy": "x", "comment": FLAG})
+        assert r.status_code == 200, r.text
+        for path in ("/", f"/incidents/{iid}", "/stats", "/silences", "/targets"):
+            b.get(url + path)
+            main = b.find_element(By.TAG_NAME, "main")
+            assert b.execute_script("return window.__xss") is None, path
+            assert not main.find_elements(By.CSS_SELECTOR, "script, img"), path
+            if path != "/targets":  # no target carries the planted text
+                assert "<script>window.__xss=1</script>" in main.text, path
+            screenshot(b, "xss-" + (path.strip("/").replace("/", "-") or "list"))
+    finally:
+        app.stop(2)
