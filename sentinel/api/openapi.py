@@ -16,8 +16,9 @@ from sentinel.api.stats import PARAMS as STATS_PARAMS
 _TIME = {"type": "string", "description": "RFC 3339, epoch seconds, or a duration back from "
          "now such as 30d"}
 _NULLABLE_STR = {"type": ["string", "null"]}
-_SUMMARY = {"type": "object", "required": ["n", "mean", "p90"], "properties": {
+_SUMMARY = {"type": "object", "required": ["n", "mean", "p50", "p90"], "properties": {
     "n": {"type": "integer"}, "mean": {"type": ["number", "null"]},
+    "p50": {"type": ["number", "null"]},
     "p90": {"type": ["number", "null"]}}}
 _GROUP = {"type": "object", "required": [
     "count", "open", "resolved", "time_to_detect_ms", "time_to_recovery_ms",
