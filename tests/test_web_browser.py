@@ -159,3 +159,62 @@ def test_markup_is_text_on_every_page(tmp_path: Path, browser) -> None:  # noqa:
             screenshot(b, "xss-" + (path.strip("/").replace("/", "-") or "list"))
     finally:
         app.stop(2)
+
+
+def test_alerts_page_shows_a_pending_alerts_for_progress(
+        tmp_path: Path, browser) -> None:  # noqa: ANN001,F811
+    """A rule true from the start with `for: 1h` goes pending: the alerts page shows when it
+    became active, its `for` and the share elapsed; the rules page its health and evaluation;
+    the JSON API answers in Prometheus's shape, filtered by state and label."""
+    from selenium.webdriver.common.by import By
+
+    (tmp_path / "rules.yaml").write_text(
+        "groups:\n- name: page\n  rules:\n  - alert: SlowBurn\n    expr: vector(1)\n"
+        "    for: 1h\n    labels: {severity: warning, team: infra}\n"
+        "    annotations: {summary: burning slowly}\n"
+        "  - alert: Quiet\n    expr: vector(0) > 1\n")
+    cfg = tmp_path / "sentinel.yaml"
+    cfg.write_text(f"database: sqlite:///{tmp_path / 's.db'}\nlisten: 127.0.0.1:0\n"
+                   "rule_files: [rules.yaml]\nevaluation_interval: 1s\n")
+    app = App(load_config(cfg))
+    app.start()
+    b = browser
+    try:
+        host, port = app.status.address  # type: ignore[union-attr]
+        url = f"http://{host}:{port}"
+        wait_for(lambda: httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"], 15,
+                 "the rule to go pending")
+        (alert,) = httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"]
+        assert alert["state"] == "pending" and alert["labels"]["alertname"] == "SlowBurn"
+        assert alert["forSeconds"] == 3600 and 0 <= alert["forElapsed"] < 0.1
+        assert alert["activeAt"] and alert["firesAt"] > alert["activeAt"]
+        assert not httpx.get(f"{url}/api/v1/alerts?state=firing").json()["data"]["alerts"]
+        assert not httpx.get(f"{url}/api/v1/alerts", params={"label": 'team="db"'}
+                             ).json()["data"]["alerts"]
+        assert httpx.get(f"{url}/api/v1/alerts?state=bogus").status_code == 400
+        rules = httpx.get(f"{url}/api/v1/rules").json()["data"]["groups"][0]["rules"]
+        slow, quiet = rules
+        assert (slow["state"], slow["health"], slow["duration"]) == ("pending", "ok", 3600)
+        assert slow["lastEvaluation"] and quiet["state"] == "inactive"
+        only = httpx.get(f"{url}/api/v1/rules?state=inactive").json()["data"]["groups"]
+        assert [r["name"] for g in only for r in g["rules"]] == ["Quiet"]
+
+        b.get(f"{url}/alerts")
+        row = b.find_element(By.CSS_SELECTOR, "#alerts tr.alert-pending")
+        assert "SlowBurn" in row.text and "60.0m" in row.find_element(By.CLASS_NAME, "for").text
+        assert row.find_element(By.CLASS_NAME, "active-since").text.strip()
+        progress = row.find_element(By.CSS_SELECTOR, ".for-progress progress")
+        assert progress.get_attribute("max") == "100"
+        assert "%" in row.find_element(By.CLASS_NAME, "for-progress").text
+        screenshot(b, "alerts-pending")
+        b.get(f"{url}/alerts?state=firing")
+        assert "No pending or firing alerts match" in b.find_element(By.ID, "alerts").text
+        b.get(f"{url}/rules")
+        text = b.find_element(By.TAG_NAME, "main").text
+        assert "SlowBurn" in text and "Quiet" in text and "pending" in text and "ok" in text
+        screenshot(b, "rules")
+        b.get(url + '/rules?label=team%3D%22infra%22')
+        text = b.find_element(By.TAG_NAME, "main").text
+        assert "SlowBurn" in text and "Quiet" not in text
+    finally:
+        app.stop(2)

@@ -55,6 +55,12 @@ SCHEMAS: dict[str, Any] = {
     "Targets": {"type": "object", "required": ["targets"], "properties": {"targets": {
         "type": "array", "items": {"type": "object", "required": [
             "name", "up", "probe_success", "open_incidents", "last_crash"]}}}},
+    "Alerts": {"type": "object", "required": ["status", "data"], "properties": {
+        "status": {"const": "success"}, "data": {"type": "object", "required": ["alerts"],
+                                                 "properties": {"alerts": {"type": "array"}}}}},
+    "Rules": {"type": "object", "required": ["status", "data"], "properties": {
+        "status": {"const": "success"}, "data": {"type": "object", "required": ["groups"],
+                                                 "properties": {"groups": {"type": "array"}}}}},
     "QueryResult": {"type": "object", "required": ["status"], "properties": {
         "status": {"enum": ["success", "error"]}, "data": {
             "type": "object", "required": ["resultType", "result"]}}},
@@ -71,7 +77,9 @@ SCHEMAS: dict[str, Any] = {
 }
 
 _DESCRIPTIONS = {
-    "status": "open or resolved", "alertname": "exact alert name", "target": "exact target",
+    "status": "open or resolved", "state": "inactive, pending or firing",
+    "label": "a label matcher such as target=\"tpu-a\" (repeatable; all must match)",
+    "alertname": "exact alert name", "target": "exact target",
     "category": "the alert's category label (hbm_oom, …)", "since": "opened at or after",
     "until": "opened before", "limit": "1–500, default 50",
     "cursor": "next_cursor of the previous page", "by": "alertname, target or category",
@@ -117,6 +125,10 @@ def openapi_document() -> dict[str, Any]:
         "/api/v1/stats": {"get": _op("Counts and times to detect, recover, resolve", "Stats",
                                      STATS_PARAMS)},
         "/api/v1/targets": {"get": _op("Each target's health now", "Targets")},
+        "/api/v1/alerts": {"get": _op("Pending and firing alerts with their `for` progress "
+                                      "(Prometheus's shape)", "Alerts", ("state", "label"))},
+        "/api/v1/rules": {"get": _op("Every rule with its state, health, last evaluation and "
+                                     "error (Prometheus's shape)", "Rules", ("state", "label"))},
         "/api/v1/query": {"get": _op("Instant PromQL query (Prometheus's format)",
                                      "QueryResult", ("query", "time")),
                           "post": _op("Instant PromQL query (form-encoded)", "QueryResult",

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from sentinel.api import history, stats
+from sentinel.api import history, rules_view, stats
 from sentinel.api.auth import Principal
 from sentinel.api.errors import ApiError, bad_param
 from sentinel.api.params import time_param
@@ -41,6 +41,9 @@ class ApiService:
     rule_exprs: Callable[[str], str | None] = lambda _alertname: None
     on_approved: Callable[[], None] = lambda: None
     clock: Callable[[], float] = time.time
+    # The live rule manager (None before start) and the loaded rule groups: alerts, rules.
+    rule_manager: Callable[[], Any] = lambda: None
+    rule_groups: Callable[[], Sequence[Any]] = lambda: ()
     external_url: str = ""
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
@@ -83,6 +86,18 @@ class ApiService:
             "name": name, "up": up.get(name), "probe_success": probe.get(name),
             "probe_ttft_seconds": ttft.get(name), "open_incidents": open_counts.get(name, 0),
             "last_crash": crashes.get(name)} for name in self.targets]}
+
+    def alerts(self, params: Mapping[str, str], labels: Sequence[str] = ()) -> dict[str, Any]:
+        """GET /api/v1/alerts: pending and firing alerts with their `for` progress."""
+        state, matchers = rules_view.filters(params, labels)
+        return {"status": "success", "data": rules_view.alerts_data(
+            self.rule_manager(), self.rule_groups(), self.now_ms(), state, matchers)}
+
+    def rules(self, params: Mapping[str, str], labels: Sequence[str] = ()) -> dict[str, Any]:
+        """GET /api/v1/rules: every rule with its state, health, last evaluation and error."""
+        state, matchers = rules_view.filters(params, labels)
+        return {"status": "success", "data": rules_view.rules_data(
+            self.rule_manager(), self.rule_groups(), self.now_ms(), state, matchers)}
 
     def _gauge(self, metric: str, now: int) -> dict[str, float]:
         if self.query_fn is None:

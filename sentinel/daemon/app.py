@@ -335,7 +335,9 @@ class App:
             rule_exprs=rule_expr_lookup(lambda: self._groups),
             # Looked up at each approval: with `ha:` the runner starts when this daemon leads.
             on_approved=lambda: self.approvals.kick() if self.approvals is not None else None,
-            clock=self.clock, external_url=self.config.external_url)
+            clock=self.clock, external_url=self.config.external_url,
+            rule_manager=lambda: self.pipeline.rules if self.pipeline is not None else None,
+            rule_groups=lambda: self._groups)
         return build_surfaces(service, self.config.api, host)
 
     # -- discovered targets (kubernetes_sd) --------------------------------

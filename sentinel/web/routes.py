@@ -127,8 +127,26 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
                            service.stats({"since": str(start / 1000), "until": str(end / 1000)})))
         return "stats.html", pages.stats_context(service.stats({}), weekly)
 
+    def rule_filters(request: Request) -> tuple[dict[str, str], list[str], dict[str, str]]:
+        state = request.query_params.get("state", "")
+        label = request.query_params.get("label", "")
+        shown = {"state": state, "label": label}
+        return ({"state": state} if state else {}), ([label] if label else []), shown
+
+    def alerts(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
+        params, labels, shown = rule_filters(request)
+        return "alerts.html", {"alerts": service.alerts(params, labels)["data"]["alerts"],
+                               **shown}
+
+    def rules(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
+        params, labels, shown = rule_filters(request)
+        return "rules.html", {"groups": service.rules(params, labels)["data"]["groups"],
+                              **shown}
+
     return [
         Route("/", page(index, "Incidents")),
+        Route("/alerts", page(alerts, "Alerts")),
+        Route("/rules", page(rules, "Rules")),
         Route("/fragments/incidents", page(rows)),
         Route("/incidents/{id}", page(incident, "Incident")),
         Route("/incidents/{id}/approvals/{aid}/approve", page(decide(True), write=True),
