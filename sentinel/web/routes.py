@@ -85,8 +85,11 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
 
     def incident(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
         d = service.incident(_int(request.path_params["id"]))
+        recovered = [a["recovery_ms"] for a in d["actions"]
+                     if a["status"] == "succeeded" and a["recovery_ms"] is not None]
         return "incident.html", {"d": d, "plot": _plot(service, d), "can_write": p.can_write,
-                                 "runbook": pages.runbook_text(d)}
+                                 "runbook": pages.runbook_text(d),
+                                 "recovery_ms": recovered[0] if recovered else None}
 
     def decide(approve: bool) -> Callable[[Request, Principal], Response]:
         def run(request: Request, p: Principal) -> Response:
