@@ -54,7 +54,8 @@ SCHEMAS: dict[str, Any] = {
                   "allOf": [_GROUP, {"type": "object", "required": ["key"]}]}}}},
     "Targets": {"type": "object", "required": ["targets"], "properties": {"targets": {
         "type": "array", "items": {"type": "object", "required": [
-            "name", "up", "probe_success", "open_incidents", "last_crash"]}}}},
+            "name", "source", "address", "up", "probe_success", "log_sources", "open_incidents",
+            "last_crash"]}}}},
     "Alerts": {"type": "object", "required": ["status", "data"], "properties": {
         "status": {"const": "success"}, "data": {"type": "object", "required": ["alerts"],
                                                  "properties": {"alerts": {"type": "array"}}}}},

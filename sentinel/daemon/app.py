@@ -337,7 +337,9 @@ class App:
             on_approved=lambda: self.approvals.kick() if self.approvals is not None else None,
             clock=self.clock, external_url=self.config.external_url,
             rule_manager=lambda: self.pipeline.rules if self.pipeline is not None else None,
-            rule_groups=lambda: self._groups)
+            rule_groups=lambda: self._groups,
+            discovered=lambda: self.discovered.targets() if self.discovered is not None else (),
+            log_sources=self.metrics.log_sources)
         return build_surfaces(service, self.config.api, host)
 
     # -- discovered targets (kubernetes_sd) --------------------------------
