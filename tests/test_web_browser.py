@@ -135,21 +135,31 @@ FLAG = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
 def test_markup_is_text_on_every_page(tmp_path: Path, browser) -> None:  # noqa: ANN001,F811
     """Labels, annotations, log excerpt, runbook, notes and a silence's comment holding
     markup render as visible text on every page: no element made of it, no script run."""
+    import yaml
     from selenium.webdriver.common.by import By
 
     b = browser
-    app = App(load_config(_config(tmp_path)))
+    cfg = _config(tmp_path)
+    # A live alert whose rule's label and annotation hold the markup: /alerts and /rules.
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [
+        {"alert": "Planted", "expr": "vector(1)", "for": "1h", "labels": {"evil": FLAG},
+         "annotations": {"summary": FLAG}}]}]}))
+    cfg.write_text(cfg.read_text() + "rule_files: [rules.yaml]\nevaluation_interval: 1s\n")
+    app = App(load_config(cfg))
     app.start()
     try:
         host, port = app.status.address  # type: ignore[union-attr]
         url = f"http://{host}:{port}"
         iid, _ = plant(app.pipeline.tracker.db, FLAG)  # type: ignore[union-attr]
+        wait_for(lambda: httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"], 15,
+                 "the planted rule's alert to go pending")
         r = httpx.post(f"{url}/api/v2/silences", headers={"Authorization": f"Bearer {WRITE_TOKEN}"},
                        json={"matchers": [{"name": "a", "value": FLAG, "isRegex": False}],
                              "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2036-01-01T00:00:00Z",
                              "createdBy": "x", "comment": FLAG})
         assert r.status_code == 200, r.text
-        for path in ("/", f"/incidents/{iid}", "/stats", "/silences", "/targets"):
+        for path in ("/", f"/incidents/{iid}", "/stats", "/silences", "/targets", "/alerts",
+                     "/rules"):
             b.get(url + path)
             main = b.find_element(By.TAG_NAME, "main")
             assert b.execute_script("return window.__xss") is None, path
