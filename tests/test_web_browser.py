@@ -180,7 +180,7 @@ def test_alerts_page_shows_a_pending_alerts_for_progress(
 
     (tmp_path / "rules.yaml").write_text(
         "groups:\n- name: page\n  rules:\n  - alert: SlowBurn\n    expr: vector(1)\n"
-        "    for: 1h\n    labels: {severity: warning, team: infra}\n"
+        "    for: 90s\n    labels: {severity: warning, team: infra}\n"
         "    annotations: {summary: burning slowly}\n"
         "  - alert: Quiet\n    expr: vector(0) > 1\n")
     cfg = tmp_path / "sentinel.yaml"
@@ -194,9 +194,12 @@ def test_alerts_page_shows_a_pending_alerts_for_progress(
         url = f"http://{host}:{port}"
         wait_for(lambda: httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"], 15,
                  "the rule to go pending")
+        # Some of `for` elapsed (3 s of 90 s), so the progress reads more than 0.
+        wait_for(lambda: httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"][0][
+            "forElapsed"] >= 0.03, 15, "a few seconds of `for` to pass")
         (alert,) = httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"]
         assert alert["state"] == "pending" and alert["labels"]["alertname"] == "SlowBurn"
-        assert alert["forSeconds"] == 3600 and 0 <= alert["forElapsed"] < 0.1
+        assert alert["forSeconds"] == 90 and 0.03 <= alert["forElapsed"] < 1
         assert alert["activeAt"] and alert["firesAt"] > alert["activeAt"]
         assert not httpx.get(f"{url}/api/v1/alerts?state=firing").json()["data"]["alerts"]
         assert not httpx.get(f"{url}/api/v1/alerts", params={"label": 'team="db"'}
@@ -204,17 +207,19 @@ def test_alerts_page_shows_a_pending_alerts_for_progress(
         assert httpx.get(f"{url}/api/v1/alerts?state=bogus").status_code == 400
         rules = httpx.get(f"{url}/api/v1/rules").json()["data"]["groups"][0]["rules"]
         slow, quiet = rules
-        assert (slow["state"], slow["health"], slow["duration"]) == ("pending", "ok", 3600)
+        assert (slow["state"], slow["health"], slow["duration"]) == ("pending", "ok", 90)
         assert slow["lastEvaluation"] and quiet["state"] == "inactive"
+        assert httpx.get(f"{url}/api/v1/rules").json()["data"]["groups"][0]["interval"] == 1
         only = httpx.get(f"{url}/api/v1/rules?state=inactive").json()["data"]["groups"]
         assert [r["name"] for g in only for r in g["rules"]] == ["Quiet"]
 
         b.get(f"{url}/alerts")
         row = b.find_element(By.CSS_SELECTOR, "#alerts tr.alert-pending")
-        assert "SlowBurn" in row.text and "60.0m" in row.find_element(By.CLASS_NAME, "for").text
+        assert "SlowBurn" in row.text and "90.0s" in row.find_element(By.CLASS_NAME, "for").text
         assert row.find_element(By.CLASS_NAME, "active-since").text.strip()
         progress = row.find_element(By.CSS_SELECTOR, ".for-progress progress")
         assert progress.get_attribute("max") == "100"
+        assert 3 <= int(progress.get_attribute("value")) < 100
         assert "%" in row.find_element(By.CLASS_NAME, "for-progress").text
         screenshot(b, "alerts-pending")
         b.get(f"{url}/alerts?state=firing")

@@ -68,6 +68,7 @@ def rules_data(manager: Any, groups: Sequence[Any], now_ms: int, state: str | No
     alerts: dict[tuple[str, str], list[Alert]] = {}
     for a in manager.active_alerts() if manager else ():
         alerts.setdefault((a.group, a.rule), []).append(a)
+    intervals = manager.groups if manager else {}  # the default filled in for unset ones
     out = []
     for g in groups:
         rules = []
@@ -84,7 +85,8 @@ def rules_data(manager: Any, groups: Sequence[Any], now_ms: int, state: str | No
         if rules or not (state or matchers):
             evals = [r["lastEvaluation"] for r in rules if r["lastEvaluation"]]
             out.append({"name": g.name, "file": g.file,
-                        "interval": (g.interval_ms or 0) / 1000, "limit": g.limit,
+                        "interval": (intervals.get(g.name) or g.interval_ms or 0) / 1000,
+                        "limit": g.limit,
                         "rules": rules, "lastEvaluation": max(evals, default=None),
                         "evaluationTime": sum(r["evaluationTime"] for r in rules)})
     return {"groups": out}
