@@ -233,3 +233,42 @@ def test_alerts_page_shows_a_pending_alerts_for_progress(
         assert "SlowBurn" in text and "Quiet" not in text
     finally:
         app.stop(2)
+
+
+def test_silence_from_the_incident_page(tmp_path: Path, browser) -> None:  # noqa: ANN001,F811
+    """The incident page offers a silence prefilled with the incident's alertname and target;
+    submitting it creates the silence and comes back to the incident."""
+    from selenium.webdriver.common.by import By
+
+    b = browser
+    app = App(load_config(_config(tmp_path)))
+    app.start()
+    try:
+        host, port = app.status.address  # type: ignore[union-attr]
+        url = f"http://{host}:{port}"
+        iid, _ = plant(app.pipeline.tracker.db, "-x")  # type: ignore[union-attr]
+        b.get(f"{url}/incidents/{iid}")
+        assert not b.find_elements(By.ID, "silence-form")  # reading only: no form
+        b.get(f"{url}/login")
+        b.find_element(By.NAME, "token").send_keys(WRITE_TOKEN)
+        b.find_element(By.CSS_SELECTOR, "form button").click()
+        wait_for(lambda: "Incidents" in b.title, 10, "the list after logging in")
+        b.get(f"{url}/incidents/{iid}")
+        b.find_element(By.CSS_SELECTOR, "#silence-form summary").click()
+        form = b.find_element(By.CSS_SELECTOR, "#silence-form form")
+        matchers = form.find_element(By.NAME, "matchers").get_attribute("value")
+        assert matchers == 'alertname="Alert-x" target="t-x"'
+        form.find_element(By.NAME, "duration").clear()
+        form.find_element(By.NAME, "duration").send_keys("2h")
+        form.find_element(By.NAME, "comment").send_keys("looking into it")
+        screenshot(b, "incident-silence-form")
+        form.find_element(By.ID, "silence").click()
+        wait_for(lambda: b.current_url.endswith(f"/incidents/{iid}"), 10,
+                 "the redirect back to the incident")
+        (s,) = httpx.get(f"{url}/api/v2/silences",
+                         headers={"Authorization": f"Bearer {WRITE_TOKEN}"}).json()
+        assert {(m["name"], m["value"]) for m in s["matchers"]} == {
+            ("alertname", "Alert-x"), ("target", "t-x")}
+        assert s["comment"] == "looking into it" and s["createdBy"] == "lead"
+    finally:
+        app.stop(2)

@@ -9,6 +9,7 @@ that allows only Sentinel's own script and stylesheet.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -89,7 +90,8 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
                      if a["status"] == "succeeded" and a["recovery_ms"] is not None]
         return "incident.html", {"d": d, "plot": _plot(service, d), "can_write": p.can_write,
                                  "runbook": pages.runbook_text(d),
-                                 "recovery_ms": recovered[0] if recovered else None}
+                                 "recovery_ms": recovered[0] if recovered else None,
+                                 "silence_matchers": _matchers_of(d["incident"])}
 
     def decide(approve: bool) -> Callable[[Request, Principal], Response]:
         def run(request: Request, p: Principal) -> Response:
@@ -115,7 +117,10 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
              "isEqual": str(m.op) in ("=", "=~")} for m in matchers],
             "startsAt": _iso(now), "endsAt": _iso(now + duration),
             "comment": form.get("comment", "")}, p, "page")
-        return RedirectResponse("/silences", status_code=303)
+        back = form.get("back", "")
+        # Only back to an incident page of this site (no open redirect).
+        target = back if re.fullmatch(r"/incidents/\d+", back) else "/silences"
+        return RedirectResponse(target, status_code=303)
 
     def expire(request: Request, p: Principal) -> Response:
         service.expire_silence(str(request.path_params["sid"]), p, "page")
@@ -220,6 +225,16 @@ def _plot(service: ApiService, d: dict[str, Any]) -> Markup:
         series = service.series_range(expr, start, end)
     return (Markup('<p class="muted">{}</p>').format(expr)
             + svg.line_plot(series, start, end, marks, inc["alertname"]))
+
+
+def _matchers_of(inc: dict[str, Any]) -> str:
+    """The silence form's prefill: the incident's alertname and target, editable."""
+    labels = {"alertname": inc["alertname"], "target": inc["target"]}
+    return " ".join(f'{k}="{_quote(v)}"' for k, v in labels.items() if v)
+
+
+def _quote(v: str) -> str:
+    return str(v).replace('"', '\\"')  # parse_matcher unquotes \" (and only that)
 
 
 def _ms(ts: str) -> int:
