@@ -56,9 +56,12 @@ def test_stats_counts_means_p90_shares_and_pages(incident_db) -> None:  # noqa: 
     oom, slow = out["groups"]
     assert oom["key"] == "OOM" and oom["count"] == 10 and oom["open"] == 1
     assert oom["resolved"] == 9
-    assert oom["time_to_resolve_ms"] == {"n": 9, "mean": 50_000.0, "p90": 90_000.0}
-    assert oom["time_to_detect_ms"] == {"n": 10, "mean": 5500.0, "p90": 9000.0}
-    assert oom["time_to_recovery_ms"] == {"n": 4, "mean": 5000.0, "p90": 8000.0}
+    assert oom["time_to_resolve_ms"] == {"n": 9, "mean": 50_000.0, "p50": 50_000.0,
+                                         "p90": 90_000.0}
+    assert oom["time_to_detect_ms"] == {"n": 10, "mean": 5500.0, "p50": 5000.0,
+                                        "p90": 9000.0}
+    assert oom["time_to_recovery_ms"] == {"n": 4, "mean": 5000.0, "p50": 4000.0,
+                                          "p90": 8000.0}
     assert oom["resolved_by_remediation"] == round(4 / 9, 4)
     assert oom["resolved_by_itself"] == round(5 / 9, 4)
     assert oom["pages_sent"] == 3

@@ -105,3 +105,35 @@ def test_openapi_document_matches_the_routes(daemon: tuple[App, str]) -> None:
         if "get" in ops and "{" not in path:
             r = httpx.get(url + path, params={"query": "1"} if path.endswith("query") else {})
             assert r.status_code == 200, path
+
+
+def test_stats_and_durations_for_incidents_resolved_without_remediation(
+        daemon: tuple[App, str]) -> None:
+    """MTTR over all resolved incidents is a figure even when none was remediated (it read
+    "–"); the list and the incident show durations; the charts have axes."""
+    import re
+
+    app, url = daemon
+    db = app.pipeline.tracker.db  # type: ignore[union-attr]
+    now = datetime.now(tz=UTC)
+    rows = _rows(1, 4, now - timedelta(hours=2))
+    for r, minutes in zip(rows, (1, 2, 3, 10), strict=True):
+        r["resolved_at"] = r["opened_at"] + timedelta(minutes=minutes)
+        r["resolve_ms"] = minutes * 60_000
+        r["alertname"] = "Flappy"
+    with db.session() as s:
+        s.execute(insert(Incident), rows)
+    total = httpx.get(f"{url}/api/v1/stats").json()["total"]["time_to_resolve_ms"]
+    assert total == {"n": 4, "mean": 240_000.0, "p50": 120_000.0, "p90": 600_000.0}
+    html = httpx.get(f"{url}/stats").text
+    row = re.search(r"<tr[^>]*><td>Flappy</td>.*?</tr>", html)
+    assert row, html
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(0))
+    # alert, count, resolved, detect, MTTR all, p50, p90, MTTR remediated, p50, p90
+    assert cells[4:7] == ["4.0m", "2.0m", "10.0m"], cells
+    assert cells[7] == "–"  # none remediated
+    assert html.count('class="axis"') >= 4 and "axis-label" in html  # both charts, x axis
+    listing = httpx.get(f"{url}/").text
+    assert '<td class=duration>10.0m</td>' in listing and '<td class=duration>2.0m</td>' in listing
+    page = httpx.get(f"{url}/incidents/4").text
+    assert '<dd id=duration>10.0m</dd>' in page and '<dd id=ttd>1.0s</dd>' in page

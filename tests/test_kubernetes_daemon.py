@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser import browser  # noqa: F401 (fixture)
 from fakes.kube_server import FakeKube, pod
 from fixtures_e2e import wait_for
 
@@ -134,6 +135,72 @@ kubernetes_sd:
                  "the removed pod's probe series to go stale")
         assert app.scrape_jobs is not None
         assert app.scrape_jobs.get("probe:vllm-0") is None
+    finally:
+        app.stop()
+        api.stop()
+
+
+def _targets(url: str) -> dict[str, dict]:
+    import httpx
+
+    return {t["name"]: t for t in httpx.get(f"{url}/api/v1/targets").json()["targets"]}
+
+
+def test_discovered_pods_are_on_the_targets_api_and_page(
+        tmp_path: Path, sims: dict[str, SimServer], browser) -> None:  # noqa: ANN001,F811
+    """/api/v1/targets and /targets list the pods discovery found beside the static targets,
+    with scrape, probe and log-source health; a removed pod leaves the list."""
+    from browser import screenshot
+    from selenium.webdriver.common.by import By
+
+    port = sims["127.0.0.2"].port
+    api = FakeKube().start()
+    api.put("pods", pod("vllm-0", namespace=NS, ip="127.0.0.2", port=port,
+                        labels={"app": "vllm"}))
+    log_file = tmp_path / "vllm.log"
+    log_file.write_text("")
+    cfg = tmp_path / "sentinel.yaml"
+    cfg.write_text(f"""\
+database: sqlite:///{tmp_path}/s.db
+listen: 127.0.0.1:0
+scrape_interval: 200ms
+scrape_timeout: 200ms
+probe_interval: 300ms
+targets:
+  - name: static
+    url: {sims["127.0.0.2"].url}
+    logs: {{files: ['{log_file}'], poll_interval: 200ms}}
+kubernetes_sd:
+  - name: vllm
+    api: {{api_server: "{api.url}"}}
+    namespaces: [{NS}]
+    label_selector: app=vllm
+    port: http
+""")
+    app = App(load_config(cfg))
+    app.start()
+    try:
+        host, http_port = app.status.address  # type: ignore[union-attr]
+        url = f"http://{host}:{http_port}"
+
+        def healthy() -> bool:
+            t = _targets(url)
+            return ("vllm-0" in t and t["vllm-0"]["up"] == 1.0
+                    and t["vllm-0"]["probe_success"] == 1.0
+                    and 1.0 in t["static"]["log_sources"].values())
+        wait_for(healthy, 15, "the discovered pod scraped and probed, the log source polled")
+        t = _targets(url)
+        assert t["vllm-0"]["source"] == "kubernetes"
+        assert t["vllm-0"]["address"].startswith("http://127.0.0.2:")
+        assert t["static"]["source"] == "static" and t["vllm-0"]["log_sources"] == {}
+        browser.get(f"{url}/targets")  # type: ignore[attr-defined]
+        rows = {r.find_element(By.TAG_NAME, "td").text.split("\n")[0]: r.text
+                for r in browser.find_elements(By.CSS_SELECTOR, "#targets tbody tr")}  # type: ignore[attr-defined]
+        assert "kubernetes" in rows["vllm-0"] and "up" in rows["vllm-0"]
+        assert "static" in rows["static"] and f"file:{log_file}" in rows["static"]
+        screenshot(browser, "targets-kubernetes")
+        api.remove("pods", NS, "vllm-0")
+        wait_for(lambda: "vllm-0" not in _targets(url), 10, "the removed pod to leave")
     finally:
         app.stop()
         api.stop()

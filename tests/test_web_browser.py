@@ -127,3 +127,148 @@ def test_planted_markup_is_inert_in_the_browser(tmp_path: Path, browser) -> None
         assert "<b>late</b>" in b.find_element(By.ID, "incident-rows").text
     finally:
         app.stop(2)
+
+
+FLAG = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
+
+
+def test_markup_is_text_on_every_page(tmp_path: Path, browser) -> None:  # noqa: ANN001,F811
+    """Labels, annotations, log excerpt, runbook, notes and a silence's comment holding
+    markup render as visible text on every page: no element made of it, no script run."""
+    import yaml
+    from selenium.webdriver.common.by import By
+
+    b = browser
+    cfg = _config(tmp_path)
+    # A live alert whose rule's label and annotation hold the markup: /alerts and /rules.
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "x", "rules": [
+        {"alert": "Planted", "expr": "vector(1)", "for": "1h", "labels": {"evil": FLAG},
+         "annotations": {"summary": FLAG}}]}]}))
+    cfg.write_text(cfg.read_text() + "rule_files: [rules.yaml]\nevaluation_interval: 1s\n")
+    app = App(load_config(cfg))
+    app.start()
+    try:
+        host, port = app.status.address  # type: ignore[union-attr]
+        url = f"http://{host}:{port}"
+        iid, _ = plant(app.pipeline.tracker.db, FLAG)  # type: ignore[union-attr]
+        wait_for(lambda: httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"], 15,
+                 "the planted rule's alert to go pending")
+        r = httpx.post(f"{url}/api/v2/silences", headers={"Authorization": f"Bearer {WRITE_TOKEN}"},
+                       json={"matchers": [{"name": "a", "value": FLAG, "isRegex": False}],
+                             "startsAt": "2026-01-01T00:00:00Z", "endsAt": "2036-01-01T00:00:00Z",
+                             "createdBy": "x", "comment": FLAG})
+        assert r.status_code == 200, r.text
+        for path in ("/", f"/incidents/{iid}", "/stats", "/silences", "/targets", "/alerts",
+                     "/rules"):
+            b.get(url + path)
+            main = b.find_element(By.TAG_NAME, "main")
+            assert b.execute_script("return window.__xss") is None, path
+            assert not main.find_elements(By.CSS_SELECTOR, "script, img"), path
+            if path != "/targets":  # no target carries the planted text
+                assert "<script>window.__xss=1</script>" in main.text, path
+            screenshot(b, "xss-" + (path.strip("/").replace("/", "-") or "list"))
+    finally:
+        app.stop(2)
+
+
+def test_alerts_page_shows_a_pending_alerts_for_progress(
+        tmp_path: Path, browser) -> None:  # noqa: ANN001,F811
+    """A rule true from the start with `for: 1h` goes pending: the alerts page shows when it
+    became active, its `for` and the share elapsed; the rules page its health and evaluation;
+    the JSON API answers in Prometheus's shape, filtered by state and label."""
+    from selenium.webdriver.common.by import By
+
+    (tmp_path / "rules.yaml").write_text(
+        "groups:\n- name: page\n  rules:\n  - alert: SlowBurn\n    expr: vector(1)\n"
+        "    for: 90s\n    labels: {severity: warning, team: infra}\n"
+        "    annotations: {summary: burning slowly}\n"
+        "  - alert: Quiet\n    expr: vector(0) > 1\n")
+    cfg = tmp_path / "sentinel.yaml"
+    cfg.write_text(f"database: sqlite:///{tmp_path / 's.db'}\nlisten: 127.0.0.1:0\n"
+                   "rule_files: [rules.yaml]\nevaluation_interval: 1s\n")
+    app = App(load_config(cfg))
+    app.start()
+    b = browser
+    try:
+        host, port = app.status.address  # type: ignore[union-attr]
+        url = f"http://{host}:{port}"
+        wait_for(lambda: httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"], 15,
+                 "the rule to go pending")
+        # Some of `for` elapsed (3 s of 90 s), so the progress reads more than 0.
+        wait_for(lambda: httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"][0][
+            "forElapsed"] >= 0.03, 15, "a few seconds of `for` to pass")
+        (alert,) = httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"]
+        assert alert["state"] == "pending" and alert["labels"]["alertname"] == "SlowBurn"
+        assert alert["forSeconds"] == 90 and 0.03 <= alert["forElapsed"] < 1
+        assert alert["activeAt"] and alert["firesAt"] > alert["activeAt"]
+        assert not httpx.get(f"{url}/api/v1/alerts?state=firing").json()["data"]["alerts"]
+        assert not httpx.get(f"{url}/api/v1/alerts", params={"label": 'team="db"'}
+                             ).json()["data"]["alerts"]
+        assert httpx.get(f"{url}/api/v1/alerts?state=bogus").status_code == 400
+        rules = httpx.get(f"{url}/api/v1/rules").json()["data"]["groups"][0]["rules"]
+        slow, quiet = rules
+        assert (slow["state"], slow["health"], slow["duration"]) == ("pending", "ok", 90)
+        assert slow["lastEvaluation"] and quiet["state"] == "inactive"
+        assert httpx.get(f"{url}/api/v1/rules").json()["data"]["groups"][0]["interval"] == 1
+        only = httpx.get(f"{url}/api/v1/rules?state=inactive").json()["data"]["groups"]
+        assert [r["name"] for g in only for r in g["rules"]] == ["Quiet"]
+
+        b.get(f"{url}/alerts")
+        row = b.find_element(By.CSS_SELECTOR, "#alerts tr.alert-pending")
+        assert "SlowBurn" in row.text and "90.0s" in row.find_element(By.CLASS_NAME, "for").text
+        assert row.find_element(By.CLASS_NAME, "active-since").text.strip()
+        progress = row.find_element(By.CSS_SELECTOR, ".for-progress progress")
+        assert progress.get_attribute("max") == "100"
+        assert 3 <= int(progress.get_attribute("value")) < 100
+        assert "%" in row.find_element(By.CLASS_NAME, "for-progress").text
+        screenshot(b, "alerts-pending")
+        b.get(f"{url}/alerts?state=firing")
+        assert "No pending or firing alerts match" in b.find_element(By.ID, "alerts").text
+        b.get(f"{url}/rules")
+        text = b.find_element(By.TAG_NAME, "main").text
+        assert "SlowBurn" in text and "Quiet" in text and "pending" in text and "ok" in text
+        screenshot(b, "rules")
+        b.get(url + '/rules?label=team%3D%22infra%22')
+        text = b.find_element(By.TAG_NAME, "main").text
+        assert "SlowBurn" in text and "Quiet" not in text
+    finally:
+        app.stop(2)
+
+
+def test_silence_from_the_incident_page(tmp_path: Path, browser) -> None:  # noqa: ANN001,F811
+    """The incident page offers a silence prefilled with the incident's alertname and target;
+    submitting it creates the silence and comes back to the incident."""
+    from selenium.webdriver.common.by import By
+
+    b = browser
+    app = App(load_config(_config(tmp_path)))
+    app.start()
+    try:
+        host, port = app.status.address  # type: ignore[union-attr]
+        url = f"http://{host}:{port}"
+        iid, _ = plant(app.pipeline.tracker.db, "-x")  # type: ignore[union-attr]
+        b.get(f"{url}/incidents/{iid}")
+        assert not b.find_elements(By.ID, "silence-form")  # reading only: no form
+        b.get(f"{url}/login")
+        b.find_element(By.NAME, "token").send_keys(WRITE_TOKEN)
+        b.find_element(By.CSS_SELECTOR, "form button").click()
+        wait_for(lambda: "Incidents" in b.title, 10, "the list after logging in")
+        b.get(f"{url}/incidents/{iid}")
+        b.find_element(By.CSS_SELECTOR, "#silence-form summary").click()
+        form = b.find_element(By.CSS_SELECTOR, "#silence-form form")
+        matchers = form.find_element(By.NAME, "matchers").get_attribute("value")
+        assert matchers == 'alertname="Alert-x" target="t-x"'
+        form.find_element(By.NAME, "duration").clear()
+        form.find_element(By.NAME, "duration").send_keys("2h")
+        form.find_element(By.NAME, "comment").send_keys("looking into it")
+        screenshot(b, "incident-silence-form")
+        form.find_element(By.ID, "silence").click()
+        wait_for(lambda: b.current_url.endswith(f"/incidents/{iid}"), 10,
+                 "the redirect back to the incident")
+        (s,) = httpx.get(f"{url}/api/v2/silences",
+                         headers={"Authorization": f"Bearer {WRITE_TOKEN}"}).json()
+        assert {(m["name"], m["value"]) for m in s["matchers"]} == {
+            ("alertname", "Alert-x"), ("target", "t-x")}
+        assert s["comment"] == "looking into it" and s["createdBy"] == "lead"
+    finally:
+        app.stop(2)

@@ -105,7 +105,10 @@ def _summary(r: Any, counts: tuple[int, int]) -> dict[str, Any]:
     return {"id": r.id, "alertname": r.alertname, "target": r.target, "status": r.status,
             "severity": r.severity, "summary": r.summary, "category": r.category,
             "opened_at": iso(r.opened_at), "resolved_at": iso(r.resolved_at),
-            "updated_at": iso(r.updated_at), "alerts": counts[0], "firing": counts[1]}
+            "updated_at": iso(r.updated_at), "alerts": counts[0], "firing": counts[1],
+            # opened → resolved; None while open (the page shows "–").
+            "duration_ms": (dt_to_ms(r.resolved_at) - dt_to_ms(r.opened_at)
+                            if r.resolved_at is not None and r.opened_at is not None else None)}
 
 
 def get_incident(db: Database, incident_id: int) -> dict[str, Any]:

@@ -16,8 +16,9 @@ from sentinel.api.stats import PARAMS as STATS_PARAMS
 _TIME = {"type": "string", "description": "RFC 3339, epoch seconds, or a duration back from "
          "now such as 30d"}
 _NULLABLE_STR = {"type": ["string", "null"]}
-_SUMMARY = {"type": "object", "required": ["n", "mean", "p90"], "properties": {
+_SUMMARY = {"type": "object", "required": ["n", "mean", "p50", "p90"], "properties": {
     "n": {"type": "integer"}, "mean": {"type": ["number", "null"]},
+    "p50": {"type": ["number", "null"]},
     "p90": {"type": ["number", "null"]}}}
 _GROUP = {"type": "object", "required": [
     "count", "open", "resolved", "time_to_detect_ms", "time_to_recovery_ms",
@@ -53,7 +54,14 @@ SCHEMAS: dict[str, Any] = {
                   "allOf": [_GROUP, {"type": "object", "required": ["key"]}]}}}},
     "Targets": {"type": "object", "required": ["targets"], "properties": {"targets": {
         "type": "array", "items": {"type": "object", "required": [
-            "name", "up", "probe_success", "open_incidents", "last_crash"]}}}},
+            "name", "source", "address", "up", "probe_success", "log_sources", "open_incidents",
+            "last_crash"]}}}},
+    "Alerts": {"type": "object", "required": ["status", "data"], "properties": {
+        "status": {"const": "success"}, "data": {"type": "object", "required": ["alerts"],
+                                                 "properties": {"alerts": {"type": "array"}}}}},
+    "Rules": {"type": "object", "required": ["status", "data"], "properties": {
+        "status": {"const": "success"}, "data": {"type": "object", "required": ["groups"],
+                                                 "properties": {"groups": {"type": "array"}}}}},
     "QueryResult": {"type": "object", "required": ["status"], "properties": {
         "status": {"enum": ["success", "error"]}, "data": {
             "type": "object", "required": ["resultType", "result"]}}},
@@ -70,7 +78,9 @@ SCHEMAS: dict[str, Any] = {
 }
 
 _DESCRIPTIONS = {
-    "status": "open or resolved", "alertname": "exact alert name", "target": "exact target",
+    "status": "open or resolved", "state": "inactive, pending or firing",
+    "label": "a label matcher such as target=\"tpu-a\" (repeatable; all must match)",
+    "alertname": "exact alert name", "target": "exact target",
     "category": "the alert's category label (hbm_oom, …)", "since": "opened at or after",
     "until": "opened before", "limit": "1–500, default 50",
     "cursor": "next_cursor of the previous page", "by": "alertname, target or category",
@@ -127,6 +137,10 @@ def openapi_document() -> dict[str, Any]:
         "/api/v1/stats": {"get": _op("Counts and times to detect, recover, resolve", "Stats",
                                      STATS_PARAMS)},
         "/api/v1/targets": {"get": _op("Each target's health now", "Targets")},
+        "/api/v1/alerts": {"get": _op("Pending and firing alerts with their `for` progress "
+                                      "(Prometheus's shape)", "Alerts", ("state", "label"))},
+        "/api/v1/rules": {"get": _op("Every rule with its state, health, last evaluation and "
+                                     "error (Prometheus's shape)", "Rules", ("state", "label"))},
         "/api/v1/query": {"get": _op("Instant PromQL query (Prometheus's format)",
                                      "QueryResult", ("query", "time")),
                           "post": _op("Instant PromQL query (form-encoded)", "QueryResult",

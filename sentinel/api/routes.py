@@ -109,6 +109,10 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         r("/api/v1/incidents/{id}", lambda q, p: service.incident(_id(q))),
         r("/api/v1/stats", lambda q, p: service.stats(params(q))),
         r("/api/v1/targets", lambda q, p: service.target_health()),
+        r("/api/v1/alerts", lambda q, p: service.alerts(
+            params(q), q.query_params.getlist("label"))),
+        r("/api/v1/rules", lambda q, p: service.rules(
+            params(q), q.query_params.getlist("label"))),
         r("/api/v1/query", lambda q, p: service.query(params(q)), ("GET", "POST")),
         r("/api/v1/approvals", lambda q, p: service.approvals(q.query_params.get("status"))),
         r("/api/v1/approvals/{id}/approve",

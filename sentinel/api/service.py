@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from sentinel.api import history, stats
+from sentinel.api import history, rules_view, stats
 from sentinel.api.auth import Principal
 from sentinel.api.errors import ApiError, bad_param
 from sentinel.api.params import time_param
@@ -46,6 +46,13 @@ class ApiService:
     rule_exprs: Callable[[str], str | None] = lambda _alertname: None
     on_approved: Callable[[], None] = lambda: None
     clock: Callable[[], float] = time.time
+    # The live rule manager (None before start) and the loaded rule groups: alerts, rules.
+    rule_manager: Callable[[], Any] = lambda: None
+    # Targets found by discovery now (TargetConfig-like: name, url), and each log source's
+    # last poll ({target: {source: 1.0 or 0.0}}).
+    discovered: Callable[[], Sequence[Any]] = lambda: ()
+    log_sources: Callable[[], Mapping[str, Mapping[str, float]]] = lambda: {}
+    rule_groups: Callable[[], Sequence[Any]] = lambda: ()
     external_url: str = ""
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     # Routing tree and inhibition rules for API v2's alerts (receivers, inhibitedBy).
@@ -75,16 +82,24 @@ class ApiService:
         return stats.stats(self.db, params, self.now_ms())
 
     def target_health(self) -> dict[str, Any]:
-        """GET /api/v1/targets: up, probe results, open incidents, last crash per target."""
+        """GET /api/v1/targets: static and discovered targets with scrape (up), probe and
+        log-source health, open incidents and last crash."""
         now = self.now_ms()
+        listed: list[tuple[str, str, str | None]] = [(n, "static", None) for n in self.targets]
+        seen = set(self.targets)
+        for t in self.discovered():
+            if t.name not in seen:
+                seen.add(t.name)
+                listed.append((t.name, "kubernetes", str(t.url)))
         up = self._gauge("up", now)
         probe = self._gauge("sentinel_probe_success", now)
         ttft = self._gauge("sentinel_probe_ttft_seconds", now)
+        logs = self.log_sources()
         with self.db.session() as s:
             open_counts = dict(s.execute(select(Incident.target, func.count()).where(
                 Incident.status == "open").group_by(Incident.target)).all())
             crashes: dict[str, Any] = {}
-            for name in self.targets:
+            for name, _, _ in listed:
                 row = s.scalars(select(LogEventRow).where(LogEventRow.target == name)
                                 .order_by(LogEventRow.at.desc(), LogEventRow.id.desc())
                                 .limit(1)).first()
@@ -92,9 +107,23 @@ class ApiService:
                     crashes[name] = {"at": history.iso(row.at), "signature": row.signature,
                                      "category": row.category, "severity": row.severity}
         return {"targets": [{
-            "name": name, "up": up.get(name), "probe_success": probe.get(name),
-            "probe_ttft_seconds": ttft.get(name), "open_incidents": open_counts.get(name, 0),
-            "last_crash": crashes.get(name)} for name in self.targets]}
+            "name": name, "source": source, "address": address, "up": up.get(name),
+            "probe_success": probe.get(name), "probe_ttft_seconds": ttft.get(name),
+            "log_sources": dict(logs.get(name, {})),
+            "open_incidents": open_counts.get(name, 0),
+            "last_crash": crashes.get(name)} for name, source, address in listed]}
+
+    def alerts(self, params: Mapping[str, str], labels: Sequence[str] = ()) -> dict[str, Any]:
+        """GET /api/v1/alerts: pending and firing alerts with their `for` progress."""
+        state, matchers = rules_view.filters(params, labels)
+        return {"status": "success", "data": rules_view.alerts_data(
+            self.rule_manager(), self.rule_groups(), self.now_ms(), state, matchers)}
+
+    def rules(self, params: Mapping[str, str], labels: Sequence[str] = ()) -> dict[str, Any]:
+        """GET /api/v1/rules: every rule with its state, health, last evaluation and error."""
+        state, matchers = rules_view.filters(params, labels)
+        return {"status": "success", "data": rules_view.rules_data(
+            self.rule_manager(), self.rule_groups(), self.now_ms(), state, matchers)}
 
     def _gauge(self, metric: str, now: int) -> dict[str, float]:
         if self.query_fn is None:

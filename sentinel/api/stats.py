@@ -149,11 +149,13 @@ class _Acc:
 
 def _summary(values: list[float]) -> dict[str, float | int | None]:
     if not values:
-        return {"n": 0, "mean": None, "p90": None}
+        return {"n": 0, "mean": None, "p50": None, "p90": None}
     values.sort()
-    rank = max(0, math.ceil(0.9 * len(values)) - 1)  # nearest-rank p90
+
+    def nearest_rank(q: float) -> float:
+        return round(values[max(0, math.ceil(q * len(values)) - 1)], 1)
     return {"n": len(values), "mean": round(sum(values) / len(values), 1),
-            "p90": round(values[rank], 1)}
+            "p50": nearest_rank(0.5), "p90": nearest_rank(0.9)}
 
 
 def _share(part: int, whole: int) -> float | None:

@@ -364,7 +364,11 @@ class App:
             # Looked up at each approval: with `ha:` the runner starts when this daemon leads.
             on_approved=lambda: self.approvals.kick() if self.approvals is not None else None,
             clock=self.clock, external_url=self.config.external_url,
-            alert_routing=AlertRouting.from_config(self.config))  # API v2 alerts (issue 35)
+            alert_routing=AlertRouting.from_config(self.config),  # API v2 alerts (issue 35)
+            rule_manager=lambda: self.pipeline.rules if self.pipeline is not None else None,
+            rule_groups=lambda: self._groups,
+            discovered=lambda: self.discovered.targets() if self.discovered is not None else (),
+            log_sources=self.metrics.log_sources)
         return build_surfaces(service, self.config.api, host)
 
     # -- discovered targets (kubernetes_sd) --------------------------------

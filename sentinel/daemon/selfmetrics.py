@@ -118,3 +118,12 @@ class SelfMetrics:
             "sentinel_notify_run_failures_total",
             "Dispatcher or sender runs that raised (the worker went on).", ["stage"], registry=r,
         )
+
+    def log_sources(self) -> dict[str, dict[str, float]]:
+        """Each log source's last poll, {target: {source: 1.0 ok or 0.0 failed}}."""
+        out: dict[str, dict[str, float]] = {}
+        for family in self.log_source_up.collect():
+            for sample in family.samples:
+                out.setdefault(sample.labels["target"], {})[sample.labels["source"]] = (
+                    sample.value)
+        return out

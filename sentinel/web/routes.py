@@ -9,6 +9,7 @@ that allows only Sentinel's own script and stylesheet.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -16,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import anyio.from_thread
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -45,8 +47,8 @@ LIST_FILTERS = ("status", "alertname", "target", "category", "since", "until", "
 
 def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
     """The page's routes."""
-    def page(fn: Callable[[Request, Principal], str | Response], title: str = "",
-             write: bool = False) -> Callable[[Request], Response]:
+    def page(fn: Callable[[Request, Principal], tuple[str, dict[str, Any]] | Response],
+             title: str = "", write: bool = False) -> Callable[[Request], Response]:
         def handle(request: Request) -> Response:
             cookie = request.cookies.get(SESSION_COOKIE)
             try:
@@ -58,33 +60,39 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
                     auth.require_read(p)
                 out = fn(request, p)
             except ApiError as exc:
-                body = (f"<h1>{exc.status}</h1><p class=flash>{pages.e(exc.message)}</p>"
-                        '<p><a href="/login">log in</a> · <a href="/">incidents</a></p>')
-                return _html(pages.layout("error", body), exc.status)
+                return _html(pages.layout_page("error.html", "error", status=exc.status,
+                                               message=exc.message), exc.status)
             if isinstance(out, Response):
                 return out
+            template, context = out
             name = p.name if p.via == "session" else ""
-            return _html(pages.layout(title or "Sentinel", out, name, auth.csrf_for(cookie),
-                                      scripts=request.url.path == "/"))
+            return _html(pages.layout_page(template, title or "Sentinel", name,
+                                           auth.csrf_for(cookie),
+                                           scripts=request.url.path == "/", **context))
         return handle
 
-    def index(request: Request, p: Principal) -> str:
+    def index(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
         filters = {k: v for k, v in request.query_params.items() if k in LIST_FILTERS and v}
         listing = {k: v for k, v in filters.items() if k != "cursor"}
         open_now = service.incidents({**{k: v for k, v in listing.items() if k != "status"},
                                       "status": "open", "limit": "100"})
         page_ = service.incidents(filters)
         source = "/fragments/incidents?" + urlencode(filters)
-        return pages.incident_list(open_now["incidents"], page_, listing, source)
+        return "incidents.html", pages.incident_list_context(open_now["incidents"], page_,
+                                                             listing, source)
 
     def rows(request: Request, p: Principal) -> Response:
         filters = {k: v for k, v in request.query_params.items() if k in LIST_FILTERS and v}
         return _html(pages.incident_rows(service.incidents(filters)["incidents"]))
 
-    def incident(request: Request, p: Principal) -> str:
+    def incident(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
         d = service.incident(_int(request.path_params["id"]))
-        return pages.incident_page(d, _plot(service, d), auth.csrf_for(
-            request.cookies.get(SESSION_COOKIE)), p.can_write)
+        recovered = [a["recovery_ms"] for a in d["actions"]
+                     if a["status"] == "succeeded" and a["recovery_ms"] is not None]
+        return "incident.html", {"d": d, "plot": _plot(service, d), "can_write": p.can_write,
+                                 "runbook": pages.runbook_text(d),
+                                 "recovery_ms": recovered[0] if recovered else None,
+                                 "silence_matchers": _matchers_of(d["incident"])}
 
     def decide(approve: bool) -> Callable[[Request, Principal], Response]:
         def run(request: Request, p: Principal) -> Response:
@@ -94,10 +102,8 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
                                     f"#approval-{aid}", status_code=303)
         return run
 
-    def silences(request: Request, p: Principal) -> str:
-        return pages.silences_page(service.silences(),
-                                   auth.csrf_for(request.cookies.get(SESSION_COOKIE)),
-                                   p.can_write)
+    def silences(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
+        return "silences.html", {"items": service.silences(), "can_write": p.can_write}
 
     def add_silence(request: Request, p: Principal) -> Response:
         form = _form(request)
@@ -112,36 +118,57 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
              "isEqual": str(m.op) in ("=", "=~")} for m in matchers],
             "startsAt": _iso(now), "endsAt": _iso(now + duration),
             "comment": form.get("comment", "")}, p, "page")
-        return RedirectResponse("/silences", status_code=303)
+        back = form.get("back", "")
+        # Only back to an incident page of this site (no open redirect).
+        target = back if re.fullmatch(r"/incidents/\d+", back) else "/silences"
+        return RedirectResponse(target, status_code=303)
 
     def expire(request: Request, p: Principal) -> Response:
         service.expire_silence(str(request.path_params["sid"]), p, "page")
         return RedirectResponse("/silences", status_code=303)
 
-    def stats(request: Request, p: Principal) -> str:
+    def stats(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
         now = service.now_ms()
         weekly = []
         for i in range(3, -1, -1):
             start, end = now - (i + 1) * 7 * 86_400_000, now - i * 7 * 86_400_000
             weekly.append((f"w-{i}" if i else "this week",
                            service.stats({"since": str(start / 1000), "until": str(end / 1000)})))
-        return pages.stats_page(service.stats({}), weekly)
+        return "stats.html", pages.stats_context(service.stats({}), weekly)
+
+    def rule_filters(request: Request) -> tuple[dict[str, str], list[str], dict[str, str]]:
+        state = request.query_params.get("state", "")
+        label = request.query_params.get("label", "")
+        shown = {"state": state, "label": label}
+        return ({"state": state} if state else {}), ([label] if label else []), shown
+
+    def alerts(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
+        params, labels, shown = rule_filters(request)
+        return "alerts.html", {"alerts": service.alerts(params, labels)["data"]["alerts"],
+                               **shown}
+
+    def rules(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
+        params, labels, shown = rule_filters(request)
+        return "rules.html", {"groups": service.rules(params, labels)["data"]["groups"],
+                              **shown}
 
     return [
         Route("/", page(index, "Incidents")),
+        Route("/alerts", page(alerts, "Alerts")),
+        Route("/rules", page(rules, "Rules")),
         Route("/fragments/incidents", page(rows)),
         Route("/incidents/{id}", page(incident, "Incident")),
         Route("/incidents/{id}/approvals/{aid}/approve", page(decide(True), write=True),
               methods=["POST"]),
         Route("/incidents/{id}/approvals/{aid}/deny", page(decide(False), write=True),
               methods=["POST"]),
-        Route("/targets", page(lambda q, p: pages.targets_page(
-            service.target_health()["targets"]), "Targets")),
+        Route("/targets", page(lambda q, p: (
+            "targets.html", {"targets": service.target_health()["targets"]}), "Targets")),
         Route("/stats", page(stats, "Stats")),
         Route("/silences", page(silences, "Silences")),
         Route("/silences", page(add_silence, write=True), methods=["POST"]),
         Route("/silences/{sid}/expire", page(expire, write=True), methods=["POST"]),
-        Route("/login", lambda q: _html(pages.layout("log in", pages.login_page()))),
+        Route("/login", lambda q: _html(pages.layout_page("login.html", "log in"))),
         Route("/login", _login(auth), methods=["POST"]),
         Route("/logout", _logout(auth)),
         Route("/static/{name}", _static),
@@ -155,7 +182,7 @@ def _login(auth: Auth) -> Callable[[Request], Response]:
             p = auth.check_token(token)
         except ApiError:
             time.sleep(0.2)  # a little friction for guessing through the form
-            return _html(pages.layout("log in", pages.login_page(error="unknown token")), 401)
+            return _html(pages.layout_page("login.html", "log in", error="unknown token"), 401)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(SESSION_COOKIE, auth.new_session(p), max_age=SESSION_TTL_S,
                             httponly=True, samesite="strict", path="/")
@@ -182,11 +209,11 @@ def _static(request: Request) -> Response:
                     headers={**SECURITY_HEADERS, "Cache-Control": "max-age=300"})
 
 
-def _plot(service: ApiService, d: dict[str, Any]) -> str:
+def _plot(service: ApiService, d: dict[str, Any]) -> Markup:
     inc = d["incident"]
     expr = service.rule_exprs(inc["alertname"])
     if not expr:
-        return '<p class="muted">No rule expression known for this alert.</p>'
+        return Markup('<p class="muted">No rule expression known for this alert.</p>')
     start, end = incident_window_ms(d, service.now_ms())
     marks = [(_ms(inc["opened_at"]), "incident opened")]
     if inc["resolved_at"]:
@@ -201,8 +228,18 @@ def _plot(service: ApiService, d: dict[str, Any]) -> str:
     if cropped > start + (end - start) // 10:
         start = cropped
         series = service.series_range(expr, start, end)
-    return (f'<p class="muted">{pages.e(expr)}</p>'
+    return (Markup('<p class="muted">{}</p>').format(expr)
             + svg.line_plot(series, start, end, marks, inc["alertname"]))
+
+
+def _matchers_of(inc: dict[str, Any]) -> str:
+    """The silence form's prefill: the incident's alertname and target, editable."""
+    labels = {"alertname": inc["alertname"], "target": inc["target"]}
+    return " ".join(f'{k}="{_quote(v)}"' for k, v in labels.items() if v)
+
+
+def _quote(v: str) -> str:
+    return str(v).replace('"', '\\"')  # parse_matcher unquotes \" (and only that)
 
 
 def _ms(ts: str) -> int:

@@ -1,7 +1,7 @@
 """Plots as inline SVG, drawn on the server: no charting library, nothing fetched from elsewhere.
 
 Every text that reaches the SVG (series labels, axis labels) goes through
-`html.escape`, like everything else on the page.
+markupsafe's `escape`; the result is `Markup`, which the templates insert as is.
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from html import escape
 from typing import Any
+
+from markupsafe import Markup, escape
 
 W, H = 640, 220
 PAD_L, PAD_R, PAD_T, PAD_B = 56, 12, 12, 28
@@ -18,12 +19,12 @@ COLORS = ("#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989")
 
 
 def line_plot(series: Sequence[dict[str, Any]], start_ms: int, end_ms: int,
-              marks: Sequence[tuple[int, str]] = (), title: str = "") -> str:
+              marks: Sequence[tuple[int, str]] = (), title: str = "") -> Markup:
     """A line per series ({"labels", "points": [(t_ms, v)]}) with vertical marks (opened, …)."""
     values = [v for s in series for _, v in s["points"] if math.isfinite(v)]
     if not values or end_ms <= start_ms:
-        return (f'<p class="muted">No samples of {escape(title)} in the series store for this '
-                "window (it keeps only the recent past).</p>")
+        return Markup('<p class="muted">No samples of {} in the series store for this window '
+                      "(it keeps only the recent past).</p>").format(title)
     lo, hi = min(values), max(values)
     if hi == lo:
         lo, hi = lo - 1, hi + 1
@@ -56,29 +57,60 @@ def line_plot(series: Sequence[dict[str, Any]], start_ms: int, end_ms: int,
         parts.append(f'<polyline points="{pts}" fill="none" stroke="{COLORS[i % len(COLORS)]}" '
                      f'stroke-width="1.5"><title>{escape(name)}</title></polyline>')
     parts.append("</svg>")
-    return "".join(parts)
+    return _svg(parts)
 
 
-def bar_plot(bars: Sequence[tuple[str, float | None]], title: str, unit: str = "s") -> str:
-    """Horizontal bars, one per (label, value); a missing value draws no bar."""
+def bar_plot(bars: Sequence[tuple[str, float | None]], title: str, unit: str = "s") -> Markup:
+    """Horizontal bars, one per (label, value), on an x axis with ticks; no value, no bar."""
     if not bars:
-        return f'<p class="muted">No data for {escape(title)}.</p>'
-    top = max((v for _, v in bars if v is not None), default=0.0) or 1.0
-    row = 22
-    height = row * len(bars) + 8
-    parts = [f'<svg class="plot" viewBox="0 0 {W} {height}" role="img" '
+        return Markup('<p class="muted">No data for {}.</p>').format(title)
+    top = _nice(max((v for _, v in bars if v is not None), default=0.0) or 1.0)
+    row, left, right, axis_h = 22, 200, W - 40, 34
+    height = row * len(bars) + 8 + axis_h
+    base = 4 + row * len(bars)
+
+    def x(v: float) -> float:
+        return left + v / top * (right - left)
+
+    parts = [f'<svg class="plot bars" viewBox="0 0 {W} {height}" role="img" '
              f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
-             f"<title>{escape(title)}</title>"]
+             f"<title>{escape(title)}</title>",
+             f'<line x1="{left}" x2="{left}" y1="2" y2="{base}" class="axis"/>',
+             f'<line x1="{left}" x2="{right}" y1="{base}" y2="{base}" class="axis"/>']
+    for k in range(5):  # x axis: 0, ¼, ½, ¾ and the top, in the unit
+        tv = top * k / 4
+        parts.append(f'<line x1="{x(tv):.1f}" x2="{x(tv):.1f}" y1="{base}" y2="{base + 4}" '
+                     f'class="axis tick-mark"/><text x="{x(tv):.1f}" y="{base + 16}" '
+                     f'class="tick axis-label" text-anchor="middle">{escape(_fmt(tv))}</text>')
+    parts.append(f'<text x="{(left + right) / 2:.1f}" y="{base + 30}" class="tick" '
+                 f'text-anchor="middle">{escape(title)} ({escape(unit)})</text>')
     for i, (label, v) in enumerate(bars):
         yy = 4 + i * row
-        parts.append(f'<text x="0" y="{yy + 14}" class="tick">{escape(label[:28])}</text>')
-        if v is not None:
-            width = v / top * (W - 260)
-            parts.append(f'<rect x="200" y="{yy + 3}" width="{width:.1f}" height="14" '
-                         f'class="bar"/><text x="{204 + width:.1f}" y="{yy + 14}" '
-                         f'class="tick">{escape(_fmt(v))}{escape(unit)}</text>')
+        parts.append(f'<text x="{left - 6}" y="{yy + 14}" class="tick" text-anchor="end">'
+                     f'{escape(label[:28])}</text>')
+        if v is None:
+            parts.append(f'<text x="{left + 4}" y="{yy + 14}" class="tick muted">–</text>')
+        else:
+            parts.append(f'<rect x="{left}" y="{yy + 3}" width="{x(v) - left:.1f}" height="14" '
+                         f'class="bar"><title>{escape(label)}: {escape(_fmt(v))}'
+                         f'{escape(unit)}</title></rect><text x="{x(v) + 4:.1f}" '
+                         f'y="{yy + 14}" class="tick">{escape(_fmt(v))}{escape(unit)}</text>')
     parts.append("</svg>")
-    return "".join(parts)
+    return _svg(parts)
+
+
+def _nice(v: float) -> float:
+    """The smallest 1, 2 or 5 × 10^n at or above v: round axis ticks."""
+    step = 10 ** math.floor(math.log10(v))
+    for m in (1, 2, 5, 10):
+        if m * step >= v:
+            return float(m * step)
+    return float(10 * step)
+
+
+def _svg(parts: list[str]) -> Markup:
+    """The joined SVG, as Markup: every text in `parts` went through `escape` above."""
+    return Markup("".join(parts))  # noqa: S704 (each interpolated text escaped)
 
 
 def _fmt(v: float) -> str:
