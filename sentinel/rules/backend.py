@@ -71,9 +71,14 @@ class RoutedBackend:
     the text it was compiled from (`texts`, filled from the loaded rules).
     """
 
-    def __init__(self, local: QueryBackend, remote: QueryBackend) -> None:
+    def __init__(self, local: QueryBackend, remote: QueryBackend, *,
+                 concurrent_rules: int = 16, concurrent_rules_per_group: int = 8) -> None:
         self.local = local
         self.remote = remote
+        # Read by the RuleManager: rules run concurrently, this many at once over all
+        # groups and per group (each remote query is a round trip; issue 40).
+        self.concurrent_rules = concurrent_rules
+        self.concurrent_rules_per_group = concurrent_rules_per_group
         # id(compiled tree) → (the tree, kept alive so its id is not reused, its text)
         self.texts: dict[int, tuple[Any, str]] = {}
         self._routes: dict[str, bool] = {}
