@@ -11,4 +11,4 @@ from __future__ import annotations
 from contextvars import ContextVar
 
 # time.monotonic() by which the current query must have answered; None: no deadline.
-query_deadline: ContextVar[float | None] = ContextVar("sentinel_query_deadline", default=None)
+query_deadline: ContextVar[float | None] = ContextVar("query_deadline", default=None)
