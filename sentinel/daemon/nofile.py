@@ -6,9 +6,9 @@ a container is often 1,024. At start Sentinel raises its soft RLIMIT_NOFILE to
 the hard limit (as Prometheus and most servers do) and says when even that is
 below what the configured targets need.
 
-The shipped systemd unit sets LimitNOFILE=65536 (soft = hard): then nothing is
-raised, which matters there because its SystemCallFilter denies @resources
-(setrlimit).
+The raise goes through prlimit64 (`resource.prlimit`), which systemd's
+@system-service filter allows; the shipped unit denies @resources, which holds
+the older setrlimit. The unit sets LimitNOFILE=65536 (soft = hard) anyway.
 """
 
 from __future__ import annotations
@@ -47,7 +47,12 @@ def raise_soft_limit() -> int:
     target = INFINITE_CAP if hard == resource.RLIM_INFINITY else hard
     if soft != resource.RLIM_INFINITY and soft < target:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            # prlimit64 where there is one (Linux): allowed by systemd's @system-service.
+            setter = getattr(resource, "prlimit", None)
+            if setter is not None:
+                setter(0, resource.RLIMIT_NOFILE, (target, hard))
+            else:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             log.debug("open-file limit raised from %d to %d", soft, target)
             return target
         except (ValueError, OSError) as e:
