@@ -63,6 +63,28 @@ def reads_only_local(expr: str | n.Expr) -> bool:
     return True
 
 
+def inert_local_series(expr: str | n.Expr) -> list[str]:
+    """Sentinel-only series an expression reads that a remote backend will not have.
+
+    Empty when the expression reads only such series (it stays in the embedded
+    store) or none of them; otherwise the expression goes to the backend whole and
+    the names returned match nothing there (issue 40: the canary half of
+    VLLMTimeToFirstTokenHigh).
+    """
+    try:
+        node = compile_expr(expr) if isinstance(expr, str) else expr
+    except PromQLError:
+        return []  # beyond Sentinel's subset: cannot tell; the backend answers it
+    local, remote = set(), False
+    for sel in _selectors(node):
+        name, _ = _name_matchers(sel)
+        if name is not None and (name in LOCAL_NAMES or name.startswith(LOCAL_PREFIXES)):
+            local.add(name)
+        else:
+            remote = True
+    return sorted(local) if remote else []
+
+
 class RoutedBackend:
     """Local-only expressions to the embedded engine, all others to the remote backend.
 
