@@ -27,7 +27,7 @@ from sentinel.model import AlertState, Labels, Vector, labels_of
 from sentinel.promql import Engine
 from sentinel.rules.alerting import RuleHealth
 from sentinel.rules.backend import RoutedBackend
-from sentinel.rules.concurrent import dependencies
+from sentinel.rules.concurrent import RulePool, dependencies
 from sentinel.rules.loader import load_rule_files
 from sentinel.rules.manager import RuleManager
 from sentinel.rules.prometheus_api import BackendMetrics, PrometheusAPI
@@ -162,10 +162,9 @@ def test_a_query_past_the_interval_ends_at_the_deadline_and_the_others_still_ans
 
 
 class Timed:
-    """An engine that asks for concurrency; `slow_*` queries take 50 ms longer."""
+    """An engine that brings a rule pool; `slow_*` queries take 50 ms longer."""
 
-    concurrent_rules = 4
-    concurrent_rules_per_group = 4
+    rule_pool = RulePool(4, 4)
 
     def query(self, expr: Any, at_ms: int) -> Vector | float:
         threading.Event().wait(0.05 if "slow" in str(expr) else 0)

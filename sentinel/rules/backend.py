@@ -28,6 +28,7 @@ from sentinel.model import Vector
 from sentinel.promql import nodes as n
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
+from sentinel.rules.concurrent import RulePool
 from sentinel.rules.needs import _name_matchers, _selectors
 
 # Series that only Sentinel writes: they stay in the embedded store.
@@ -97,10 +98,11 @@ class RoutedBackend:
                  concurrent_rules: int = 16, concurrent_rules_per_group: int = 8) -> None:
         self.local = local
         self.remote = remote
-        # Read by the RuleManager: rules run concurrently, this many at once over all
-        # groups and per group (each remote query is a round trip; issue 40).
-        self.concurrent_rules = concurrent_rules
-        self.concurrent_rules_per_group = concurrent_rules_per_group
+        # Read by the RuleManager: rules run concurrently on this pool, this many at once
+        # over all groups and per group (each remote query is a round trip; issue 40).
+        # One pool per backend: a manager rebuilt on an HA takeover shares it.
+        self.rule_pool = (RulePool(concurrent_rules, concurrent_rules_per_group)
+                          if concurrent_rules > 1 else None)
         # id(compiled tree) → (the tree, kept alive so its id is not reused, its text)
         self.texts: dict[int, tuple[Any, str]] = {}
         self._routes: dict[str, bool] = {}

@@ -6,7 +6,7 @@ Rules of a group are evaluated in file order at the same `now_ms`, as in
 Prometheus; with a store to write to (`store=`), each rule's output
 (recorded series, ALERTS/ALERTS_FOR_STATE) is written back before the next
 rule runs (see `writeback`). Against a remote backend (the engine's
-`concurrent_rules`), rules that do not read one another run at once, each
+`rule_pool`), rules that do not read one another run at once, each
 query with a deadline inside the group's interval (rules/concurrent.py); a
 group that still overruns its interval is logged with its slowest rule and
 counted (`group_timing()`). Nothing here reads the clock except to time
@@ -122,11 +122,9 @@ class RuleManager:
         # Set with a remote query backend: whether Sentinel evaluates a recording rule
         # (expression text → bool); the others run in the backend (rules/backend.py).
         self.evaluates_recording: Callable[[str], bool] | None = None
-        # Rules of a group run concurrently when the engine asks for it (a remote
-        # backend: rules/backend.py); the embedded store is faster one rule at a time.
-        workers = int(getattr(engine, "concurrent_rules", 0) or 0)
-        self.pool = RulePool(workers, getattr(engine, "concurrent_rules_per_group", 8)
-                             ) if workers > 1 else None
+        # Rules of a group run concurrently when the engine brings a pool (a remote
+        # backend: rules/backend.py); the embedded store runs one rule at a time.
+        self.pool: RulePool | None = getattr(engine, "rule_pool", None)
         self.reload(groups)
 
     @property
