@@ -97,6 +97,7 @@ def preflight(config: Config, source: str | None, *, listen_flag: bool = False,
     if not offline:
         found += check_database(config) + check_log_files(config)
     rule_findings, groups = check_rules(config)
+    rule_findings += check_rules_answerable(config, groups)
     where = _locator(source)
     # Each finding about a key gets the key's FILE:LINE; a rule file's own lines have theirs.
     placed = [f if f.where or not f.key or f.key.startswith("--")
@@ -338,6 +339,29 @@ def check_rules(config: Config) -> tuple[list[Finding], list[RuleGroup]]:
         except SignatureFileError as exc:
             out += [Finding(ERROR, "", p) for p in exc.problems]
     return out, groups
+
+
+def check_rules_answerable(config: Config, groups: list[RuleGroup]) -> list[Finding]:
+    """With a remote backend: rules that read Sentinel's own series and backend series.
+
+    Such an expression goes to the backend whole (rules/backend.py), which has no
+    `sentinel_*` series or ALERTS: that part of the rule never matches.
+    """
+    if config.query_backend is None:
+        return []
+    from sentinel.rules.backend import inert_local_series
+
+    out = []
+    for g in groups:
+        for rule in g.rules:
+            names = inert_local_series(rule.query if rule.query is not None else rule.expr)
+            if names:
+                out.append(Finding(WARNING, "query_backend", (
+                    f"rule {g.name}/{rule.name} reads {', '.join(names)} (only Sentinel has "
+                    "them) together with the backend's series; the expression goes to the "
+                    "backend whole, so that part never matches: split it into a rule on "
+                    "Sentinel's series and one on the backend's")))
+    return out
 
 
 # -- helpers -----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from sentinel.config.model import split_listen
 from sentinel.daemon import gcpolicy
 from sentinel.daemon.app import App
 from sentinel.daemon.malloc import limit_arenas
+from sentinel.daemon.nofile import check_descriptors
 from sentinel.logformat import JsonFormatter, TextFormatter
 from sentinel.preflight import listen_error_text
 from sentinel.secretpatterns import PromptRedactor
@@ -57,6 +58,8 @@ def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text"
         log.log(logging.WARNING if kind == "warning" else logging.INFO, "%s", text)
     limit_arenas()
     gcpolicy.tune()
+    # Discovered targets (kubernetes_sd) come later; the configured ones are known now.
+    check_descriptors(len(config.targets))
     app = App(config)
     # Handlers first: a SIGTERM while starting (migrations, imports) drains like any other.
     stop = threading.Event()

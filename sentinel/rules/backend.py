@@ -28,6 +28,7 @@ from sentinel.model import Vector
 from sentinel.promql import nodes as n
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
+from sentinel.rules.concurrent import RulePool
 from sentinel.rules.needs import _name_matchers, _selectors
 
 # Series that only Sentinel writes: they stay in the embedded store.
@@ -63,6 +64,28 @@ def reads_only_local(expr: str | n.Expr) -> bool:
     return True
 
 
+def inert_local_series(expr: str | n.Expr) -> list[str]:
+    """Sentinel-only series an expression reads that a remote backend will not have.
+
+    Empty when the expression reads only such series (it stays in the embedded
+    store) or none of them; otherwise the expression goes to the backend whole and
+    the names returned match nothing there (issue 40: the canary half of
+    VLLMTimeToFirstTokenHigh).
+    """
+    try:
+        node = compile_expr(expr) if isinstance(expr, str) else expr
+    except PromQLError:
+        return []  # beyond Sentinel's subset: cannot tell; the backend answers it
+    local, remote = set(), False
+    for sel in _selectors(node):
+        name, _ = _name_matchers(sel)
+        if name is not None and (name in LOCAL_NAMES or name.startswith(LOCAL_PREFIXES)):
+            local.add(name)
+        else:
+            remote = True
+    return sorted(local) if remote else []
+
+
 class RoutedBackend:
     """Local-only expressions to the embedded engine, all others to the remote backend.
 
@@ -71,9 +94,15 @@ class RoutedBackend:
     the text it was compiled from (`texts`, filled from the loaded rules).
     """
 
-    def __init__(self, local: QueryBackend, remote: QueryBackend) -> None:
+    def __init__(self, local: QueryBackend, remote: QueryBackend, *,
+                 concurrent_rules: int = 16, concurrent_rules_per_group: int = 8) -> None:
         self.local = local
         self.remote = remote
+        # Read by the RuleManager: rules run concurrently on this pool, this many at once
+        # over all groups and per group (each remote query is a round trip; issue 40).
+        # One pool per backend: a manager rebuilt on an HA takeover shares it.
+        self.rule_pool = (RulePool(concurrent_rules, concurrent_rules_per_group)
+                          if concurrent_rules > 1 else None)
         # id(compiled tree) → (the tree, kept alive so its id is not reused, its text)
         self.texts: dict[int, tuple[Any, str]] = {}
         self._routes: dict[str, bool] = {}

@@ -5,7 +5,11 @@ The daemon schedules one job per group (`groups`: name → interval) and calls
 Rules of a group are evaluated in file order at the same `now_ms`, as in
 Prometheus; with a store to write to (`store=`), each rule's output
 (recorded series, ALERTS/ALERTS_FOR_STATE) is written back before the next
-rule runs (see `writeback`). Nothing here reads the clock except to time
+rule runs (see `writeback`). Against a remote backend (the engine's
+`rule_pool`), rules that do not read one another run at once, each
+query with a deadline inside the group's interval (rules/concurrent.py); a
+group that still overruns its interval is logged with its slowest rule and
+counted (`group_timing()`). Nothing here reads the clock except to time
 evaluations for `rule_health()`; nothing raises out of an evaluation.
 
 Thread safety: groups may be evaluated from scheduler threads while the
@@ -19,11 +23,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sentinel.model import Alert, AlertState, Vector
 from sentinel.rules.alerting import AlertingRuleState, ReadyFunc, RuleHealth, TemplateContext
+from sentinel.rules.concurrent import RulePool, dependencies
+from sentinel.rules.deadline import query_deadline
 from sentinel.rules.loader import RecordingRule, Rule, RuleGroup
 from sentinel.rules.recording import RecordingRuleState
 from sentinel.rules.restore import RestoreSettings, restore_for_state
@@ -32,6 +38,9 @@ from sentinel.rules.writeback import Appender, SeriesWriter, rule_output
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 60_000
+# Share of a group's interval its queries may take when rules run concurrently:
+# the rest is the margin for writing back and the incident stage.
+DEADLINE_SHARE = 0.8
 
 
 class QueryEngine(Protocol):
@@ -64,6 +73,24 @@ class _Group:
     lock: threading.Lock
     durations: dict[int, float]
     writer: SeriesWriter | None = None
+    # Which earlier rules each rule waits for when rules run concurrently (rules/concurrent.py).
+    deps: list[frozenset[int]] = field(default_factory=list)
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
+    last_duration_s: float = 0.0
+    overruns: int = 0
+    slowest: tuple[str, float] | None = None  # (rule, seconds) at the last overrun
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTiming:
+    """How long a group's last evaluation took and how often it overran its interval."""
+
+    group: str
+    interval_s: float
+    last_duration_s: float
+    overruns: int
+    slowest_rule: str
+    slowest_s: float
 
 
 def _rule_key(r: Rule) -> tuple[str, str, str, int, tuple[tuple[str, str], ...]]:
@@ -95,6 +122,9 @@ class RuleManager:
         # Set with a remote query backend: whether Sentinel evaluates a recording rule
         # (expression text → bool); the others run in the backend (rules/backend.py).
         self.evaluates_recording: Callable[[str], bool] | None = None
+        # Rules of a group run concurrently when the engine brings a pool (a remote
+        # backend: rules/backend.py); the embedded store runs one rule at a time.
+        self.pool: RulePool | None = getattr(engine, "rule_pool", None)
         self.reload(groups)
 
     @property
@@ -112,7 +142,6 @@ class RuleManager:
         """
         with self._lock:
             group = self._groups[name]
-        out: list[Alert] = []
         offset = group.spec.query_offset_ms
         query = self.engine.query
         if offset:
@@ -122,27 +151,75 @@ class RuleManager:
             # Logged once per new error text, not every evaluation of a failing rule.
             errors = {i: r.last_error for i, r in enumerate(group.rules)
                       if r.health == RuleHealth.ERR}
-            for i, rule in enumerate(group.rules):
-                start = time.perf_counter()
-                if isinstance(rule, AlertingRuleState):
-                    out += rule.eval(query, now_ms, self.context, group.spec.limit, self.ready)
-                elif (self.evaluates_recording is not None
-                      and not self.evaluates_recording(rule.rule.expr)):
-                    continue  # recorded by the remote backend's own rule evaluator
-                else:
-                    rule.eval(query, now_ms, self.context, group.spec.limit)
-                if rule.health == RuleHealth.ERR and rule.last_error != errors.get(i):
-                    log.warning("rule %s/%s: %s", name, rule.rule.name, rule.last_error)
-                if group.writer is not None:
-                    samples = rule_output(rule, now_ms, offset)
-                    if samples is not None:
-                        error = group.writer.write(i, samples, now_ms)
-                        if error:
-                            rule.health, rule.last_error = RuleHealth.ERR, error
-                group.durations[i] = time.perf_counter() - start
+            results: dict[int, list[Alert]] = {}
+            started = time.monotonic()
+            if self.pool is None:
+                for i in range(len(group.rules)):
+                    results[i] = self._eval_rule(group, i, query, now_ms, errors)
+            else:
+                self._eval_concurrently(group, query, now_ms, errors, results, started)
             if group.writer is not None:
                 group.writer.flush_stale(now_ms)
+            self._time_group(group, time.monotonic() - started)
+        return [a for i in sorted(results) for a in results[i]]
+
+    def _eval_rule(self, group: _Group, i: int, query: Any, now_ms: int,
+                   errors: Mapping[int, str]) -> list[Alert]:
+        """Evaluate rule `i` of a group and write its output back; its alerts."""
+        rule = group.rules[i]
+        name, offset = group.spec.name, group.spec.query_offset_ms
+        start = time.perf_counter()
+        out: list[Alert] = []
+        if isinstance(rule, AlertingRuleState):
+            out = rule.eval(query, now_ms, self.context, group.spec.limit, self.ready)
+        elif (self.evaluates_recording is not None
+              and not self.evaluates_recording(rule.rule.expr)):
+            return out  # recorded by the remote backend's own rule evaluator
+        else:
+            rule.eval(query, now_ms, self.context, group.spec.limit)
+        if rule.health == RuleHealth.ERR and rule.last_error != errors.get(i):
+            log.warning("rule %s/%s: %s", name, rule.rule.name, rule.last_error)
+        if group.writer is not None:
+            samples = rule_output(rule, now_ms, offset)
+            if samples is not None:
+                with group.write_lock:
+                    error = group.writer.write(i, samples, now_ms)
+                if error:
+                    rule.health, rule.last_error = RuleHealth.ERR, error
+        group.durations[i] = time.perf_counter() - start
         return out
+
+    def _eval_concurrently(self, group: _Group, query: Any, now_ms: int,
+                           errors: Mapping[int, str], results: dict[int, list[Alert]],
+                           started: float) -> None:
+        """Independent rules at once; each query must answer within the group's interval."""
+        assert self.pool is not None
+        deadline = started + group.interval_ms / 1000 * DEADLINE_SHARE
+
+        def task(i: int) -> None:
+            token = query_deadline.set(deadline)
+            try:
+                results[i] = self._eval_rule(group, i, query, now_ms, errors)
+            except Exception:  # rules record their own errors; this is a bug: log, go on
+                log.exception("rule %s/%s", group.spec.name, group.rules[i].rule.name)
+                results[i] = []
+            finally:
+                query_deadline.reset(token)
+
+        self.pool.run(group.deps, task)
+
+    def _time_group(self, group: _Group, seconds: float) -> None:
+        """Record the group's duration; name its slowest rule when it overran its interval."""
+        group.last_duration_s = seconds
+        if seconds * 1000 <= group.interval_ms or not group.durations:
+            return
+        group.overruns += 1
+        slowest = max(group.durations, key=lambda i: group.durations[i])
+        group.slowest = (group.rules[slowest].rule.name, group.durations[slowest])
+        log.warning("rule group %s took %.2fs, longer than its interval of %.2fs; "
+                    "its slowest rule is %s (%.2fs)", group.spec.name, seconds,
+                    group.interval_ms / 1000, *group.slowest)
+
 
     def failed_rules(self, name: str) -> int:
         """How many rules of a group failed their last evaluation (health "err"); 0 if unknown."""
@@ -234,8 +311,17 @@ class RuleManager:
                 writer = SeriesWriter(self.store) if self.store is not None else None
                 if old is not None and old.writer is not None and writer is not None:
                     writer.adopt(old.writer, moved, len(old.rules))
-                new[spec.name] = _Group(spec, interval, states, lock, {}, writer)
+                new[spec.name] = _Group(spec, interval, states, lock, {}, writer,
+                                        dependencies(spec.rules),
+                                        overruns=old.overruns if old else 0)
             self._groups = new
+
+    def group_timing(self) -> list[GroupTiming]:
+        """Each group's last duration, its overruns and the slowest rule of the last one."""
+        with self._lock:
+            groups = list(self._groups.values())
+        return [GroupTiming(g.spec.name, g.interval_ms / 1000, g.last_duration_s, g.overruns,
+                            *(g.slowest or ("", 0.0))) for g in groups]
 
     def rule_health(self) -> list[RuleStatus]:
         """Health, last error and alert counts of every rule."""

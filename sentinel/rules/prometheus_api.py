@@ -23,8 +23,10 @@ rule. Messages carry the status and Prometheus's error text, never the URL's
 credentials or a token.
 
 HTTP: httpx's blocking client. Rule groups run on the scheduler's worker
-threads and evaluate their rules one after another (each rule may read the
-one before), so a blocking call per rule is the natural shape; the scrape
+threads and, against this backend, evaluate their independent rules
+concurrently on a shared pool (rules/concurrent.py), each query bounded by
+the group's deadline (rules/deadline.py), so a blocking call per rule is the
+natural shape; the scrape
 client in `collect/` is async, lives on the I/O loop and is tuned for GETs of
 exposition pages, and routing evaluation through that loop would put rules
 behind scrapes (design: evaluation never waits behind collection).
@@ -48,6 +50,7 @@ from sentinel.config.querybackend import QueryBackendConfig
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql.calls import RangeSeries
 from sentinel.respond.notify.base import classify
+from sentinel.rules.deadline import query_deadline
 from sentinel.secrets import read_secret_file
 
 BACKOFF_BASE_S = 0.1
@@ -144,10 +147,18 @@ class PrometheusAPI:
         m.queries.inc()
         start = time.monotonic()
         deadline = start + self.config.timeout_ms / 1000
+        # Inside a rule group, the group's interval may end sooner (rules/deadline.py).
+        group = query_deadline.get()
+        capped = group is not None and group < deadline
+        if group is not None and capped:
+            deadline = group
         attempt = 0
         try:
             while True:
                 remaining = deadline - time.monotonic()
+                if capped and remaining <= 0:
+                    raise QueryBackendError("query backend: no time left in the rule group's "
+                                            "interval", retryable=False, reason="deadline")
                 try:
                     data = self._attempt(path, {**form, "timeout": f"{max(remaining, 0.001):.3f}"},
                                          max(remaining, 0.001))
@@ -165,6 +176,8 @@ class PrometheusAPI:
                 return data
         except QueryBackendError as e:
             m.errors.labels(e.reason).inc()
+            if e.reason == "deadline":
+                raise  # never sent: no word on the backend
             m.up.set(0 if e.retryable else 1)  # a 4xx is an answer: the backend is up
             if e.retryable:
                 if at_ms is not None:

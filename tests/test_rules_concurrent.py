@@ -1,0 +1,216 @@
+"""Rule groups against a slow remote backend keep their interval (issue 40).
+
+A Prometheus-compatible server on loopback answers /api/v1/query after a
+delay; a group of independent rules runs them concurrently and finishes
+inside its interval, rules reading another rule's output (a recording rule,
+ALERTS) see the result of the same evaluation, a query that would outlast
+the interval ends at the group's deadline while the others answer,
+and an overrun names the slowest rule.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sentinel.config.querybackend import QueryBackendConfig
+from sentinel.daemon.rulehealth import RuleHealthCollector
+from sentinel.model import AlertState, Labels, Vector, labels_of
+from sentinel.promql import Engine
+from sentinel.rules.alerting import RuleHealth
+from sentinel.rules.backend import RoutedBackend
+from sentinel.rules.concurrent import RulePool, dependencies
+from sentinel.rules.loader import load_rule_files
+from sentinel.rules.manager import RuleManager
+from sentinel.rules.prometheus_api import BackendMetrics, PrometheusAPI
+from sentinel.store import MemoryStore
+
+DELAY_S = 0.5
+SLOW = 8
+
+
+class SlowProm:
+    """Answers every instant query with one sample, `DELAY_S` late; `hang_*` until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+                expr = form["query"][0]
+                with lock:
+                    fake.in_flight += 1
+                    fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
+                # The backend's own latency (the scenario, not a wait of the test).
+                fake.release.wait(60 if expr.startswith("hang") else DELAY_S)
+                with lock:
+                    fake.in_flight -= 1
+                body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+                    {"metric": {"target": "a"}, "value": [form["time"][0], "1"]}]}}).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the client gave up at its deadline
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def prom() -> Iterator[SlowProm]:
+    p = SlowProm()
+    yield p
+    p.stop()
+
+
+RULES = "groups:\n- name: serving\n  interval: 2s\n  rules:\n" + "".join(
+    f"  - alert: Slow{i}\n    expr: slow_metric_{i} > 0\n" for i in range(SLOW)) + """\
+  - record: sentinel_input_doubled
+    expr: sentinel_input * 2
+  - alert: DoubledSeen
+    expr: sentinel_input_doubled > 0
+  - alert: AllSlowFiring
+    expr: count(ALERTS{alertstate="firing", alertname=~"Slow.*"}) == 8
+"""
+
+
+def manager(tmp_path: Path, url: str, rules: str = RULES, **routed: Any
+            ) -> tuple[RuleManager, MemoryStore, BackendMetrics]:
+    (tmp_path / "r.yaml").write_text(rules)
+    groups = load_rule_files([str(tmp_path / "r.yaml")])
+    store = MemoryStore()
+    metrics = BackendMetrics(CollectorRegistry())
+    remote = PrometheusAPI(QueryBackendConfig(url=url, timeout="10s"), metrics)
+    backend = RoutedBackend(Engine(store), remote, **routed)
+    backend.learn(groups)
+    mgr = RuleManager(groups, backend, store=store)
+    mgr.evaluates_recording = backend.evaluates_recording
+    return mgr, store, metrics
+
+
+def put(store: MemoryStore, name: str, value: float, at_ms: int) -> None:
+    labels: Labels = labels_of({"__name__": name, "target": "a"})
+    store.append(store.ref(labels), at_ms, value)
+
+
+def firing(alerts: Any, name: str) -> list[Any]:
+    return [a for a in alerts if a.rule == name and a.state == AlertState.FIRING]
+
+
+def test_independent_rules_run_at_once_and_dependents_see_the_same_evaluation(
+        prom: SlowProm, tmp_path: Path) -> None:
+    mgr, store, _ = manager(tmp_path, prom.url)
+    put(store, "sentinel_input", 21, 1_000)
+    alerts = mgr.evaluate_group("serving", 1_000)
+    (timing,) = mgr.group_timing()
+    # Sequentially the 8 slow rules take 8 × 0.5 s = 4 s against a 2 s interval.
+    assert timing.last_duration_s < timing.interval_s == 2.0
+    assert timing.overruns == 0 and prom.most_in_flight == SLOW
+    assert all(r.health == RuleHealth.OK for r in mgr.rule_health())
+    assert len(alerts) == SLOW + 2
+    # The recording rule's result of this evaluation (21 × 2), not an older one.
+    (seen,) = firing(alerts, "DoubledSeen")
+    assert seen.value == 42
+    # ALERTS written by the 8 slow rules in this same evaluation.
+    assert len(firing(alerts, "AllSlowFiring")) == 1
+    put(store, "sentinel_input", 50, 3_000)
+    (seen,) = firing(mgr.evaluate_group("serving", 3_000), "DoubledSeen")
+    assert seen.value == 100
+
+
+def test_a_query_past_the_interval_ends_at_the_deadline_and_the_others_still_answer(
+        prom: SlowProm, tmp_path: Path) -> None:
+    rules = ("groups:\n- name: g\n  interval: 2s\n  rules:\n"
+             "  - alert: Hangs\n    expr: hang_metric > 0\n"
+             "  - alert: Answers\n    expr: slow_metric > 0\n")
+    mgr, _, _ = manager(tmp_path, prom.url, rules)
+    alerts = mgr.evaluate_group("g", 1_000)
+    (timing,) = mgr.group_timing()
+    assert timing.last_duration_s < 2.0 and timing.overruns == 0
+    health = {r.rule: r for r in mgr.rule_health()}
+    assert health["Hangs"].health == RuleHealth.ERR
+    assert "timed out" in health["Hangs"].last_error
+    # The other rule of the group still answered, at the same evaluation time.
+    assert health["Answers"].health == RuleHealth.OK and [a.rule for a in alerts] == ["Answers"]
+
+
+class Timed:
+    """An engine that brings a rule pool; `slow_*` queries take 50 ms longer."""
+
+    rule_pool = RulePool(4, 4)
+
+    def query(self, expr: Any, at_ms: int) -> Vector | float:
+        threading.Event().wait(0.05 if "slow" in str(expr) else 0)
+        return []
+
+
+def test_an_overrun_is_logged_and_counted_with_the_slowest_rule(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "r.yaml").write_text("groups:\n- name: g\n  interval: 1ms\n  rules:\n"
+                                     "  - alert: Fast\n    expr: fast > 0\n"
+                                     "  - alert: Laggard\n    expr: slow > 0\n")
+    groups = load_rule_files([str(tmp_path / "r.yaml")])
+    mgr = RuleManager(groups, Timed())
+    registry = CollectorRegistry()
+    registry.register(RuleHealthCollector(lambda: mgr))
+    with caplog.at_level("WARNING", logger="sentinel.rules.manager"):
+        mgr.evaluate_group("g", 0)
+    assert registry.get_sample_value("sentinel_rule_group_overruns_total", {"group": "g"}) == 1
+    assert registry.get_sample_value("sentinel_rule_group_slowest_rule_seconds",
+                                     {"group": "g", "rule": "Laggard"}) >= 0.05
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert msg.startswith("rule group g took") and "slowest rule is Laggard" in msg
+
+
+def test_rules_that_read_each_other_keep_their_file_order(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text("""groups:
+- name: g
+  rules:
+  - record: a_rec
+    expr: x * 2
+  - alert: ReadsA
+    expr: a_rec > 0
+  - alert: Independent
+    expr: y > 0
+  - alert: ReadsAlerts
+    expr: ALERTS > 0
+  - record: b_rec
+    expr: '{__name__=~"x.*"}'
+  - alert: ReadsLaterRecord
+    expr: c_rec > 0
+  - record: c_rec
+    expr: z
+""")
+    (g,) = load_rule_files([str(tmp_path / "r.yaml")])
+    deps = dependencies(g.rules)
+    assert deps[1] == {0} and deps[2] == frozenset()
+    assert deps[3] == {1, 2}                # every alerting rule before it writes ALERTS
+    assert deps[4] == {0, 1, 2, 3}          # no metric name: may read anything written
+    assert deps[6] == {4, 5}                # ReadsLaterRecord reads c_rec: keeps its order
