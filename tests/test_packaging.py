@@ -19,7 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CRASH_LOG = ROOT / "tests" / "data" / "logs" / "tpu_hbm_oom.log"
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# One worker builds the wheel once: the build writes build/ and *.egg-info into the checkout.
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group("packaging")]
 
 
 def _run(argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
