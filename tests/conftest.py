@@ -2,9 +2,11 @@
 
 The suite runs in parallel (pytest-xdist, `-n` in pyproject's addopts): every
 test gets its own tmp_path, ports are port 0, each worker starts its own
-PostgreSQL cluster (a schema per test), and tests that must share one worker
-carry `pytest.mark.xdist_group(name)` (`--dist loadgroup`). `-n 0` runs in
-one process, e.g. under a debugger.
+PostgreSQL cluster (a schema per test). Any test may run beside any other:
+nothing pins tests to a worker (`xdist_group` with `--dist loadgroup` groups
+nothing on pytest 9.2, pytest-dev/pytest-xdist#1386), so work that must
+happen once per run takes a file lock in the run's shared temp folder (see
+tests/test_packaging.py). `-n 0` runs in one process, e.g. under a debugger.
 """
 
 from __future__ import annotations

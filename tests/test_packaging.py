@@ -7,8 +7,10 @@ Slow (a wheel build and a dependency install): marked `slow`, run by CI.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -19,8 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CRASH_LOG = ROOT / "tests" / "data" / "logs" / "tpu_hbm_oom.log"
 
-# One worker builds the wheel once: the build writes build/ and *.egg-info into the checkout.
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group("packaging")]
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
 def _run(argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
@@ -31,10 +32,8 @@ def _run(argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None 
     return out
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel built from this checkout installed; its bin/ folder."""
-    work = tmp_path_factory.mktemp("wheel")
+def _build_and_install(work: Path) -> Path:
+    """Build the wheel from this checkout into `work`, install it in a fresh venv there."""
     dist = work / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
          cwd=work, timeout=300)
@@ -44,7 +43,31 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
     _run([str(py), "-m", "pip", "install", "-q", str(wheels[0])], cwd=work, timeout=600)
+    (work / "ready").touch()
     return env_dir / "bin"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel built from this checkout installed; its bin/ folder.
+
+    Built once per run, whichever xdist worker asks first: the build writes build/ and
+    *.egg-info into the checkout, so two at once break each other's wheel (seen: "No
+    module named sentinel" in the installed venv). The other workers wait on the lock
+    and use the same venv. (xdist_group cannot pin these tests to one worker: with
+    pytest 9.2 --dist loadgroup groups nothing, pytest-dev/pytest-xdist#1386.)
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, shared by its workers
+    work = base / "packaging-wheel"
+    with (base / "packaging-wheel.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if (work / "ready").exists():
+            return work / "venv" / "bin"
+        shutil.rmtree(work, ignore_errors=True)  # what a failed build left
+        work.mkdir()
+        return _build_and_install(work)
 
 
 def _clean_env() -> dict[str, str]:
