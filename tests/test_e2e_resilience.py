@@ -403,6 +403,7 @@ def _chaos(sig: int, tmp_path: Path, sims: dict[str, SimServer], seed: int) -> N
                     + [(b, False, k) for k, spans in sched.on.items() for _, b in spans],
                     key=lambda e: e[0])
     up: list[tuple[float, float]] = []  # (ready, killed) of each daemon process, run time
+    stopping = threading.Event()
     try:
         daemon.start()
         wait_for(lambda: daemon.ready_at, 60, "the daemon to start")
@@ -411,11 +412,15 @@ def _chaos(sig: int, tmp_path: Path, sims: dict[str, SimServer], seed: int) -> N
         def kills() -> None:
             # At each random moment, once the running daemon is up (on a loaded machine a
             # start can take longer than the time between two moments): kill and restart.
+            # Stops when the test ends, failed or not: a thread left behind would go on
+            # starting daemons through the rest of the run.
             for at in sched.kills:
-                time.sleep(max(0.0, begin + at - time.monotonic()))
+                if stopping.wait(max(0.0, begin + at - time.monotonic())):
+                    return
                 wait_for(lambda: len(daemon.ready_at) == daemon.starts, 60, "a restart")
                 ready = daemon.ready_at[-1]
-                time.sleep(max(0.0, ready + MIN_UP_S - time.monotonic()))
+                if stopping.wait(max(0.0, ready + MIN_UP_S - time.monotonic())):
+                    return
                 # What this daemon saw ends when it is told to stop, not when it has
                 # exited: a loaded machine takes seconds to drain, and counting those as
                 # seen made the test expect occurrences no daemon could have evaluated.
@@ -450,6 +455,7 @@ def _chaos(sig: int, tmp_path: Path, sims: dict[str, SimServer], seed: int) -> N
                          if "sentinel.daemon.pipeline: scrape of " in line)
         _check_chaos(sched, expected, up, sink, tmp_path, sig, failed)  # says what went wrong
     finally:
+        stopping.set()
         daemon.stop()
         sink.stop()
         for proxy in proxies.values():
