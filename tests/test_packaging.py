@@ -42,7 +42,10 @@ def _build_and_install(work: Path) -> Path:
     env_dir = work / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
-    _run([str(py), "-m", "pip", "install", "-q", str(wheels[0])], cwd=work, timeout=600)
+    # Without PYTHONPATH: the build leaves sentinel_sre.egg-info in the checkout, and with the
+    # checkout on PYTHONPATH pip finds the project "already satisfied" and installs nothing.
+    _run([str(py), "-m", "pip", "install", "-q", str(wheels[0])], cwd=work, timeout=600,
+         env=_clean_env())
     (work / "ready").touch()
     return env_dir / "bin"
 
