@@ -141,7 +141,7 @@ def test_kill_9_while_firing_does_not_repage_or_duplicate(tmp_path, sim, sink):
         # Several evaluations after the restart (past `for` again): the alert is still
         # firing (restored), but nobody is paged a second time.
         evaluations = int(FOR_S / EVAL_S) + 3
-        wait_for(lambda: _evaluations(port) >= evaluations, 30,
+        wait_for(lambda: _evaluations(port) >= evaluations, 90,
                  f"{evaluations} evaluations of the restarted daemon")
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         assert len(bodies_with_status(sink, "firing")) == 1
