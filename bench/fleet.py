@@ -23,8 +23,8 @@ With `--pin`, the measured system runs on the first CPU and the fleet helper
 on the others, so neither steals the other's core: `--probes both --pin
 --repeat N` asks what probes add to a Sentinel alone on its core, as in
 production. Runs a minute apart still drift on a shared machine (issue 12:
-six pinned pairs read −0.7 % to +38.5 %); `bench/probe_ab.py` asks the same
-question with two Sentinels measured over one window, which drifts less.
+six pinned pairs read −0.7 % to +38.5 %): compare figures from one
+session, and repeat them.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from sentinel.config.kubernetes import KubernetesSDConfig  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--changes", type=int, default=50)
     args = ap.parse_args()

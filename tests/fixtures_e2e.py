@@ -42,6 +42,15 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> ob
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
+def log_sources_polled(app: object, n: int = 1) -> bool:
+    """At least `n` log sources of a started App have polled (a file source has then joined
+    its file at the end: lines written after this are new). Wait on it, not on a sleep."""
+    registry = app.metrics.registry  # type: ignore[attr-defined]
+    polled = [s for m in registry.collect() if m.name == "sentinel_log_source_up"
+              for s in m.samples]
+    return len(polled) >= n
+
+
 def bodies_with_status(sink: WebhookSink, status: str) -> list[tuple[float, dict]]:
     """(arrival time, body) of every webhook with this status, in order."""
     return [(t, b) for t, b, _ in list(sink.received) if b.get("status") == status]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,19 +45,24 @@ def test_condition_pages_within_for_plus_one_interval_and_resolves(tmp_path, sim
     cfg = write_config(tmp_path, [("gemma", sim.url)], sink.url, KV_RULE)
     app = _start_app(cfg)
     try:
-        wait_for(lambda: _up(app, "gemma") == 1.0, 5, "first scrape")
+        wait_for(lambda: _up(app, "gemma") == 1.0, 30, "first scrape")
         started = time.monotonic()
         sim.set_state(kv_cache_usage=0.93)
-        firing = wait_for(lambda: bodies_with_status(sink, "firing"), FOR_S + EVAL_S + 3,
+        firing = wait_for(lambda: bodies_with_status(sink, "firing"), FOR_S + EVAL_S + 30,
                           "the firing webhook")
         arrived, body = firing[0]
-        assert arrived - started <= FOR_S + EVAL_S + 0.5, f"late by {arrived - started:.2f}s"
         assert arrived - started >= FOR_S, "fired before `for` elapsed"
+        # Within `for` + one interval, on Sentinel's clock (evaluations on the interval grid):
+        # the wall-clock latency to the webhook is bench/ territory, not a loaded CI's.
+        alert = next(a for a in app.pipeline.rules.active_alerts() if a.rule == "KVCacheHigh")
+        assert alert.fired_at_ms is not None
+        took_ms = alert.fired_at_ms - alert.active_at_ms
+        assert FOR_S * 1000 <= took_ms <= (FOR_S + EVAL_S) * 1000, took_ms
         _assert_alertmanager_body(body, "firing")
         assert body["alerts"][0]["annotations"]["summary"] == "KV cache 93% on gemma"
 
         sim.set_state(kv_cache_usage=0.20)
-        resolved = wait_for(lambda: bodies_with_status(sink, "resolved"), EVAL_S + 3,
+        resolved = wait_for(lambda: bodies_with_status(sink, "resolved"), EVAL_S + 30,
                             "the resolved webhook")
         _assert_alertmanager_body(resolved[0][1], "resolved")
         assert resolved[0][1]["alerts"][0]["endsAt"] != "0001-01-01T00:00:00Z"
@@ -98,30 +104,52 @@ def _sentinel(*args: str, **kw) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _evaluations(port: int) -> float:
+    """The daemon's evaluations of group e2e so far, from its /metrics (0 before it answers)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith('sentinel_rule_group_evaluations_total{group="e2e"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def test_kill_9_while_firing_does_not_repage_or_duplicate(tmp_path, sim, sink):
-    cfg = write_config(tmp_path, [("gemma", sim.url)], sink.url, KV_RULE)
+    port = _free_port()
+    cfg = write_config(tmp_path, [("gemma", sim.url)], sink.url, KV_RULE,
+                       listen=f"127.0.0.1:{port}")
     sim.set_state(kv_cache_usage=0.95)
     proc = _sentinel("run", "-c", str(cfg))
     try:
-        wait_for(lambda: bodies_with_status(sink, "firing"), 15, "the first firing webhook")
+        wait_for(lambda: bodies_with_status(sink, "firing"), 60, "the first firing webhook")
         # Kill once the page is on record. (Killed in the milliseconds between the
         # receiver's 200 and that commit, Sentinel pages again on start: delivery
         # is at-least-once, and receivers de-duplicate on groupKey/fingerprint.)
         db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
-        wait_for(lambda: _notification_recorded(db), 5, "the notification on the timeline")
+        wait_for(lambda: _notification_recorded(db), 30, "the notification on the timeline")
         proc.send_signal(signal.SIGKILL)
         proc.wait(5)
         proc = _sentinel("run", "-c", str(cfg))
-        # Several evaluations after the restart: the alert is still firing
-        # (restored), but nobody is paged a second time.
-        time.sleep(FOR_S + 3 * EVAL_S)
+        # Several evaluations after the restart (past `for` again): the alert is still
+        # firing (restored), but nobody is paged a second time.
+        evaluations = int(FOR_S / EVAL_S) + 3
+        wait_for(lambda: _evaluations(port) >= evaluations, 90,
+                 f"{evaluations} evaluations of the restarted daemon")
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         assert len(bodies_with_status(sink, "firing")) == 1
         sim.set_state(kv_cache_usage=0.1)
-        wait_for(lambda: bodies_with_status(sink, "resolved"), 10, "the resolved webhook")
+        wait_for(lambda: bodies_with_status(sink, "resolved"), 30, "the resolved webhook")
         incidents = queries.list_incidents(db)
         assert len(incidents) == 1, incidents
-        wait_for(lambda: queries.list_incidents(db)[0].status == "resolved", 5, "resolution")
+        wait_for(lambda: queries.list_incidents(db)[0].status == "resolved", 30, "resolution")
     finally:
         proc.kill()
         proc.wait(5)
@@ -135,13 +163,21 @@ def _notification_recorded(db: Database) -> bool:
     return detail is not None and any(e.kind == "notification_sent" for e in detail.timeline)
 
 
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def test_sigterm_stops_within_seconds(tmp_path, sim):
-    cfg = write_config(tmp_path, [("gemma", sim.url)], None, KV_RULE)
+    port = _free_port()
+    cfg = write_config(tmp_path, [("gemma", sim.url)], None, KV_RULE, listen=f"127.0.0.1:{port}")
     proc = _sentinel("run", "-c", str(cfg))
     try:
         db_file = tmp_path / "sentinel.db"
-        wait_for(db_file.exists, 10, "the daemon to start")
-        time.sleep(1)
+        wait_for(db_file.exists, 60, "the daemon to start")
+        wait_for(lambda: _healthy(port), 30, "the daemon to answer /healthz")
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(10)
@@ -160,12 +196,12 @@ def test_bad_targets_are_down_and_never_stall_the_good_one(tmp_path, sim, bad_ta
     app = _start_app(cfg)
     try:
         for name in ("garbage", "hang", "close", "refused"):
-            wait_for(lambda n=name: _up(app, n) == 0.0, 5, f"up=0 for {name}")
+            wait_for(lambda n=name: _up(app, n) == 0.0, 30, f"up=0 for {name}")
         # The good target keeps being scraped at its interval while the hanging
         # one times out over and over.
+        # (A stall behind the hanging target, 30 s a request, would run out this deadline.)
         first = _scrapes(app, "good")
-        time.sleep(2)
-        assert _scrapes(app, "good") - first >= 6
+        wait_for(lambda: _scrapes(app, "good") - first >= 6, 10, "six more good scrapes")
         assert _up(app, "good") == 1.0
         host, port = app.status.address
         metrics = httpx.get(f"http://{host}:{port}/metrics").text

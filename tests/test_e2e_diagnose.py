@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 
 import pytest
 from diagnose_helpers import CRASH_LOG, runbooks
-from fixtures_e2e import bodies_with_status, wait_for
+from fixtures_e2e import bodies_with_status, log_sources_polled, wait_for
 from sqlalchemy import MetaData, select
 
 from sentinel.cli import main
@@ -90,7 +89,7 @@ def test_oom_incident_gets_a_model_runbook_and_no_secret_leaks(tmp_path, sink, c
     app = App(load_config(cfg))
     app.start()
     try:
-        time.sleep(0.5)  # the source joins the file at its end
+        wait_for(lambda: log_sources_polled(app), 30, "the source to join the file at its end")
         with log_file.open("a") as f:
             f.write("".join(f"{line}\n" for line in crash))
         db = app.pipeline.tracker.db

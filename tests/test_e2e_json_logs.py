@@ -24,12 +24,12 @@ def test_json_log_lines_tell_the_incident(tmp_path, sock_dir, sink) -> None:  # 
     proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(cfg),
                              "--log-format", "json"], stdout=subprocess.DEVNULL, stderr=err)
     try:
-        wait_for(lambda: "sentinel started" in (tmp_path / "stderr.log").read_text(), 30,
+        wait_for(lambda: "sentinel started" in (tmp_path / "stderr.log").read_text(), 60,
                  "the daemon to start")
         httpx.post(f"{sim.url}/sim/crash", json={"mode": "down"}).raise_for_status()
-        wait_for(lambda: bodies_with_status(sink, "resolved"), 30, "the resolved page")
+        wait_for(lambda: bodies_with_status(sink, "resolved"), 60, "the resolved page")
         wait_for(lambda: "resolved page to oncall sent" in (tmp_path / "stderr.log").read_text(),
-                 10, "the resolved page's log line")
+                 30, "the resolved page's log line")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(15)

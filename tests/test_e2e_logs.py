@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fakes.cloud_logging_server import running_fake
 from fakes.offline import connections, is_loopback, offline_google_env
-from fixtures_e2e import bodies_with_status, wait_for
+from fixtures_e2e import bodies_with_status, log_sources_polled, wait_for
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
@@ -121,7 +121,7 @@ def test_file_log_crash_line_reaches_the_timeline(tmp_path, sim, sink):
                   f"      files: ['{log_file}']\n      poll_interval: 200ms\n")
     app = _start(cfg)
     try:
-        time.sleep(0.5)  # the source joins the file at its end
+        wait_for(lambda: log_sources_polled(app), 30, "the source to join the file at its end")
         with log_file.open("a") as f:
             f.write("".join(f"{line}\n" for line in CRASH_LOG[2:]))
         wait_for(lambda: _hbm_pages(sink), 15, "the HBM OOM page")
@@ -147,7 +147,7 @@ def test_file_lines_written_while_sentinel_is_down_are_read_once_after_restart(
     crash = "".join(f"{line}\n" for line in CRASH_LOG[2:]) + "INFO healthy again\n"
     app = _start(cfg)
     try:
-        time.sleep(0.5)  # joined at the end
+        wait_for(lambda: log_sources_polled(app), 30, "the source to join the file at its end")
         with log_file.open("a") as f:
             f.write(crash)
         wait_for(lambda: len(_file_events(app)) == 1, 15, "the first crash recorded")

@@ -30,13 +30,18 @@ def _sentinel(*args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
 
 
+def _targets(loopback: LoopbackReceiver) -> set[str]:
+    bodies = [r.json() for r in loopback.accepted()]
+    return {a["labels"]["target"] for b in bodies for a in b["alerts"]}  # type: ignore[index]
+
+
 def test_kill_9_mid_send_delivers_after_restart(tmp_path, sim, loopback: LoopbackReceiver):
     cfg = write_config(tmp_path, [("gemma", sim.url), ("llama", sim.url)], loopback.url(), RULE)
     loopback.hold = True  # the receiver takes the request and never answers
     sim.set_state(kv_cache_usage=0.95)
     proc = _sentinel("run", "-c", str(cfg))
     try:
-        wait_for(lambda: loopback.requests, 20, "the first request in flight")
+        wait_for(lambda: loopback.requests, 60, "the first request in flight")
         proc.send_signal(signal.SIGKILL)
         proc.wait(5)
         in_flight = {r.headers["Idempotency-Key"] for r in loopback.requests}
@@ -44,13 +49,13 @@ def test_kill_9_mid_send_delivers_after_restart(tmp_path, sim, loopback: Loopbac
         loopback.release.set()
         proc = _sentinel("run", "-c", str(cfg))
         # The killed claim's lease (timeout 2s + 5s) runs out, then the message goes again.
-        wait_for(lambda: set(loopback.accepted_per_key()) >= in_flight, 30,
+        wait_for(lambda: set(loopback.accepted_per_key()) >= in_flight, 60,
                  "the interrupted messages after restart")
+        # Both targets' pages arrive: the one in flight at the kill, and the other (which,
+        # on a busy machine, may not even have fired before the kill: wait, don't assume).
+        wait_for(lambda: _targets(loopback) == {"gemma", "llama"}, 60, "both targets' pages")
         per_key = loopback.accepted_per_key()
         assert set(per_key.values()) == {1}, per_key
-        bodies = [r.json() for r in loopback.accepted()]
-        targets = {a["labels"]["target"] for b in bodies for a in b["alerts"]}  # type: ignore[index]
-        assert targets == {"gemma", "llama"}
     finally:
         proc.kill()
         proc.wait(5)

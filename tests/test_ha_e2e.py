@@ -122,9 +122,9 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
                     before = _evaluations(other)
                     t0 = time.monotonic()
                     leader.kill9()
-                    wait(other.leads, LEASE_S + EVAL_S + 5, "the standby to take over")
+                    wait(other.leads, LEASE_S + EVAL_S + 30, "the standby to take over")
                     t_lease = time.monotonic() - t0
-                    wait(lambda o=other, n=before: _evaluations(o) > n, EVAL_S + 5,
+                    wait(lambda o=other, n=before: _evaluations(o) > n, EVAL_S + 30,
                          "the new leader's first evaluation")
                     takeovers.append((t_lease, time.monotonic() - t0))
                     leader.start()  # back as the standby: two run again
@@ -218,7 +218,7 @@ def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
         time.sleep(0.9)
         a.signal(signal.SIGSTOP)
         t0 = time.monotonic()
-        wait(b.leads, LEASE_S + EVAL_S + 5, "the standby to take over")
+        wait(b.leads, LEASE_S + EVAL_S + 30, "the standby to take over")
         took = time.monotonic() - t0
         wait(lambda: min(_distinct(sink, "resolved")[t] for t in sims) >= 1, 20,
              "resolved pages from the new leader")

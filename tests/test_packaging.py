@@ -11,8 +11,10 @@ Slow (two builds and a dependency install): marked `slow`, run by CI.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -35,10 +37,8 @@ def _run(argv: list[str], cwd: Path, timeout: float, env: dict[str, str] | None 
     return out
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel built from this checkout's sdist installed; its bin/ folder."""
-    work = tmp_path_factory.mktemp("wheel")
+def _build_and_install(work: Path) -> Path:
+    """Build the sdist, then the wheel from it, into `work`; install it in a fresh venv there."""
     dist = work / "dist"
     # sdist first, then the wheel from the unpacked sdist: `python -m build`'s default.
     _run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], cwd=work,
@@ -53,11 +53,35 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env_dir = work / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
-    # Without PYTHONPATH: a checkout on it holds sentinel_sre.egg-info (the sdist step
-    # writes it), and pip would take that for the package already installed.
+    # Without PYTHONPATH: the build leaves sentinel_sre.egg-info in the checkout, and with the
+    # checkout on PYTHONPATH pip finds the project "already satisfied" and installs nothing.
     _run([str(py), "-m", "pip", "install", "-q", str(wheels[0])], cwd=work, timeout=600,
          env=_clean_env())
+    (work / "ready").touch()
     return env_dir / "bin"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel built from this checkout installed; its bin/ folder.
+
+    Built once per run, whichever xdist worker asks first: the build writes build/ and
+    *.egg-info into the checkout, so two at once break each other's wheel (seen: "No
+    module named sentinel" in the installed venv). The other workers wait on the lock
+    and use the same venv. (xdist_group cannot pin these tests to one worker: with
+    pytest 9.2 --dist loadgroup groups nothing, pytest-dev/pytest-xdist#1386.)
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, shared by its workers
+    work = base / "packaging-wheel"
+    with (base / "packaging-wheel.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if (work / "ready").exists():
+            return work / "venv" / "bin"
+        shutil.rmtree(work, ignore_errors=True)  # what a failed build left
+        work.mkdir()
+        return _build_and_install(work)
 
 
 def _clean_env() -> dict[str, str]:

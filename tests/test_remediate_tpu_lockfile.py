@@ -243,7 +243,7 @@ def test_the_removal_is_on_the_incident_timeline(tmp_path, sock_dir) -> None:
     try:
         wait_for(lambda: app.metrics.registry.get_sample_value(
             "sentinel_log_source_up", {"target": "tpu-a", "source": f"file:{log}"}) == 1,
-            5, "the log source to join the file")
+            30, "the log source to join the file")
         httpx.post(f"{sim.url}/sim/crash", json={"mode": "down"}).raise_for_status()
         assert lock.exists() and not sim.container.running  # the crash left it behind
         db = app.pipeline.tracker.db
@@ -253,9 +253,13 @@ def test_the_removal_is_on_the_incident_timeline(tmp_path, sock_dir) -> None:
             detail = queries.get_incident(db, found[0].id) if found else None
             return detail if detail and detail.incident.status == "resolved" else None
 
-        detail = wait_for(resolved, 20, "the incident to be remediated and resolved")
-        (attempt,) = state.attempts(db, detail.incident.id)
+        detail = wait_for(resolved, 60, "the incident to be remediated and resolved")
+        # The incident may resolve (the target serves again) a moment before the attempt
+        # records its outcome: wait for that record, then read the timeline again.
+        (attempt,) = wait_for(lambda: [a for a in state.attempts(db, detail.incident.id)
+                                       if a.status != "running"], 60, "the attempt's outcome")
         assert attempt.status == "succeeded"
+        detail = queries.get_incident(db, detail.incident.id)
         outcome = next(e for e in detail.timeline
                        if e.kind == "action" and e.data.get("phase") == "outcome")
         assert outcome.data["lockfile_removed"] is True

@@ -144,5 +144,5 @@ def build_parser() -> argparse.ArgumentParser:
     silence.add_parser(sub)
     api.add_parser(sub)
     incidents.add_db_parser(sub)
-    completion.add_parser(sub)
+    completion.add_parser(sub, p)
     return p

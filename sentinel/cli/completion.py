@@ -13,6 +13,7 @@ out here so building the parser does not import shtab).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from typing import Any
 
@@ -21,15 +22,18 @@ SHELLS = ("bash", "zsh")
 FILE = {"bash": "_shtab_compgen_files", "zsh": "_files"}
 
 
-def add_parser(sub: Any) -> None:
-    """Register `completion`."""
+def add_parser(sub: Any, root: argparse.ArgumentParser) -> None:
+    """Register `completion`; `root` is the parser the scripts are generated from.
+
+    Handed in rather than imported: sentinel.cli imports this module.
+    """
     p = sub.add_parser("completion", help="print a bash or zsh completion script",
                        description="Print a completion script for the shell, generated from "
                        "the command's own parser. bash: `source <(sentinel completion bash)`, "
                        "or save it in /etc/bash_completion.d/sentinel; zsh: save it as "
                        "_sentinel in a folder of $fpath.")
     p.add_argument("shell", choices=SHELLS)
-    p.set_defaults(func=cmd_completion, quick_exit=True)
+    p.set_defaults(func=functools.partial(cmd_completion, parser=root), quick_exit=True)
 
 
 def files(action: argparse.Action) -> argparse.Action:
@@ -38,11 +42,9 @@ def files(action: argparse.Action) -> argparse.Action:
     return action
 
 
-def cmd_completion(args: argparse.Namespace) -> int:
+def cmd_completion(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Print the script."""
     import shtab
 
-    from sentinel.cli import build_parser
-
-    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    sys.stdout.write(shtab.complete(parser, shell=args.shell))
     return 0

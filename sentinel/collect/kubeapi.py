@@ -7,9 +7,9 @@ discovery keeps thousands of them, and the JSON is what tests and the
 fake API speak.
 
 Errors: `KubeError` carries the HTTP status (None for a connection failure)
-and whether a retry may help (429, 5xx, connection), like the receivers'
-`classify`; the API's error text is kept short and has no credentials in
-it (they travel in headers, never in URLs).
+and whether a retry may help (429, 5xx, connection: `sentinel.httpstatus`,
+as for every outbound call); the API's error text is kept short and has no
+credentials in it (they travel in headers, never in URLs).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sentinel.config.kubernetes import KubernetesApiConfig
+from sentinel.httpstatus import retryable as status_retryable
 
 CACHE_ENV = "VLLM_XLA_CACHE_PATH"
 
@@ -34,7 +35,7 @@ class KubeError(Exception):
     @property
     def retryable(self) -> bool:
         """429, 5xx and connection failures may pass; 4xx (RBAC, not found) will not."""
-        return self.status is None or self.status == 429 or self.status >= 500
+        return status_retryable(self.status)
 
 
 def api_client(cfg: KubernetesApiConfig) -> Any:

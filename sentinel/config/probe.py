@@ -34,7 +34,8 @@ DEFAULT_PROBE_INTERVAL_MS = 15_000
 DEFAULT_PROBE_TIMEOUT_MS = 10_000
 # 64: at 1,000 idle targets probed every 15 s, 67 canaries are due a second, ~33 at
 # once in a 250 ms slot. At the seeds' idle time to first token (0.3 s), a cap of 4
-# left 85 % of them unsent and 16 left 39 %; 64 sent them all (bench/canary_cap.py).
+# left 85 % of them unsent and 16 left 39 %; 64 sent them all (a one-off
+# bench, since removed; the figures are its conclusion).
 # Each target has one canary in flight at most, so the cap bounds Sentinel's burst,
 # not the load on any one server.
 DEFAULT_CANARY_CONCURRENCY = 64

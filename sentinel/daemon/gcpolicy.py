@@ -31,7 +31,7 @@ on, each took 9 ms instead of 7, and the histogram rules, which read no
 probe series, ran 5-15 % slower. Evaluated with the collector off, the
 shipped rules cost ~7 % less a pass (`bench/ruleeval.py --gc daemon`
 against `--gc held`), and the rule pool's share of what probes add at
-1,000 targets falls to the probe rules' own cost (`bench/probe_ab.py`).
+1,000 targets falls to the probe rules' own cost (a one-off A/B bench).
 At 1,000 targets no collection runs at all once the daemon is up; the
 young generation's count is allocations less frees, so garbage that
 reference counting cannot free still adds up to a collection.

@@ -95,7 +95,7 @@ def probe_offset_ms(name: str, interval_ms: int, evaluation_ms: int) -> int:
       the probe interval: rule groups start at each evaluation boundary, and
       probe I/O that runs while they evaluate slows both (they share one
       interpreter and its caches). At 1,000 idle targets this took ~3 points
-      off what probes add to Sentinel's CPU (bench/probe_ab.py);
+      off what probes add to Sentinel's CPU (a one-off A/B bench);
     - rounded down to a 250 ms slot, so the fleet's probes go out in small
       batches that share the I/O loop's wake-ups (with each other and with
       the slot's scrapes, on the same grid): a probe round cost half the CPU

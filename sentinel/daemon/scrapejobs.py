@@ -51,7 +51,7 @@ MissedFn = Callable[[str, int], None]
 
 # The grid scrapes and probes start on. At 1,000 targets, 5 s scrapes on it cost
 # ~12 % less of Sentinel's CPU (probes off; 10-17 % over 3 pairs) than each at its
-# own millisecond: bench/version_ab.py against the revision before it.
+# own millisecond: a one-off A/B bench against the revision before it.
 SLOT_MS = 250
 
 

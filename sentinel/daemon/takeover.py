@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from sentinel.config import Config, TargetConfig
 from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.remediation import DaemonRemediation
-from sentinel.incidents.tracker import IncidentTracker, OutboxWriter
+from sentinel.incidents.outboxwriter import OutboxWriter
+from sentinel.incidents.tracker import IncidentTracker
 from sentinel.rules.backend import QueryBackend
 from sentinel.rules.loader import RuleGroup
 from sentinel.rules.manager import RuleManager

@@ -8,8 +8,8 @@ by thread name, with the numbers Python and a pool add dropped
 (`sentinel-jobs_3` -> `sentinel-jobs`, `Thread-12 (_read)` -> `Thread (_read)`,
 `ThreadPoolExecutor-3_0` -> `ThreadPoolExecutor`): threads started again and
 again (a log command's readers) keep one series, so the label set stays
-small and a rate of it says where the CPU goes (bench/pairs.py reads it to
-split what probes add).
+small and a rate of it says where the CPU goes (the probe-cost experiments read
+it to split what probes add).
 
 Pool workers live as long as their pool, so a series only falls when its
 threads end (a reload's worker, a stopped source); `rate()` treats that as

@@ -1,4 +1,4 @@
-"""The incident store's schema: typed SQLAlchemy 2.0 models, one module.
+"""The incident store's schema: typed SQLAlchemy 2.0 models (incidents, timelines, logs).
 
 The schema carries the invariants: check constraints on every status/state
 column, at most one OPEN incident per group key (a partial unique index, which
@@ -13,62 +13,35 @@ drift test compares these models with the migrated database.
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     CheckConstraint,
-    DateTime,
-    Dialect,
     Float,
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Text,
-    TypeDecorator,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-# Names for every constraint and index, so migrations (and SQLite's batch
-# mode, which rebuilds tables) can refer to them.
-NAMING_CONVENTION = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
+# Tables of other stages live in their own modules, on the shared base (models_base,
+# which imports none of them); imported here, one way, so that `Base.metadata`
+# (migrations' drift test, alembic env) sees every table.
+from sentinel.incidents import models_api as _models_api  # noqa: F401
+from sentinel.incidents import models_ha as _models_ha  # noqa: F401
+from sentinel.incidents import models_notify as _models_notify  # noqa: F401
+from sentinel.incidents import models_remediation as _models_remediation  # noqa: F401
 
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A timezone-aware UTC timestamp on every backend.
-
-    PostgreSQL stores `timestamptz`; SQLite has no time zone type, so values are
-    converted to UTC before they are written and marked UTC when read back.
-    Naive datetimes are refused: their meaning depends on the host's zone.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}: incident timestamps must be aware")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+# The shared base, re-exported: callers and migrations import it from here too.
+from sentinel.incidents.models_base import NAMING_CONVENTION as NAMING_CONVENTION
+from sentinel.incidents.models_base import Base as Base
+from sentinel.incidents.models_base import UTCDateTime as UTCDateTime
 
 
 class IncidentStatus(enum.StrEnum):
@@ -103,13 +76,6 @@ class TimelineKind(enum.StrEnum):
 
 def _in(column: str, values: type[enum.StrEnum]) -> str:
     return f"{column} IN ({', '.join(repr(v.value) for v in values)})"
-
-
-class Base(DeclarativeBase):
-    """Declarative base carrying the naming convention and type map."""
-
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
 
 
 OPEN_INCIDENT_KEY_INDEX = "uq_incidents_open_group_key"
@@ -307,11 +273,3 @@ def use_postgresql_options() -> None:
     index = next(i for i in table.indexes if i.name == OPEN_INCIDENT_KEY_INDEX)
     if index.dialect_kwargs.get("postgresql_where") is None:
         index.dialect_kwargs["postgresql_where"] = text(OPEN_INCIDENT_WHERE)
-
-
-# Tables of other stages live in their own modules; imported here so that
-# `Base.metadata` (migrations' drift test, alembic env) sees every table.
-from sentinel.incidents import models_api as _models_api  # noqa: E402,F401
-from sentinel.incidents import models_ha as _models_ha  # noqa: E402,F401
-from sentinel.incidents import models_notify as _models_notify  # noqa: E402,F401
-from sentinel.incidents import models_remediation  # noqa: E402,F401

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import CheckConstraint, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sentinel.incidents.models import Base
+from sentinel.incidents.models_base import Base
 from sentinel.incidents.models_remediation import RemediationAttempt
 
 

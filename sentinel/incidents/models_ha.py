@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sentinel.incidents.models import Base
+from sentinel.incidents.models_base import Base
 
 
 class LeaderLeaseRow(Base):

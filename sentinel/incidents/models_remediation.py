@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Boolean, CheckConstraint, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from sentinel.incidents.models import Base
+from sentinel.incidents.models_base import Base
 
 
 class AttemptStatus(enum.StrEnum):

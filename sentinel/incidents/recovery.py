@@ -17,7 +17,7 @@ incident does not wait for it:
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -38,10 +38,8 @@ from sentinel.incidents.models import (
     TimelineEvent,
     TimelineKind,
 )
+from sentinel.incidents.outboxwriter import OutboxWriter
 from sentinel.model import Alert, AlertState, Notification, NotificationKind, label_value
-
-if TYPE_CHECKING:  # the tracker imports this module
-    from sentinel.incidents.tracker import OutboxWriter
 
 # Longer than the shipped crash rules' 5 m window, so their alerts end on their own first.
 STILL_FIRING_MS = 10 * 60_000

@@ -64,7 +64,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import ColumnClause, String, literal_column, select
 from sqlalchemy.exc import IntegrityError
@@ -95,6 +95,7 @@ from sentinel.incidents.models import (
     TimelineEvent,
     TimelineKind,
 )
+from sentinel.incidents.outboxwriter import OutboxWriter
 from sentinel.incidents.recovery import ended_by_recovery, row_alert
 from sentinel.model import (
     Alert,
@@ -114,12 +115,6 @@ OUTAGE_ANNOTATION = "sentinel_outage"
 OUTAGE_NOTE = "fired and resolved while Sentinel's database was unavailable"
 
 
-class OutboxWriter(Protocol):
-    """Where notifications are recorded in the incident's own transaction (notify's Outbox)."""
-
-    def enqueue(self, s: Session, notification: Notification, now_ms: int) -> None:
-        """Record the intent to deliver `notification`, in session `s`."""
-        ...
 
 VALUE_EVENT_MIN_CHANGE = 0.10
 

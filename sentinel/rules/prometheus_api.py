@@ -47,9 +47,9 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sentinel.config.querybackend import QueryBackendConfig
+from sentinel.httpstatus import retryable
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql.calls import RangeSeries
-from sentinel.respond.notify.base import classify
 from sentinel.rules.deadline import query_deadline
 from sentinel.secrets import read_secret_file
 
@@ -202,7 +202,7 @@ class PrometheusAPI:
             raise QueryBackendError(f"query backend: {type(e).__name__}: {e}",
                                     retryable=True, reason="connection") from None
         if resp.status_code != 200:
-            retry = classify(resp.status_code)
+            retry = retryable(resp.status_code)
             raise QueryBackendError(
                 f"query backend: HTTP {resp.status_code}: {_error_text(resp)}",
                 retryable=retry, reason="http_5xx_429" if retry else "bad_query")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from sentinel.httpstatus import is_success, retryable
 from sentinel.model import Notification
 
 
@@ -27,21 +28,9 @@ class DeliveryResult:
     retry_after_ms: int | None = None
 
 
-def classify(status: int | None) -> bool:
-    """Whether a failed delivery with this HTTP status is worth retrying.
-
-    None (no response: connection refused, timeout, reset) and 429 and 5xx
-    are transient; every other status is not (2xx needs no retry, 3xx and the
-    remaining 4xx will not change by themselves).
-    """
-    if status is None:
-        return True
-    return status == 429 or 500 <= status <= 599
-
-
-def is_success(status: int | None) -> bool:
-    """2xx: the receiver accepted the notification."""
-    return status is not None and 200 <= status <= 299
+# The receivers' retry question, answered once for every outbound call (sentinel.httpstatus);
+# `classify` is its name on this side of the pipeline.
+classify = retryable
 
 
 def result_for_status(status: int | None, detail: str,
