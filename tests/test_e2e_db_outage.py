@@ -155,6 +155,9 @@ def test_postgresql_down_60s_while_an_alert_fires_and_resolves_gives_one_inciden
     assert len(firing) == 1 and len(resolving) == 1, (firing, resolving)
     (fa, fkey), (ra, rkey) = firing[0], resolving[0]
     assert fkey != rkey
+    order = [a["status"] for _, body, _ in list(sink.received) for a in body.get("alerts", [])
+             if a["labels"].get("alertname") == ALERT]
+    assert order == ["firing", "resolved"], order  # the firing first, then its resolution
     for a in (fa, ra):
         assert OUTAGE_ANNOTATION in a["annotations"], a  # the page says why it comes late
         assert down_ms <= _ms(a["startsAt"]) <= up_ms, a
