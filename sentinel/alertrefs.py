@@ -56,7 +56,10 @@ def _references(config: Config) -> Iterator[tuple[KeyPath, str, str]]:
             yield ("remediation", "policies", i, "alerts", j), "name", name
     if config.notify.route is not None:
         yield from _route_refs(config.notify.route, ("notify", "route"))
-    for i, rule in enumerate(config.notify.inhibit_rules):
+    # The shipped inhibitions (notify.inhibit_rules left out) name the shipped alerts; a
+    # config with its own rules may have none of them, and that is no mistake of its own.
+    shipped = "inhibit_rules" not in config.notify.model_fields_set
+    for i, rule in enumerate(() if shipped else config.notify.inhibit_rules):
         for side in ("source_matchers", "target_matchers"):
             yield from _matcher_refs(getattr(rule, side), ("notify", "inhibit_rules", i, side))
 

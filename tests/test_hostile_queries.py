@@ -120,8 +120,13 @@ def test_hostile_queries_in_parallel_never_stall_the_daemon(tmp_path: Path, sim)
         slowest, polls, failures = _polled(poller)
         assert polls >= 5 and slowest < bound and failures == "[]", (slowest, bound, failures)
         for name, (status, body) in answers:
+            if name == "regex" and status == 200:
+                # RE2 matches in linear time: the backtracking pattern is simply answered.
+                assert '"result":[]' in body, body
+                continue
             assert status in (422, 503), (name, status, body)
             assert "max_" in body or "query_timeout" in body, (name, body)
+        assert 200 in by_name_status(answers, "regex"), answers  # RE2: answered, not stopped
         by_name = {name: {s for n, (s, _) in answers if n == name} for name in HOSTILE}
         for name in ("nesting", "operators", "steps"):
             assert 422 in by_name[name], by_name  # refused for its limit, not only for "busy"
@@ -134,6 +139,10 @@ def test_hostile_queries_in_parallel_never_stall_the_daemon(tmp_path: Path, sim)
         proc.terminate()
         proc.wait(15)
         log.close()
+
+
+def by_name_status(answers: list[tuple[str, tuple[int, str]]], name: str) -> set[int]:
+    return {status for n, (status, _) in answers if n == name}
 
 
 def _answers(url: str) -> bool:

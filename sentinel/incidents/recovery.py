@@ -16,6 +16,7 @@ incident does not wait for it:
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,6 +41,8 @@ from sentinel.incidents.models import (
 )
 from sentinel.incidents.outboxwriter import OutboxWriter
 from sentinel.model import Alert, AlertState, Notification, NotificationKind, label_value
+
+log = logging.getLogger(__name__)
 
 # Longer than the shipped crash rules' 5 m window, so their alerts end on their own first.
 STILL_FIRING_MS = 10 * 60_000
@@ -69,6 +72,10 @@ def end_on_recovery(db: Database, outbox: OutboxWriter | None, incident_id: int,
             if row.notified_firing_at is not None:
                 row.notified_resolved_at = at
                 told.append(row_alert(row, at_ms))
+            log.info("alert %s resolved at verification on %s (incident %d)", name,
+                     incident.target, incident_id, extra={
+                         "incident": incident_id, "alertname": name,
+                         "target": incident.target, "state": "resolved"})
         incident.status, incident.resolved_at, incident.updated_at = IncidentStatus.RESOLVED, at, at
         incident.resolve_ms = max(0, at_ms - dt_to_ms(incident.opened_at))
         evidence_at = incident.evidence_at or incident.opened_at
@@ -78,6 +85,10 @@ def end_on_recovery(db: Database, outbox: OutboxWriter | None, incident_id: int,
             message=f"incident resolved at verification: {why}; serving again "
                     f"{incident.recovery_ms / 1000:.1f}s after the first evidence",
             data={RECOVERED: True, **data, "time_to_recovery_ms": incident.recovery_ms}))
+        log.info("incident %d resolved at verification: %s on %s", incident_id,
+                 incident.alertname, incident.target, extra={
+                     "incident": incident_id, "alertname": incident.alertname,
+                     "target": incident.target, "state": "resolved"})
         if not told:
             return None
         group = tuple(sorted((k, v) for k, v in (("alertname", incident.alertname),
