@@ -94,11 +94,34 @@ def test_api_errors_back_off_and_report_down(fake: FakeTpu) -> None:
     assert src.health.ok
 
 
-def test_missing_node_is_down_with_the_api_message(fake: FakeTpu) -> None:
+def test_a_missing_node_is_an_answer_not_an_outage(fake: FakeTpu) -> None:
+    """404 for the node: it exists 0 (a deleted Spot node pages as such), the API is up."""
+    src = source(fake)
+    samples = src.poll(NOW_MS)
+    assert values(samples, "sentinel_tpu_node_exists", "node") == {"vllm-1": 0}
+    assert values(samples, "sentinel_tpu_up", "node") == {"vllm-1": 1}
+    assert values(samples, "sentinel_tpu_node_state", "state") == {}
+    assert src.health.ok
+    fake.set_node(NODE, "READY", "HEALTHY")
+    again = src.poll(NOW_MS + 30_000)
+    assert values(again, "sentinel_tpu_node_exists", "node") == {"vllm-1": 1}
+    assert values(again, "sentinel_tpu_node_state", "state")["READY"] == 1
+    src.close()
+
+
+def test_a_node_deleted_by_preemption_still_reports_its_queued_resource(fake: FakeTpu) -> None:
+    fake.set_queued_resource(QR, "SUSPENDED")
+    samples = source(fake, QR).poll(NOW_MS)
+    assert values(samples, "sentinel_tpu_node_exists", "node") == {"vllm-1": 0}
+    qr = values(samples, "sentinel_tpu_queued_resource_state", "state")
+    assert qr["SUSPENDED"] == 1 and sum(qr.values()) == 1
+
+
+def test_an_api_error_is_down_with_the_api_message(fake: FakeTpu) -> None:
+    fake.set_node(NODE, "READY", "HEALTHY")
+    fake.fail_next(1, 403)
     src = source(fake)
     samples = src.poll(NOW_MS)
     assert samples == [(samples[0][0], 0.0)]
-    assert src.health.last_error is not None and "404" in src.health.last_error
-    assert "was not found" in src.health.last_error
-    assert src.poll(NOW_MS + 1000) == samples and len(fake.requests) == 1
+    assert src.health.last_error is not None and "403" in src.health.last_error
     src.close()

@@ -8,8 +8,16 @@ value change, not a series appearing from nothing:
 
     sentinel_tpu_node_state{target, node, state}              1 | 0
     sentinel_tpu_node_health{target, node, health}            1 | 0
+    sentinel_tpu_node_exists{target, node}                    1 | 0
     sentinel_tpu_queued_resource_state{target, queued_resource, state}  1 | 0
     sentinel_tpu_up{target, node}                             1 | 0
+
+A node the API answers 404 for is an answer, not an outage: a Spot node is
+deleted when it is preempted inside a queued resource, and "the node is gone"
+must page as that (`sentinel_tpu_node_exists 0`), not after 5 minutes as "the
+API is unreachable". The queued resource is still read then: its state says
+whether the node is gone for good (SUSPENDED, FAILED) or not there yet
+(WAITING_FOR_RESOURCES, PROVISIONING).
 
 The known states are the library's enums (`Node.State`, `Node.Health`,
 `QueuedResourceState.State`, the "unspecified" value only when it is the
@@ -97,7 +105,7 @@ class TpuNodeSource:
         samples: list[Sample] = []
         try:
             client = self._client = self._client or self._factory()
-            samples += self._node_samples(client)
+            samples += self._node_or_missing(client)
             if self.queued_resource:
                 samples += self._queued_samples(client, self.queued_resource)
         except Exception as exc:  # recorded in health and as up 0, never raised
@@ -115,6 +123,14 @@ class TpuNodeSource:
                 client.transport.close()
             except Exception as exc:  # closing is best effort
                 log.debug("%s: close failed: %s", self.name, exc)
+
+    def _node_or_missing(self, client: Any) -> list[Sample]:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return [self._exists(True), *self._node_samples(client)]
+        except NotFound:
+            return [self._exists(False)]
 
     def _node_samples(self, client: Any) -> list[Sample]:
         from google.cloud.tpu_v2 import Node
@@ -138,6 +154,11 @@ class TpuNodeSource:
         return one_hot("sentinel_tpu_queued_resource_state", base, "state",
                        _enum_name(queued.state.state), QueuedResourceState.State.__members__,
                        "STATE_UNSPECIFIED")
+
+    def _exists(self, exists: bool) -> Sample:
+        labels = {"__name__": "sentinel_tpu_node_exists", "target": self.target,
+                  "node": _short(self.node_name)}
+        return labels_of(labels), 1.0 if exists else 0.0
 
     def _up(self, up: bool) -> Sample:
         labels = {"__name__": "sentinel_tpu_up", "target": self.target,
