@@ -103,9 +103,12 @@ EXTRA: dict[str, str] = {
                                     "its own crash); default: the target with the same "
                                     "host:port.",
     "diagnosis.endpoints[].api_key_file": "Read `api_key` (vLLM's `--api-key`) from this file.",
-    "diagnosis.structured_output": "How the JSON runbook is asked for: OpenAI's "
-                                   "`response_format` (every vLLM), `structured_outputs` "
-                                   "(vLLM >= 0.10.2), `guided_json` (vLLM < 0.12) or `none`.",
+    "diagnosis.structured_output": "How the JSON runbook is asked for: `auto` finds the "
+                                   "server's form (and remembers it); or one of OpenAI's "
+                                   "`response_format`, `json_object_schema` (llama.cpp), "
+                                   "`json_object_value` (TGI), `structured_outputs` "
+                                   "(vLLM >= 0.10.2), `guided_json` (vLLM < 0.12), "
+                                   "`json_object`, `none`.",
     "diagnosis.temperature": "Sampling temperature of the request.",
     "notify.route.matchers": "Alertmanager matchers (`label=\"v\"`, `!=`, `=~`, `!~`) an alert "
                              "must all match to take this route.",

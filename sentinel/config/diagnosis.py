@@ -10,8 +10,12 @@ diagnosis:
       # api_key_file: /run/secrets/vllm-key   # or api_key: ${VLLM_API_KEY}
       timeout: 60s
   max_tokens: 1024                 # reserved for the answer within max_model_len
-  structured_output: response_format   # or structured_outputs (vLLM >= 0.10.2),
-                                       # guided_json (vLLM < 0.12), none
+  structured_output: auto         # find the server's form and remember it (see
+                                  # respond/diagnose/dialects.py); or force one:
+                                  # response_format, json_object_schema (llama.cpp),
+                                  # json_object_value (TGI), structured_outputs
+                                  # (vLLM >= 0.10.2), guided_json (vLLM < 0.12),
+                                  # json_object, none
   interval: 10s                    # how often open incidents are looked at
   retry: 30s                       # first backoff while no endpoint answers (doubles)
   retry_max: 5m
@@ -29,7 +33,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from sentinel.config.base import PositiveDuration, Strict, http_url, problem, with_key_from_file
 
 DEFAULT_MODEL_TIMEOUT_MS = 60_000
-StructuredOutput = Literal["response_format", "structured_outputs", "guided_json", "none"]
+StructuredOutput = Literal["auto", "response_format", "json_object_schema", "json_object_value",
+                           "structured_outputs", "guided_json", "json_object", "none"]
 
 
 class ModelEndpointConfig(Strict):
@@ -59,7 +64,7 @@ class DiagnosisConfig(Strict):
 
     endpoints: tuple[ModelEndpointConfig, ...]
     max_tokens: int = Field(1024, ge=64, le=32768)
-    structured_output: StructuredOutput = "response_format"
+    structured_output: StructuredOutput = "auto"
     temperature: float = Field(0.0, ge=0, le=2)
     interval_ms: PositiveDuration = Field(10_000, alias="interval")
     retry_ms: PositiveDuration = Field(30_000, alias="retry")

@@ -353,6 +353,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _tokenize(self, state: SimState) -> None:
         config = self.sim.config
         body = self._read_json()
+        if state.model_dialect in ("llamacpp", "tgi", "ollama"):
+            raise ApiError(HTTPStatus.NOT_FOUND, "Not Found")  # vLLM's route only
         time.sleep(state.latency_s)
         self._send_json(HTTPStatus.OK, openai_api.tokenize(body, config.model,
                                                            config.max_model_len))
@@ -380,8 +382,8 @@ class _Handler(BaseHTTPRequestHandler):
         started = time.monotonic()
         body = self._read_json()
         req = openai_api.parse_chat(body, config.model)
-        schema = structured.requested_schema(body)  # type: ignore[arg-type]
-        self.sim.chat_requests.append(body)
+        self.sim.chat_requests.append(body)  # refused ones too: tests see what was asked
+        schema = structured.requested_schema(body, state.model_dialect)  # type: ignore[arg-type]
         if not state.healthy:
             raise openai_api.engine_dead_error()
         if state.sleeping:
@@ -500,7 +502,7 @@ class _ChatEmitter:
             yield time.monotonic()
         if not deltas:
             self._event(openai_api.chat_chunk(*ident, {"content": ""}, finish))
-        if self.req.include_usage:
+        if self.req.include_usage and self.handler.sim.state.model_dialect != "llamacpp":
             self._event(openai_api.usage_chunk(*ident, self.prompt_tokens, len(deltas)))
         self.handler._answer_ending()
         self.handler._write_event("[DONE]")

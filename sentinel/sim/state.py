@@ -47,6 +47,9 @@ class SimState:
     garbage_output: chat answers 200 with an empty completion (no text at all).
     load_rps: synthetic finished requests per second counted into /metrics, so the
         counters move as a busy server's do (the traffic generator; 0 = idle).
+    model_dialect: which server's chat API to play (structured.DIALECTS): "vllm",
+        "llamacpp", "tgi" or "ollama": the structured-output forms it takes, whether
+        streams carry usage, whether /tokenize exists.
     """
 
     kv_cache_usage: float = 0.0
@@ -65,6 +68,7 @@ class SimState:
     ttft_s: float = 0.0
     garbage_output: bool = False
     load_rps: float = 0.0
+    model_dialect: str = "vllm"
 
     def to_json(self) -> dict[str, Any]:
         """The state as a JSON object (what GET /sim/state answers)."""
@@ -78,6 +82,7 @@ _FIELD_TYPES: dict[str, type] = {
 }
 
 _FRACTIONS = ("kv_cache_usage", "prefix_cache_hit_rate")
+MODEL_DIALECTS = ("vllm", "llamacpp", "tgi", "ollama")  # structured.DIALECTS
 CHAT_FAULTS = ("", "timeout", "http_400", "http_500", "truncated_stream", "invalid_json")
 
 
@@ -99,6 +104,9 @@ def _coerce(name: str, value: object) -> object:
 
 
 def _check_range(name: str, value: object, current: SimState) -> None:
+    if name == "model_dialect" and value not in MODEL_DIALECTS:
+        raise SimStateError(
+            f"model_dialect: must be one of {', '.join(map(repr, MODEL_DIALECTS))}")
     if name == "chat_fault" and value not in CHAT_FAULTS:
         raise SimStateError(f"chat_fault: must be one of {', '.join(map(repr, CHAT_FAULTS))}")
     if name in _FRACTIONS and not 0.0 <= value <= 1.0:  # type: ignore[operator]

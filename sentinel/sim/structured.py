@@ -13,6 +13,18 @@ on the vLLM version it was written for:
 The simulator accepts all three (it stands for any of those versions) and
 answers with a JSON document built from the schema: the same schema always
 gives the same document, and the document validates against it.
+
+Other servers take other forms; `model_dialect` in /sim/state makes the
+simulator play one, so each of Sentinel's negotiation paths has a fast test:
+
+- `llamacpp` (llama-cpp-python's server): `response_format.type` must be
+  `text` or `json_object`, the schema rides along as `response_format.schema`;
+  vLLM's own fields are ignored; streams carry no usage; no /tokenize.
+- `tgi` (text-generation-inference's Messages API): `response_format` is
+  `{"type": "json_object" | "json", "value": schema}`; anything else is a 422;
+  vLLM's own fields are ignored.
+- `ollama` (its OpenAI-compatible API): OpenAI's `json_schema` and
+  `json_object`; vLLM's own fields are ignored.
 """
 
 from __future__ import annotations
@@ -44,11 +56,18 @@ def _schema_value(value: object, param: str) -> JsonObject:
     return value
 
 
-def requested_schema(body: JsonObject) -> JsonObject | None:
+DIALECTS = ("vllm", "llamacpp", "tgi", "ollama")
+
+
+def requested_schema(body: JsonObject, dialect: str = "vllm") -> JsonObject | None:
     """The JSON schema a chat request asks its answer to match, or None for free text.
 
-    Raises ApiError (400) for malformed structured-output fields, as vLLM does.
+    Raises ApiError (400, or 422 for TGI) for fields the played server refuses.
     """
+    if dialect == "llamacpp":
+        return _llamacpp_schema(body.get("response_format"))
+    if dialect == "tgi":
+        return _tgi_schema(body.get("response_format"))
     fmt = body.get("response_format")
     if fmt is not None:
         if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object",
@@ -62,12 +81,43 @@ def requested_schema(body: JsonObject) -> JsonObject | None:
             if not isinstance(spec, dict) or "schema" not in spec:
                 raise _bad("response_format.json_schema.schema is required", "response_format")
             return _schema_value(spec["schema"], "response_format")
+    if dialect != "vllm":
+        return None  # vLLM's own fields mean nothing there: unconstrained text
     outputs = body.get("structured_outputs")
     if isinstance(outputs, dict) and outputs.get("json") is not None:
         return _schema_value(outputs["json"], "structured_outputs")
     if body.get("guided_json") is not None:
         return _schema_value(body["guided_json"], "guided_json")
     return None
+
+
+def _llamacpp_schema(fmt: object) -> JsonObject | None:
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object"):
+        # llama-cpp-python's request model: the type is a Literal of these two.
+        raise _bad("response_format.type: Input should be 'text' or 'json_object'",
+                   "response_format")
+    if fmt["type"] == "text":
+        return None
+    schema = fmt.get("schema")
+    return _schema_value(schema, "response_format") if schema is not None else {"type": "object"}
+
+
+def _tgi_schema(fmt: object) -> JsonObject | None:
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind not in ("json", "json_object", "regex"):
+        raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY,
+                       "Failed to deserialize the JSON body into the target type: "
+                       f"response_format: unknown variant `{kind}`, expected one of `json`, "
+                       "`regex`, `json_object`", param="response_format")
+    if not isinstance(fmt, dict) or "value" not in fmt:
+        raise ApiError(HTTPStatus.UNPROCESSABLE_ENTITY,
+                       "Failed to deserialize the JSON body into the target type: "
+                       "response_format: missing field `value`", param="response_format")
+    return None if kind == "regex" else _schema_value(fmt["value"], "response_format")
 
 
 def instance(schema: JsonObject, root: JsonObject | None = None, name: str = "value",

@@ -23,13 +23,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 
 from sentinel.config.diagnosis import ModelEndpointConfig
-from sentinel.respond.diagnose.schema import RUNBOOK_SCHEMA, SCHEMA_NAME
+from sentinel.respond.diagnose.dialects import (
+    AUTO,
+    LADDER,
+    is_form_refusal,
+    ladder_from,
+    structured_fields,
+)
 
 Message = dict[str, str]
 _ERROR_TEXT = 300
@@ -83,18 +89,10 @@ class ChatResult:
     completion_tokens: int | None
     latency_ms: int
     truncated: bool = False  # the reply passed max_reply_bytes; `text` is its head
-
-
-def structured_fields(mode: str) -> dict[str, Any]:
-    """The request fields asking for RUNBOOK_SCHEMA JSON, in the dialect `mode` names."""
-    if mode == "response_format":
-        return {"response_format": {"type": "json_schema", "json_schema": {
-            "name": SCHEMA_NAME, "schema": RUNBOOK_SCHEMA, "strict": True}}}
-    if mode == "structured_outputs":
-        return {"structured_outputs": {"json": RUNBOOK_SCHEMA}}
-    if mode == "guided_json":
-        return {"guided_json": RUNBOOK_SCHEMA}
-    return {}
+    dialect: str = ""  # the structured-output form the server took (dialects.py)
+    # Forms the server refused on the way there: (form, what it said), word for word.
+    refusals: tuple[tuple[str, str], ...] = ()
+    usage_from: str = "server"  # or "tokenize" / "estimate" when the server sent no usage
 
 
 class ModelClient:
@@ -111,6 +109,7 @@ class ModelClient:
         self._http = httpx.Client(base_url=base, headers=headers, transport=transport,
                                   timeout=httpx.Timeout(self.timeout_s), follow_redirects=False)
         self.has_tokenize: bool | None = None  # learned on first use
+        self.dialect: str | None = None  # the structured-output form that worked, learned
 
     @property
     def name(self) -> str:
@@ -153,6 +152,24 @@ class ModelClient:
             raise ServerError("/tokenize answered without a count")
         return count
 
+    def count_text_tokens(self, model: str, text: str) -> int | None:
+        """Tokens in `text` by the server's /tokenize (vLLM's form); None without one."""
+        if self.has_tokenize is False:
+            return None
+        try:
+            body = self._json(self._request("POST", "/tokenize",
+                                            json={"model": model, "prompt": text}))
+        except RequestRejected as exc:
+            if exc.status in (404, 405):
+                self.has_tokenize = False
+                return None
+            raise
+        count = body.get("count") if isinstance(body, dict) else None
+        if not isinstance(count, int) and isinstance(body, dict) \
+                and isinstance(body.get("tokens"), list):
+            count = len(body["tokens"])  # llama.cpp answers the tokens themselves
+        return count if isinstance(count, int) else None
+
     def chat(self, model: str, messages: Sequence[Message], max_tokens: int,
              structured_output: str, temperature: float) -> ChatResult:
         """One streamed chat completion, read to its end within the endpoint's timeout."""
@@ -179,6 +196,33 @@ class ModelClient:
         return ChatResult(reply.text, reply.finish, reply.usage.get("prompt_tokens"),
                           reply.usage.get("completion_tokens"),
                           int((time.monotonic() - started) * 1000), reply.truncated)
+
+    def chat_structured(self, model: str, messages: Sequence[Message], max_tokens: int,
+                        mode: str, temperature: float) -> ChatResult:
+        """`chat` asking for the runbook's JSON in `mode`; `auto` finds the server's form.
+
+        A form the server refuses (dialects.is_form_refusal) is passed over for the next
+        one; the one that answered is remembered for this endpoint. Every refusal is kept
+        on the result, so the record says what the server wanted.
+        """
+        if mode != AUTO:
+            return replace(self.chat(model, messages, max_tokens, mode, temperature),
+                           dialect=mode)
+        start = ladder_from(self.dialect)
+        order = start + tuple(f for f in LADDER if f not in start)
+        refusals: list[tuple[str, str]] = []
+        for form in order:
+            try:
+                result = self.chat(model, messages, max_tokens, form, temperature)
+            except RequestRejected as exc:
+                if not is_form_refusal(exc.status, str(exc)):
+                    raise
+                refusals.append((form, str(exc)))
+                continue
+            self.dialect = form
+            return replace(result, dialect=form, refusals=tuple(refusals))
+        raise RequestRejected("every structured-output form was refused: " + "; ".join(
+            f"{form}: {message}" for form, message in refusals), 400)
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:

@@ -9,12 +9,12 @@ raw text marked unvalidated. The result is data; storing it is the caller's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from sentinel.config.diagnosis import DiagnosisConfig
 from sentinel.config.model import TargetConfig
-from sentinel.respond.diagnose.budget import DoesNotFit, Fitted, fit
+from sentinel.respond.diagnose.budget import DoesNotFit, Fitted, estimate_tokens, fit
 from sentinel.respond.diagnose.client import ChatResult, ModelClient, ModelError
 from sentinel.respond.diagnose.evidence import Evidence
 from sentinel.respond.diagnose.prompt import build_messages
@@ -104,8 +104,9 @@ class Diagnoser:
                      info.max_model_len or FALLBACK_MAX_MODEL_LEN, cfg.max_tokens)
         reason = ""
         for attempt in range(1, ATTEMPTS_PER_ENDPOINT + 1):
-            chat = client.chat(info.id, fitted.messages, fitted.max_tokens,
-                               cfg.structured_output, cfg.temperature)
+            chat = with_usage(client, info.id, fitted, client.chat_structured(
+                info.id, fitted.messages, fitted.max_tokens, cfg.structured_output,
+                cfg.temperature))
             try:
                 runbook = parse_runbook(chat.text)
             except InvalidRunbook as exc:
@@ -115,3 +116,25 @@ class Diagnoser:
                                attempt)
         return ModelAnswer(client.name, info.id, None, chat.text, reason, chat, fitted,
                            ATTEMPTS_PER_ENDPOINT)
+
+
+def with_usage(client: ModelClient, model: str, fitted: Fitted, chat: ChatResult) -> ChatResult:
+    """`chat` with token counts where the server sent none (llama.cpp's and TGI's streams).
+
+    The prompt's count is the one `fit` made; the reply's is the server's /tokenize
+    where it has one, else estimated from its bytes as `fit` does. `usage_from`
+    says which: "server", "tokenize" or "estimate".
+    """
+    if chat.prompt_tokens is not None and chat.completion_tokens is not None:
+        return chat
+    completion, how = chat.completion_tokens, fitted.counted_by
+    if completion is None:
+        try:
+            completion = client.count_text_tokens(model, chat.text)
+        except ModelError:
+            completion = None
+        if completion is None:
+            completion, how = estimate_tokens([{"role": "assistant", "content": chat.text}]), \
+                "estimate"
+    prompt = chat.prompt_tokens if chat.prompt_tokens is not None else fitted.prompt_tokens
+    return replace(chat, prompt_tokens=prompt, completion_tokens=completion, usage_from=how)

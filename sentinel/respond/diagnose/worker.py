@@ -115,10 +115,14 @@ class DiagnosisWorker:
             "validated": validated, "attempts": a.attempts,
             "prompt_tokens_counted": a.fitted.prompt_tokens, "counted_by": a.fitted.counted_by,
             "max_tokens": a.fitted.max_tokens, "trim_level": a.fitted.level,
+            "structured_output": chat.dialect, "usage_from": chat.usage_from,
             # The prompt was built from redacted evidence; redact again in case a
             # config secret reached it some other way.
             "prompt": self.redactor.redact(a.fitted.messages[-1]["content"]),
         }
+        if chat.refusals:  # what the server said of the forms it does not take
+            data["refused_forms"] = [{"form": f, "said": self.redactor.redact(m)}
+                                     for f, m in chat.refusals]
         if a.runbook is not None:
             data["runbook"] = a.runbook.to_json()
             data["proposed_action"] = a.runbook.remediation
