@@ -14,6 +14,13 @@ last run stopped when the source can say where that was: journald's
 `__CURSOR` (`--after-cursor`), or the newest docker timestamp (`--since`,
 with the lines at exactly that timestamp, which docker sends again,
 dropped).
+
+journald's cursor also outlives Sentinel: given a `cursor_store`, the
+journal source exposes `cursor_key` and `cursor` (a LogCursor whose one id
+is journald's `__CURSOR` of the last entry `poll` returned), LogWatch saves
+it with the events those lines gave, and the next Sentinel starts with
+`--after-cursor` instead of `--since now`, so a crash written while it was
+down is read, once.
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ import subprocess
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import IO, Literal
 
 from sentinel.backoff import exponential
 from sentinel.collect.linesplit import DEFAULT_MAX_LINE_BYTES, LineSplitter, RawLine, decode_line
+from sentinel.collect.logcursor import CursorStore, LogCursor
 from sentinel.collect.logparse import ParsedLine, parse_docker, parse_journal_json
 from sentinel.collect.logsource import SourceHealth
 from sentinel.model import LogEntry
@@ -91,6 +100,24 @@ class CommandLogSource:
         self._newest_ns = -1
         self._parse_error: str | None = None  # the last unparsable line of this poll
         self._closed = False
+        self.cursor_key: str | None = None  # set by journal_logs when positions persist
+        self._resume_ms = 0  # the time of the entry `resume_token` names
+
+    @property
+    def cursor(self) -> LogCursor | None:
+        """journald's cursor of the last entry returned, for LogWatch to save (or None)."""
+        if self.cursor_key is None or self.resume_token is None:
+            return None
+        at = datetime.fromtimestamp(self._resume_ms / 1000, UTC)
+        return LogCursor(at=at, insert_ids=frozenset({self.resume_token}))
+
+    def resume_from(self, store: CursorStore, key: str) -> None:
+        """Persist positions under `key`; start after the saved one, if there is one."""
+        self.cursor_key = key
+        saved = store.load(key)
+        if saved is not None and len(saved.insert_ids) == 1:
+            (self.resume_token,) = saved.insert_ids
+            self._resume_ms = int(saved.at.timestamp() * 1000)
 
     @property
     def pid(self) -> int | None:
@@ -259,6 +286,7 @@ class CommandLogSource:
             self.parse_errors += 1
         if cursor is not None:
             self.resume_token = cursor
+            self._resume_ms = parsed[-1].t_ms if parsed else now_ms
         return parsed
 
     def _docker(self, p: ParsedLine) -> list[ParsedLine]:
@@ -304,11 +332,18 @@ def docker_logs(
 
 
 def journal_logs(
-    target: str, unit: str, journalctl: str = "journalctl", **kwargs: object
+    target: str, unit: str, journalctl: str = "journalctl", *, directory: str | None = None,
+    cursor_store: CursorStore | None = None, **kwargs: object
 ) -> CommandLogSource:
-    """Follow a systemd unit's journal from now on: `journalctl --follow --output=json`."""
+    """Follow a systemd unit's journal: `journalctl --follow --output=json`.
+
+    From the cursor saved in `cursor_store` when there is one, else from now on.
+    `directory`: read the journal files there (a host's journal mounted in a container).
+    """
     base = [journalctl, "--follow", "--output=json", "--no-tail", "--no-pager", "--unit", unit]
-    return CommandLogSource(
+    if directory is not None:
+        base[1:1] = ["--directory", directory]
+    source = CommandLogSource(
         target,
         [*base, "--since", "now"],
         "journal-json",
@@ -316,3 +351,6 @@ def journal_logs(
         resume_argv=lambda cursor: [*base, "--after-cursor", cursor],
         **kwargs,  # type: ignore[arg-type]
     )
+    if cursor_store is not None:
+        source.resume_from(cursor_store, f"journal:{target}:{unit}")
+    return source

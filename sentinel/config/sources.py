@@ -10,6 +10,7 @@ targets:
       docker: [vllm]                          # these containers' logs, Docker Engine API
       docker_socket: /var/run/docker.sock     # (the default) where that API listens
       journal: [vllm.service]                 # `journalctl -f -o json -u` of these units
+      # journal_directory: /var/log/journal   # the host's journal, mounted into a container
       cloud_logging:
         project: my-project
         node_id: vllm-gemma4-qr-node          # narrows the default filter to one TPU VM
@@ -76,6 +77,9 @@ class LogsConfig(Strict):
     # resumed after a restart from the position saved in the database.
     docker_socket: str = DEFAULT_DOCKER_SOCKET
     journal: tuple[str, ...] = ()
+    # Read the journal files in this directory (journalctl --directory), e.g. the host's
+    # /var/log/journal mounted into Sentinel's container; default: the local journal.
+    journal_directory: str | None = None
     cloud_logging: CloudLoggingConfig | None = None
     poll_interval_ms: PositiveDuration = Field(DEFAULT_LOG_POLL_MS, alias="poll_interval")
 
@@ -85,6 +89,13 @@ class LogsConfig(Strict):
         for i, path in enumerate(v):
             if not path.startswith("/"):
                 raise problem("log file paths must be absolute", i)
+        return v
+
+    @field_validator("journal_directory")
+    @classmethod
+    def _absolute_dir(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise problem("journal_directory must be an absolute path")
         return v
 
 

@@ -61,7 +61,10 @@ def build_log_sources(config: Config, db: Database) -> list[PolledLogSource]:
         out += [PolledLogSource(DockerApiLogSource(t.name, c, t.logs.docker_socket,
                                                    cursor_store=DbCursorStore(db)), every)
                 for c in t.logs.docker]
-        out += [PolledLogSource(journal_logs(t.name, u), every) for u in t.logs.journal]
+        # journald's cursor, saved by LogWatch with the events: resumed after a restart.
+        out += [PolledLogSource(journal_logs(t.name, u, directory=t.logs.journal_directory,
+                                             cursor_store=DbCursorStore(db)), every)
+                for u in t.logs.journal]
         if t.logs.cloud_logging is not None:
             out.append(_cloud_logging(t, db))
     return out
