@@ -121,9 +121,19 @@ EXTRA: dict[str, str] = {
     "remediation.backoff.reset_after": "A target without failures this long starts again at "
                                        "`initial`.",
     "remediation.silences[].matchers": "Label values an alert must all have.",
-    "remediation.silences[].starts": "Start, RFC 3339 with a time zone.",
+    "remediation.silences[].starts": "Start, RFC 3339 with a time zone (a one-off window).",
     "remediation.silences[].ends": "End, RFC 3339 with a time zone; after `starts`.",
     "remediation.silences[].comment": "Why (on the incident timeline).",
+    "remediation.silences[].time_intervals": "Instead of `starts`/`ends`: names from the "
+                                             "top-level `time_intervals`; the silence holds "
+                                             "while one of them is active (a recurring window).",
+    "time_intervals[].name": "The name routes and silences refer to.",
+    "time_intervals[].time_intervals": "Alertmanager's syntax: each entry has `times` "
+                                       "(`start_time`/`end_time`, HH:MM, end excluded), "
+                                       "`weekdays`, `days_of_month` (negative from the "
+                                       "month's end), `months`, `years` (ranges `a:b`, "
+                                       "inclusive) and `location` (IANA zone, default "
+                                       "UTC); all given fields must match, any entry may.",
     "remediation.policies[].name": "Unique; in decisions, metrics and the timeline.",
     "remediation.policies[].alerts": "Alert names this policy acts on.",
     "remediation.policies[].dry_run": "Decide and record, never act (this policy only).",

@@ -56,6 +56,7 @@ from sentinel.config.probe import (
 from sentinel.config.querybackend import QueryBackendConfig
 from sentinel.config.remediation import RemediationConfig, check_against_targets
 from sentinel.config.sources import LogsConfig, TpuConfig
+from sentinel.config.timeintervals import NamedTimeIntervalConfig
 
 __all__ = [
     "DEFAULT_WEBHOOK_TIMEOUT_MS", "Config", "NotifyConfig", "ReceiverConfig", "TargetConfig",
@@ -180,6 +181,9 @@ class Config(Strict):
     query_backend: QueryBackendConfig | None = None
     # A leader lease on the shared PostgreSQL (sentinel.config.ha); absent: act alone.
     ha: HAConfig | None = None
+    # Recurring windows in Alertmanager's syntax, named for remediation silences (and
+    # routes) to use (sentinel.config.timeintervals).
+    time_intervals: tuple[NamedTimeIntervalConfig, ...] = ()
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
@@ -241,7 +245,7 @@ class Config(Strict):
                 raise problem(_no_rule_file_message(pattern, base), i)
         return v
 
-    @field_validator("targets", "receivers", "kubernetes_sd")
+    @field_validator("targets", "receivers", "kubernetes_sd", "time_intervals")
     @classmethod
     def _unique_names(cls, v: tuple[Any, ...], info: ValidationInfo) -> tuple[Any, ...]:
         seen: dict[str, int] = {}
@@ -263,6 +267,17 @@ class Config(Strict):
             raise problem(timeout_message(self.scrape_timeout_ms, self.scrape_interval_ms),
                            "scrape_timeout")
         check_against_targets(self.remediation, {t.name: t for t in self.targets})
+        return self
+
+    @model_validator(mode="after")
+    def _known_time_intervals(self) -> Config:
+        names = {n.name for n in self.time_intervals}
+        for i, silence in enumerate(self.remediation.silences):
+            for j, name in enumerate(silence.time_intervals):
+                if name not in names:
+                    raise problem(f"no time interval named {name!r} (time_intervals: "
+                                  f"{', '.join(sorted(names)) or 'none'})",
+                                  "remediation", "silences", i, "time_intervals", j)
         return self
 
     @model_validator(mode="after")

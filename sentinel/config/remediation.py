@@ -13,6 +13,8 @@ remediation:
       starts: 2026-12-01T22:00:00Z
       ends: 2026-12-02T02:00:00Z
       comment: kernel upgrade
+    - matchers: {pool: spot}
+      time_intervals: [weekly-maintenance]   # recurring: a top-level `time_intervals` name
   lease: 30s                  # a running attempt whose owner died is failed within this
   correlation_window: 5m      # one crash, one action: see guards.py (correlated)
   policies:
@@ -211,15 +213,24 @@ class BackoffConfig(Strict):
 
 
 class SilenceConfig(Strict):
-    """No remediation for alerts matching every matcher while starts <= now < ends."""
+    """No remediation for alerts matching every matcher while starts <= now < ends, or
+    while one of the named `time_intervals` is active (a recurring window)."""
 
     matchers: dict[str, str] = Field(min_length=1)
-    starts: datetime
-    ends: datetime
+    starts: datetime | None = None
+    ends: datetime | None = None
+    time_intervals: tuple[str, ...] = ()  # names from the top-level `time_intervals`
     comment: str = ""
 
     @model_validator(mode="after")
     def _ordered(self) -> SilenceConfig:
+        if self.time_intervals:
+            if self.starts is not None or self.ends is not None:
+                raise problem("give either starts and ends, or time_intervals", "time_intervals")
+            return self
+        if self.starts is None or self.ends is None:
+            raise problem("starts and ends are required (or time_intervals for a recurring "
+                          "window)", "starts" if self.starts is None else "ends")
         if self.starts.tzinfo is None or self.ends.tzinfo is None:
             raise problem("starts and ends need a time zone (e.g. 2026-12-01T22:00:00Z)")
         if self.ends <= self.starts:

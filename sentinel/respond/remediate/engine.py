@@ -28,6 +28,7 @@ from sentinel.respond.remediate.guards import Decision, Limits, Reason, Request,
 from sentinel.respond.remediate.lease import RUNNING, Heartbeat, owner_id
 from sentinel.respond.remediate.metrics import RemediationMetrics
 from sentinel.respond.remediate.verify import Verification, verify
+from sentinel.timeintervals import TimeInterval
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,8 @@ class Engine:
                  db: Database, pager: Pager, metrics: RemediationMetrics | None = None,
                  clock: Callable[[], float] = time.time,
                  verifier: Callable[[str, float], Verification] = verify,
-                 actions: Mapping[str, Action] = ACTIONS) -> None:
+                 actions: Mapping[str, Action] = ACTIONS,
+                 intervals: Mapping[str, tuple[TimeInterval, ...]] | None = None) -> None:
         self.config = config
         self.targets = targets
         self.db = db
@@ -98,7 +100,8 @@ class Engine:
         self.verifier = verifier
         self.actions = actions
         self.limits = Limits(config.dry_run, config.max_concurrent, config.max_concurrent_percent,
-                             config.breaker_failures, config.backoff, config.silences)
+                             config.breaker_failures, config.backoff, config.silences,
+                             dict(intervals or {}))
         self._last: dict[tuple[int, str], str] = {}  # (incident, policy) → last reason written
         self.external_url = ""  # approval pages link to the incident page under it
         # Whether this daemon may still act (HA: it holds the leader lease), asked just

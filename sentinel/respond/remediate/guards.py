@@ -27,10 +27,11 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from sentinel.backoff import exponential
 from sentinel.config.remediation import BackoffConfig, SilenceConfig
+from sentinel.timeintervals import TimeInterval, any_active
 
 HOUR_MS = 3_600_000
 
@@ -104,6 +105,8 @@ class Limits:
     breaker_failures: int
     backoff: BackoffConfig
     silences: Sequence[SilenceConfig] = ()
+    # The config's named `time_intervals`, for silences that recur (weekly maintenance).
+    intervals: Mapping[str, tuple[TimeInterval, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +168,21 @@ def concurrency_limit(limits: Limits, fleet_size: int) -> int:
 
 
 def silenced_by(labels: Mapping[str, str], silences: Sequence[SilenceConfig],
-                now_ms: int) -> SilenceConfig | None:
-    """The first active silence whose matchers all equal the alert's labels."""
+                now_ms: int, intervals: Mapping[str, tuple[TimeInterval, ...]] | None = None
+                ) -> SilenceConfig | None:
+    """The first active silence whose matchers all equal the alert's labels.
+
+    A silence is active between its `starts` and `ends`, or, when it names
+    `time_intervals`, while one of them is (a recurring window).
+    """
     for s in silences:
-        if s.starts.timestamp() * 1000 <= now_ms < s.ends.timestamp() * 1000 and all(
-                labels.get(k) == v for k, v in s.matchers.items()):
+        if not all(labels.get(k) == v for k, v in s.matchers.items()):
+            continue
+        if s.time_intervals:
+            if any_active(s.time_intervals, intervals or {}, now_ms) is not None:
+                return s
+        elif s.starts is not None and s.ends is not None and \
+                s.starts.timestamp() * 1000 <= now_ms < s.ends.timestamp() * 1000:
             return s
     return None
 
@@ -194,7 +207,7 @@ def decide(req: Request, target: TargetState, fleet: FleetState, episode: Episod
             and not any(episode.failed_per_step[:step]):
         return Decision(False, Reason.PRECONDITION, step,
                         "a cold restart comes only after a warm restart failed")
-    silence = silenced_by(req.labels, limits.silences, now_ms)
+    silence = silenced_by(req.labels, limits.silences, now_ms, limits.intervals)
     if silence is not None:
         return Decision(False, Reason.SILENCED, step, silence.comment or "silenced")
     if target.breaker_opened_ms is not None:

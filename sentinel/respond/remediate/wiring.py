@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from sentinel.config import Config
+from sentinel.config.timeintervals import interval_table
 from sentinel.incidents.db import Database
 from sentinel.respond.remediate.base import TargetInfo
 from sentinel.respond.remediate.engine import Engine, Pager
@@ -22,4 +23,5 @@ def build_engine(config: Config, db: Database, pager: Pager,
                  metrics: RemediationMetrics | None = None,
                  clock: Callable[[], float] = time.time) -> Engine:
     """The engine for the config's `remediation:` section."""
-    return Engine(config.remediation, target_infos(config), db, pager, metrics, clock)
+    return Engine(config.remediation, target_infos(config), db, pager, metrics, clock,
+                  intervals=interval_table(config.time_intervals))
