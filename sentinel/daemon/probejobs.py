@@ -196,10 +196,15 @@ class ProbeJobs:
             self._add(t, now_ms)
 
     def add(self, target: TargetConfig, now_ms: int) -> None:
-        """Probe a target discovered after start (or reschedule it), as the static ones."""
+        """Probe a target discovered after start (or reschedule it), as the static ones;
+        one whose probe a reload turned off stops being probed."""
         t = probe_target_of(target, self.default_interval_ms)
-        if t is not None and self._jobs is not None:
+        if self._jobs is None:
+            return
+        if t is not None:
             self._add(t, now_ms)
+        elif self._jobs.get(f"probe:{target.name}") is not None:
+            self.remove(target.name, now_ms)
 
     def _add(self, t: ProbeTarget, now_ms: int) -> None:
         assert self._jobs is not None
