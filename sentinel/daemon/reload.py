@@ -173,21 +173,25 @@ class Reloader:
             try:
                 new = load_checked(self._load, self._source, self._running())
             except ReloadRefused as exc:
-                return self._refused(f"reload refused, keeping the running configuration:\n{exc}")
+                return self._refused("reload refused, keeping the running configuration",
+                                     str(exc).splitlines())
             try:
                 self._apply(new)
             except Exception as exc:  # a bug, or a part that could not start: say so loudly
                 log.exception("reload failed while applying")
-                return self._refused(f"reload failed while applying ({exc}); parts of the "
-                                     "new configuration may be in effect: fix and reload again, "
-                                     "or restart")
+                return self._refused("reload failed while applying; parts of the new "
+                                     "configuration may be in effect: fix and reload again, "
+                                     "or restart", [str(exc)])
             self._metrics.succeeded(self._clock())
             where = f" from {self._source}" if self._source else ""
             message = f"configuration reloaded{where}"
             log.info("%s", message)
             return ReloadResult(True, message)
 
-    def _refused(self, message: str) -> ReloadResult:
+    def _refused(self, why: str, problems: list[str]) -> ReloadResult:
+        """Metric 0, one log line per problem (file, line, key), the whole in the result."""
         self._metrics.failed()
-        log.error("%s", message)
-        return ReloadResult(False, message)
+        problems = [p.removeprefix("error: ") for p in problems] or ["(no detail)"]
+        for problem in problems:
+            log.error("%s: %s", why, problem)
+        return ReloadResult(False, "\n".join([f"{why}:", *problems]))
