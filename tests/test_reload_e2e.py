@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixtures_e2e import wait_for
 
 from sentinel.demo import WebhookSink
 from sentinel.sim.server import start_sim
-from tests.fixtures_e2e import wait_for
 
 WRITE = "reload-test-write-0123456789abcdef"
 READ = "reload-test-read-0123456789abcdef"
