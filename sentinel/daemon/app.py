@@ -72,7 +72,6 @@ LOOP_HEARTBEAT_MS = 5_000
 LOOP_HEARTBEAT_JOB = "io-loop:heartbeat"  # ScrapeJobs names it kind:name
 # Jobs that write incidents or their timelines: with `ha:`, only the leader runs them.
 LEADER_JOBS = frozenset({"logs", "diagnose"})
-SOURCE_JOBS = ("logs:", "tpu:", "xla_cache:")  # SourceJobs' scheduler ids: a reload swaps them
 # Evaluation reads samples written up to one scrape interval ago; keep some
 # slack beyond the longest rule range so `rate(x[15m])` sees a full window.
 RETENTION_SLACK_MS = 60_000
@@ -330,9 +329,7 @@ class App:
         """Log, TPU and XLA-cache sources rebuilt from `new` (their counters restored)."""
         assert self.pipeline is not None and self._scheduler is not None
         assert self.sources is not None and self._db is not None
-        for job in self._scheduler.get_jobs():
-            if job.id.startswith(SOURCE_JOBS):
-                job.remove()
+        self.sources.unschedule(self._scheduler)
         self.sources.close()
         self.sources = SourceJobs(new, self.pipeline.store, self._db, self.metrics,
                                   self._now_ms)
