@@ -25,6 +25,8 @@ from fixtures_e2e import wait_for
 from sentinel.demo import WebhookSink
 from sentinel.sim.server import start_sim
 
+pytestmark = pytest.mark.integration
+
 WRITE = "reload-test-write-0123456789abcdef"
 READ = "reload-test-read-0123456789abcdef"
 WAIT_S = 60  # generous: the machine may be loaded; each wait ends at its event
@@ -166,7 +168,7 @@ def _scrapes(d: Daemon, target: str) -> float:
 
 
 @pytest.fixture
-def daemon_setup(tmp_path: Path, sims, sinks) -> Iterator[tuple]:
+def daemon(tmp_path: Path, sims, sinks) -> Iterator[tuple[Daemon, Path]]:
     """The daemon on config v1: target alpha, receiver → sink A, rule OldRule."""
     sim_a, _ = sims
     port = _free_port()
@@ -181,23 +183,29 @@ def daemon_setup(tmp_path: Path, sims, sinks) -> Iterator[tuple]:
         d.stop()
 
 
-def _swap_to_v2(tmp_path: Path, d: Daemon, cfg: Path, sims: tuple, sinks: tuple) -> None:
-    """Config v2 in place: target beta (not alpha), receiver → sink B, NewRule and Backlog."""
+def _v2(tmp_path: Path, port: int, sims: tuple, hook: str) -> str:
+    """Config v2: target beta (not alpha), receiver → `hook`, rules NewRule and Backlog."""
     (tmp_path / "rules2.yaml").write_text(_rules(
         ("NewRule", "up == 1"), ("Backlog", "vllm:num_requests_waiting > 50")))
-    cfg.write_text(_config(tmp_path, d.port, ("beta", sims[1].url), sinks[1].url,
-                           "rules2.yaml"))
+    return _config(tmp_path, port, ("beta", sims[1].url), hook, "rules2.yaml")
 
 
-def test_one_sighup_swaps_target_receiver_and_rule_and_bad_files_change_nothing(
-        tmp_path, sims, sinks, daemon_setup):
-    d, cfg = daemon_setup
-    sink_a, sink_b, sink_c = sinks
+def test_reload_swaps_target_receiver_and_rule_at_once_and_bad_files_change_nothing(
+        tmp_path, sims, sinks, daemon):
+    """One daemon start for the three stories: SIGHUP, bad files, POST /-/reload."""
+    d, cfg = daemon
+    _sighup_applies_all_three(tmp_path, d, cfg, sims, sinks)
+    _bad_files_change_nothing(d, cfg, sims, sinks)
+    _post_reload_needs_the_write_token(tmp_path, d, cfg, sinks)
+
+
+def _sighup_applies_all_three(tmp_path: Path, d: Daemon, cfg: Path, sims: tuple,
+                              sinks: tuple) -> None:
+    sink_a, sink_b, _ = sinks
     assert d.metric("sentinel_config_last_reload_successful") == 1.0
     started = d.metric("sentinel_config_last_reload_success_timestamp_seconds")
     assert started
-
-    _swap_to_v2(tmp_path, d, cfg, sims, sinks)
+    cfg.write_text(_v2(tmp_path, d.port, sims, sink_b.url))
     d.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: (d.metric("sentinel_config_last_reload_success_timestamp_seconds") or 0)
              > started, WAIT_S, "the reload's success timestamp to advance")
@@ -208,9 +216,12 @@ def test_one_sighup_swaps_target_receiver_and_rule_and_bad_files_change_nothing(
     assert d.rule_names() == {"NewRule", "Backlog"}
     # The target: beta scraped, alpha's series ended (staleness markers), not scraped.
     wait_for(lambda: _up_targets(d) == {"beta"}, WAIT_S, "up of beta only")
-    alpha_scrapes = _scrapes(d, "alpha")
 
-    # A YAML error, then a validation error; each names sink C, which must stay unused.
+
+def _bad_files_change_nothing(d: Daemon, cfg: Path, sims: tuple, sinks: tuple) -> None:
+    """A YAML error, then an unknown key; each names sink C, which must stay unused."""
+    _, sink_b, sink_c = sinks
+    alpha_scrapes = _scrapes(d, "alpha")
     good = cfg.read_text()
     cfg.write_text(good.replace(sink_b.url, sink_c.url) + "targets: [unclosed\n")
     d.proc.send_signal(signal.SIGHUP)
@@ -221,10 +232,8 @@ def test_one_sighup_swaps_target_receiver_and_rule_and_bad_files_change_nothing(
     cfg.write_text(good.replace(sink_b.url, sink_c.url) + "targetz: []\n")
     d.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: re.search(rf"reload refused.*: {re.escape(str(cfg))}:\d+: targetz: ",
-                               d.log()), WAIT_S,
-             "the log line naming the unknown key")
+                               d.log()), WAIT_S, "the log line naming the unknown key")
     assert d.metric("sentinel_config_last_reload_successful") == 0.0
-
     # Nothing changed: beta still scraped, alpha not; a new alert goes to B, not C.
     before = _scrapes(d, "beta")
     wait_for(lambda: _scrapes(d, "beta") > before, WAIT_S, "beta still scraped")
@@ -233,30 +242,30 @@ def test_one_sighup_swaps_target_receiver_and_rule_and_bad_files_change_nothing(
     wait_for(lambda: _fired(sink_b, "Backlog", "beta"), WAIT_S, "Backlog's page at B")
     assert not sink_c.received
     assert d.rule_names() == {"NewRule", "Backlog"}
+    cfg.write_text(good)
 
 
-def test_post_reload_needs_the_write_token_and_says_how_it_went(
-        tmp_path, sims, sinks, daemon_setup):
-    d, cfg = daemon_setup
-    sink_a, sink_b, _ = sinks
-    _swap_to_v2(tmp_path, d, cfg, sims, sinks)
+def _post_reload_needs_the_write_token(tmp_path: Path, d: Daemon, cfg: Path,
+                                       sinks: tuple) -> None:
+    """The same through the API: 401/403 reload nothing; the body says how it went."""
+    _, sink_b, sink_c = sinks
+    (tmp_path / "rules2.yaml").write_text(_rules(("ThirdRule", "up == 1")))
+    v3 = cfg.read_text().replace(sink_b.url, sink_c.url)
+    cfg.write_text(v3 + "targetz: []\n")
     assert d.post_reload(None)[0] == 401
     assert d.post_reload(READ)[0] == 403
-    assert d.rule_names() == {"OldRule"}  # refused requests reloaded nothing
-
-    good = cfg.read_text()
-    cfg.write_text(good + "targetz: []\n")
     status, body = d.post_reload(WRITE)
     assert status == 500 and body["status"] == "error"
     assert re.search(rf"{re.escape(str(cfg))}:\d+: targetz: ", body["error"]), body
     assert d.metric("sentinel_config_last_reload_successful") == 0.0
-    assert d.rule_names() == {"OldRule"}
+    assert d.rule_names() == {"NewRule", "Backlog"}  # nothing reloaded so far
 
-    cfg.write_text(good)
+    cfg.write_text(v3)
+    before = d.metric("sentinel_config_last_reload_success_timestamp_seconds") or 0
     status, body = d.post_reload(WRITE)
     assert (status, body["status"]) == (200, "success"), body
     assert d.metric("sentinel_config_last_reload_successful") == 1.0
-    wait_for(lambda: _fired(sink_b, "NewRule", "beta"), WAIT_S, "NewRule's page at B")
-    assert "NewRule" not in _alertnames(sink_a)
-    wait_for(lambda: _up_targets(d) == {"beta"}, WAIT_S, "up of beta only")
+    assert (d.metric("sentinel_config_last_reload_success_timestamp_seconds") or 0) > before
+    assert d.rule_names() == {"ThirdRule"}
+    wait_for(lambda: _fired(sink_c, "ThirdRule", "beta"), WAIT_S, "ThirdRule's page at C")
     assert "configuration reload asked by ops" in d.log()
