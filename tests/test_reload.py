@@ -77,6 +77,10 @@ def test_log_sources_are_rebuilt_only_when_they_change(tmp_path):
     moved = _config(targets=[_target("a", "http://127.0.0.1:10", logs={"files": [log]})])
     assert sources_changed(plain, logged)
     assert not sources_changed(logged, moved)  # the URL is the scrape's, not the source's
+    more = _config(targets=[_target("a", logs={"files": [log]}), _target("b")])
+    assert not sources_changed(logged, more)  # a target without sources re-opens nothing
+    assert sources_changed(logged, _config(targets=[_target("a", logs={"files": [log]})],
+                                           signatures=log))
 
 
 class Applied:

@@ -39,6 +39,7 @@ RESTART_KEYS: tuple[str, ...] = (
 )
 # Target keys read by the log, TPU and XLA-cache sources: a change rebuilds those sources.
 SOURCE_KEYS: tuple[str, ...] = ("logs", "tpu", "xla_cache_path")
+_NO_SOURCES = (TargetConfig.model_fields["logs"].default, None, None)
 
 
 class ReloadRefused(Exception):
@@ -79,10 +80,22 @@ def diff_targets(old: Sequence[TargetConfig], new: Sequence[TargetConfig]) -> Ta
 
 
 def sources_changed(old: Config, new: Config) -> bool:
-    """Whether the log, TPU or XLA-cache sources (or the crash signatures) differ."""
-    def keyed(c: Config) -> list[tuple[str, object]]:
-        return [(t.name, *(getattr(t, k) for k in SOURCE_KEYS)) for t in c.targets]
-    return keyed(old) != keyed(new) or old.signatures != new.signatures
+    """Whether the log, TPU or XLA-cache sources (or the crash signatures) differ.
+
+    Targets without any source do not count: adding or removing one must not re-open
+    every log file the others follow.
+    """
+    return _sources(old) != _sources(new) or old.signatures != new.signatures
+
+
+def _sources(config: Config) -> dict[str, tuple[object, ...]]:
+    """Each target's source settings, for the targets that have any."""
+    out = {}
+    for t in config.targets:
+        settings = tuple(getattr(t, k) for k in SOURCE_KEYS)
+        if settings != _NO_SOURCES:
+            out[t.name] = settings
+    return out
 
 
 def restart_needed(old: Config, new: Config) -> list[str]:
