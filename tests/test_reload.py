@@ -64,12 +64,6 @@ def test_targets_receivers_and_rules_reload_in_place(update):
     assert restart_needed(_config(), _config(**update)) == []
 
 
-def test_the_first_probed_target_needs_a_restart():
-    off = _config(probe_interval="0s")
-    on = _config(probe_interval="0s", targets=[_target("a", probe={"interval": "10s"})])
-    assert [line.split(":")[0] for line in restart_needed(off, on)] == ["targets.probe"]
-
-
 def test_log_sources_are_rebuilt_only_when_they_change(tmp_path):
     log = str(tmp_path / "vllm.log")
     plain = _config()
@@ -150,6 +144,20 @@ def test_a_bad_file_changes_nothing_and_says_why(tmp_path, text, expect, caplog)
     assert _metrics(registry) == (0.0, 100.0)
     refusals = [r.getMessage() for r in caplog.records if "reload refused" in r.getMessage()]
     assert refusals and all(str(tmp_path) in line for line in refusals), refusals
+
+
+def test_a_good_file_with_a_missing_log_file_is_applied_with_a_warning(tmp_path, caplog):
+    path = _write(tmp_path / "s.yaml", "rule_files: []\n")
+    apply = Applied()
+    reloader, _ = _reloader(path, load_config(path), apply, [100.0])
+    missing = tmp_path / "later.log"
+    _write(path, "rule_files: []\nsignatures: " + str(Path(__file__).parents[1] / "rules" /
+                                                     "signatures.yaml") +
+           f"\ntargets: [{{name: a, url: 'http://127.0.0.1:9', logs: {{files: ['{missing}']}}}}]\n")
+    assert reloader.reload()
+    assert len(apply.configs) == 1
+    assert any(f"{missing} does not exist (yet)" in r.getMessage() and r.levelname == "WARNING"
+               for r in caplog.records)
 
 
 def test_a_failure_while_applying_says_so_and_the_metric_is_0(tmp_path):

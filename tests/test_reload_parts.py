@@ -25,7 +25,7 @@ groups:
 
 def _write(folder: Path, sim_url: str, *, probe_a: bool, log: Path | None,
            policy: bool) -> Path:
-    """Targets a and b on the simulator (b always probed), a's probe, log and a policy."""
+    """Targets a and b on the simulator; a's probe and log, and a policy, as asked."""
     script = folder / "fix.sh"
     script.write_text("#!/bin/sh\n")
     script.chmod(0o755)
@@ -40,8 +40,7 @@ def _write(folder: Path, sim_url: str, *, probe_a: bool, log: Path | None,
         f"database: sqlite:///{folder / 'sentinel.db'}", "listen: 127.0.0.1:0",
         "rule_files: [rules.yaml]", "evaluation_interval: 200ms", "probe_interval: 0s",
         "targets:", "".join(a).rstrip("\n"),
-        f"  - {{name: b, url: '{sim_url}', scrape_interval: 200ms, scrape_timeout: 200ms, "
-        f"{probe}}}",
+        f"  - {{name: b, url: '{sim_url}', scrape_interval: 200ms, scrape_timeout: 200ms}}",
     ]
     if policy:
         lines += ["remediation:", f"  command_allowlist: [{script}]", "  policies:",
@@ -57,6 +56,12 @@ def _active_at(app: App) -> dict[str, int]:
     return {dict(a.labels)["target"]: a.active_at_ms for a in app.pipeline.rules.active_alerts()}
 
 
+def _probed(app: App) -> set[str]:
+    return {s.labels["target"] for m in app.metrics.registry.collect()
+            if m.name == "sentinel_probes" for s in m.samples
+            if s.name == "sentinel_probes_total" and s.value > 0}
+
+
 def _log_sources_up(app: App) -> set[str]:
     return {s.labels["target"] for m in app.metrics.registry.collect()
             if m.name == "sentinel_log_source_up" for s in m.samples}
@@ -67,21 +72,20 @@ def test_probes_logs_and_policies_follow_the_file_and_pending_alerts_keep_for(
     (tmp_path / "rules.yaml").write_text(RULES)
     log = tmp_path / "vllm.log"
     log.write_text("")
-    path = _write(tmp_path, sim.url, probe_a=True, log=None, policy=False)
+    path = _write(tmp_path, sim.url, probe_a=False, log=None, policy=False)
     app = App(load_config(path), loader=lambda: load_config(path), source=str(path))
     app.start()
     try:
         assert app.scrape_jobs is not None and app.pipeline is not None
         wait_for(lambda: set(_active_at(app)) == {"a", "b"}, 30, "both targets' pending alerts")
         before = _active_at(app)
-        assert app.scrape_jobs.get("probe:a") is not None
-        assert app.pipeline.remediator is None
+        assert app.pipeline.remediator is None and not _probed(app)
 
-        _write(tmp_path, sim.url, probe_a=False, log=log, policy=True)
+        # Nothing was probed at start: the first probe comes with the reload.
+        _write(tmp_path, sim.url, probe_a=True, log=log, policy=True)
         result = app.reload()
         assert result, result.message
-        assert app.scrape_jobs.get("probe:a") is None  # its probe turned off
-        assert app.scrape_jobs.get("probe:b") is not None
+        wait_for(lambda: _probed(app) == {"a"}, 30, "a probed")
         wait_for(lambda: "a" in _log_sources_up(app), 30, "a's log source polled")
         remediator = app.pipeline.remediator
         assert remediator is not None
@@ -91,6 +95,7 @@ def test_probes_logs_and_policies_follow_the_file_and_pending_alerts_keep_for(
 
         _write(tmp_path, sim.url, probe_a=False, log=log, policy=False)
         assert app.reload()
+        assert app.scrape_jobs.get("probe:a") is None  # its probe turned off
         assert app.pipeline.remediator is None  # the policy went with the file
         assert _active_at(app) == before
     finally:

@@ -25,7 +25,6 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from sentinel.config import Config, ConfigError, TargetConfig
 from sentinel.config.errors import load_error_lines
-from sentinel.daemon.probejobs import probes_on
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +101,6 @@ def restart_needed(old: Config, new: Config) -> list[str]:
     """One line per changed key the running daemon cannot take without a restart."""
     out = [f"{_key(k)}: changed; a restart is needed to apply it"
            for k in RESTART_KEYS if getattr(old, k) != getattr(new, k)]
-    if probes_on(new) and not probes_on(old):
-        out.append("targets.probe: the first probed target needs a restart "
-                   "(no prober runs while no target is probed)")
     return out
 
 
@@ -114,27 +110,31 @@ def _key(field: str) -> str:
     return alias or field
 
 
-def validate(config: Config, source: str | None) -> None:
-    """Raise ReloadRefused with the lines `run` would refuse this config with."""
-    from sentinel.preflight import finding_lines, preflight_reload
+def validate(config: Config, source: str | None) -> list[str]:
+    """Raise ReloadRefused with the lines `run` would refuse this config with; else the
+    warnings `run` would log (a log file that does not exist yet)."""
+    from sentinel.preflight import WARNING, finding_lines, preflight_reload
 
     pf = preflight_reload(config, source)
     if pf.refused:
         raise ReloadRefused("\n".join(finding_lines(pf.refused)))
+    return finding_lines([f for f in pf.findings if f.kind == WARNING])
 
 
-def load_checked(load: Callable[[], Config], source: str | None, running: Config) -> Config:
-    """The new config, loaded and checked without side effects; ReloadRefused says why not."""
+def load_checked(load: Callable[[], Config], source: str | None, running: Config
+                 ) -> tuple[Config, list[str]]:
+    """The new config and its warnings, loaded and checked without side effects;
+    ReloadRefused says why not."""
     try:
         new = load()
     except (ConfigError, OSError) as exc:
         raise ReloadRefused("\n".join(load_error_lines(exc, source or "<config>"))) from None
-    validate(new, source)
+    warnings = validate(new, source)
     restart = restart_needed(running, new)
     if restart:
         where = f"{source}: " if source else ""
         raise ReloadRefused("\n".join(f"error: {where}{line}" for line in restart))
-    return new
+    return new, warnings
 
 
 class ReloadMetrics:
@@ -184,10 +184,12 @@ class Reloader:
         """Reload once; never raises. The log line says what happened, and why not."""
         with self._lock:
             try:
-                new = load_checked(self._load, self._source, self._running())
+                new, warnings = load_checked(self._load, self._source, self._running())
             except ReloadRefused as exc:
                 return self._refused("reload refused, keeping the running configuration",
                                      str(exc).splitlines())
+            for warning in warnings:  # as `run` says them at start
+                log.warning("reload: %s", warning.removeprefix("warning: "))
             try:
                 self._apply(new)
             except Exception as exc:  # a bug, or a part that could not start: say so loudly
