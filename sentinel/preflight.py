@@ -96,6 +96,17 @@ def preflight(config: Config, source: str | None, *, listen_flag: bool = False,
     found = check_listen(config, listen_flag, offline, for_run)
     if not offline:
         found += check_database(config) + check_log_files(config)
+    return _with_rules(config, source, found)
+
+
+def preflight_reload(config: Config, source: str | None) -> Preflight:
+    """What a running daemon checks before it takes a reloaded file: `run`'s checks but
+    the listen address and the database, which it holds (changing them needs a restart)."""
+    return _with_rules(config, source, check_log_files(config))
+
+
+def _with_rules(config: Config, source: str | None, found: list[Finding]) -> Preflight:
+    """`found` and the rule checks, each finding about a key placed at its FILE:LINE."""
     rule_findings, groups = check_rules(config)
     rule_findings += check_rules_answerable(config, groups)
     where = _locator(source)

@@ -132,6 +132,21 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
     ]
 
 
+def reload_route(auth: Auth, reload: Callable[[], Any]) -> Route:
+    """POST /-/reload, as Prometheus's: the whole configuration, with a write token.
+
+    200 and `{"status": "success"}` when applied; 500 and the refusal (file, line,
+    key) when the running configuration stays, so `curl -f` fails as it does there.
+    """
+    def run(request: Request, p: Principal) -> dict[str, Any]:
+        log.info("configuration reload asked by %s (%s)", p.name, p.via)
+        result = reload()
+        if result:
+            return {"status": "success", "message": result.message}
+        return {"status": "error", "error": result.message, "_http_status": 500}
+    return Route("/-/reload", _endpoint(auth, True, run), methods=["POST", "PUT"])
+
+
 def _alerts_v2(service: ApiService, request: Request, grouped: bool) -> Response:
     """Alertmanager's alert reads; a JSON array (the generic handler returns objects)."""
     alerts = service.alerts_v2(request.query_params.getlist("filter"),

@@ -12,7 +12,7 @@ from starlette.routing import BaseRoute, Route
 from sentinel.api.auth import Auth, is_loopback
 from sentinel.api.guard import AsgiApp, HostPolicy, RequestGuard
 from sentinel.api.mcp_server import LocalBackend, McpGate, build_server
-from sentinel.api.routes import api_routes
+from sentinel.api.routes import api_routes, reload_route
 from sentinel.api.service import ApiService
 from sentinel.config.api import ApiConfig
 from sentinel.web.routes import web_routes
@@ -33,8 +33,10 @@ class Surfaces:
         return RequestGuard(app, self.policy)
 
 
-def build_surfaces(service: ApiService, api: ApiConfig, host: str) -> Surfaces:
-    """The API, page and MCP routes over one service, with tokens from `api`."""
+def build_surfaces(service: ApiService, api: ApiConfig, host: str,
+                   reload: Callable[[], Any] | None = None) -> Surfaces:
+    """The API, page and MCP routes over one service, with tokens from `api`; with
+    `reload` (the daemon's), `POST /-/reload`."""
     from mcp.server.streamable_http_manager import (
         StreamableHTTPASGIApp,
         StreamableHTTPSessionManager,
@@ -57,6 +59,8 @@ def build_surfaces(service: ApiService, api: ApiConfig, host: str) -> Surfaces:
 
     routes: list[BaseRoute] = [*api_routes(service, auth), *web_routes(service, auth),
                                Route("/mcp", gate)]
+    if reload is not None:
+        routes.append(reload_route(auth, reload))
     policy = HostPolicy.build(service.external_url, api.allowed_hosts)
     return Surfaces(routes, [mcp_lifespan], service, auth, policy)
 

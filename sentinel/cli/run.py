@@ -14,7 +14,8 @@ from sentinel.cli.common import config_arg, config_path, load_config_or_exit
 def add_parser(sub: Any) -> None:
     """Register `run` and `demo`."""
     run = sub.add_parser("run", help="run the daemon",
-                         description="Run the daemon until SIGTERM/SIGINT; SIGHUP reloads rules.")
+                         description="Run the daemon until SIGTERM/SIGINT; SIGHUP reloads the "
+                         "configuration.")
     config_arg(run)
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     run.add_argument("--log-format", choices=("text", "json"),
@@ -37,7 +38,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Load the config, refuse what `check config` refuses, run the daemon until a signal."""
-    from sentinel.daemon.run import run_daemon
+    from sentinel.daemon.run import config_loader, run_daemon
     from sentinel.preflight import NOTE, finding_lines, preflight
 
     if args.log_format not in ("text", "json"):
@@ -59,9 +60,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("\n".join(finding_lines(pf.refused)), file=sys.stderr)
         return exitcodes.CONFIG if pf.config_is_wrong else exitcodes.UNAVAILABLE
     said = [f for f in pf.findings if f.kind != NOTE] + [f for f in pf.findings if f.kind == NOTE]
+    source = config_path(args.config)
     return run_daemon(config, args.log_level, args.log_format,
                       notes=finding_lines(said),
-                      listen_key="--listen" if args.listen else "listen")
+                      listen_key="--listen" if args.listen else "listen",
+                      loader=config_loader(source, args.listen), source=source)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

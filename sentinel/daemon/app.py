@@ -31,6 +31,13 @@ from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.probejobs import HEARTBEAT_SERIES, SHOWN_SERIES, ProbeJobs, probes_on
 from sentinel.daemon.querybackend import DaemonBackend
 from sentinel.daemon.readiness import DataReadiness
+from sentinel.daemon.reload import (
+    Reloader,
+    ReloadMetrics,
+    ReloadResult,
+    diff_targets,
+    sources_changed,
+)
 from sentinel.daemon.remediation import DaemonRemediation
 from sentinel.daemon.scrapejobs import ScrapeJobs, first_run_ms, miss_policy
 from sentinel.daemon.selfmetrics import SelfMetrics
@@ -83,10 +90,21 @@ def rule_paths(config: Config) -> list[str]:
 class App:
     """Sentinel's daemon: the pipeline, its scheduler and its status server."""
 
-    def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: Config, clock: Callable[[], float] = time.time,
+                 loader: Callable[[], Config] | None = None, source: str | None = None,
+                 on_reload: Callable[[Config], None] = lambda _config: None) -> None:
+        """`loader` reads the config file again at a reload (`source`: its path, for the
+        messages); without one a reload re-reads the rule files of `config`. `on_reload`
+        hears of each config applied (the log redaction learns its secrets)."""
         self.config = config
         self.clock = clock
         self.metrics = SelfMetrics()
+        self._on_reload = on_reload
+        self.reloader = Reloader(loader or (lambda: self.config), source, lambda: self.config,
+                                 self._apply_config,
+                                 ReloadMetrics(self.metrics.registry, clock()), clock)
+        self._db: Database | None = None
+        self._service: Any = None  # the API's ApiService: its target list follows reloads
         self.pipeline: Pipeline | None = None
         self.engine: Engine | None = None
         self.query: DaemonBackend | None = None  # what rules read (query_backend:, issue 16)
@@ -129,6 +147,7 @@ class App:
         check_bind(host, cfg.api.tokens)  # before anything: a clear refusal, nothing half-started
         db = Database(cfg.database)
         db.upgrade_in_child()
+        self._db = db
         self.started_ms = self._now_ms()
         # With `ha:`, the leader's work goes through a database fenced by the lease.
         work_db = self._lease_for(db)
@@ -186,6 +205,7 @@ class App:
                                            self.metrics.registry, cfg.evaluation_interval_ms,
                                            self._now_ms)
         surfaces = self._surfaces(db, host)
+        self._service = surfaces.service
         self.status = StatusServer(host, port, self.metrics.registry, self.ready,
                                    surfaces.routes, surfaces.lifespans, healthy=self.healthy,
                                    role=self.lease.describe if self.lease is not None else None,
@@ -258,13 +278,39 @@ class App:
             self.query.close()
         log.info("sentinel stopped")
 
-    def reload(self) -> bool:
-        """Reload rule files all-or-nothing; unchanged rules keep their alert state."""
-        try:
-            groups = load_rule_files(rule_paths(self.config))
-        except Exception as exc:
-            log.error("reload failed, keeping the current rules: %s", exc)
-            return False
+    def reload(self) -> ReloadResult:
+        """Reload the whole configuration all-or-nothing (daemon/reload.py); truthy when
+        applied. A refused file keeps the running configuration; the log says why."""
+        return self.reloader.reload()
+
+    def _apply_config(self, new: Config) -> None:
+        """Swap in a checked config part by part; what did not change keeps its state."""
+        assert self.notifier is not None and self.remediation is not None
+        groups = load_rule_files(rule_paths(new))  # parsed by the pre-flight already
+        old, self.config = self.config, new
+        self._on_reload(new)  # secrets first: what follows may log the new URLs
+        diff = diff_targets(old.targets, new.targets)
+        for name in diff.removed:
+            self._remove_target(name)
+        for target in (*diff.added, *diff.changed):  # a changed one keeps its series
+            self._add_target(target)
+        if sources_changed(old, new):
+            self._swap_sources(new)
+        self.notifier.reconfigure(new)
+        if old.remediation != new.remediation:
+            self._swap_remediation(new)
+        self._swap_rules(groups)
+        if self._service is not None:
+            from sentinel.api.alerts_v2 import AlertRouting
+
+            self._service.targets = [t.name for t in new.targets]
+            self._service.alert_routing = AlertRouting.from_config(new)
+        log.info("reloaded: %d targets (%d added, %d removed, %d changed), %d receivers, "
+                 "%d rule groups", len(new.targets), len(diff.added), len(diff.removed),
+                 len(diff.changed), len(new.receivers), len(groups))
+
+    def _swap_rules(self, groups: list[RuleGroup]) -> None:
+        """New rule groups; unchanged rules keep their alert state (RuleManager.reload)."""
         assert self.pipeline is not None and self._scheduler is not None
         with self._lock:
             if self.query is not None:
@@ -278,8 +324,27 @@ class App:
                 if job.id.startswith("rules:"):
                     job.remove()
             self._schedule_rule_groups(self._scheduler)
-        log.info("reloaded %d rule groups", len(groups))
-        return True
+
+    def _swap_sources(self, new: Config) -> None:
+        """Log, TPU and XLA-cache sources rebuilt from `new` (their counters restored)."""
+        assert self.pipeline is not None and self._scheduler is not None
+        assert self.sources is not None and self._db is not None
+        self.sources.unschedule(self._scheduler)
+        self.sources.close()
+        self.sources = SourceJobs(new, self.pipeline.store, self._db, self.metrics,
+                                  self._now_ms)
+        self.sources.schedule(self._scheduler, self._guard, _now_dt())
+
+    def _swap_remediation(self, new: Config) -> None:
+        """A new remediator under the new policies; attempts in flight finish under the
+        engine (and policy) they started with. With `ha:`, a standby's next takeover
+        starts it."""
+        assert self.remediation is not None and self.pipeline is not None
+        self.remediation.reconfigure(new)
+        if self.acting():
+            discovered = self.discovered.targets() if self.discovered is not None else ()
+            self.pipeline.remediator = self.remediation.start(self.pipeline.tracker.db,
+                                                              discovered)
 
     def ready(self) -> str | None:
         """None when ready to serve, else why not."""
@@ -369,7 +434,7 @@ class App:
             rule_groups=lambda: self._groups,
             discovered=lambda: self.discovered.targets() if self.discovered is not None else (),
             log_sources=self.metrics.log_sources)
-        return build_surfaces(service, self.config.api, host)
+        return build_surfaces(service, self.config.api, host, reload=self.reload)
 
     # -- discovered targets (kubernetes_sd) --------------------------------
 

@@ -49,38 +49,51 @@ class Notifier:
         n = config.notify
         # HA: only the leader dispatches and sends (standbys' runs are skipped).
         self._active = active or (lambda: True)
+        self._may_send = active
         self.outbox = Outbox(n.fallback_receiver)
-        receivers = build_receivers(config)
-        settings = DispatchSettings(
-            route=build_route(n.route, [r.name for r in receivers]),
-            inhibit_rules=tuple(InhibitRule.from_config(r) for r in n.inhibit_rules),
-            send_resolved=send_resolved(config), watchdog=n.watchdog, annotations=annotations)
-        self.dispatcher = Dispatcher(db, self.outbox, settings)
-        self.sender = Sender(
-            db, {r.name: r for r in receivers}, self.outbox,
-            RetryPolicy(n.retry_initial_ms, n.retry_max_ms, n.give_up_after_ms),
-            lease_ms=receiver_timeouts_ms(config), on_delivery=self._count,
-            may_send=active)
-        # Alertmanager receivers get their firing alerts again every resend interval.
-        self.resender = AlertmanagerResender(db, receivers, annotations)
-        for r in receivers:  # the counter shows every receiver from the start
-            for outcome in ("success", "retry", "failure"):
-                metrics.notifications.labels(r.name, outcome)
         self._db = db
         self._metrics = metrics
         self._clock_ms = clock_ms
-        self._interval_s = n.interval_ms / 1000
-        # Its heartbeat interval: one send may take a receiver's whole timeout, so the
-        # worker is stuck only after 3 x the longer of that and its own interval.
-        self.heartbeat_interval_s = max(
-            [n.interval_ms, *receiver_timeouts_ms(config).values()]) / 1000
+        self._annotations = annotations
         self._heartbeats = heartbeats
+        self.reconfigure(config)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._dispatch_failure = QuietFailure(log, "notify dispatch")
         self._send_failure = QuietFailure(log, "notify send")
         self._resend_failure = QuietFailure(log, "alertmanager resend")
+
+    def reconfigure(self, config: Config) -> None:
+        """Receivers, routes and inhibitions from `config` (at start, and at a reload).
+
+        Each part is replaced whole: a run in progress finishes with the parts it began
+        with, the next one reads the new (the worker looks them up once per run).
+        """
+        n = config.notify
+        receivers = build_receivers(config)
+        settings = DispatchSettings(
+            route=build_route(n.route, [r.name for r in receivers]),
+            inhibit_rules=tuple(InhibitRule.from_config(r) for r in n.inhibit_rules),
+            send_resolved=send_resolved(config), watchdog=n.watchdog,
+            annotations=self._annotations)
+        for r in receivers:  # the counter shows every receiver from the start
+            for outcome in ("success", "retry", "failure"):
+                self._metrics.notifications.labels(r.name, outcome)
+        self.outbox.fallback_receiver = n.fallback_receiver
+        self.dispatcher = Dispatcher(self._db, self.outbox, settings)
+        self.sender = Sender(
+            self._db, {r.name: r for r in receivers}, self.outbox,
+            RetryPolicy(n.retry_initial_ms, n.retry_max_ms, n.give_up_after_ms),
+            lease_ms=receiver_timeouts_ms(config), on_delivery=self._count,
+            may_send=self._may_send)
+        # Alertmanager receivers get their firing alerts again every resend interval.
+        self.resender = AlertmanagerResender(self._db, receivers, self._annotations)
+        self._interval_s = n.interval_ms / 1000
+        # Its heartbeat interval: one send may take a receiver's whole timeout, so the
+        # worker is stuck only after 3 x the longer of that and its own interval.
+        self.heartbeat_interval_s = max(
+            [n.interval_ms, *receiver_timeouts_ms(config).values()]) / 1000
 
     def start(self) -> None:
         """Start the worker thread."""

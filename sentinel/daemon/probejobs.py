@@ -145,9 +145,8 @@ class ProbeJobs:
         self.default_interval_ms = config.probe_interval_ms
         self.evaluation_ms = config.evaluation_interval_ms
         self.targets = build_probe_targets(config)
-        self.runner = (ProbeRunner(config.probe_canary_concurrency,
-                                   generation_total_reader(store), io)
-                       if probes_on(config) else None)
+        self._concurrency, self._io = config.probe_canary_concurrency, io
+        self.runner = self._new_runner() if probes_on(config) else None
         self._jobs: ScrapeJobs | None = None
         # Each target's probe series whose newest sample is a value (not a staleness
         # marker): a series is ended once, not at every probe that skips the canary
@@ -187,22 +186,30 @@ class ProbeJobs:
         """How many jobs `schedule` adds."""
         return len(self.targets)
 
+    def _new_runner(self) -> ProbeRunner:
+        return ProbeRunner(self._concurrency, generation_total_reader(self.store), self._io)
+
     def schedule(self, jobs: ScrapeJobs, now_ms: int) -> None:
         """One interval job per probed target on the I/O loop, offset by a hash of its name."""
-        if self.runner is None:
-            return
         self._jobs = jobs
         for t in self.targets:
             self._add(t, now_ms)
 
     def add(self, target: TargetConfig, now_ms: int) -> None:
-        """Probe a target discovered after start (or reschedule it), as the static ones."""
+        """Probe a target discovered after start (or reschedule it), as the static ones;
+        one whose probe a reload turned off stops being probed."""
         t = probe_target_of(target, self.default_interval_ms)
-        if t is not None and self._jobs is not None:
+        if self._jobs is None:
+            return
+        if t is not None:
             self._add(t, now_ms)
+        elif self._jobs.get(f"probe:{target.name}") is not None:
+            self.remove(target.name, now_ms)
 
     def _add(self, t: ProbeTarget, now_ms: int) -> None:
         assert self._jobs is not None
+        if self.runner is None:  # the first probed target, added by a reload
+            self.runner = self._new_runner()
         self._gone.pop(t.name, None)
         self.missed.labels(t.name)
         self._jobs.add("probe", t.name, self.probe_async, t.interval_ms, now_ms, t,

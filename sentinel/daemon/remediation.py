@@ -39,6 +39,7 @@ class DaemonRemediation:
         self.clock = clock
         # Registered once per process: a second registration raises DuplicateTimeseries
         # (issue 39: every re-election failed on it).
+        self.registry = registry
         self.metrics = RemediationMetrics(registry) if config.remediation.policies else None
         self.remediator: Remediator | None = None
         self.approvals: ApprovalRunner | None = None
@@ -46,14 +47,20 @@ class DaemonRemediation:
     @property
     def configured(self) -> bool:
         """Whether a response policy names anything to do."""
-        return self.metrics is not None
+        return bool(self.config.remediation.policies)
+
+    def reconfigure(self, config: Config) -> None:
+        """Take a reloaded config; the next `start` runs its policies (see `App` reload)."""
+        self.config = config
+        if config.remediation.policies and self.metrics is None:
+            self.metrics = RemediationMetrics(self.registry)
 
     def start(self, db: Database, discovered: Iterable[TargetConfig] = ()) -> Remediator | None:
         """A fresh engine, dispatcher and approval runner on `db`; None when nothing is
         configured. Targets discovered so far join the configured ones (static names win)."""
-        if self.metrics is None:
-            return None
         self.stop(1.0)  # never two of each: a start without a stop replaces them
+        if not self.configured or self.metrics is None:
+            return None
         engine = build_engine(self.config, db, self.pager, self.metrics, self.clock)
         engine.external_url = self.config.external_url
         engine.may_act = self.may_act

@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sentinel import exitcodes
 from sentinel.config import Config
@@ -19,17 +19,18 @@ from sentinel.daemon.nofile import check_descriptors
 from sentinel.logformat import JsonFormatter, TextFormatter
 from sentinel.preflight import listen_error_text
 from sentinel.secretpatterns import PromptRedactor
-from sentinel.secrets import hide_http_client_urls, install_redaction
+from sentinel.secrets import RedactingFilter, hide_http_client_urls, install_redaction
 
 log = logging.getLogger("sentinel")
 
 STOP_TIMEOUT_S = 5.0
 
 
-def setup_logging(level: str, config: Config, fmt: str = "text") -> None:
+def setup_logging(level: str, config: Config, fmt: str = "text") -> RedactingFilter:
     """Log to stderr (journald and `docker logs` pick it up) with every known secret redacted.
 
     `fmt` is "text" (for people) or "json" (one object a line, for log pipelines).
+    Returns the redaction filter: a reload gives it the new file's secrets.
     """
     handler = logging.StreamHandler(sys.stderr)
     root = logging.getLogger()
@@ -43,16 +44,35 @@ def setup_logging(level: str, config: Config, fmt: str = "text") -> None:
     # far too chatty for a daemon's log.
     for chatty in ("apscheduler", "httpx", "alembic"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    return redaction
+
+
+def config_loader(source: str | None, listen: str | None) -> Callable[[], Config]:
+    """What a reload reads: the file `run` started with (else the built-in defaults), with
+    the same --listen override, so an unchanged file never looks like a new address."""
+    from sentinel.config import load_config
+
+    def load() -> Config:
+        config = load_config(source) if source is not None else Config.default()
+        return config.model_copy(update={"listen": listen}) if listen else config
+    return load
 
 
 def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text",
-               notes: Sequence[str] = (), listen_key: str = "listen") -> int:
+               notes: Sequence[str] = (), listen_key: str = "listen",
+               loader: Callable[[], Config] | None = None, source: str | None = None) -> int:
     """Start the App and block until SIGTERM or SIGINT; returns the exit code.
 
     `notes` are the pre-flight's warnings and notes (`warning: …`, `note: …`), logged
     once logging is set up; `listen_key` names what set the address in a bind error.
+    `loader` reads the config file (`source`) again at each SIGHUP or POST /-/reload.
     """
-    setup_logging(log_level, config, log_format)
+    redaction = setup_logging(log_level, config, log_format)
+
+    def learn_secrets(new: Config) -> None:
+        # Old and new: messages about work begun under the old file may still carry them.
+        redaction.redactor = PromptRedactor([*redaction.redactor.secrets, *new.secrets()])
+
     for note in notes:
         kind, _, text = note.partition(": ")
         log.log(logging.WARNING if kind == "warning" else logging.INFO, "%s", text)
@@ -60,7 +80,7 @@ def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text"
     gcpolicy.tune()
     # Discovered targets (kubernetes_sd) come later; the configured ones are known now.
     check_descriptors(len(config.targets))
-    app = App(config)
+    app = App(config, loader=loader, source=source, on_reload=learn_secrets)
     # Handlers first: a SIGTERM while starting (migrations, imports) drains like any other.
     stop = threading.Event()
     reload = threading.Event()

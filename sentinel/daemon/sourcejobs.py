@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
 Guard = Callable[[str, Callable[..., None]], Callable[..., None]]
+JOB_PREFIXES = ("logs:", "tpu:", "xla_cache:")  # the ids `schedule` gives its jobs
 
 
 class SourceJobs:
@@ -79,6 +80,12 @@ class SourceJobs:
             sched.add_job(guard("xla_cache", self._scan_xla), "interval", args=[w],
                           seconds=w.interval_ms / 1000, next_run_time=first_run,
                           id=f"xla_cache:{w.target}")
+
+    def unschedule(self, sched: BaseScheduler) -> None:
+        """Remove the jobs `schedule` added (a reload replaces these sources)."""
+        for job in sched.get_jobs():
+            if job.id.startswith(JOB_PREFIXES):
+                job.remove()
 
     def _poll_log(self, p: PolledLogSource) -> None:
         assert self.watch is not None
