@@ -297,7 +297,8 @@ class App:
         if sources_changed(old, new):
             self._swap_sources(new)
         self.notifier.reconfigure(new)
-        if old.remediation != new.remediation:
+        # Remediation silences may name recurring windows: theirs follow the file too.
+        if (old.remediation, old.time_intervals) != (new.remediation, new.time_intervals):
             self._swap_remediation(new)
         self._swap_rules(groups)
         if self._service is not None:
