@@ -134,7 +134,11 @@ def get_incident(db: Database, incident_id: int) -> dict[str, Any]:
         "incident": {**_summary(inc, (len(alerts), firing)), "labels": dict(inc.labels),
                      "detect_ms": inc.detect_ms, "evidence_at": iso(inc.evidence_at),
                      "time_to_detect_ms": inc.detect_ms,
-                     "time_to_recovery_ms": inc.recovery_ms},
+                     "time_to_recovery_ms": inc.recovery_ms,
+                     # What people did (issue 37): who took it, who owns it.
+                     "acknowledged_at": iso(inc.acknowledged_at),
+                     "acknowledged_by": inc.acknowledged_by, "owner": inc.owner,
+                     "diagnosis_requested_at": iso(inc.diagnosis_requested_at)},
         "alerts": [{"fingerprint": a.fingerprint, "labels": dict(a.labels),
                     "annotations": dict(a.annotations), "state": a.state,
                     "value": _num(value_from_db(a.value)), "active_at": iso(a.active_at),
