@@ -263,7 +263,7 @@ def test_silence_from_the_incident_page(tmp_path: Path, browser) -> None:  # noq
         form.find_element(By.NAME, "comment").send_keys("looking into it")
         screenshot(b, "incident-silence-form")
         form.find_element(By.ID, "silence").click()
-        wait_for(lambda: b.current_url.endswith(f"/incidents/{iid}"), 10,
+        wait_for(lambda: b.current_url.endswith(f"/incidents/{iid}#timeline"), 10,
                  "the redirect back to the incident")
         (s,) = httpx.get(f"{url}/api/v2/silences",
                          headers={"Authorization": f"Bearer {WRITE_TOKEN}"}).json()
