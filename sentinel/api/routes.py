@@ -122,7 +122,7 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         r("/api/v1/incidents/{id}/owner", lambda q, p: service.assign(
             _id(q), _field(q, "owner", blank=True), p, "api"), ("POST",), write=True),
         r("/api/v1/incidents/{id}/notes", lambda q, p: service.add_note(
-            _id(q), _field(q, "text"), p, "api"), ("POST",), write=True),
+            _id(q), _field(q, "text", blank=True), p, "api"), ("POST",), write=True),
         r("/api/v1/incidents/{id}/silence", lambda q, p: service.silence_incident(
             _id(q), _body_json(q), p, "api"), ("POST",), write=True),
         r("/api/v1/incidents/{id}/diagnose",
