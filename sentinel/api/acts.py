@@ -11,19 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sentinel.api.auth import Principal
 from sentinel.api.errors import ApiError
 from sentinel.config.durations import parse_duration
 from sentinel.incidents import operator
+from sentinel.incidents.db import Database
 from sentinel.incidents.operator import Done
 from sentinel.respond.notify.matchers import parse_matcher
 
-if TYPE_CHECKING:
-    from sentinel.api.service import ApiService
-
 DEFAULT_SILENCE = "1h"
+
+
+class ApiService(Protocol):
+    """What the acts need of api/service.py's ApiService (which calls them)."""
+
+    db: Database
+
+    def now_ms(self) -> int: ...
+    def incident(self, incident_id: int) -> dict[str, Any]: ...
+    def audit(self, who: Principal, via: str, action: str, status: int, detail: str) -> None: ...
+    def create_silence(self, body: Mapping[str, Any], who: Principal, via: str
+                       ) -> dict[str, Any]: ...
 
 
 def act(service: ApiService, incident_id: int, who: Principal, via: str, what: str,
