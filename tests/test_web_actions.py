@@ -187,3 +187,33 @@ def test_links_out_are_encoded_and_only_http() -> None:
          "target%3D%22a%22%7D%5B1m%5D%29+%3E+0.5&g0.tab=0&g0.range_input=10m"},
         {"name": "runbook", "url": "https://wiki.example/runbooks/x"}]
     assert incident_links(None, detail, "x", (0, 1))[0]["name"] == "runbook"
+
+
+def test_rerun_diagnosis_is_run_by_the_daemon_at_once(tmp_path: Path) -> None:
+    """A diagnosis asked for through the API is claimed by the daemon's diagnosis job, which
+    is woken for it (its interval here is an hour), and its answer lands on the timeline."""
+    from sentinel.sim import start_sim
+
+    model = start_sim()
+    app, url = _start(tmp_path, f"diagnosis:\n  endpoints:\n    - {{name: gemma, url: {model.url}, "
+                      "timeout: 10s}\n  interval: 1h\n  max_tokens: 256\n")
+    try:
+        iid, _ = plant(app.pipeline.tracker.db, "-x")  # type: ignore[union-attr]
+        base = f"{url}/api/v1/incidents/{iid}"
+        r = httpx.post(f"{base}/diagnose", headers=auth(WRITE_TOKEN))
+        assert r.status_code == 200 and r.json()["changed"], r.text
+
+        def answered() -> list[dict[str, object]]:
+            d = httpx.get(base).json()
+            if d["incident"]["diagnosis_requested_at"] is not None:
+                return []  # not yet claimed
+            asked = max(t["id"] for t in d["timeline"] if t["kind"] == "diagnosis_requested")
+            # (The job's first run at start may answer too, if it met the planted incident.)
+            return [t for t in d["timeline"] if t["id"] > asked and (
+                (t["kind"] == "runbook" and (t["data"] or {}).get("source") == "model")
+                or (t["data"] or {}).get("diagnosis") == "failed")]
+        events = wait_for(answered, 30, "the requested diagnosis on the timeline")
+        assert all(e["kind"] == "runbook" for e in events), events  # type: ignore[union-attr]
+    finally:
+        app.stop(2)
+        model.stop()

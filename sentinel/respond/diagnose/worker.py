@@ -72,7 +72,9 @@ class DiagnosisWorker:
                 log.exception("diagnosis of incident %d failed", p.incident_id)
         open_ids = {p.incident_id for p in records.pending(self.db)}
         self._backoff = {k: v for k, v in self._backoff.items() if k in open_ids}
-        return done
+        # Asked for while this tick ran: the wake-up that came with it found the job
+        # running and was dropped, so it is served here rather than an interval later.
+        return done + self._requested(now_ms)
 
     def _requested(self, now_ms: int) -> list[int]:
         """Diagnoses people asked for (page, API): each claimed once, run whatever the
