@@ -116,6 +116,10 @@ def test_acts_from_the_incident_page_land_on_the_timeline(
         assert links["Grafana"].startswith("https://grafana.example/d/x?var-target=t-x&from=")
         assert "Prometheus graph" not in links  # the planted alert has no rule expression
         screenshot(b, "incident-acts")
+        b.get(f"{url}/")  # the list says who has it
+        row = b.find_element(By.CSS_SELECTOR, f"a[href='/incidents/{iid}']").find_element(
+            By.XPATH, "./ancestor::tr").text
+        assert "ack lead" in row and "owner Ada Lovelace" in row
     finally:
         app.stop(2)
 
