@@ -137,6 +137,15 @@ def test_acts_through_the_json_api(tmp_path: Path) -> None:
             assert httpx.post(f"{base}/{path}", json=body).status_code == 401, path
             assert httpx.post(f"{base}/{path}", json=body, headers=auth(READ_TOKEN)
                               ).status_code == 403, path
+        # The page's forms: no session → 401; a session without the CSRF value → 403.
+        acts = [f"/incidents/{iid}/{a}" for a in
+                ("acknowledge", "owner", "notes", "silence", "diagnose")]
+        with httpx.Client(base_url=url) as browser:
+            for form in acts:
+                assert browser.post(form).status_code == 401, form
+            assert browser.post("/login", data={"token": WRITE_TOKEN}).status_code == 303
+            for form in acts:
+                assert browser.post(form, data={"csrf": "forged"}).status_code == 403, form
         w = auth(WRITE_TOKEN)
         r = httpx.post(f"{base}/acknowledge", headers=w)
         assert r.json() == {"incident": iid, "changed": True,

@@ -8,7 +8,8 @@ One `run(now_ms)` is one transaction:
 2. Groups due to flush decide, as Alertmanager does: alerts muted by a
    silence or an inhibition rule are left out (the change is written on the
    incident timeline once, with the reason), and `grouping.needs_update`
-   says whether the rest makes a message. A message is an outbox row; the
+   says whether the rest makes a message (a mere repeat of incidents a
+   person acknowledged is not sent: incidents/operator.py). A message is an outbox row; the
    sender delivers it. Resolved alerts leave the group after its flush; an
    empty group is deleted.
 
