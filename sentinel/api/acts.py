@@ -110,4 +110,5 @@ def _quote(v: str) -> str:
 
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+    """RFC 3339 in UTC to the second, as people read it on the timeline."""
+    return datetime.fromtimestamp(ms // 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
