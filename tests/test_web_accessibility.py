@@ -75,6 +75,9 @@ def test_every_page_has_no_serious_accessibility_violation(
         found: dict[str, list[str]] = {}
         b.get(f"{url}/login")
         found["login"] = blocking(violations(b, source))
+        b.get(f"{url}/incidents/{firing}")  # as a reader: no forms, a link to log in
+        found["incident-reader"] = blocking(violations(b, source))
+        b.get(f"{url}/login")
         b.find_element(By.NAME, "token").send_keys(WRITE_TOKEN)
         b.find_element(By.CSS_SELECTOR, "form button").click()
         wait_for(lambda: "Incidents" in b.title, 10, "the list after logging in")
@@ -94,7 +97,7 @@ def test_every_page_has_no_serious_accessibility_violation(
             screenshot(b, f"a11y-{name}")
         bad = {k: v for k, v in found.items() if v}
         assert not bad, "\n".join(f"{k}: {line}" for k, v in bad.items() for line in v)
-        assert len(found) == 9
+        assert len(found) == 10
     finally:
         app.stop(2)
 
