@@ -118,6 +118,11 @@ def test_every_tool_over_stdio_matches_the_api(tmp_path, sock_dir, sink) -> None
         assert peer.call("approve_action", approval_id=aid)["changed"] is True
         denied = peer.call("deny_action", approval_id=aid)
         assert denied["changed"] is False  # already approved: a later deny does nothing
+        assert peer.call("acknowledge_incident", incident_id=inc["id"])["changed"] is True
+        assert peer.call("add_incident_note", incident_id=inc["id"], text="from mcp")["changed"]
+        timeline = api.get(f"/api/v1/incidents/{inc['id']}").json()["timeline"]
+        assert {"acknowledged", "note"} <= {t["kind"] for t in timeline}
+        assert any(t["message"] == "oncall-lead: from mcp" for t in timeline)
         wait_for(lambda: [a for a in api.get(f"/api/v1/incidents/{inc['id']}").json()["actions"]
                           if a["status"] == "succeeded"], 20, "the approved action to run")
         # Bounded: even a large limit comes back capped.

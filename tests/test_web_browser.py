@@ -4,6 +4,7 @@ markup in every shown field stays inert text. Screenshots under .ci/artifacts/."
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -221,6 +222,8 @@ def test_alerts_page_shows_a_pending_alerts_for_progress(
         assert progress.get_attribute("max") == "100"
         assert 3 <= int(progress.get_attribute("value")) < 100
         assert "%" in row.find_element(By.CLASS_NAME, "for-progress").text
+        assert re.fullmatch(r"pending \d+\.\ds of 90\.0s",
+                            row.find_element(By.CLASS_NAME, "for-text").text)
         screenshot(b, "alerts-pending")
         b.get(f"{url}/alerts?state=firing")
         assert "No pending or firing alerts match" in b.find_element(By.ID, "alerts").text
@@ -263,7 +266,7 @@ def test_silence_from_the_incident_page(tmp_path: Path, browser) -> None:  # noq
         form.find_element(By.NAME, "comment").send_keys("looking into it")
         screenshot(b, "incident-silence-form")
         form.find_element(By.ID, "silence").click()
-        wait_for(lambda: b.current_url.endswith(f"/incidents/{iid}"), 10,
+        wait_for(lambda: b.current_url.endswith(f"/incidents/{iid}#timeline"), 10,
                  "the redirect back to the incident")
         (s,) = httpx.get(f"{url}/api/v2/silences",
                          headers={"Authorization": f"Bearer {WRITE_TOKEN}"}).json()

@@ -65,7 +65,8 @@ def list_incidents(db: Database, params: Mapping[str, str], now_ms: int) -> dict
                 .correlate(Incident).scalar_subquery())
     q = select(Incident.id, Incident.alertname, Incident.target, Incident.status,
                Incident.severity, Incident.summary, Incident.category, Incident.opened_at,
-               Incident.resolved_at, Incident.updated_at, n_alerts.label("n_alerts"),
+               Incident.resolved_at, Incident.updated_at, Incident.acknowledged_by,
+               Incident.owner, n_alerts.label("n_alerts"),
                n_firing.label("n_firing"))
     # Ordering by the (constant) filter column first names its (column, opened_at, id)
     # index to the planner: PostgreSQL otherwise walks opened_at and filters, which is
@@ -106,6 +107,7 @@ def _summary(r: Any, counts: tuple[int, int]) -> dict[str, Any]:
             "severity": r.severity, "summary": r.summary, "category": r.category,
             "opened_at": iso(r.opened_at), "resolved_at": iso(r.resolved_at),
             "updated_at": iso(r.updated_at), "alerts": counts[0], "firing": counts[1],
+            "acknowledged_by": r.acknowledged_by, "owner": r.owner,
             # opened → resolved; None while open (the page shows "–").
             "duration_ms": (dt_to_ms(r.resolved_at) - dt_to_ms(r.opened_at)
                             if r.resolved_at is not None and r.opened_at is not None else None)}
@@ -134,7 +136,10 @@ def get_incident(db: Database, incident_id: int) -> dict[str, Any]:
         "incident": {**_summary(inc, (len(alerts), firing)), "labels": dict(inc.labels),
                      "detect_ms": inc.detect_ms, "evidence_at": iso(inc.evidence_at),
                      "time_to_detect_ms": inc.detect_ms,
-                     "time_to_recovery_ms": inc.recovery_ms},
+                     "time_to_recovery_ms": inc.recovery_ms,
+                     # What people did (issue 37): who took it, who owns it.
+                     "acknowledged_at": iso(inc.acknowledged_at),
+                     "diagnosis_requested_at": iso(inc.diagnosis_requested_at)},
         "alerts": [{"fingerprint": a.fingerprint, "labels": dict(a.labels),
                     "annotations": dict(a.annotations), "state": a.state,
                     "value": _num(value_from_db(a.value)), "active_at": iso(a.active_at),

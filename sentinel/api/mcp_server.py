@@ -31,9 +31,11 @@ from sentinel.api.service import ApiService
 MAX_ROWS = 100
 MAX_TIMELINE = 200
 MAX_TEXT = 2000
-WRITE_TOOLS = frozenset({"create_silence", "approve_action", "deny_action"})
+WRITE_TOOLS = frozenset({"create_silence", "approve_action", "deny_action",
+                         "acknowledge_incident", "add_incident_note"})
 TOOLS = ("list_incidents", "get_incident", "incident_stats", "target_health", "query",
-         "list_silences", "create_silence", "list_approvals", "approve_action", "deny_action")
+         "list_silences", "create_silence", "list_approvals", "approve_action", "deny_action",
+         "acknowledge_incident", "add_incident_note")
 
 _principal: contextvars.ContextVar[Principal] = contextvars.ContextVar(
     "sentinel_mcp_principal", default=ANONYMOUS)
@@ -112,6 +114,12 @@ class LocalBackend:
             parts = path.strip("/").split("/")  # api v1 approvals ID verb
             if parts[:3] == ["api", "v1", "approvals"] and len(parts) == 5:
                 return s.decide(int(parts[3]), parts[4] == "approve", who, "mcp")
+            if parts[:3] == ["api", "v1", "incidents"] and len(parts) == 5:
+                if parts[4] == "acknowledge":
+                    return s.acknowledge(int(parts[3]), who, "mcp")
+                if parts[4] == "notes":
+                    return s.add_note(int(parts[3]), str((body or {}).get("text", "")), who,
+                                      "mcp")
         except ApiError as exc:
             raise ValueError(exc.message) from None
         raise ValueError(f"unknown path {path}")
@@ -204,6 +212,19 @@ def build_server(backend: Backend) -> Any:
         who = _principal.get()
         return await run(lambda: backend.write(
             "POST", f"/api/v1/approvals/{int(approval_id)}/deny", None, who))
+
+    @server.tool(description="Acknowledge an incident: someone has it, so its notifications "
+                             "are not repeated or escalated. Needs a write token.")
+    async def acknowledge_incident(incident_id: int) -> dict[str, Any]:
+        who = _principal.get()
+        return await run(lambda: backend.write(
+            "POST", f"/api/v1/incidents/{int(incident_id)}/acknowledge", None, who))
+
+    @server.tool(description="Add a note to an incident's timeline. Needs a write token.")
+    async def add_incident_note(incident_id: int, text: str) -> dict[str, Any]:
+        who = _principal.get()
+        return await run(lambda: backend.write(
+            "POST", f"/api/v1/incidents/{int(incident_id)}/notes", {"text": text}, who))
 
     return server
 

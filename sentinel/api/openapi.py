@@ -71,6 +71,19 @@ SCHEMAS: dict[str, Any] = {
     "Approvals": {"type": "object", "required": ["approvals"], "properties": {"approvals": {
         "type": "array", "items": {"$ref": "#/components/schemas/Approval"}}}},
     "Decision": {"type": "object", "required": ["approval", "changed", "status", "message"]},
+    "Act": {"type": "object", "required": ["incident", "changed", "message"], "properties": {
+        "incident": {"type": "integer"}, "changed": {"type": "boolean"},
+        "message": {"type": "string"}}},
+    "Owner": {"type": "object", "required": ["owner"], "properties": {
+        "owner": {"type": "string"}}},
+    "Note": {"type": "object", "required": ["text"], "properties": {
+        "text": {"type": "string", "maxLength": 4000}}},
+    "IncidentSilenceRequest": {"type": "object", "required": ["comment"], "properties": {
+        "matchers": {"description": 'text such as target="tpu-a" alertname=~"X.*", or API '
+                     "v2 matcher objects"},
+        "duration": {"type": "string", "description": "default 1h"},
+        "comment": {"type": "string"}}},
+    "IncidentSilence": {"type": "object", "required": ["incident", "silenceID"]},
     "GettableSilence": {"type": "object", "required": [
         "id", "status", "updatedAt", "matchers", "startsAt", "endsAt", "createdBy", "comment"]},
     "PostableSilence": {"type": "object", "required": [
@@ -134,6 +147,21 @@ def openapi_document() -> dict[str, Any]:
                                          "IncidentPage", FILTERS)},
         "/api/v1/incidents/{id}": {"get": _op("One incident in full", "IncidentDetail",
                                               path_id=True)},
+        "/api/v1/incidents/{id}/acknowledge": {"post": _op(
+            "Acknowledge: no more repeats or escalations of this incident", "Act", write=True,
+            path_id=True)},
+        "/api/v1/incidents/{id}/owner": {"post": _op(
+            'Set the owner ({"owner": "name"}; "" removes it)', "Act", write=True,
+            path_id=True, body="Owner")},
+        "/api/v1/incidents/{id}/notes": {"post": _op(
+            'Add a note to the timeline ({"text": "..."})', "Act", write=True, path_id=True,
+            body="Note")},
+        "/api/v1/incidents/{id}/silence": {"post": _op(
+            "Silence the incident's alerts (default matchers: its alertname and target)",
+            "IncidentSilence", write=True, path_id=True, body="IncidentSilenceRequest")},
+        "/api/v1/incidents/{id}/diagnose": {"post": _op(
+            "Run the model diagnosis again (409 when diagnosis is not configured)", "Act",
+            write=True, path_id=True)},
         "/api/v1/stats": {"get": _op("Counts and times to detect, recover, resolve", "Stats",
                                      STATS_PARAMS)},
         "/api/v1/targets": {"get": _op("Each target's health now", "Targets")},

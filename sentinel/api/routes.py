@@ -91,6 +91,15 @@ def _body_json(request: Request) -> Any:
         raise ApiError(400, "body is not JSON") from None
 
 
+def _field(request: Request, name: str, blank: bool = False) -> str:
+    """One string field of a JSON object body."""
+    body = _body_json(request)
+    value = body.get(name) if isinstance(body, dict) else None
+    if not isinstance(value, str) or not (blank or value.strip()):
+        raise ApiError(400, f"body needs a string {name!r}", name)
+    return value
+
+
 def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
     """The /api/v1 and /api/v2 routes."""
     def r(path: str, fn: Callable[[Request, Principal], Any], methods: tuple[str, ...] = ("GET",),
@@ -107,6 +116,17 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
     return [
         r("/api/v1/incidents", lambda q, p: service.incidents(params(q))),
         r("/api/v1/incidents/{id}", lambda q, p: service.incident(_id(q))),
+        # What people do to an incident (issue 37): each a write, audited, on the timeline.
+        r("/api/v1/incidents/{id}/acknowledge",
+          lambda q, p: service.acknowledge(_id(q), p, "api"), ("POST",), write=True),
+        r("/api/v1/incidents/{id}/owner", lambda q, p: service.assign(
+            _id(q), _field(q, "owner", blank=True), p, "api"), ("POST",), write=True),
+        r("/api/v1/incidents/{id}/notes", lambda q, p: service.add_note(
+            _id(q), _field(q, "text", blank=True), p, "api"), ("POST",), write=True),
+        r("/api/v1/incidents/{id}/silence", lambda q, p: service.silence_incident(
+            _id(q), _body_json(q), p, "api"), ("POST",), write=True),
+        r("/api/v1/incidents/{id}/diagnose",
+          lambda q, p: service.request_diagnosis(_id(q), p, "api"), ("POST",), write=True),
         r("/api/v1/stats", lambda q, p: service.stats(params(q))),
         r("/api/v1/targets", lambda q, p: service.target_health()),
         r("/api/v1/alerts", lambda q, p: service.alerts(

@@ -17,11 +17,12 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from sentinel.api import history, rules_view, stats
+from sentinel.api import acts, history, rules_view, stats
 from sentinel.api.auth import Principal
 from sentinel.api.errors import ApiError, bad_param
 from sentinel.api.params import time_param
 from sentinel.api.querypool import QueryPool
+from sentinel.incidents import operator
 from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident, LogEventRow
@@ -45,6 +46,10 @@ class ApiService:
     targets: Sequence[str] = ()
     rule_exprs: Callable[[str], str | None] = lambda _alertname: None
     on_approved: Callable[[], None] = lambda: None
+    # Re-run diagnosis from the page/API: the daemon's diagnosis job, woken at once.
+    on_diagnosis_requested: Callable[[], None] = lambda: None
+    diagnosis_enabled: bool = False
+    web: Any = None  # sentinel.config.web.WebConfig: links out from an incident
     clock: Callable[[], float] = time.time
     # The live rule manager (None before start) and the loaded rule groups: alerts, rules.
     rule_manager: Callable[[], Any] = lambda: None
@@ -74,8 +79,14 @@ class ApiService:
         return history.list_incidents(self.db, params, self.now_ms())
 
     def incident(self, incident_id: int) -> dict[str, Any]:
-        """GET /api/v1/incidents/{id}."""
-        return history.get_incident(self.db, incident_id)
+        """GET /api/v1/incidents/{id}, with its links out (dashboard, graph, runbook)."""
+        from sentinel.api.links import incident_links
+
+        d = history.get_incident(self.db, incident_id)
+        window = history.incident_window_ms(d, self.now_ms())
+        d["links"] = incident_links(self.web, d, self.rule_exprs(d["incident"]["alertname"]),
+                                    window)
+        return d
 
     def stats(self, params: Mapping[str, str]) -> dict[str, Any]:
         """GET /api/v1/stats."""
@@ -212,6 +223,39 @@ class ApiService:
             self.on_approved()
         return {"approval": approval_id, "changed": d.changed, "status": d.status,
                 "message": d.message, "incident_id": d.incident_id}
+
+    # -- what people do to an incident (api/acts.py) ---------------------------------
+
+    def acknowledge(self, incident_id: int, who: Principal, via: str) -> dict[str, Any]:
+        """POST /api/v1/incidents/{id}/acknowledge: no more repeats or escalations."""
+        return acts.act(self, incident_id, who, via, "acknowledge", lambda: operator.acknowledge(
+            self.db, incident_id, who.name, self.now_ms()))
+
+    def assign(self, incident_id: int, owner: str, who: Principal, via: str) -> dict[str, Any]:
+        """POST /api/v1/incidents/{id}/owner {owner} ("" removes the owner)."""
+        return acts.act(self, incident_id, who, via, "assign", lambda: operator.assign(
+            self.db, incident_id, owner, who.name, self.now_ms()))
+
+    def add_note(self, incident_id: int, text: str, who: Principal, via: str
+                 ) -> dict[str, Any]:
+        """POST /api/v1/incidents/{id}/notes {text}."""
+        return acts.act(self, incident_id, who, via, "note", lambda: operator.add_note(
+            self.db, incident_id, text, who.name, self.now_ms()))
+
+    def silence_incident(self, incident_id: int, body: Any, who: Principal, via: str
+                         ) -> dict[str, Any]:
+        """POST /api/v1/incidents/{id}/silence {matchers?, duration?, comment}."""
+        return acts.silence_incident(self, incident_id, body, who, via)
+
+    def request_diagnosis(self, incident_id: int, who: Principal, via: str) -> dict[str, Any]:
+        """POST /api/v1/incidents/{id}/diagnose: the diagnosis job runs it at once."""
+        if not self.diagnosis_enabled:
+            self.audit(who, via, f"diagnose incident {incident_id}", 409, "not configured")
+            raise ApiError(409, "diagnosis is not configured (diagnosis.endpoints)")
+        out = acts.act(self, incident_id, who, via, "diagnose", lambda: operator.request_diagnosis(
+            self.db, incident_id, who.name, self.now_ms()))
+        self.on_diagnosis_requested()
+        return out
 
     # -- Alertmanager API v2 alerts ---------------------------------------------------
 

@@ -57,6 +57,7 @@ from sentinel.config.querybackend import QueryBackendConfig
 from sentinel.config.remediation import RemediationConfig, check_against_targets
 from sentinel.config.sources import LogsConfig, TpuConfig
 from sentinel.config.timeintervals import NamedTimeIntervalConfig
+from sentinel.config.web import WebConfig
 
 __all__ = [
     "DEFAULT_WEBHOOK_TIMEOUT_MS", "Config", "NotifyConfig", "ReceiverConfig", "TargetConfig",
@@ -175,6 +176,8 @@ class Config(Strict):
     probe_interval_ms: Duration = Field(DEFAULT_PROBE_INTERVAL_MS, alias="probe_interval")
     probe_canary_concurrency: int = Field(DEFAULT_CANARY_CONCURRENCY, ge=1)
     api: ApiConfig = ApiConfig.model_validate({})
+    # Links out from the incident page: Grafana, the Prometheus graph (sentinel.config.web).
+    web: WebConfig = WebConfig.model_validate({})
     # How a restart restores alerts' `for` state (Prometheus's flags; issue 10).
     alert_restore: AlertRestoreConfig = AlertRestoreConfig.model_validate({})
     # Rules query a Prometheus-compatible API instead of the embedded store (issue 16).

@@ -429,6 +429,9 @@ class App:
             rule_exprs=rule_expr_lookup(lambda: self._groups),
             # Looked up at each approval: with `ha:` the runner starts when this daemon leads.
             on_approved=lambda: self.approvals.kick() if self.approvals is not None else None,
+            # A diagnosis asked for from the page runs at the diagnosis job's next turn: now.
+            on_diagnosis_requested=self._kick_diagnosis,
+            diagnosis_enabled=self.config.diagnosis is not None, web=self.config.web,
             clock=self.clock, external_url=self.config.external_url,
             alert_routing=AlertRouting.from_config(self.config),  # API v2 alerts (issue 35)
             rule_manager=lambda: self.pipeline.rules if self.pipeline is not None else None,
@@ -575,6 +578,11 @@ class App:
                 return
             with self.lease.term():  # its writes are refused in a later term
                 self.pipeline.evaluate(group, now_ms)
+
+    def _kick_diagnosis(self) -> None:
+        job = self._scheduler.get_job("diagnose") if self._scheduler is not None else None
+        if job is not None:
+            job.modify(next_run_time=_now_dt())
 
     def _diagnose_job(self) -> None:
         assert self.diagnosis is not None

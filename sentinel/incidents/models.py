@@ -72,6 +72,11 @@ class TimelineKind(enum.StrEnum):
     RUNBOOK = "runbook"
     ACTION = "action"
     NOTE = "note"
+    # What people do from the page, the API or MCP (issue 37).
+    ACKNOWLEDGED = "acknowledged"
+    ASSIGNED = "assigned"
+    SILENCED = "silenced"
+    DIAGNOSIS_REQUESTED = "diagnosis_requested"
 
 
 def _in(column: str, values: type[enum.StrEnum]) -> str:
@@ -107,6 +112,12 @@ class Incident(Base):
     # time to detect runs from it to opened_at, time to recovery to verified serving.
     evidence_at: Mapped[datetime | None]
     recovery_ms: Mapped[int | None] = mapped_column(BigInteger)
+    # A person took it (no more repeats or escalations), who owns it, and a diagnosis
+    # asked for again that the diagnosis job has not yet claimed.
+    acknowledged_at: Mapped[datetime | None]
+    acknowledged_by: Mapped[str | None] = mapped_column(String(128))
+    owner: Mapped[str | None] = mapped_column(String(128))
+    diagnosis_requested_at: Mapped[datetime | None]
 
     __table_args__ = (
         CheckConstraint(_in("status", IncidentStatus), name="status"),

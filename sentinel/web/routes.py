@@ -1,7 +1,8 @@
 """Routes of the page: `/`, `/incidents/{id}`, `/targets`, `/stats`, `/silences`, login, assets.
 
 Reading works without JavaScript and, on loopback, without a token. Acting
-(approve, deny, silence) needs a write token entered once on /login, which
+(approve, deny, silence; on an incident also acknowledge, owner, note and
+re-run diagnosis) needs a write token entered once on /login, which
 becomes a signed session cookie (HttpOnly, SameSite=Strict); every form
 carries the session's CSRF value. Responses carry a Content-Security-Policy
 that allows only Sentinel's own script and stylesheet.
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from sentinel.api.acts import incident_matchers
 from sentinel.api.auth import SESSION_COOKIE, SESSION_TTL_S, Auth, Principal
 from sentinel.api.errors import ApiError
 from sentinel.api.history import incident_window_ms
@@ -92,7 +94,28 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         return "incident.html", {"d": d, "plot": _plot(service, d), "can_write": p.can_write,
                                  "runbook": pages.runbook_text(d),
                                  "recovery_ms": recovered[0] if recovered else None,
-                                 "silence_matchers": _matchers_of(d["incident"])}
+                                 "silence_matchers": incident_matchers(d["incident"]),
+                                 "can_diagnose": service.diagnosis_enabled,
+                                 "links": d["links"]}
+
+    def incident_act(fn: Callable[[int, dict[str, str], Principal], Any]
+                     ) -> Callable[[Request, Principal], Response]:
+        """A form of the incident page: do it (audited, on the timeline), then back there."""
+        def run(request: Request, p: Principal) -> Response:
+            iid = _int(request.path_params["id"])
+            fn(iid, _form(request), p)
+            return RedirectResponse(f"/incidents/{iid}#timeline", status_code=303)
+        return run
+
+    acts: dict[str, Callable[[int, dict[str, str], Principal], Any]] = {
+        "acknowledge": lambda i, f, p: service.acknowledge(i, p, "page"),
+        "owner": lambda i, f, p: service.assign(i, f.get("owner", ""), p, "page"),
+        "notes": lambda i, f, p: service.add_note(i, f.get("text", ""), p, "page"),
+        "silence": lambda i, f, p: service.silence_incident(i, {
+            "matchers": f.get("matchers", ""), "duration": f.get("duration", ""),
+            "comment": f.get("comment", "")}, p, "page"),
+        "diagnose": lambda i, f, p: service.request_diagnosis(i, p, "page"),
+    }
 
     def decide(approve: bool) -> Callable[[Request, Principal], Response]:
         def run(request: Request, p: Principal) -> Response:
@@ -162,6 +185,8 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
               methods=["POST"]),
         Route("/incidents/{id}/approvals/{aid}/deny", page(decide(False), write=True),
               methods=["POST"]),
+        *(Route(f"/incidents/{{id}}/{name}", page(incident_act(fn), write=True),
+                methods=["POST"]) for name, fn in acts.items()),
         Route("/targets", page(lambda q, p: (
             "targets.html", {"targets": service.target_health()["targets"]}), "Targets")),
         Route("/stats", page(stats, "Stats")),
@@ -230,16 +255,6 @@ def _plot(service: ApiService, d: dict[str, Any]) -> Markup:
         series = service.series_range(expr, start, end)
     return (Markup('<p class="muted">{}</p>').format(expr)
             + svg.line_plot(series, start, end, marks, inc["alertname"]))
-
-
-def _matchers_of(inc: dict[str, Any]) -> str:
-    """The silence form's prefill: the incident's alertname and target, editable."""
-    labels = {"alertname": inc["alertname"], "target": inc["target"]}
-    return " ".join(f'{k}="{_quote(v)}"' for k, v in labels.items() if v)
-
-
-def _quote(v: str) -> str:
-    return str(v).replace('"', '\\"')  # parse_matcher unquotes \" (and only that)
 
 
 def _ms(ts: str) -> int:

@@ -21,6 +21,7 @@ from sentinel.config import Config
 from sentinel.incidents.convert import dt_to_ms, ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import TimelineKind
+from sentinel.incidents.operator import claim_diagnosis_requests
 from sentinel.respond.diagnose import records
 from sentinel.respond.diagnose.gather import SeriesReader, gather, target_pairs
 from sentinel.respond.diagnose.service import Diagnoser, ModelAnswer, NoAnswer
@@ -56,7 +57,7 @@ class DiagnosisWorker:
 
     def tick(self, now_ms: int) -> list[int]:
         """One pass over pending incidents; the ids that got a model runbook."""
-        done = []
+        done = self._requested(now_ms)
         for p in records.pending(self.db):
             if now_ms - dt_to_ms(p.opened_at) > self.settings.deadline_ms:
                 self._give_up(p.incident_id, now_ms, p.has_static, ())
@@ -71,6 +72,20 @@ class DiagnosisWorker:
                 log.exception("diagnosis of incident %d failed", p.incident_id)
         open_ids = {p.incident_id for p in records.pending(self.db)}
         self._backoff = {k: v for k, v in self._backoff.items() if k in open_ids}
+        # Asked for while this tick ran: the wake-up that came with it found the job
+        # running and was dropped, so it is served here rather than an interval later.
+        return done + self._requested(now_ms)
+
+    def _requested(self, now_ms: int) -> list[int]:
+        """Diagnoses people asked for (page, API): each claimed once, run whatever the
+        incident's state or earlier runbooks, as `sentinel diagnose` does."""
+        done = []
+        for incident_id in claim_diagnosis_requests(self.db):
+            try:
+                if self.diagnose(incident_id, now_ms, has_static=True, retry=False):
+                    done.append(incident_id)
+            except Exception:  # one incident never stops the others
+                log.exception("requested diagnosis of incident %d failed", incident_id)
         return done
 
     def diagnose(self, incident_id: int, now_ms: int, *, has_static: bool = False,

@@ -8,7 +8,8 @@ One `run(now_ms)` is one transaction:
 2. Groups due to flush decide, as Alertmanager does: alerts muted by a
    silence or an inhibition rule are left out (the change is written on the
    incident timeline once, with the reason), and `grouping.needs_update`
-   says whether the rest makes a message. A message is an outbox row; the
+   says whether the rest makes a message (a mere repeat of incidents a
+   person acknowledged is not sent: incidents/operator.py). A message is an outbox row; the
    sender delivers it. Resolved alerts leave the group after its flush; an
    empty group is deleted.
 
@@ -44,6 +45,7 @@ from sentinel.incidents.models import (
     TimelineKind,
 )
 from sentinel.incidents.models_notify import NotifyGroup, NotifyIntent
+from sentinel.incidents.operator import acknowledged
 from sentinel.model import Alert, AlertState, Labels, Notification, NotificationKind, labels_of
 from sentinel.respond.notify.codec import alert_from_json, alert_to_json
 from sentinel.respond.notify.grouping import idempotency_key, needs_update
@@ -59,6 +61,7 @@ BATCH = 5_000
 # when its route's group_interval is 0 (send every change at once).
 IDLE_RECHECK_MS = 60_000
 WATCHDOG = "Watchdog"
+NO_REPEAT_MS = 1 << 62  # a repeat_interval that never comes due
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,11 +192,8 @@ class Dispatcher:
                 (firing if alert.state is AlertState.FIRING else resolved).append(fp)
         sent = 0
         send_resolved = self.settings.send_resolved.get(g.receiver, True)
-        last = dt_to_ms(g.last_sent_at) if g.last_sent_at else None
-        if (firing or resolved) and needs_update(
-                sent_firing=g.sent_firing, sent_resolved=g.sent_resolved, firing=firing,
-                resolved=resolved, send_resolved=send_resolved, last_sent_ms=last,
-                now_ms=now_ms, repeat_ms=route.repeat_interval_ms):
+        if (firing or resolved) and self._sends(s, g, alerts, firing, resolved, send_resolved,
+                                                route.repeat_interval_ms, now_ms):
             shown = firing + (resolved if send_resolved else [])
             if shown:
                 g.seq += 1
@@ -210,6 +210,24 @@ class Dispatcher:
         interval = route.group_interval_ms or IDLE_RECHECK_MS
         g.next_flush_at = ms_to_dt(now_ms) + timedelta(milliseconds=interval)
         return sent
+
+    @staticmethod
+    def _sends(s: Session, g: NotifyGroup, alerts: Mapping[str, dict[str, Any]],
+               firing: list[str], resolved: list[str], send_resolved: bool, repeat_ms: int,
+               now_ms: int) -> bool:
+        """needs_update, except that a mere repeat of acknowledged incidents is not sent."""
+        def needs(repeat: int) -> bool:
+            return needs_update(
+                sent_firing=g.sent_firing, sent_resolved=g.sent_resolved, firing=firing,
+                resolved=resolved, send_resolved=send_resolved,
+                last_sent_ms=dt_to_ms(g.last_sent_at) if g.last_sent_at else None,
+                now_ms=now_ms, repeat_ms=repeat)
+        if not needs(repeat_ms):
+            return False
+        if needs(NO_REPEAT_MS):
+            return True  # something changed: acknowledged or not, it is news
+        # Only the repeat_interval is due: a person who acknowledged has it already.
+        return not acknowledged(s, [int(alerts[fp]["incident_id"]) for fp in firing])
 
     def _message(self, s: Session, g: NotifyGroup, alerts: Mapping[str, dict[str, Any]],
                  shown: list[str], firing: list[str]) -> Notification:

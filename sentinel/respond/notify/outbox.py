@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.models import TimelineEvent, TimelineKind
 from sentinel.incidents.models_notify import NotifyIntent, OutboxMessage, OutboxStatus
+from sentinel.incidents.operator import acknowledged
 from sentinel.model import AlertState, Notification
 from sentinel.respond.notify.codec import alert_to_json, notification_to_json
 
@@ -60,7 +61,17 @@ class Outbox:
 
     def escalate(self, s: Session, notification: Notification, reason: str, now_ms: int,
                  escalated_from: int | None = None) -> bool:
-        """Page the fallback receiver with this notification; False when none is configured."""
+        """Page the fallback receiver with this notification; False when none is configured,
+        or when every incident it is about is acknowledged (a person has it: said on the
+        timeline instead)."""
+        ids = sorted((set(notification.incident_ids) | {notification.incident_id}) - {0})
+        if self.fallback_receiver is not None and acknowledged(s, ids):
+            for incident_id in ids:
+                s.add(TimelineEvent(
+                    incident_id=incident_id, at=ms_to_dt(now_ms), kind=TimelineKind.NOTE,
+                    message=f"not escalated (acknowledged): {reason}",
+                    data={"escalation": False, "acknowledged": True, "reason": reason}))
+            return False
         if self.fallback_receiver is None:
             log.warning("nothing to escalate to (no notify.fallback_receiver): %s", reason)
             return False
