@@ -39,6 +39,7 @@ from sentinel.config.base import (
 from sentinel.config.database import DEFAULT_DATABASE, resolve_sqlite_path
 from sentinel.config.diagnosis import DiagnosisConfig
 from sentinel.config.durations import format_duration, parse_duration
+from sentinel.config.evidence import EvidenceConfig
 from sentinel.config.ha import HAConfig
 from sentinel.config.kubernetes import KubernetesSDConfig
 from sentinel.config.notify import (
@@ -180,6 +181,8 @@ class Config(Strict):
     query_backend: QueryBackendConfig | None = None
     # A leader lease on the shared PostgreSQL (sentinel.config.ha); absent: act alone.
     ha: HAConfig | None = None
+    # Which window of an incident's series is stored with it, so its plot outlives the store.
+    evidence: EvidenceConfig = EvidenceConfig.model_validate({})
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
