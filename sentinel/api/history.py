@@ -164,22 +164,8 @@ def approval_view(a: Approval) -> dict[str, Any]:
             "decided_by": a.decided_by, "attempt_id": a.attempt_id, "detail": a.detail}
 
 
-def incident_window_ms(detail: Mapping[str, Any], now_ms: int) -> tuple[int, int]:
-    """The time range a plot of the incident shows: as long before it opened as it lasted
-    (1–10 min), to half that after it resolved (or now)."""
-    inc = detail["incident"]
-    opened = _parse_ms(inc["opened_at"])
-    resolved = _parse_ms(inc["resolved_at"]) if inc["resolved_at"] else now_ms
-    margin = min(600_000, max(60_000, resolved - opened))
-    return opened - margin, min(now_ms, resolved + margin // 2)
-
-
-def _parse_ms(text: str) -> int:
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-
-
 def _num(v: float) -> float | str:
     return v if v == v and v not in (float("inf"), float("-inf")) else str(v)
 
 
-__all__ = ["approval_view", "get_incident", "incident_window_ms", "iso", "list_incidents"]
+__all__ = ["approval_view", "get_incident", "iso", "list_incidents"]

@@ -107,6 +107,7 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
     return [
         r("/api/v1/incidents", lambda q, p: service.incidents(params(q))),
         r("/api/v1/incidents/{id}", lambda q, p: service.incident(_id(q))),
+        r("/api/v1/incidents/{id}/evidence", lambda q, p: service.evidence(_id(q))),
         r("/api/v1/stats", lambda q, p: service.stats(params(q))),
         r("/api/v1/targets", lambda q, p: service.target_health()),
         r("/api/v1/alerts", lambda q, p: service.alerts(

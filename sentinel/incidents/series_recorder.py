@@ -153,16 +153,17 @@ def extend(query_fn: QueryFn, spec: CaptureSpec, stored: SeriesSet | None, start
            end_ms: int, settings: CaptureSettings, earliest_ms: int | None = None) -> SeriesSet:
     """`stored` extended to `end_ms` (or a first capture of [start, end] when None).
 
-    A first capture samples at a step that fits the whole wanted window in
-    MAX_POINTS, but asks only from `earliest_ms` on (what the store still holds).
-    An extension keeps the stored step, coarser only when the gap since the last
-    capture is longer than MAX_POINTS steps (a daemon that was down for a day).
+    A first capture asks only from `earliest_ms` on (what the store still holds),
+    at a step that fits that span in MAX_POINTS: fine while the incident is young;
+    `bound` coarsens it as the incident grows. An extension keeps the stored step,
+    coarser only when the gap since the last capture is longer than MAX_POINTS
+    steps (a daemon that was down for a day).
     """
     if stored is None:
-        step = settings.first_step(start_ms, end_ms)
         first = max(start_ms, earliest_ms) if earliest_ms is not None else start_ms
+        step = settings.first_step(first, end_ms)
         found = capture(query_fn, spec, first, end_ms, step)
-        return merge(SeriesSet(step, start_ms, end_ms, ()), found)
+        return merge(SeriesSet(step, first, end_ms, ()), found)  # from what was asked
     if end_ms <= stored.end_ms:
         return stored
     step = stored.step_ms
