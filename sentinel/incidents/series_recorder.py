@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
-from sqlalchemy import exists, select
+from sqlalchemy import exists, false, select
 
 from sentinel.incidents.convert import dt_to_ms, ms_to_dt, opt_dt_to_ms
 from sentinel.incidents.db import Database
@@ -110,7 +110,7 @@ class SeriesRecorder:
                 .order_by(Incident.opened_at).limit(MAX_PER_TICK + 1))
             rows = s.execute(select(Incident, IncidentSeries).join(
                 IncidentSeries, IncidentSeries.incident_id == Incident.id)
-                .where(IncidentSeries.final.is_(False))
+                .where(IncidentSeries.final == false())  # `= false`: the index serves it
                 .order_by(IncidentSeries.updated_at).limit(MAX_PER_TICK + 1)).all()
             pairs: list[tuple[Incident, IncidentSeries | None]] = [(i, None) for i in fresh]
             pairs += [(r[0], r[1]) for r in rows]
