@@ -47,8 +47,8 @@ def _config(tmp: Path, a: SimServer, b: SimServer) -> Path:
         f"database: sqlite:///{tmp / 's.db'}\nlisten: 127.0.0.1:0\nrule_files: [rules.yaml]\n"
         "evaluation_interval: 500ms\nprobe_interval: 0s\n"
         "evidence: {before: 30m, after: 2s, interval: 500ms}\ntargets:\n"
-        + "".join(f"  - {{name: {n}, url: '{s.url}', scrape_interval: 250ms, "
-                  "scrape_timeout: 250ms}\n" for n, s in (("tpu-a", a), ("tpu-b", b))))
+        + "".join(f"  - {{name: {n}, url: '{s.url}', scrape_interval: 500ms, "
+                  "scrape_timeout: 500ms}\n" for n, s in (("tpu-a", a), ("tpu-b", b))))
     return cfg
 
 
@@ -82,12 +82,18 @@ def test_an_incident_resolved_an_hour_ago_keeps_its_plot(
         host, port = app.status.address  # type: ignore[union-attr]
         url = f"http://{host}:{port}"
         wait_for(lambda: _incident(url, "tpu-b"), 20, "tpu-b's incident")
-        wait_for(lambda: _samples(url, "tpu-a") >= 20, 20, "a few seconds of tpu-a below 0.85")
+        wait_for(lambda: _samples(url, "tpu-a") >= 10, 20, "a few seconds of tpu-a below 0.85")
         a.set_state(kv_cache_usage=0.97)
         inc = wait_for(lambda: _incident(url, "tpu-a"), 20, "tpu-a's incident to open")
         iid = inc["id"]  # type: ignore[index]
         wait_for(lambda: (_evidence(url, iid)["stored"] or {}).get("points"), 20,
                  "the series to be stored at opening")
+        # While it fires: the stored series, and the newest seconds from the series store.
+        browser.get(f"{url}/incidents/{iid}")
+        source = browser.find_element(By.ID, "plot-source").text
+        assert "Stored with the incident" in source and "latest from the series store" in source
+        assert browser.find_elements(By.CSS_SELECTOR, "#plot figure.rule svg polyline")
+        screenshot(browser, "incident-firing-stored")
         a.set_state(kv_cache_usage=0.4)
         wait_for(lambda: _incident(url, "tpu-a")["status"] == "resolved", 20,  # type: ignore[index]
                  "tpu-a's incident to resolve")
@@ -115,7 +121,7 @@ def test_an_incident_resolved_an_hour_ago_keeps_its_plot(
         opened = later["marks"][0]["at_ms"]
         before = [v for t, v in points if t < opened - 1000]
         assert len(before) >= 2 and set(before) == {0.5}, points
-        assert points[-1][1] == 0.4
+        assert later["stored"]["final"] and later["stored"]["end"] == later["window"]["end"]
 
         browser.get(f"{url}/incidents/{iid}")
         wait_for(lambda: browser.find_elements(By.ID, "plot"), 10, "the incident page")
