@@ -42,7 +42,8 @@ def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
     assert {"incidents", "incident_alerts", "timeline_events", "alert_states",
             "alembic_version", "log_cursors", "log_events", "log_file_positions",
             "notify_intents", "notify_groups", "notify_outbox", "silences",
-            "remediation_attempts", "remediation_targets", "approvals", "api_audit"} <= tables
+            "remediation_attempts", "remediation_targets", "approvals", "api_audit",
+            "incident_series"} <= tables
     with incident_db.engine.connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
     incident_db.upgrade()  # idempotent

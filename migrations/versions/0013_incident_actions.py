@@ -1,7 +1,7 @@
 """What people do on an incident (issue 37): acknowledge, owner, re-run diagnosis.
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-11-27 11:30:00
 
 `incidents.acknowledged_at` / `acknowledged_by`: a person took the incident;
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
-down_revision: str | None = "0011"
+down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -170,8 +170,8 @@ def approval_view(a: Approval) -> dict[str, Any]:
 
 
 def incident_window_ms(detail: Mapping[str, Any], now_ms: int) -> tuple[int, int]:
-    """The time range a plot of the incident shows: as long before it opened as it lasted
-    (1–10 min), to half that after it resolved (or now)."""
+    """The time range links out (a dashboard, a graph) show: as long before the incident
+    opened as it lasted (1–10 min), to half that after it resolved (or now)."""
     inc = detail["incident"]
     opened = _parse_ms(inc["opened_at"])
     resolved = _parse_ms(inc["resolved_at"]) if inc["resolved_at"] else now_ms

@@ -49,6 +49,17 @@ SCHEMAS: dict[str, Any] = {
             "type": "object", "required": ["id", "at", "kind", "message", "data"]}},
         "actions": {"type": "array"}, "approvals": {"type": "array"},
         "notifications": {"type": "array"}}},
+    "IncidentEvidence": {"type": "object", "required": [
+        "incident_id", "source", "stored", "window", "view", "step_ms", "plots", "marks"],
+        "properties": {
+            "source": {"enum": ["stored", "stored+live", "live", "none"]},
+            "plots": {"type": "array", "items": {"type": "object", "required": [
+                "kind", "title", "expr", "plotted", "threshold", "series"], "properties": {
+                "kind": {"enum": ["rule", "evidence"]},
+                "series": {"type": "array", "items": {
+                    "type": "object", "required": ["labels", "points"]}}}}},
+            "marks": {"type": "array", "items": {
+                "type": "object", "required": ["at", "at_ms", "kind", "label"]}}}},
     "Stats": {"type": "object", "required": ["since", "until", "by", "total", "groups"],
               "properties": {"total": _GROUP, "groups": {"type": "array", "items": {
                   "allOf": [_GROUP, {"type": "object", "required": ["key"]}]}}}},
@@ -162,6 +173,9 @@ def openapi_document() -> dict[str, Any]:
         "/api/v1/incidents/{id}/diagnose": {"post": _op(
             "Run the model diagnosis again (409 when diagnosis is not configured)", "Act",
             write=True, path_id=True)},
+        "/api/v1/incidents/{id}/evidence": {"get": _op(
+            "The incident's plotted series (stored with it, plus the live tail), threshold "
+            "and marks", "IncidentEvidence", path_id=True)},
         "/api/v1/stats": {"get": _op("Counts and times to detect, recover, resolve", "Stats",
                                      STATS_PARAMS)},
         "/api/v1/targets": {"get": _op("Each target's health now", "Targets")},

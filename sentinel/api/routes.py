@@ -127,6 +127,7 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
             _id(q), _body_json(q), p, "api"), ("POST",), write=True),
         r("/api/v1/incidents/{id}/diagnose",
           lambda q, p: service.request_diagnosis(_id(q), p, "api"), ("POST",), write=True),
+        r("/api/v1/incidents/{id}/evidence", lambda q, p: service.evidence(_id(q))),
         r("/api/v1/stats", lambda q, p: service.stats(params(q))),
         r("/api/v1/targets", lambda q, p: service.target_health()),
         r("/api/v1/alerts", lambda q, p: service.alerts(

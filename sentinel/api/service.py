@@ -27,6 +27,7 @@ from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident, LogEventRow
 from sentinel.incidents.models_api import ApiAudit, ApprovalStatus
+from sentinel.incidents.series_capture import CaptureSettings
 from sentinel.model import InstantSample
 from sentinel.promql import PromQLError
 from sentinel.promql.compile import check_expr_text
@@ -63,6 +64,10 @@ class ApiService:
     # Routing tree and inhibition rules for API v2's alerts (receivers, inhibitedBy).
     alert_routing: Any = None  # sentinel.api.alerts_v2.AlertRouting
     pool: QueryPool | None = None  # where clients' queries run (api/querypool.py)
+    # The stored window of incidents' series (config `evidence:`), for the live tail.
+    evidence_settings: CaptureSettings = field(default_factory=CaptureSettings)
+    # The oldest time the query backend still holds at `now` (the store's retention).
+    earliest_ms: Callable[[int], int | None] = lambda _now: None
 
     def __post_init__(self) -> None:
         if self.pool is None:
@@ -87,6 +92,27 @@ class ApiService:
         d["links"] = incident_links(self.web, d, self.rule_exprs(d["incident"]["alertname"]),
                                     window)
         return d
+
+    def evidence(self, incident_id: int) -> dict[str, Any]:
+        """GET /api/v1/incidents/{id}/evidence: the stored series, plus the live tail."""
+        from sentinel.api.evidence import incident_evidence
+
+        now = self.now_ms()
+        return incident_evidence(self.db, incident_id, self.rule_exprs, self.evidence_settings,
+                                 now, self._live_series(), self.earliest_ms(now))
+
+    def _live_series(self) -> Any:
+        """Captures from the live backend, in the query pool (a child for the store)."""
+        from sentinel.incidents.series_recorder import extend
+
+        query_fn, pool = self.query_fn, self.pool
+        if query_fn is None or pool is None:
+            return None
+
+        def live(spec: Any, stored: Any, start: int, end: int, settings: CaptureSettings
+                 ) -> Any:
+            return pool.run(lambda: extend(query_fn, spec, stored, start, end, settings))
+        return live
 
     def stats(self, params: Mapping[str, str]) -> dict[str, Any]:
         """GET /api/v1/stats."""
@@ -178,23 +204,6 @@ class ApiService:
                 for s in samples]}}
         return {"status": "success",
                 "data": {"resultType": "scalar", "result": [ts, format_float(float(result))]}}
-
-    def series_range(self, expr: str, start_ms: int, end_ms: int, points: int = 120
-                     ) -> list[dict[str, Any]]:
-        """`expr` evaluated at `points` steps over [start, end]: [{"labels", "points"}].
-
-        For an alerting expression `x > threshold` the series worth seeing is `x`
-        (the comparison only keeps the samples that fire), so a filtering
-        comparison against a number at the top is peeled off.
-        """
-        query_fn = self.query_fn
-        if query_fn is None or end_ms <= start_ms:
-            return []
-        assert self.pool is not None
-        try:
-            return self.pool.run(lambda: _plot(query_fn, expr, start_ms, end_ms, points))
-        except (PromQLError, ApiError):
-            return []
 
     # -- approvals --------------------------------------------------------------------
 
@@ -324,28 +333,6 @@ class ApiService:
                            status=status, detail=detail[:2000]))
 
 
-_COMPARISONS = ("==", "!=", ">", "<", ">=", "<=")
-
-
-def plotted_expr(expr: str) -> Any:
-    """The expression a plot shows: `x` for `x > 3` (or `3 < x`), else the expression itself."""
-    from sentinel.promql import compile_expr
-    from sentinel.promql.nodes import Binary, NumberLiteral, Paren
-
-    try:
-        node = compile_expr(expr)
-    except PromQLError:
-        return expr
-    while isinstance(node, Paren):
-        node = node.expr
-    if isinstance(node, Binary) and node.op in _COMPARISONS and not node.return_bool:
-        if isinstance(node.rhs, NumberLiteral):
-            return node.lhs
-        if isinstance(node.lhs, NumberLiteral):
-            return node.rhs
-    return node
-
-
 def _pool_for(query_fn: Callable[[str, int], Any] | None) -> QueryPool:
     """A pool forking children for the embedded engine; in-process for a remote backend."""
     from sentinel.promql.engine import Engine
@@ -362,22 +349,3 @@ def _pool_for(query_fn: Callable[[str, int], Any] | None) -> QueryPool:
 def _capped(result: Any) -> Any:
     """A vector cut to what the API returns, so a child never pickles more."""
     return result[:MAX_QUERY_RESULT] if isinstance(result, list) else result
-
-
-def _plot(query_fn: Callable[[Any, int], Any], expr: str, start_ms: int, end_ms: int,
-          points: int) -> list[dict[str, Any]]:
-    target: Any = plotted_expr(expr)
-    step = max(1, (end_ms - start_ms) // (points - 1))
-    series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
-    for i in range(points):
-        t = start_ms + i * step
-        try:
-            result = query_fn(target, t)
-        except PromQLError:
-            return []
-        if not isinstance(result, list):
-            continue
-        for sample in result[:20]:
-            if not math.isnan(sample.value):
-                series.setdefault(sample.labels, []).append((t, sample.value))
-    return [{"labels": dict(k), "points": v} for k, v in list(series.items())[:20]]

@@ -39,6 +39,7 @@ from sentinel.config.base import (
 from sentinel.config.database import DEFAULT_DATABASE, resolve_sqlite_path
 from sentinel.config.diagnosis import DiagnosisConfig
 from sentinel.config.durations import format_duration, parse_duration
+from sentinel.config.evidence import EvidenceConfig
 from sentinel.config.ha import HAConfig
 from sentinel.config.kubernetes import KubernetesSDConfig
 from sentinel.config.notify import (
@@ -187,6 +188,8 @@ class Config(Strict):
     # Recurring windows in Alertmanager's syntax, named for remediation silences (and
     # routes) to use (sentinel.config.timeintervals).
     time_intervals: tuple[NamedTimeIntervalConfig, ...] = ()
+    # Which window of an incident's series is stored with it, so its plot outlives the store.
+    evidence: EvidenceConfig = EvidenceConfig.model_validate({})
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

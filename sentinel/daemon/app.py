@@ -45,6 +45,7 @@ from sentinel.daemon.selfstore import write_to_store
 from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.daemon.takeover import Takeover
 from sentinel.incidents.db import Database
+from sentinel.incidents.series_recorder import SeriesRecorder
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import labels_of
 from sentinel.promql import Engine, max_lookback_ms
@@ -71,7 +72,7 @@ HOUSEKEEPING_INTERVAL_S = 30
 LOOP_HEARTBEAT_MS = 5_000
 LOOP_HEARTBEAT_JOB = "io-loop:heartbeat"  # ScrapeJobs names it kind:name
 # Jobs that write incidents or their timelines: with `ha:`, only the leader runs them.
-LEADER_JOBS = frozenset({"logs", "diagnose"})
+LEADER_JOBS = frozenset({"logs", "diagnose", "evidence"})
 # Evaluation reads samples written up to one scrape interval ago; keep some
 # slack beyond the longest rule range so `rate(x[15m])` sees a full window.
 RETENTION_SLACK_MS = 60_000
@@ -112,6 +113,7 @@ class App:
         self.probes: ProbeJobs | None = None
         self.metric_check: MetricCheckJob | None = None
         self.diagnosis: DiagnosisWorker | None = None
+        self.series: SeriesRecorder | None = None  # incidents' plotted series into the DB
         self.status: StatusServer | None = None
         self.notifier: Notifier | None = None
         self.discovered: Any = None  # sentinel.daemon.discovery.DiscoveredTargets
@@ -190,6 +192,7 @@ class App:
             receivers=(), metrics=self.metrics, on_queued=self.notifier.kick,
             readiness=readiness, reconcile_pending=True,
         )
+        self.series = self._series_recorder(work_db)
         if cfg.diagnosis is not None:
             self.diagnosis = DiagnosisWorker(
                 work_db, cfg, series=self.query.series_reader() or store_series(store))
@@ -437,7 +440,9 @@ class App:
             rule_manager=lambda: self.pipeline.rules if self.pipeline is not None else None,
             rule_groups=lambda: self._groups,
             discovered=lambda: self.discovered.targets() if self.discovered is not None else (),
-            log_sources=self.metrics.log_sources)
+            log_sources=self.metrics.log_sources,
+            evidence_settings=self.config.evidence.settings(self.config.evaluation_interval_ms),
+            earliest_ms=self._earliest_ms())
         return build_surfaces(service, self.config.api, host, reload=self.reload)
 
     # -- discovered targets (kubernetes_sd) --------------------------------
@@ -521,6 +526,10 @@ class App:
             sched.add_job(self._guard("diagnose", self._diagnose_job), "interval",
                           seconds=self.diagnosis.settings.interval_ms / 1000, id="diagnose",
                           next_run_time=_now_dt())
+        if self.series is not None:  # incidents' plotted series, stored with them
+            sched.add_job(self._guard("evidence", self._evidence_job), "interval",
+                          seconds=self.config.evidence.interval_ms / 1000, id="evidence",
+                          next_run_time=_now_dt())
         # Missed-work counters into the store, for the self-alert rules (rules/sentinel.yaml).
         sched.add_job(self._guard("self-metrics", self._self_metrics_job), "interval",
                       seconds=self.config.evaluation_interval_ms / 1000, id="self-metrics",
@@ -583,6 +592,28 @@ class App:
         job = self._scheduler.get_job("diagnose") if self._scheduler is not None else None
         if job is not None:
             job.modify(next_run_time=_now_dt())
+
+    def _evidence_job(self) -> None:
+        assert self.series is not None
+        self.series.tick(self._now_ms())
+
+    def _series_recorder(self, db: Database) -> SeriesRecorder:
+        """The evidence job's recorder: the rules' backend, back as far as the store keeps."""
+        from sentinel.api.server import rule_expr_lookup
+
+        assert self.query is not None
+        return SeriesRecorder(
+            db, self.query.backend.query, rule_expr_lookup(lambda: self._groups),
+            self.config.evidence.settings(self.config.evaluation_interval_ms),
+            self.metrics.registry, earliest_ms=self._earliest_ms())
+
+    def _earliest_ms(self) -> Callable[[int], int | None]:
+        """The oldest time rules' queries still reach at `now`: the store's retention back,
+        or no limit with a remote backend (it holds the history)."""
+        if self.query is not None and self.query.remote is not None:
+            return lambda now: None
+        store = self.pipeline.store if self.pipeline is not None else None
+        return lambda now: now - store.retention_ms if store is not None else None
 
     def _diagnose_job(self) -> None:
         assert self.diagnosis is not None

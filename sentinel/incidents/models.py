@@ -37,6 +37,7 @@ from sentinel.incidents import models_api as _models_api  # noqa: F401
 from sentinel.incidents import models_ha as _models_ha  # noqa: F401
 from sentinel.incidents import models_notify as _models_notify  # noqa: F401
 from sentinel.incidents import models_remediation as _models_remediation  # noqa: F401
+from sentinel.incidents import models_series as _models_series  # noqa: F401
 
 # The shared base, re-exported: callers and migrations import it from here too.
 from sentinel.incidents.models_base import NAMING_CONVENTION as NAMING_CONVENTION

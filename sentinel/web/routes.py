@@ -18,7 +18,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import anyio.from_thread
-from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -26,13 +25,12 @@ from starlette.routing import BaseRoute, Route
 from sentinel.api.acts import incident_matchers
 from sentinel.api.auth import SESSION_COOKIE, SESSION_TTL_S, Auth, Principal
 from sentinel.api.errors import ApiError
-from sentinel.api.history import incident_window_ms
 from sentinel.api.params import MAX_ID
 from sentinel.api.routes import principal_of
 from sentinel.api.service import ApiService
 from sentinel.config.durations import parse_duration
 from sentinel.respond.notify.matchers import parse_matcher
-from sentinel.web import pages, svg
+from sentinel.web import evidence_plot, pages
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -91,7 +89,9 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         d = service.incident(_int(request.path_params["id"]))
         recovered = [a["recovery_ms"] for a in d["actions"]
                      if a["status"] == "succeeded" and a["recovery_ms"] is not None]
-        return "incident.html", {"d": d, "plot": _plot(service, d), "can_write": p.can_write,
+        ev = service.evidence(d["incident"]["id"])
+        return "incident.html", {"d": d, "ev": ev, "plots": evidence_plot.plot_views(ev),
+                                 "can_write": p.can_write,
                                  "runbook": pages.runbook_text(d),
                                  "recovery_ms": recovered[0] if recovered else None,
                                  "silence_matchers": incident_matchers(d["incident"]),
@@ -234,33 +234,6 @@ def _static(request: Request) -> Response:
                     headers={**SECURITY_HEADERS, "Cache-Control": "max-age=300"})
 
 
-def _plot(service: ApiService, d: dict[str, Any]) -> Markup:
-    inc = d["incident"]
-    expr = service.rule_exprs(inc["alertname"])
-    if not expr:
-        return Markup('<p class="muted">No rule expression known for this alert.</p>')
-    start, end = incident_window_ms(d, service.now_ms())
-    marks = [(_ms(inc["opened_at"]), "incident opened")]
-    if inc["resolved_at"]:
-        marks.append((_ms(inc["resolved_at"]), "resolved"))
-    marks += [(_ms(a["acted_at"]), f"{a['action']} #{a['id']}") for a in d["actions"]
-              if a["acted_at"]]
-    series = service.series_range(expr, start, end)
-    # The store keeps only the recent past: crop to where samples exist, so they do not
-    # shrink to a sliver at the right edge, and sample that span again.
-    first = min((p[0] for sr in series for p in sr["points"]), default=start)
-    cropped = max(start, min(first, marks[0][0]) - max(2_000, (end - first) // 10))
-    if cropped > start + (end - start) // 10:
-        start = cropped
-        series = service.series_range(expr, start, end)
-    return (Markup('<p class="muted">{}</p>').format(expr)
-            + svg.line_plot(series, start, end, marks, inc["alertname"]))
-
-
-def _ms(ts: str) -> int:
-    from datetime import datetime
-
-    return int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def _iso(ms: int) -> str:
