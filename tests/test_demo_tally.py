@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sentinel.demo.tally import OTHER, Counts, table, tally, targets_of
+from sentinel.demo.tally import APART, OTHER, Counts, table, tally, targets_of
 
 
 def _msg(status: str, group: str, *targets: str) -> dict:
@@ -43,3 +43,14 @@ def test_targets_are_found_wherever_a_message_names_them() -> None:
 def test_table_aligns_columns() -> None:
     assert table(("a", "bb"), [(1, 22), ("xyz", 3)]).splitlines() == [
         "a    bb", "---  --", "1    22", "xyz  3"]
+
+
+def test_alerts_set_apart_count_on_their_own_row() -> None:
+    own = {"status": "firing", "groupKey": "s", "alerts": [
+        {"labels": {"alertname": "SentinelMissedScrapes", "target": "a"}}]}
+    mixed = {"status": "firing", "groupKey": "m", "alerts": [
+        {"labels": {"alertname": "SentinelMissedScrapes", "target": "a"}},
+        {"labels": {"alertname": "A", "target": "a"}}]}
+    counts = tally({"pager": [(0.0, own, {}), (1.0, mixed, {})]}, "pager", {"a": "one"},
+                   apart={"SentinelMissedScrapes"})
+    assert counts == {APART: Counts(pages=1), "one": Counts(pages=1)}

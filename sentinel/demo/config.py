@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,11 @@ from sentinel.paths import bundled_dir
 STALL_SCALE = 4
 PAGER, CHAT = "pager", "chat"
 CRASH_ALERT = "VLLMHBMOutOfMemory"
-ROUTE = ("{receiver: pager, group_by: [alertname, target], group_wait: 0s, "
-         "group_interval: 1s}")
+# Everything to the pager, one group per alert and target, sent at once (Sentinel's route
+# when none is configured; bench/pagestream.py gives Alertmanager the same).
+ROUTE_SETTINGS: dict[str, object] = {
+    "receiver": PAGER, "group_by": ["alertname", "target"], "group_wait": "0s",
+    "group_interval": "1s", "repeat_interval": "4h"}
 
 
 def act_first_supported() -> bool:
@@ -43,19 +47,23 @@ class DemoTarget:
 
 def write_demo_config(folder: Path, targets: Sequence[DemoTarget], hooks: dict[str, str],
                       model_url: str | None = None, docker_socket: str | None = None,
-                      restart: Sequence[str] = ()) -> Path:
-    """sentinel.yaml in `folder`: the targets, the demo rules, `hooks` (receiver → URL) and,
-    with a socket, a warm-restart policy for the crash alert on the `restart` targets."""
-    rules = scaled_rules(folder / "rules.yaml", STALL_SCALE, groups={"vllm-serving"})
+                      restart: Sequence[str] = (), rules: Path | None = None,
+                      probe: str = "{interval: 2s, timeout: 1s}",
+                      route: dict[str, object] | None = None) -> Path:
+    """sentinel.yaml in `folder`: the targets, the rules (default: the demo's), `hooks`
+    (receiver → URL) and, with a socket, a warm-restart policy for the crash alert on the
+    `restart` targets."""
+    if rules is None:
+        rules = scaled_rules(folder / "rules.yaml", STALL_SCALE, groups={"vllm-serving"})
     self_rules = bundled_dir("rules") / "sentinel.yaml"  # Sentinel's own missed work
     text = (f"database: sqlite:///{folder / 'sentinel.db'}\n"
             "listen: 127.0.0.1:0\n"
             f"rule_files: ['{rules}', '{self_rules}']\n"
             "evaluation_interval: 1s\n"
-            "targets:\n" + "".join(_target(t) for t in targets)
+            "targets:\n" + "".join(_target(t, probe) for t in targets)
             + "receivers:\n" + "".join(f"  - name: {name}\n    webhook: {{url: '{url}'}}\n"
                                        for name, url in hooks.items())
-            + _notify(set(hooks)))
+            + _notify(set(hooks), route or ROUTE_SETTINGS))
     if model_url:
         text += ("diagnosis:\n"
                  f"  endpoints: [{{name: gemma-model, url: '{model_url}', timeout: 10s}}]\n"
@@ -76,22 +84,22 @@ def write_demo_config(folder: Path, targets: Sequence[DemoTarget], hooks: dict[s
     return path
 
 
-def _target(t: DemoTarget) -> str:
+def _target(t: DemoTarget, probe: str) -> str:
     text = (f"  - name: {t.name}\n"
             f"    url: {t.url}\n"
             "    scrape_interval: 1s\n"
             "    scrape_timeout: 900ms\n"
             "    labels: {cluster: demo}\n"
-            "    probe: {interval: 2s, timeout: 1s}\n")
+            f"    probe: {probe}\n")
     if t.log is not None:
         text += f"    logs: {{files: ['{t.log}'], poll_interval: 200ms}}\n"
     return text
 
 
-def _notify(receivers: set[str]) -> str:
+def _notify(receivers: set[str], route: dict[str, object]) -> str:
     text = "notify:\n  interval: 200ms\n"
     if PAGER in receivers:
-        text += f"  route: {ROUTE}\n"
+        text += f"  route: {json.dumps(route)}\n"  # JSON is YAML
     if CHAT in receivers and act_first_supported():
         # Act first, then tell once (issue 33): while the policy acts, the page waits (at
         # most 2 m); a verified fix is told to the chat, not the pager.

@@ -16,11 +16,12 @@ label in it); a redelivery with the same Idempotency-Key counts once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 OTHER = "(no scenario)"
+APART = "(set apart)"
 Received = Sequence[tuple[float, dict[str, Any], dict[str, str]]]  # WebhookSink.received
 
 
@@ -34,9 +35,13 @@ class Counts:
     notifications: int = 0
 
 
-def tally(received: Mapping[str, Received], pager: str, scenario_of: Mapping[str, str]
-          ) -> dict[str, Counts]:
-    """Counts per scenario (`scenario_of`: target → scenario) of what each receiver got."""
+def tally(received: Mapping[str, Received], pager: str, scenario_of: Mapping[str, str],
+          apart: Collection[str] = ()) -> dict[str, Counts]:
+    """Counts per scenario (`scenario_of`: target → scenario) of what each receiver got.
+
+    A message whose alerts are all named in `apart` (Sentinel's self-monitoring, say)
+    counts under APART, whatever targets it names.
+    """
     counts: dict[str, Counts] = {}
     for receiver, messages in received.items():
         paged: set[tuple[str, str]] = set()
@@ -47,7 +52,8 @@ def tally(received: Mapping[str, Received], pager: str, scenario_of: Mapping[str
                 if key in seen:
                     continue
                 seen.add(key)
-            for scenario in _scenarios(body, scenario_of):
+            scenarios = [APART] if _only(body, apart) else _scenarios(body, scenario_of)
+            for scenario in scenarios:
                 c = counts.setdefault(scenario, Counts())
                 if receiver != pager:
                     c.notifications += 1
@@ -59,6 +65,12 @@ def tally(received: Mapping[str, Received], pager: str, scenario_of: Mapping[str
                     paged.add((scenario, str(body.get("groupKey"))))
                     c.pages += 1
     return counts
+
+
+def _only(body: dict[str, Any], names: Collection[str]) -> bool:
+    alerts = [a for a in body.get("alerts", []) if isinstance(a, dict)]
+    return bool(names) and bool(alerts) and all(
+        (a.get("labels") or {}).get("alertname") in names for a in alerts)
 
 
 def _scenarios(body: dict[str, Any], scenario_of: Mapping[str, str]) -> list[str]:
