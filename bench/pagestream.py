@@ -349,9 +349,9 @@ def report(run: Run, t0: float) -> None:
     print(f"{APART}: Sentinel's self-monitoring (rules/sentinel.yaml: {', '.join(sorted(own))}),"
           " which a loaded machine sets off on both sides alike.")
     print()
-    print("What paged, and when (seconds after the failures began):")
+    print("What paged, and when (seconds after the failures began; self-monitoring left out):")
     for key, sink in (("Sentinel", "s-pager"), ("AM", "am"), ("AM+inh", "am-inh")):
-        for scenario, pages in _paged(run.sinks[sink], scenario_of, t0):
+        for scenario, pages in _paged(run.sinks[sink], scenario_of, t0, own):
             print(f"  {key:<8} {scenario:<16} {', '.join(pages)}")
 
 
@@ -361,9 +361,10 @@ def _self_alerts() -> set[str]:
     return {r["alert"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
 
 
-def _paged(sink: WebhookSink, scenario_of: dict[str, str], t0: float
+def _paged(sink: WebhookSink, scenario_of: dict[str, str], t0: float, own: set[str]
            ) -> list[tuple[str, list[str]]]:
-    """Per scenario, `alertname +seconds` of every page (a firing message in a new group)."""
+    """Per scenario, `alertname +seconds` of every page (a firing message in a new group),
+    but Sentinel's self-monitoring (`own`)."""
     groups: set[str] = set()
     out: dict[str, list[str]] = {}
     for t, body, _ in sink.received:
@@ -371,6 +372,8 @@ def _paged(sink: WebhookSink, scenario_of: dict[str, str], t0: float
             continue
         groups.add(body.get("groupKey", ""))
         for a in body.get("alerts", []):
+            if a["labels"].get("alertname") in own:
+                continue
             scenario = scenario_of.get(a["labels"].get("target", ""), OTHER)
             out.setdefault(scenario, []).append(
                 f"{a['labels'].get('alertname', '?')} +{t - t0:.1f}s")
