@@ -72,7 +72,7 @@ from sentinel.demo.config import (  # noqa: E402
     act_first_supported,
     write_demo_config,
 )
-from sentinel.demo.rules import scaled_rules  # noqa: E402
+from sentinel.demo.rules import scaled_rules, self_alerts  # noqa: E402
 from sentinel.demo.sink import WebhookSink  # noqa: E402
 from sentinel.demo.tally import APART, OTHER, Counts, table, tally  # noqa: E402
 from sentinel.paths import bundled_dir  # noqa: E402
@@ -327,7 +327,7 @@ def report(run: Run, t0: float) -> None:
     scenario_of = {"crash-fixed": "crash-fixed", "crash-refused": "crash-refused",
                    "crash-down": "crash-down", "down": "down", "sick-a": "two sick servers",
                    "sick-b": "two sick servers"}
-    own = _self_alerts()
+    own = self_alerts()
     sides = {"sentinel": tally({PAGER: run.sinks["s-pager"].received,
                                 CHAT: run.sinks["s-chat"].received}, PAGER, scenario_of, own),
              "am": tally({PAGER: run.sinks["am"].received}, PAGER, scenario_of, own),
@@ -355,13 +355,7 @@ def report(run: Run, t0: float) -> None:
             print(f"  {key:<8} {scenario:<16} {', '.join(pages)}")
 
 
-def _self_alerts() -> set[str]:
-    """The alert names of rules/sentinel.yaml: Sentinel watching itself, not the servers."""
-    doc = yaml.safe_load((bundled_dir("rules") / "sentinel.yaml").read_text())
-    return {r["alert"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
-
-
-def _paged(sink: WebhookSink, scenario_of: dict[str, str], t0: float, own: set[str]
+def _paged(sink: WebhookSink, scenario_of: dict[str, str], t0: float, own: frozenset[str]
            ) -> list[tuple[str, list[str]]]:
     """Per scenario, `alertname +seconds` of every page (a firing message in a new group),
     but Sentinel's self-monitoring (`own`)."""

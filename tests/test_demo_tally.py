@@ -54,3 +54,8 @@ def test_alerts_set_apart_count_on_their_own_row() -> None:
     counts = tally({"pager": [(0.0, own, {}), (1.0, mixed, {})]}, "pager", {"a": "one"},
                    apart={"SentinelMissedScrapes"})
     assert counts == {APART: Counts(pages=1), "one": Counts(pages=1)}
+
+
+def test_an_update_message_is_an_update_even_in_a_group_not_seen_paging() -> None:
+    counts = tally({"pager": [(0.0, _msg("update", "g7", "a"), {})]}, "pager", {"a": "one"})
+    assert counts == {"one": Counts(updates=1)}

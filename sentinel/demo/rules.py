@@ -39,3 +39,10 @@ def scaled_rules(dest: Path, scale: int, groups: Collection[str] | None = None,
 def _scaled(duration: str, scale: int) -> str:
     # Milliseconds: both Prometheus and Sentinel read "7500ms".
     return f"{parse_duration(duration) // scale}ms"
+
+
+def self_alerts() -> frozenset[str]:
+    """The alert names of the bundled rules/sentinel.yaml: Sentinel watching itself (missed
+    scrapes and evaluations, a stuck worker), not the servers."""
+    doc = yaml.safe_load((bundled_dir("rules") / "sentinel.yaml").read_text())
+    return frozenset(r["alert"] for g in doc["groups"] for r in g["rules"] if "alert" in r)

@@ -30,8 +30,9 @@ from sentinel.demo.config import (
     act_first_supported,
     write_demo_config,
 )
+from sentinel.demo.rules import self_alerts
 from sentinel.demo.sink import WebhookSink
-from sentinel.demo.tally import Counts, table, tally
+from sentinel.demo.tally import APART, OTHER, Counts, table, tally
 from sentinel.incidents import queries
 from sentinel.respond.notify.depth import outbox_depth
 from sentinel.sim.crashable import Crashable, serve_docker, start_crashable
@@ -186,8 +187,9 @@ class Demo:
         return False
 
     def _tally(self) -> dict[str, Counts]:
+        # Sentinel's self-monitoring (a loaded machine misses scrapes) gets a row of its own.
         return tally({n: s.received for n, s in self.sinks.items()}, PAGER,
-                     {s.target: s.key for s in self.scenarios})
+                     {s.target: s.key for s in self.scenarios}, self_alerts())
 
     def _report_alert_state(self, app: App, s: sc.Scenario) -> None:
         assert app.pipeline is not None
@@ -273,7 +275,13 @@ class Demo:
         print()
         print(f"What reached people, per scenario (counted at the receivers; act-first: "
               f"{'on' if act_first_supported() else 'not in this build'}):")
-        print(table(HEADER, [self._row(s) for s in self.scenarios]))
+        rows = [self._row(s) for s in self.scenarios]
+        for key, what in ((APART, "Sentinel's own health (rules/sentinel.yaml)"),
+                          (OTHER, "")):
+            c = self.counts.get(key)
+            if c is not None:
+                rows.append((key, "-", c.pages, c.updates, c.resolved, c.notifications, what))
+        print(table(HEADER, rows))
 
     def _row(self, s: sc.Scenario) -> tuple[object, ...]:
         c = self.counts.get(s.key, Counts())

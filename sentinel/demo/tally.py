@@ -5,9 +5,10 @@ got, never what Sentinel says it sent. Per receiver:
 
 - the pager (the receiver a route marks as paging): a firing message whose
   group (`groupKey`) is new is a **page**; a firing message to a group already
-  paged is an **update** of that page (Alertmanager re-sending the group,
-  Sentinel adding a runbook: a PagerDuty incident or Slack thread, not a new
-  page); a resolved message is a **resolved** notice;
+  paged, or a message of any other status (Sentinel's `update`), is an
+  **update** of that page (Alertmanager re-sending the group, Sentinel adding
+  a runbook: a PagerDuty incident or Slack thread, not a new page); a
+  resolved message is a **resolved** notice;
 - any other receiver (a chat channel): every message is a **notification**.
 
 A message belongs to the scenario of each target it names (every `target`
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 OTHER = "(no scenario)"
-APART = "(set apart)"
+APART = "(set apart)"  # a row of its own: alerts the caller names as not the failures'
 Received = Sequence[tuple[float, dict[str, Any], dict[str, str]]]  # WebhookSink.received
 
 
@@ -59,7 +60,8 @@ def tally(received: Mapping[str, Received], pager: str, scenario_of: Mapping[str
                     c.notifications += 1
                 elif body.get("status") == "resolved":
                     c.resolved += 1
-                elif (scenario, str(body.get("groupKey"))) in paged:
+                elif body.get("status") != "firing" or (
+                        scenario, str(body.get("groupKey"))) in paged:
                     c.updates += 1
                 else:
                     paged.add((scenario, str(body.get("groupKey"))))
