@@ -72,8 +72,9 @@ class Demo:
 
     def run(self) -> int:
         """Run the scenarios; 0 when every one reached its end in time, else 1."""
-        app = self._start()
         try:
+            app = self._start()
+            self._stoppers.append(lambda: app.stop(2.0))
             self._introduce(app)
             ok = self._watch(app) and self._drain(app)
             self.counts = self._tally()
@@ -81,7 +82,6 @@ class Demo:
             self._print_end(ok)
             return 0 if ok else 1
         finally:
-            app.stop(2.0)
             for stop in reversed(self._stoppers):
                 stop()
 
