@@ -11,6 +11,7 @@ tests/test_packaging.py::test_demo_runs_from_an_empty_folder.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -85,3 +86,6 @@ def test_demo_crash_scenarios_and_their_counts(tmp_path: Path, capsys) -> None: 
         assert _received(demo, "demo-gemma-crash") == {
             "pages": 0, "page updates": 0, "resolved (pager)": 0, "notifications (chat)": 1}
         assert _received(demo, "demo-gemma-cold")["pages"] == 1
+        (_, told, _), = demo.sinks["chat"].received
+        notes = told["alerts"][0]["annotations"]
+        assert "docker_restart" in json.dumps(notes) and "runbook" in notes, notes

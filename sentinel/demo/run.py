@@ -235,7 +235,10 @@ class Demo:
                           for a in alerts if isinstance(a, dict) and "labels" in a)
         self.say(f"webhook received: status={body.get('status')} alerts=[{names}] -> {receiver}")
         notes = alerts[0].get("annotations", {}) if alerts and isinstance(alerts[0], dict) else {}
-        for key in ("summary", "runbook"):
+        # What it says: the summary, what Sentinel did or tried (sentinel_action,
+        # sentinel_remediation, sentinel_time_to_recovery, sentinel_excerpt), the runbook.
+        said = sorted(k for k in notes if k.startswith("sentinel_"))
+        for key in ("summary", *said, "runbook"):
             text = str(notes.get(key, "")).strip()
             if text:
                 lines = text.splitlines()
