@@ -38,7 +38,7 @@ from sentinel.cli import (
 
 EPILOG = """\
 examples:
-  sentinel demo                          # scripted incident against the bundled simulator
+  sentinel demo                          # scripted failures against the bundled simulators
   sentinel run -c sentinel.yaml          # the daemon
   sentinel check config sentinel.yaml    # validate a config file
   sentinel rules test rules/vllm_test.yaml

@@ -1,4 +1,4 @@
-"""`sentinel run` (the daemon) and `sentinel demo` (the scripted incidents)."""
+"""`sentinel run` (the daemon) and `sentinel demo` (the scripted failures)."""
 
 from __future__ import annotations
 
@@ -27,11 +27,14 @@ def add_parser(sub: Any) -> None:
                      "`listen` (env SENTINEL_LISTEN; the container image sets 0.0.0.0:9465)")
     run.set_defaults(func=cmd_run)
 
-    demo = sub.add_parser("demo", help="scripted incident against the bundled simulator",
-                          description="Start the simulator and the daemon (SQLite in a temporary "
-                          "folder) on free ports, drive a queue backlog and its recovery, print "
-                          "the incident timeline as it happens. Exits 0 when the incident opened "
-                          "and resolved.")
+    demo = sub.add_parser("demo", help="scripted failures against the bundled simulators",
+                          description="Start simulators, a model simulator, two webhook "
+                          "receivers (pager, chat) and the daemon (SQLite in a temporary "
+                          "folder) on free ports; crash two servers (a warm XLA cache: "
+                          "restarted and verified; a cold one: restart refused), queue a "
+                          "backlog and stall an engine; print what happens, then the pages and "
+                          "notifications per failure. Exits 0 when every failure ran its "
+                          "course in time.")
     demo.add_argument("--keep", action="store_true", help="keep the temporary folder")
     demo.set_defaults(func=cmd_demo)
 
@@ -68,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The scripted incidents against the bundled simulator."""
+    """The scripted failures against the bundled simulators."""
     from sentinel.demo import run_demo
 
     return run_demo(keep=args.keep)

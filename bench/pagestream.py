@@ -1,0 +1,408 @@
+"""Pages and notifications per failure: Sentinel against Prometheus + Alertmanager.
+
+The same failures, at the same time, on the same simulated vLLM servers, watched
+by both stacks with the same shipped rules (rules/vllm.yaml, rules/sentinel.yaml):
+
+    crash-fixed    HBM OOM in the log; the XLA cache is warm: Sentinel's policy restarts
+                   it through the simulator's Docker socket (Prometheus sees the same restart)
+    crash-refused  the same crash with a cold cache: the policy refuses (allow_cold: false);
+                   it stays down to the end (a person who brought it back would fill the
+                   cache with a cold start, and Sentinel, the crash alert still firing,
+                   would then restart it warm: another story)
+    crash-down     the same crash on a server no policy covers: down and failing /health
+                   for 2 min, then a person brings it back
+    down           a server stops answering (no crash line) for 2 min
+    sick-a, sick-b two overloaded servers for 8 min: KV cache 97 %, 8 requests waiting,
+                   2.5 s to the first token, preemptions every second
+
+Time is compressed: every `for` and range selector of rules/vllm.yaml is divided by
+--scale (default 4) on both sides, and so are the failures' durations (2 min of down is
+30 s). Both stacks route alike: everything to a `pager` webhook, grouped by alertname and
+target, sent at once (group_wait 0s, group_interval 1s, repeat_interval 4h). Sentinel adds
+what it ships: its inhibitions and, where this build has it, act-first
+(`notify.act_first: {grace: 2m, receiver: chat}`). Alertmanager runs twice, from the one
+Prometheus: as configured by default (no inhibitions), and with Sentinel's shipped
+inhibit rules copied in.
+
+What Prometheus reads: the simulators' /metrics directly (as `up` and `vllm:*`), and
+Sentinel's evidence, the series a Prometheus stack would get from mtail and
+blackbox_exporter (`sentinel_log_signature_matches_total`, `sentinel_probe_success`,
+`sentinel_probe_ttft_seconds`), from a bridge that serves Sentinel's instant-query
+answers (/api/v1/query) as an exposition page; and Sentinel's own /metrics (for
+rules/sentinel.yaml). So both stacks judge the same evidence.
+
+Counted at the webhooks (sentinel/demo/tally.py): a page is a firing message in a new
+group; an update, a firing message to a group already paged; resolved, a resolved
+message; chat, a message to the chat receiver.
+
+    python bench/pagestream.py [--scale 4] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import yaml  # noqa: E402
+from fixtures_prometheus import Prometheus, free_port  # noqa: E402
+
+from sentinel.config import load_config  # noqa: E402
+from sentinel.config.notify import default_inhibit_rules  # noqa: E402
+from sentinel.daemon.app import App  # noqa: E402
+from sentinel.demo.config import (  # noqa: E402
+    CHAT,
+    PAGER,
+    ROUTE_SETTINGS,
+    DemoTarget,
+    act_first_supported,
+    write_demo_config,
+)
+from sentinel.demo.rules import scaled_rules, self_alerts  # noqa: E402
+from sentinel.demo.sink import WebhookSink  # noqa: E402
+from sentinel.demo.tally import APART, OTHER, Counts, table, tally  # noqa: E402
+from sentinel.paths import bundled_dir  # noqa: E402
+from sentinel.sim.crashable import serve_docker, start_crashable  # noqa: E402
+from sentinel.sim.server import SimServer, start_sim  # noqa: E402
+
+POLL_S = 0.25
+EVIDENCE = ("sentinel_log_signature_matches_total", "sentinel_probe_success",
+            "sentinel_probe_ttft_seconds")
+DOWN_S, SICK_S, CRASH_WINDOW_S = 120, 480, 300  # production seconds, divided by --scale
+SCENARIOS = ("crash-fixed", "crash-refused", "crash-down", "down", "two sick servers")
+SICK = {"kv_cache_usage": 0.97, "num_requests_waiting": 8, "num_requests_running": 16,
+        "ttft_s": 2.5, "load_rps": 5}
+WELL = {"kv_cache_usage": 0.42, "num_requests_waiting": 0, "num_requests_running": 3,
+        "ttft_s": 0.0, "load_rps": 5}
+
+
+class Bridge:
+    """Serves Sentinel's evidence series (from its /api/v1/query) as a /metrics page.
+
+    A thread asks Sentinel every POLL_S and keeps the page; a scrape gets the kept page at
+    once (asking Sentinel inside the scrape took longer than Prometheus's scrape timeout
+    on a loaded machine, and the bridge read as down).
+    """
+
+    def __init__(self, api: str) -> None:
+        bridge = self
+        self.api = api
+        self.text = ""
+        self._stop = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                body = bridge.text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._poll, daemon=True).start()
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def _poll(self) -> None:
+        with httpx.Client(base_url=self.api, timeout=5) as http:
+            while not self._stop.wait(POLL_S):
+                try:
+                    self.text = self.page(http)
+                except (httpx.HTTPError, KeyError, ValueError) as exc:
+                    print(f"bridge: {exc}", flush=True)
+
+    @staticmethod
+    def page(http: httpx.Client) -> str:
+        """The exposition text of every evidence series Sentinel holds now."""
+        lines = []
+        for name in EVIDENCE:
+            for sample in http.get("/api/v1/query", params={"query": name}).json()[
+                    "data"]["result"]:
+                labels = ",".join(f'{k}="{_escape(v)}"' for k, v in
+                                  sorted(sample["metric"].items()) if k != "__name__")
+                lines.append(f"{name}{{{labels}}} {sample['value'][1]}")
+        return "\n".join(lines) + "\n"
+
+    def stop(self) -> None:
+        """Stop polling and serving."""
+        self._stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a scrape Prometheus gave up on (loaded machine): its next one comes in 1 s
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Alertmanager:
+    """Debian's Alertmanager on loopback: the equivalent route, a `pager` webhook."""
+
+    def __init__(self, folder: Path, hook: str, route: dict[str, Any], inhibit: bool) -> None:
+        folder.mkdir()
+        config: dict[str, Any] = {
+            "route": route,
+            "receivers": [{"name": PAGER, "webhook_configs": [
+                {"url": hook, "send_resolved": True}]}],
+        }
+        if inhibit:  # Sentinel's shipped inhibitions, as they are (same matcher syntax)
+            config["inhibit_rules"] = [
+                {"source_matchers": list(r.source_matchers),
+                 "target_matchers": list(r.target_matchers), "equal": list(r.equal)}
+                for r in default_inhibit_rules()]
+        (folder / "am.yml").write_text(yaml.safe_dump(config))
+        binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+        if binary is None:
+            raise SystemExit("needs Alertmanager: apt-get install prometheus-alertmanager")
+        self.address = f"127.0.0.1:{free_port()}"
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={folder / 'am.yml'}", f"--storage.path={folder / 'data'}",
+             f"--web.listen-address={self.address}", "--cluster.listen-address="],
+            stdout=(folder / "am.log").open("wb"), stderr=subprocess.STDOUT)
+        _wait(lambda: _ready(f"http://{self.address}/-/ready"), 30, "alertmanager ready")
+
+    def stop(self) -> None:
+        """Terminate and wait."""
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _wait(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
+    until = time.monotonic() + timeout_s
+    while time.monotonic() < until:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def _prometheus_config(prom: Prometheus, rules: list[Path], servers: dict[str, SimServer],
+                       bridge: Bridge, sentinel: str, alertmanagers: list[str]) -> None:
+    """Overwrite the fixture's config with ours (scrapes, rules, alertmanagers) before start."""
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "900ms",
+                   "evaluation_interval": "1s"},
+        "rule_files": [str(r) for r in rules],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": alertmanagers}]}]},
+        "scrape_configs": [
+            {"job_name": "vllm", "static_configs": [
+                {"targets": [s.url.removeprefix("http://")],
+                 "labels": {"target": name, "cluster": "demo"}} for name, s in servers.items()]},
+            {"job_name": "sentinel-evidence", "honor_labels": True,
+             "static_configs": [{"targets": [bridge.address]}]},
+            {"job_name": "sentinel", "scrape_interval": "2s", "scrape_timeout": "2s",
+             "static_configs": [{"targets": [sentinel]}]},
+        ],
+    }
+    (prom.work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+class Run:
+    """One run: every scenario at once, watched by Sentinel and by Prometheus + Alertmanager."""
+
+    def __init__(self, folder: Path, scale: int, route: dict[str, Any]) -> None:
+        self.folder, self.scale, self.route = folder, scale, route
+        self.sinks = {k: WebhookSink().start() for k in ("s-pager", "s-chat", "am", "am-inh")}
+        self.crashed = {name: start_crashable(folder, name, warm=name != "crash-refused")
+                        for name in ("crash-fixed", "crash-refused", "crash-down")}
+        self.plain = {name: start_sim() for name in ("down", "sick-a", "sick-b")}
+        self.servers = {**{n: c.sim for n, c in self.crashed.items()}, **self.plain}
+        self.model = start_sim()
+        self.docker = serve_docker(str(folder / "docker.sock"), list(self.crashed.values()))
+        self.stoppers: list[Callable[[], None]] = []
+
+    def start(self) -> App:
+        """Sentinel, the bridge, two Alertmanagers and Prometheus, all watching the servers."""
+        rules = scaled_rules(self.folder / "vllm.yaml", self.scale)
+        path = write_demo_config(
+            self.folder, [DemoTarget(n, s.url, self.crashed[n].log if n in self.crashed else None)
+                          for n, s in self.servers.items()],
+            {PAGER: self.sinks["s-pager"].url, CHAT: self.sinks["s-chat"].url},
+            model_url=self.model.url, docker_socket=str(self.folder / "docker.sock"),
+            restart=["crash-fixed", "crash-refused"], rules=rules,
+            probe="{interval: 2s, timeout: 5s}", route=self.route)
+        app = App(load_config(path))
+        app.start()
+        self.stoppers.append(lambda: app.stop(5))
+        assert app.status is not None
+        sentinel = ":".join(map(str, app.status.address))
+        bridge = Bridge(f"http://{sentinel}")
+        self.stoppers.append(bridge.stop)
+        ams = [Alertmanager(self.folder / "am", self.sinks["am"].url, self.route, inhibit=False),
+               Alertmanager(self.folder / "am-inh", self.sinks["am-inh"].url, self.route,
+                            inhibit=True)]
+        self.stoppers += [am.stop for am in ams]
+        (self.folder / "prom").mkdir()
+        prom = Prometheus(self.folder / "prom", {})
+        _prometheus_config(prom, [rules, bundled_dir("rules") / "sentinel.yaml"], self.servers,
+                           bridge, sentinel, [am.address for am in ams])
+        prom.start()
+        self.stoppers.append(prom.stop)
+        return app
+
+    def script(self, app: App, warm_up_s: float) -> float:
+        """Warm up, then every failure at t0, and their ends on the scaled clock; returns t0."""
+        for s in self.servers.values():
+            s.set_state(**WELL)
+        _wait(lambda: all(app.metrics.registry.get_sample_value(
+            "sentinel_log_source_up", {"target": n, "source": f"file:{c.log}"}) == 1
+            for n, c in self.crashed.items()), 60, "Sentinel to follow the logs")
+        time.sleep(warm_up_s)  # both stacks hold some healthy history before the failures
+        t0 = time.monotonic()
+        say(t0, "failures begin")
+        for c in self.crashed.values():
+            c.crash()
+        self.plain["down"].set_state(down=True)
+        for name in ("sick-a", "sick-b"):
+            self.plain[name].set_state(**SICK)
+        back, well = t0 + DOWN_S / self.scale, t0 + SICK_S / self.scale
+        end = max(well, back + CRASH_WINDOW_S / self.scale) + 30
+        brought_back = healed = False
+        while time.monotonic() < end:
+            for name in ("sick-a", "sick-b"):
+                if not healed:  # a preemption a second: VLLMPreemptionStorm
+                    s = self.plain[name]
+                    s.set_state(num_preemptions_total=s.state.num_preemptions_total + 1)
+            if not brought_back and time.monotonic() >= back:
+                say(t0, "a person brings back crash-down; down answers again")
+                self.crashed["crash-down"].bring_back()
+                self.plain["down"].set_state(down=False)
+                brought_back = True
+            if not healed and time.monotonic() >= well:
+                say(t0, "the sick servers recover")
+                for name in ("sick-a", "sick-b"):
+                    self.plain[name].set_state(**WELL)
+                healed = True
+            time.sleep(1.0)
+        say(t0, "done")
+        return t0
+
+    def stop(self) -> None:
+        """Stop everything this run started, newest first."""
+        for stop in reversed(self.stoppers):
+            stop()
+        self.docker.stop()
+        for s in [*self.servers.values(), self.model]:
+            s.stop()
+        for sink in self.sinks.values():
+            sink.stop()
+
+
+def say(t0: float, text: str) -> None:
+    """A line of progress, seconds after t0."""
+    print(f"[{time.monotonic() - t0:6.1f}s] {text}", flush=True)
+
+
+def report(run: Run, t0: float) -> None:
+    """The side-by-side table, and which alerts paged on each side."""
+    scenario_of = {"crash-fixed": "crash-fixed", "crash-refused": "crash-refused",
+                   "crash-down": "crash-down", "down": "down", "sick-a": "two sick servers",
+                   "sick-b": "two sick servers"}
+    own = self_alerts()
+    sides = {"sentinel": tally({PAGER: run.sinks["s-pager"].received,
+                                CHAT: run.sinks["s-chat"].received}, PAGER, scenario_of, own),
+             "am": tally({PAGER: run.sinks["am"].received}, PAGER, scenario_of, own),
+             "am-inh": tally({PAGER: run.sinks["am-inh"].received}, PAGER, scenario_of, own)}
+    rows = []
+    for scenario in [*SCENARIOS, APART, OTHER]:
+        s, a, i = (sides[k].get(scenario, Counts()) for k in ("sentinel", "am", "am-inh"))
+        if scenario in (APART, OTHER) and s == a == i == Counts():
+            continue
+        rows.append((scenario, s.pages, s.updates, s.resolved, s.notifications,
+                     a.pages, a.updates, a.resolved, i.pages, i.updates, i.resolved))
+    print()
+    print("Pages and notifications per scenario (S = Sentinel, AM = Prometheus + Alertmanager, "
+          "AM+inh = the same with Sentinel's inhibit rules):")
+    print(table(("scenario", "S pages", "S updates", "S resolved", "S chat", "AM pages",
+                 "AM updates", "AM resolved", "AM+inh pages", "AM+inh updates",
+                 "AM+inh resolved"), rows))
+    print()
+    print(f"{APART}: Sentinel's self-monitoring (rules/sentinel.yaml: {', '.join(sorted(own))}),"
+          " which a loaded machine sets off on both sides alike.")
+    print()
+    print("What paged, and when (seconds after the failures began; self-monitoring left out):")
+    for key, sink in (("Sentinel", "s-pager"), ("AM", "am"), ("AM+inh", "am-inh")):
+        for scenario, pages in _paged(run.sinks[sink], scenario_of, t0, own):
+            print(f"  {key:<8} {scenario:<16} {', '.join(pages)}")
+
+
+def _paged(sink: WebhookSink, scenario_of: dict[str, str], t0: float, own: frozenset[str]
+           ) -> list[tuple[str, list[str]]]:
+    """Per scenario, `alertname +seconds` of every page (a firing message in a new group),
+    but Sentinel's self-monitoring (`own`)."""
+    groups: set[str] = set()
+    out: dict[str, list[str]] = {}
+    for t, body, _ in sink.received:
+        if body.get("status") != "firing" or body.get("groupKey") in groups:
+            continue
+        groups.add(body.get("groupKey", ""))
+        for a in body.get("alerts", []):
+            if a["labels"].get("alertname") in own:
+                continue
+            scenario = scenario_of.get(a["labels"].get("target", ""), OTHER)
+            out.setdefault(scenario, []).append(
+                f"{a['labels'].get('alertname', '?')} +{t - t0:.1f}s")
+    return sorted(out.items())
+
+
+def main() -> None:
+    """Run every scenario once through both stacks and print the figures."""
+    # The figures are the output: the daemon's warnings (scrapes of the servers that are
+    # down, on purpose) would bury them.
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scale", type=int, default=4,
+                   help="divide the rules' `for`s and ranges and the failures' durations by this")
+    p.add_argument("--warm-up", type=float, default=20.0,
+                   help="seconds of healthy history before the failures")
+    p.add_argument("--group-by", default="alertname,target",
+                   help="the route's group_by on both sides (e.g. target)")
+    p.add_argument("--keep", action="store_true", help="keep the working folder")
+    args = p.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="snt-pages-"))  # short: a unix socket lives there
+    print(f"pagestream: scale {args.scale}, act-first "
+          f"{'on' if act_first_supported() else 'not in this build'}, folder {folder}")
+    route = {**ROUTE_SETTINGS, "group_by": args.group_by.split(",")}
+    run = Run(folder, args.scale, route)
+    try:
+        app = run.start()
+        t0 = run.script(app, args.warm_up)
+        time.sleep(3)  # the last resolved messages leave both stacks
+        report(run, t0)
+    finally:
+        run.stop()
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
