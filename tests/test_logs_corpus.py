@@ -95,6 +95,14 @@ def test_the_corpus_is_large_enough_and_well_formed() -> None:
         assert expected in (*CATEGORIES, "none"), path.name
         assert (expected == "none") == (path in HEALTHY + HELD_HEALTHY), path.name
         assert any(line.strip() for line in lines), path.name
+        year = header.get("year", "")
+        assert year == "unknown" or (year.isdigit() and 2010 <= int(year) <= 2026), path.name
+
+
+def test_two_thirds_of_the_corpus_is_from_2025_26() -> None:
+    paths = CRASHES + HEALTHY + HELD_CRASHES + HELD_HEALTHY
+    recent = [p for p in paths if read(p)[0].get("year") in ("2025", "2026")]
+    assert len(recent) * 3 >= len(paths) * 2, f"{len(recent)} of {len(paths)}"
 
 
 def accuracy(sigs: SignatureSet, paths: list[Path]) -> tuple[float, list[str]]:
