@@ -34,7 +34,7 @@ def _incident(key: str, status: str = "open", **kw: object) -> Incident:
     return Incident(**fields)
 
 
-HEAD = "0011"  # the newest migration: bump it with each new one
+HEAD = "0014"  # the newest migration: bump it with each new one
 
 
 def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
@@ -42,7 +42,8 @@ def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
     assert {"incidents", "incident_alerts", "timeline_events", "alert_states",
             "alembic_version", "log_cursors", "log_events", "log_file_positions",
             "notify_intents", "notify_groups", "notify_outbox", "silences",
-            "remediation_attempts", "remediation_targets", "approvals", "api_audit"} <= tables
+            "remediation_attempts", "remediation_targets", "approvals", "api_audit",
+            "notify_holds"} <= tables
     with incident_db.engine.connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
     incident_db.upgrade()  # idempotent

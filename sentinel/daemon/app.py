@@ -50,6 +50,7 @@ from sentinel.respond.diagnose.gather import (
     store_series,
 )
 from sentinel.respond.diagnose.worker import DiagnosisWorker
+from sentinel.respond.remediate.actfirst_grace import act_first
 from sentinel.respond.remediate.approval_runner import ApprovalRunner
 from sentinel.respond.remediate.pager import NotifyPager
 from sentinel.rules.loader import RuleGroup, load_rule_files
@@ -137,10 +138,14 @@ class App:
                                  session_runbook_annotations if cfg.diagnosis else None,
                                  heartbeats=self.heartbeats,
                                  active=self.acting if self.lease is not None else None)
-        tracker = IncidentTracker(work_db, outbox=self.notifier.outbox)
+        # Act first, then tell once: a page waits while a policy acts (respond/notify/actfirst).
+        tracker = IncidentTracker(work_db, outbox=self.notifier.outbox,
+                                  join_window_ms=cfg.notify.join_window_ms,
+                                  act_first=act_first(cfg))
         self.remediation = DaemonRemediation(cfg, self.metrics.registry,
                                              NotifyPager(self.notifier.page, self._now_ms,
-                                                         self.notifier.recovered),
+                                                         self.notifier.recovered,
+                                                         self.notifier.not_fixed),
                                              self.acting, self.clock)
         groups = load_rule_files(rule_paths(cfg))
         self.io = IOLoop().start()
