@@ -127,8 +127,17 @@ def with_act_first(runbook: Annotations | None) -> Annotations:
     """The dispatcher's annotations: the runbook (when diagnosis is on) and the hold's reason."""
     def both(s: Session, incident_id: int) -> dict[str, str]:
         extra = dict(runbook(s, incident_id)) if runbook is not None else {}
+        _carried(s, incident_id)
         return {**extra, **hold_annotations(s, incident_id)}
     return both
+
+
+def _carried(s: Session, incident_id: int) -> None:
+    """A message about the incident is being built now: if the model's runbook is on
+    record, it carries it, and no update is owed for it."""
+    row = s.get(NotifyHold, incident_id)
+    if row is not None and not row.model_runbook and _has_model_runbook(s, incident_id):
+        row.model_runbook = True
 
 
 def fixed_notification(s: Session, incident_id: int, runbook: dict[str, str],
@@ -171,18 +180,21 @@ def updates(s: Session, runbook: Annotations, now: datetime
     Sent once per page, to the groups that hold the incident's alerts, with their group
     key: a receiver threads it under the page (webhook `status: update`, PagerDuty the
     same dedup_key). A page whose group has ended gets none: its resolution carried it.
+    A message built while the model's runbook was on record carried it (`_carried`):
+    no update is owed then.
     """
     out: list[tuple[str, Notification]] = []
     rows = s.scalars(select(NotifyHold).where(
-        NotifyHold.status == HoldStatus.PAGED.value, NotifyHold.update_sent_at.is_(None))).all()
+        NotifyHold.status == HoldStatus.PAGED.value, NotifyHold.model_runbook.is_(False),
+        NotifyHold.update_sent_at.is_(None))).all()
     for row in rows:
-        if row.decided_at is None or not _model_runbook_after(s, row.incident_id,
-                                                              row.decided_at):
-            continue
+        groups = _groups_of(s, row.incident_id)
+        if not groups or not _has_model_runbook(s, row.incident_id):
+            continue  # no page out yet (it will carry the runbook), or no runbook yet
         row.model_runbook, row.update_sent_at = True, now
         extra = {**runbook(s, row.incident_id), **hold_annotations(s, row.incident_id)}
         sent = []
-        for group in _groups_of(s, row.incident_id):
+        for group in groups:
             alerts = tuple(replace(a, annotations=labels_of({**dict(a.annotations), **extra}))
                            for a in _group_alerts(group, row.incident_id))
             if not alerts:
@@ -192,26 +204,27 @@ def updates(s: Session, runbook: Annotations, now: datetime
                 row.incident_id, NotificationKind.UPDATE, alerts,
                 tuple(sorted(group.group_labels.items())), group_key=group.key,
                 idempotency_key=_key(f"update|{row.incident_id}|{group.key}"))))
-        to = ", ".join(sorted(set(sent))) or "nobody (the page's group had ended)"
+        to = ", ".join(sorted(set(sent)))
         note(s, row.incident_id, now, f"the model's runbook came after the page: sent as an "
               f"update to {to}", {"act_first": "update", "receivers": sorted(set(sent))})
     return out
 
 
-def _model_runbook_after(s: Session, incident_id: int, at: datetime) -> bool:
-    """Whether a validated model runbook was stored for the incident after `at`."""
+def _has_model_runbook(s: Session, incident_id: int) -> bool:
+    """Whether a validated model runbook is on record for the incident."""
     for data in s.scalars(select(TimelineEvent.data).where(
-            TimelineEvent.incident_id == incident_id, TimelineEvent.kind == TimelineKind.RUNBOOK,
-            TimelineEvent.at > at)):
+            TimelineEvent.incident_id == incident_id, TimelineEvent.kind == TimelineKind.RUNBOOK)):
         if data and data.get("source") == "model" and data.get("validated"):
             return True
     return False
 
 
 def _groups_of(s: Session, incident_id: int) -> list[NotifyGroup]:
+    """The groups that sent the incident's firing alerts: where its page went."""
     # Groups are few (one per route and label set); their alerts name their incident.
     return [g for g in s.scalars(select(NotifyGroup).order_by(NotifyGroup.id))
-            if any(int(e.get("incident_id", 0)) == incident_id for e in g.alerts.values())]
+            if any(int(e.get("incident_id", 0)) == incident_id and fp in g.sent_firing
+                   for fp, e in g.alerts.items())]
 
 
 def _group_alerts(group: NotifyGroup, incident_id: int) -> list[Alert]:
