@@ -8,6 +8,7 @@ database) during the grace neither loses the page nor sends it twice.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from notify_helpers import LoopbackReceiver, Stage, loopback  # noqa: F401
@@ -158,3 +159,21 @@ def test_act_first_config_names_an_existing_receiver_and_the_join_window() -> No
     assert defaults.notify.act_first.receiver is None
     with pytest.raises(ConfigError, match="notify.act_first.receiver: unknown receiver 'pager'"):
         parse_config({"notify": {"act_first": {"receiver": "pager"}}})
+
+
+def test_pagerduty_and_slack_updates_name_the_same_page() -> None:
+    from sentinel.respond.notify.pagerduty import pagerduty_body
+    from sentinel.respond.notify.slack import slack_body
+
+    alert = crash()
+    runbook = replace(alert, annotations=labels_of({**dict(alert.annotations),
+                                                    "runbook": "model: lower max-model-len"}))
+    key = "0/oncall:{target=\"tpu-a\"}"
+    page = Notification(7, NotificationKind.FIRING, (alert,), (), group_key=key)
+    update = Notification(7, NotificationKind.UPDATE, (runbook,), (), group_key=key)
+    first = pagerduty_body(page, "rk", {}, "critical", "http://s")
+    again = pagerduty_body(update, "rk", {}, "critical", "http://s")
+    assert again["event_action"] == "trigger" and again["dedup_key"] == first["dedup_key"]
+    assert again["payload"]["custom_details"]["annotations"]["runbook"] == \
+        "model: lower max-model-len"
+    assert slack_body(update, "")["text"].startswith("[UPDATE")
