@@ -37,6 +37,7 @@ from sentinel.incidents.convert import dt_to_ms, ms_to_dt
 from sentinel.incidents.models import (
     Incident,
     IncidentAlert,
+    IncidentStatus,
     TimelineEvent,
     TimelineKind,
 )
@@ -184,7 +185,10 @@ def updates(s: Session, runbook: Annotations, now: datetime
     no update is owed then.
     """
     out: list[tuple[str, Notification]] = []
-    rows = s.scalars(select(NotifyHold).where(
+    # Open incidents only: a resolved one's last message carried what there was, and the
+    # rows of the past must not be looked at again on every run.
+    rows = s.scalars(select(NotifyHold).join(Incident).where(
+        Incident.status == IncidentStatus.OPEN.value,
         NotifyHold.status == HoldStatus.PAGED.value, NotifyHold.model_runbook.is_(False),
         NotifyHold.update_sent_at.is_(None))).all()
     for row in rows:
