@@ -177,3 +177,33 @@ def test_pagerduty_and_slack_updates_name_the_same_page() -> None:
     assert again["payload"]["custom_details"]["annotations"]["runbook"] == \
         "model: lower max-model-len"
     assert slack_body(update, "")["text"].startswith("[UPDATE")
+
+
+def test_a_remediation_page_folds_into_the_held_page_and_still_escalates(
+        incident_db: Database) -> None:
+    from sqlalchemy import select
+
+    from sentinel.daemon.notifier import Notifier
+    from sentinel.daemon.selfmetrics import SelfMetrics
+    from sentinel.incidents.models_notify import OutboxMessage
+    from sentinel.respond.remediate.pager import NotifyPager
+
+    config = parse_config({
+        "receivers": [{"name": "oncall", "webhook": {"url": "http://127.0.0.1:9/h"}},
+                      {"name": "pager", "webhook": {"url": "http://127.0.0.1:9/p"}}],
+        "notify": {"route": {"receiver": "oncall", "group_wait": "0s"},
+                   "fallback_receiver": "pager"}})
+    notifier = Notifier(config, incident_db, SelfMetrics(), lambda: T0)
+    tracker = IncidentTracker(incident_db, outbox=notifier.outbox,
+                              act_first=lambda a: (GRACE, "policy restart acts"))
+    (n,) = tracker.process([crash()], T0)
+    pager = NotifyPager(notifier.page, lambda: T0 + S, notifier.recovered, notifier.not_fixed)
+    pager.page(n.incident_id, "SentinelRemediationGaveUp", "breaker open on tpu-a",
+               {"target": "tpu-a", "reason": "breaker_open"})
+    notifier.dispatcher.run(T0 + S)
+    with incident_db.session() as s:
+        rows = [(m.receiver, m.notification["alerts"][0]["labels"]["alertname"])
+                for m in s.scalars(select(OutboxMessage).order_by(OutboxMessage.id))]
+    # One page: the crash's own, saying why; the fallback is told as it always was.
+    assert sorted(rows) == [("oncall", "VLLMHBMOutOfMemory"),
+                            ("pager", "SentinelRemediationGaveUp")], rows

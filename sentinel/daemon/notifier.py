@@ -8,10 +8,12 @@ again (everything it needs is in the database).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -110,6 +112,10 @@ class Notifier:
             if not actfirst.release(s, notification.incident_id, ms_to_dt(now_ms), reason):
                 page_once(s, self.outbox, self.dispatcher.settings.route, notification, now_ms,
                           escalate=escalate)
+            elif escalate:  # folded into the held page, but the fallback is still told
+                key = hashlib.sha256(f"held|{notification.incident_id}|{reason}".encode())
+                self.outbox.escalate(s, replace(notification, idempotency_key=key.hexdigest()[:32]),
+                                     reason, now_ms)
         self.kick()
 
     def not_fixed(self, incident_id: int, now_ms: int, why: str) -> None:
