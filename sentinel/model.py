@@ -143,6 +143,9 @@ class NotificationKind(enum.StrEnum):
 
     FIRING = "firing"
     RESOLVED = "resolved"
+    # More about alerts already announced firing (the model's runbook after the page):
+    # receivers thread it under the same group key (issue 33).
+    UPDATE = "update"
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ def _incident(key: str, status: str = "open", **kw: object) -> Incident:
     return Incident(**fields)
 
 
-HEAD = "0013"  # the newest migration: bump it with each new one
+HEAD = "0014"  # the newest migration: bump it with each new one
 
 
 def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
@@ -43,7 +43,7 @@ def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
             "alembic_version", "log_cursors", "log_events", "log_file_positions",
             "notify_intents", "notify_groups", "notify_outbox", "silences",
             "remediation_attempts", "remediation_targets", "approvals", "api_audit",
-            "incident_series"} <= tables
+            "incident_series", "notify_holds"} <= tables
     with incident_db.engine.connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
     incident_db.upgrade()  # idempotent

@@ -3,8 +3,9 @@
 A crash line → the crash alert (`increase(...[20s]) > 0`) → a warm restart through the
 simulator's Docker socket → verified serving. The incident resolves at the verification,
 says so on its timeline, and the alert that keeps firing from the old window afterwards
-neither re-opens it nor pages again. The daemon runs for real (in process), the simulator
-and the webhook receiver on loopback.
+neither re-opens it nor pages. (Its page was held while Sentinel acted, and the fix came
+within the grace: nobody was paged at all; tests/test_e2e_actfirst.py has the rest.)
+The daemon runs for real (in process), the simulator and the webhook receiver on loopback.
 """
 
 from __future__ import annotations
@@ -131,7 +132,13 @@ def test_a_verified_restart_resolves_the_crash_incident_for_good(tmp_path, sock_
                  "the crash alert to leave its window")
         app.notifier.run_once()  # whatever the last evaluations queued is sent first
         assert [i.id for i in queries.list_incidents(db)] == [incident.id]
-        assert _statuses(sink) == ["firing", "resolved"], _statuses(sink)
+        # Act first, then tell once: fixed within the grace, so nobody was paged, and with
+        # no notify.act_first.receiver nobody is told either: the timeline says it.
+        assert _statuses(sink) == [], _statuses(sink)
+        notes = [e.message for e in queries.get_incident(db, incident.id).timeline
+                 if e.kind == "note"]
+        assert any(m.startswith("not paged: fixed by Sentinel") for m in notes), notes
+        assert any("no notify.act_first.receiver" in m for m in notes), notes
         assert len(state.attempts(db)) == 1
     finally:
         app.stop(2)

@@ -274,3 +274,49 @@ remediation:
     finally:
         sock.stop()
         sim.stop()
+
+
+class Told(Pages):
+    """A Pager that also hears when nothing will fix the incident now (act first, issue 33)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.not_fixed_calls: list[tuple[int, str]] = []
+
+    def not_fixed(self, incident_id: int, why: str) -> None:
+        self.not_fixed_calls.append((incident_id, why))
+
+
+@pytest.mark.parametrize("verified", [True, False])
+def test_a_failed_verification_says_not_fixed_and_a_verified_one_does_not(
+        incident_db, verified: bool) -> None:
+    cfg = remediation()
+    incident = open_incident(incident_db, "tpu-a")
+    told = Told()
+    engine = Engine(cfg, {"tpu-a": TargetInfo("tpu-a", "http://127.0.0.1:1")}, incident_db,
+                    told, verifier=lambda url, s: Verification(verified, "probe said so", 0.01,
+                                                                0.02),
+                    actions={"docker_restart": Slow()}, clock=Clock(T0))
+    prepared = engine.prepare(candidate(cfg, incident))
+    assert isinstance(prepared, Prepared)
+    engine.execute(prepared)
+    if verified:
+        assert told.not_fixed_calls == []
+    else:
+        ((which, why),) = told.not_fixed_calls
+        assert which == incident and "docker_restart (step 1 of restart) did not hold" in why
+    # The next evaluation: after a verified fix the alert's episode is done (nothing to
+    # say); after a failure the backoff refuses, and says so again (releasing is idempotent).
+    engine.prepare(candidate(cfg, incident))
+    assert len(told.not_fixed_calls) == (0 if verified else 2)
+
+
+def test_a_guard_refusal_says_not_fixed_at_once(incident_db) -> None:
+    cfg = remediation(dry_run=True)
+    incident = open_incident(incident_db, "tpu-a")
+    told = Told()
+    engine = Engine(cfg, {"tpu-a": TargetInfo("tpu-a", "http://127.0.0.1:1")}, incident_db,
+                    told, actions={"docker_restart": Slow()}, clock=Clock(T0))
+    engine.prepare(candidate(cfg, incident))
+    ((which, why),) = told.not_fixed_calls
+    assert which == incident and "dry_run" in why

@@ -9,6 +9,8 @@
       inhibit_rules: [{source_matchers, target_matchers, equal}]
       fallback_receiver: pager   # paged when a delivery fails for good or remediation gives up
       watchdog: true             # an always-firing Watchdog alert (a dead man's switch)
+      act_first: {grace: 2m, receiver: chat}   # act first, then tell once (issue 33)
+      join_window: 10m           # one failure, one incident: how long a target's alerts join
 
 Secrets (URLs with tokens, routing keys, HMAC secrets, header values) may be
 given inline (usually `${VAR}`) or as `*_file`; `secrets()` lists them for the
@@ -307,6 +309,27 @@ def default_inhibit_rules() -> tuple[InhibitRuleConfig, ...]:
     )
 
 
+# Act first, then tell once (issue 33): the longest a page waits while a policy acts.
+DEFAULT_ACT_FIRST_GRACE_MS = 2 * 60_000
+# One incident per failure: a failure alert joins its target's incident opened this recently.
+DEFAULT_JOIN_WINDOW_MS = 10 * 60_000
+
+
+class ActFirstConfig(Strict):
+    """While a remediation policy acts on a new incident, its first page waits.
+
+    The wait is the acting policy's first step `timeout` + `verify_deadline`, never
+    longer than `grace`. A verified recovery within it pages nobody: one message goes
+    to `receiver` (a chat channel, not the pager) saying what broke, what Sentinel did
+    and how long serving was away. Without `receiver` no message is sent at all; the
+    incident's timeline alone records the fix. Anything else (refused, failed, parked
+    for approval, not verified in time) pages at once. `grace: 0s` turns waiting off.
+    """
+
+    grace_ms: Duration = Field(DEFAULT_ACT_FIRST_GRACE_MS, alias="grace")
+    receiver: str | None = None
+
+
 class NotifyConfig(Strict):
     """Routing, grouping, inhibition, escalation and delivery settings."""
 
@@ -314,6 +337,10 @@ class NotifyConfig(Strict):
     inhibit_rules: tuple[InhibitRuleConfig, ...] = Field(default_factory=default_inhibit_rules)
     fallback_receiver: str | None = None
     watchdog: bool = False
+    act_first: ActFirstConfig = Field(default_factory=lambda: ActFirstConfig.model_validate({}))
+    # Long enough for a warm restart that is verified (seconds) or fails (minutes) to raise
+    # its down and health alerts; short enough that tomorrow's crash is its own incident.
+    join_window_ms: Duration = Field(DEFAULT_JOIN_WINDOW_MS, alias="join_window")
     # How often the dispatcher and sender run (they also run right after an evaluation).
     interval_ms: PositiveDuration = Field(1_000, alias="interval")
     retry_initial_ms: PositiveDuration = Field(1_000, alias="retry_initial")
@@ -329,6 +356,9 @@ def check_receiver_names(notify: NotifyConfig, receivers: tuple[ReceiverConfig, 
     if notify.fallback_receiver is not None and notify.fallback_receiver not in names:
         raise problem(f"unknown receiver {notify.fallback_receiver!r}", "notify",
                       "fallback_receiver")
+    if notify.act_first.receiver is not None and notify.act_first.receiver not in names:
+        raise problem(f"unknown receiver {notify.act_first.receiver!r}", "notify", "act_first",
+                      "receiver")
     if notify.route is not None:
         if notify.route.receiver is None:
             raise problem("the root route needs a receiver", "notify", "route", "receiver")

@@ -58,6 +58,7 @@ from sentinel.respond.diagnose.gather import (
     store_series,
 )
 from sentinel.respond.diagnose.worker import DiagnosisWorker
+from sentinel.respond.remediate.actfirst_grace import act_first
 from sentinel.respond.remediate.approval_runner import ApprovalRunner
 from sentinel.respond.remediate.pager import NotifyPager
 from sentinel.rules.loader import RuleGroup, load_rule_files
@@ -158,10 +159,14 @@ class App:
                                  session_runbook_annotations if cfg.diagnosis else None,
                                  heartbeats=self.heartbeats,
                                  active=self.acting if self.lease is not None else None)
-        tracker = IncidentTracker(work_db, outbox=self.notifier.outbox)
+        # Act first, then tell once: a page waits while a policy acts (respond/notify/actfirst).
+        tracker = IncidentTracker(work_db, outbox=self.notifier.outbox,
+                                  join_window_ms=cfg.notify.join_window_ms,
+                                  act_first=act_first(cfg))
         self.remediation = DaemonRemediation(cfg, self.metrics.registry,
                                              NotifyPager(self.notifier.page, self._now_ms,
-                                                         self.notifier.recovered),
+                                                         self.notifier.recovered,
+                                                         self.notifier.not_fixed),
                                              self.acting, self.clock)
         groups = load_rule_files(rule_paths(cfg))
         self.io = IOLoop().start()
@@ -300,6 +305,7 @@ class App:
         if sources_changed(old, new):
             self._swap_sources(new)
         self.notifier.reconfigure(new)
+        self._retune_tracker(new)
         # Remediation silences may name recurring windows: theirs follow the file too.
         if (old.remediation, old.time_intervals) != (new.remediation, new.time_intervals):
             self._swap_remediation(new)
@@ -312,6 +318,13 @@ class App:
         log.info("reloaded: %d targets (%d added, %d removed, %d changed), %d receivers, "
                  "%d rule groups", len(new.targets), len(diff.added), len(diff.removed),
                  len(diff.changed), len(new.receivers), len(groups))
+
+    def _retune_tracker(self, new: Config) -> None:
+        """The incident stage's join window and act-first wait follow the file: which
+        policies hold a page, and how long, come from `notify` and `remediation`."""
+        assert self.pipeline is not None
+        with self._lock:
+            self.pipeline.tracker.retune(new.notify.join_window_ms, act_first(new))
 
     def _swap_rules(self, groups: list[RuleGroup]) -> None:
         """New rule groups; unchanged rules keep their alert state (RuleManager.reload)."""

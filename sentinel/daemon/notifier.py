@@ -8,10 +8,12 @@ again (everything it needs is in the database).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -20,10 +22,12 @@ from sentinel.config import Config
 from sentinel.daemon.heartbeat import Heartbeats
 from sentinel.daemon.receivers import build_receivers, receiver_timeouts_ms, send_resolved
 from sentinel.daemon.selfmetrics import SelfMetrics
+from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.recovery import end_on_recovery
 from sentinel.model import Notification
 from sentinel.quietlog import QuietFailure
+from sentinel.respond.notify import actfirst
 from sentinel.respond.notify.amresend import AlertmanagerResender
 from sentinel.respond.notify.depth import outbox_depth
 from sentinel.respond.notify.dispatcher import Dispatcher, DispatchSettings
@@ -51,6 +55,8 @@ class Notifier:
         self._active = active or (lambda: True)
         self._may_send = active
         self.outbox = Outbox(n.fallback_receiver)
+        # The runbook (when diagnosis is on), for pages, updates and "fixed" messages.
+        self._runbook = annotations or (lambda s, i: {})
         self._db = db
         self._metrics = metrics
         self._clock_ms = clock_ms
@@ -72,11 +78,12 @@ class Notifier:
         """
         n = config.notify
         receivers = build_receivers(config)
+        self._act_first_receiver = n.act_first.receiver
         settings = DispatchSettings(
             route=build_route(n.route, [r.name for r in receivers]),
             inhibit_rules=tuple(InhibitRule.from_config(r) for r in n.inhibit_rules),
             send_resolved=send_resolved(config), watchdog=n.watchdog,
-            annotations=self._annotations)
+            annotations=actfirst.with_act_first(self._annotations))
         for r in receivers:  # the counter shows every receiver from the start
             for outcome in ("success", "retry", "failure"):
                 self._metrics.notifications.labels(r.name, outcome)
@@ -103,16 +110,68 @@ class Notifier:
         self._thread.start()
 
     def page(self, notification: Notification, now_ms: int, escalate: bool = False) -> None:
-        """A one-off page through the outbox (see respond/notify/page.py), sent at once."""
+        """A one-off page through the outbox (see respond/notify/page.py), sent at once.
+
+        When the incident's own page is held while Sentinel acts, that page goes now
+        instead, carrying this one's reason: one failure, one page (actfirst.py).
+        """
+        alert = notification.alerts[0] if notification.alerts else None
+        reason = dict(alert.annotations).get("summary", "") if alert else ""
+        why = dict(alert.labels).get("reason") if alert else None
+        if why:
+            reason = f"{reason} [{why}]"
         with self._db.session() as s:
-            page_once(s, self.outbox, self.dispatcher.settings.route, notification, now_ms,
-                      escalate=escalate)
+            if not actfirst.release(s, notification.incident_id, ms_to_dt(now_ms), reason):
+                page_once(s, self.outbox, self.dispatcher.settings.route, notification, now_ms,
+                          escalate=escalate)
+            elif escalate:  # folded into the held page, but the fallback is still told
+                key = hashlib.sha256(f"held|{notification.incident_id}|{reason}".encode())
+                self.outbox.escalate(s, replace(notification, idempotency_key=key.hexdigest()[:32]),
+                                     reason, now_ms)
         self.kick()
 
-    def recovered(self, incident_id: int, now_ms: int, why: str, data: dict[str, Any]) -> None:
-        """End the incident at its verified recovery; its resolution is sent at once."""
-        if end_on_recovery(self._db, self.outbox, incident_id, now_ms, why, data) is not None:
+    def not_fixed(self, incident_id: int, now_ms: int, why: str) -> None:
+        """Nothing Sentinel does will fix the incident now: a held page goes at once."""
+        with self._db.session() as s:
+            released = actfirst.release(s, incident_id, ms_to_dt(now_ms), why)
+        if released:
             self.kick()
+
+    def recovered(self, incident_id: int, now_ms: int, why: str, data: dict[str, Any]) -> None:
+        """End the incident at its verified recovery; its resolution is sent at once.
+
+        If its page was held (act first, then tell once), nobody is paged: one "fixed by
+        Sentinel" message goes to `notify.act_first.receiver`, if one is named.
+        """
+        held = False
+
+        def quiet(s: Session) -> bool:
+            nonlocal held
+            held = actfirst.fix(s, incident_id, ms_to_dt(now_ms), f"fixed by Sentinel: {why}")
+            return held
+
+        def tell(s: Session) -> None:
+            if held:
+                self._tell_fixed(s, incident_id, now_ms, data)
+
+        end_on_recovery(self._db, self.outbox, incident_id, now_ms, why, data, quiet, tell)
+        if not held:  # the incident may have closed with its alerts before the verification
+            with self._db.session() as s:
+                if actfirst.fix(s, incident_id, ms_to_dt(now_ms), f"fixed by Sentinel: {why}"):
+                    self._tell_fixed(s, incident_id, now_ms, data)
+        self.kick()
+
+    def _tell_fixed(self, s: Session, incident_id: int, now_ms: int, data: dict[str, Any]
+                    ) -> None:
+        receiver = self._act_first_receiver
+        if receiver is None:  # a documented choice: the timeline alone says it was fixed
+            actfirst.note(s, incident_id, ms_to_dt(now_ms), "no notify.act_first.receiver: "
+                          "the fix is told on this timeline only", {"act_first": "untold"})
+            return
+        message = actfirst.fixed_notification(s, incident_id, self._runbook(s, incident_id),
+                                              data)
+        if message is not None:
+            self.outbox.add_message(s, receiver, message, now_ms)
 
     def kick(self) -> None:
         """Run as soon as possible (an evaluation queued intents)."""
@@ -131,6 +190,7 @@ class Notifier:
     def run_once(self) -> None:
         """One dispatch and one send round, each guarded; then the depth gauges."""
         try:
+            self._act_first_round(self._clock_ms())
             self.dispatcher.run(self._clock_ms())
         except Exception:
             self._metrics.notify_failures.labels("dispatch").inc()
@@ -158,6 +218,13 @@ class Notifier:
             self._metrics.intents_pending.set(depth.intents)
         except Exception:
             log.debug("outbox depth unavailable", exc_info=True)
+
+    def _act_first_round(self, now_ms: int) -> None:
+        """Held pages whose grace ran out go now; late model runbooks go as page updates."""
+        with self._db.session() as s:
+            for receiver, update in actfirst.updates(s, self._runbook, ms_to_dt(now_ms)):
+                self.outbox.add_message(s, receiver, update, now_ms)
+            actfirst.expire(s, ms_to_dt(now_ms))
 
     def _loop(self) -> None:
         while not self._stop.is_set():

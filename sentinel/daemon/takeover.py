@@ -40,6 +40,7 @@ from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.remediation import DaemonRemediation
 from sentinel.incidents.outboxwriter import OutboxWriter
 from sentinel.incidents.tracker import IncidentTracker
+from sentinel.respond.remediate.actfirst_grace import act_first
 from sentinel.rules.backend import QueryBackend
 from sentinel.rules.loader import RuleGroup
 from sentinel.rules.manager import RuleManager
@@ -73,7 +74,9 @@ class Takeover:
         """Take over: restore alert state from the database, then act."""
         pipeline, cfg = self.pipeline, self.config
         with self.lock, pipeline.record_lock:
-            tracker = IncidentTracker(pipeline.tracker.db, outbox=self.outbox)
+            tracker = IncidentTracker(pipeline.tracker.db, outbox=self.outbox,
+                                      join_window_ms=cfg.notify.join_window_ms,
+                                      act_first=act_first(cfg))
             saved = tracker.load_alert_states()
             rules = RuleManager(self.groups(), self.backend,
                                 default_interval_ms=cfg.evaluation_interval_ms,

@@ -10,7 +10,8 @@ own. Alerts outside `FAILURE_ALERTS` (capacity, latency) open their own
 incidents as before: they are not one failure's symptoms.
 
 These are defaults: `IncidentTracker(join_alerts=..., join_window_ms=...)`
-takes others, and an empty set turns joining off.
+takes others, and an empty set turns joining off. The daemon passes the window
+from `notify.join_window` (default `JOIN_WINDOW_MS`).
 """
 
 from __future__ import annotations

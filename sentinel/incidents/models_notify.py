@@ -19,7 +19,7 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, CheckConstraint, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, CheckConstraint, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from sentinel.incidents.models_base import Base
@@ -121,4 +121,45 @@ class SilenceRow(Base):
     __table_args__ = (
         CheckConstraint("ends_at >= starts_at", name="ends_after_start"),
         Index("ix_silences_ends_at", "ends_at"),
+    )
+
+
+class HoldStatus(enum.StrEnum):
+    """Act first, then tell once (issue 33): where an incident's first page stands.
+
+    WAITING: a remediation policy acts on the incident; its first notification waits
+    until the deadline. FIXED: a verified recovery ended it within the grace; no page,
+    one "fixed by Sentinel" message. PAGED: the page went out (refused, failed, parked,
+    not verified in time, or no policy at all), so a later runbook is an update to it.
+    """
+
+    WAITING = "waiting"
+    FIXED = "fixed"
+    PAGED = "paged"
+
+
+class NotifyHold(Base):
+    """One row per incident opened with a notification: the act-first state of its page.
+
+    Persisted (migration 0014) so a restart during the grace neither loses the held page
+    (its intents stay undispatched until the row lets them go) nor sends it twice.
+    """
+
+    __tablename__ = "notify_holds"
+
+    incident_id: Mapped[int] = mapped_column(
+        ForeignKey("incidents.id", ondelete="CASCADE"), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    deadline_at: Mapped[datetime]
+    decided_at: Mapped[datetime | None]
+    # Why the page went out, or what fixed it: shown on the page (`sentinel_remediation`).
+    reason: Mapped[str] = mapped_column(Text)
+    # Whether the page carried the model's runbook; if not, one update follows when it comes.
+    model_runbook: Mapped[bool] = mapped_column(Boolean)
+    update_sent_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        CheckConstraint("status IN ('waiting', 'fixed', 'paged')", name="status"),
+        Index("ix_notify_holds_status_deadline_at", "status", "deadline_at"),
     )

@@ -17,6 +17,7 @@ incident does not wait for it:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -50,13 +51,22 @@ RECOVERED = "recovered"  # the INCIDENT_RESOLVED event's data key
 
 
 def end_on_recovery(db: Database, outbox: OutboxWriter | None, incident_id: int, at_ms: int,
-                    why: str, data: dict[str, Any]) -> Notification | None:
-    """Resolve the open incident at `at_ms`; the resolved notification (also queued), if any."""
+                    why: str, data: dict[str, Any],
+                    quiet: Callable[[Session], bool] | None = None,
+                    then: Callable[[Session], None] | None = None) -> Notification | None:
+    """Resolve the open incident at `at_ms`; the resolved notification (also queued), if any.
+
+    In the same transaction: `quiet` says the firing was never sent (its page was held
+    while Sentinel acted, actfirst.py), so no resolution is queued either; `then` runs
+    last (the "fixed by Sentinel" message, which reads the incident's recovery time).
+    """
     at = ms_to_dt(at_ms)
     with db.session() as s:
         incident = s.get(Incident, incident_id)
         if incident is None or incident.status != IncidentStatus.OPEN:
             return None
+        if quiet is not None and quiet(s):
+            outbox = None
         rows = list(s.scalars(select(IncidentAlert).where(
             IncidentAlert.incident_id == incident_id)))
         told = []
@@ -89,6 +99,9 @@ def end_on_recovery(db: Database, outbox: OutboxWriter | None, incident_id: int,
                  incident.alertname, incident.target, extra={
                      "incident": incident_id, "alertname": incident.alertname,
                      "target": incident.target, "state": "resolved"})
+        if then is not None:
+            s.flush()
+            then(s)
         if not told:
             return None
         group = tuple(sorted((k, v) for k, v in (("alertname", incident.alertname),

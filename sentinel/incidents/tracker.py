@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -106,8 +106,14 @@ from sentinel.model import (
     label_value,
     labels_of,
 )
+from sentinel.respond.notify.actfirst import hold as actfirst_hold
+from sentinel.respond.notify.actfirst import paged as actfirst_paged
 
 log = logging.getLogger(__name__)
+
+# The act-first question, asked when an incident opens: (grace ms, which policy) when a
+# remediation policy will act on the alert, else None. The daemon builds it from config.
+ActFirst = Callable[[Alert], tuple[int, str] | None]
 
 VALUE_EVENT_MIN_INTERVAL_MS = 60_000
 # On the alerts of an occurrence recorded after a database outage, and on its timeline.
@@ -175,11 +181,15 @@ class IncidentTracker:
         outbox: OutboxWriter | None = None,
         join_alerts: frozenset[str] = FAILURE_ALERTS,
         join_window_ms: int = JOIN_WINDOW_MS,
+        act_first: ActFirst | None = None,
     ) -> None:
         self.db = db  # public: the daemon's incident API reads through it
         # One incident per failure (joining.py): which alerts join a target's incident.
         self._joins = join_alerts
         self._join_window_ms = join_window_ms
+        # Act first, then tell once (respond/notify/actfirst.py): how long a new incident's
+        # first page waits while a remediation policy acts on its alert, and why.
+        self._act_first = act_first
         # With an outbox, each notification is written into it in the same
         # transaction as the incident change, and its alerts are marked
         # notified there: delivery is then the outbox's job (retried, never lost).
@@ -190,6 +200,11 @@ class IncidentTracker:
         # process but not yet confirmed by record_notification: not again.
         self._announced: set[tuple[int, str, int]] = set()
 
+
+    def retune(self, join_window_ms: int, act_first: ActFirst | None) -> None:
+        """A reloaded config's join window and act-first wait (the next process uses them)."""
+        self._join_window_ms = join_window_ms
+        self._act_first = act_first
     def process(self, alerts: Sequence[Alert], now_ms: int,
                 states: Sequence[Alert] | None = None) -> list[Notification]:
         """Apply one evaluation's alerts; return the notifications to deliver.
@@ -212,6 +227,7 @@ class IncidentTracker:
                 for outcome in self._process_key(s, key, groups[key], now, known):
                     _merge_outcome(outcomes, outcome)
             if self.outbox is not None:
+                self._hold_pages(s, list(outcomes.values()), now)
                 self._enqueue(s, list(outcomes.values()), now_ms)
             if states is not None:
                 alert_states.save_in(s, states)
@@ -252,6 +268,18 @@ class IncidentTracker:
             if self.outbox is not None:
                 self._enqueue(s, outcomes, now_ms)
         return [n for o in outcomes if (n := self._after_commit(o)) is not None]
+
+    def _hold_pages(self, s: Session, outcomes: list[_Outcome], now: datetime) -> None:
+        """A new incident's page waits while a policy acts on it, or goes at once (noted so
+        a runbook that comes later is sent as an update)."""
+        for o in outcomes:
+            if not o.opened or o.joined or o.missed or not o.fired:
+                continue
+            held = self._act_first(o.fired[0]) if self._act_first is not None else None
+            if held is not None and held[0] > 0:
+                actfirst_hold(s, o.incident_id, now, held[0], held[1])
+            else:
+                actfirst_paged(s, o.incident_id, now)
 
     def _enqueue(self, s: Session, outcomes: list[_Outcome], now_ms: int) -> None:
         assert self.outbox is not None

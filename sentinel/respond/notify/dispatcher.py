@@ -3,7 +3,8 @@
 One `run(now_ms)` is one transaction:
 
 1. Unprocessed intents (written by the tracker with the incident change) are
-   routed; each matched route puts the alert into its group (a row in
+   routed, except those of an incident whose first page waits while Sentinel
+   acts (actfirst.py); each matched route puts the alert into its group (a row in
    `notify_groups`, created with its first flush at now + group_wait).
 2. Groups due to flush decide, as Alertmanager does: alerts muted by a
    silence or an inhibition rule are left out (the change is written on the
@@ -47,6 +48,7 @@ from sentinel.incidents.models import (
 from sentinel.incidents.models_notify import NotifyGroup, NotifyIntent
 from sentinel.incidents.operator import acknowledged
 from sentinel.model import Alert, AlertState, Labels, Notification, NotificationKind, labels_of
+from sentinel.respond.notify import actfirst
 from sentinel.respond.notify.codec import alert_from_json, alert_to_json
 from sentinel.respond.notify.grouping import idempotency_key, needs_update
 from sentinel.respond.notify.mute import InhibitRule, MuteReason, Silence, mute_reason
@@ -110,9 +112,12 @@ class Dispatcher:
         with self.db.session() as s:
             groups: dict[str, NotifyGroup] = {}
             muting = _Muting(s, now_ms, bool(self.settings.inhibit_rules))
-            intents = s.scalars(_locked(select(NotifyIntent).where(
-                NotifyIntent.dispatched_at.is_(None)).order_by(NotifyIntent.id).limit(BATCH),
-                self.db)).all()
+            query = select(NotifyIntent).where(NotifyIntent.dispatched_at.is_(None))
+            held = actfirst.held_incidents(s)
+            if held:  # their first page waits while Sentinel acts (actfirst.py)
+                query = query.where(NotifyIntent.incident_id.not_in(held))
+            intents = s.scalars(_locked(query.order_by(NotifyIntent.id).limit(BATCH),
+                                        self.db)).all()
             messages = 0
             for it in intents:
                 it.dispatched_at = now

@@ -24,7 +24,7 @@ from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.models import TimelineEvent, TimelineKind
 from sentinel.incidents.models_notify import NotifyIntent, OutboxMessage, OutboxStatus
 from sentinel.incidents.operator import acknowledged
-from sentinel.model import AlertState, Notification
+from sentinel.model import AlertState, Notification, NotificationKind
 from sentinel.respond.notify.codec import alert_to_json, notification_to_json
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,10 @@ class Outbox:
         ids = sorted((set(notification.incident_ids) | {notification.incident_id}) - {0})
         row = OutboxMessage(
             receiver=receiver, group_key=notification.group_key,
-            idempotency_key=notification.idempotency_key, kind=str(notification.kind),
+            idempotency_key=notification.idempotency_key,
+            # The row's kind is firing or resolved (an update is about firing alerts);
+            # the message itself keeps its own kind.
+            kind="resolved" if notification.kind is NotificationKind.RESOLVED else "firing",
             notification=notification_to_json(notification), incident_ids=ids,
             status=OutboxStatus.PENDING, attempts=0, next_attempt_at=now, lease_until=None,
             last_error="", escalated_from=escalated_from, created_at=now, finished_at=None)

@@ -12,7 +12,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sentinel.model import Alert, AlertState, Labels, Notification, format_labels
+from sentinel.model import (
+    Alert,
+    AlertState,
+    Labels,
+    Notification,
+    NotificationKind,
+    format_labels,
+)
 
 WEBHOOK_VERSION = "4"
 # Go's zero time.Time, which Alertmanager sends as endsAt of a firing alert
@@ -58,6 +65,11 @@ def alertmanager_payload(
     ids = notification.incident_ids or (notification.incident_id,) * len(notification.alerts)
     alerts = [_alert(a, i, external_url) for a, i in zip(notification.alerts, ids, strict=False)]
     status = "firing" if any(a["status"] == "firing" for a in alerts) else "resolved"
+    if notification.kind is NotificationKind.UPDATE:
+        # Not Alertmanager's: more about a page already sent (the same groupKey), e.g. the
+        # model's runbook that came after it. Receivers that know only firing/resolved
+        # can ignore it.
+        status = "update"
     return {
         "version": WEBHOOK_VERSION,
         "groupKey": group_key(notification),

@@ -7,8 +7,7 @@ handles the alert itself. Children inherit receiver and grouping settings.
 `group_by: ["..."]` groups by every label.
 
 With no route configured, every receiver gets every alert, grouped by
-alertname and target (one group per incident) and sent at once: what
-Sentinel did before routing existed.
+target (one group per server: one failure, one message) and sent at once.
 """
 
 from __future__ import annotations
@@ -28,7 +27,11 @@ from sentinel.respond.notify.matchers import Matcher, matches_all, parse_matcher
 
 T = TypeVar("T")
 ALL_LABELS = "..."
-IMPLICIT_GROUP_BY = ("alertname", "target")
+# The default route groups by target (issue 33): one failure of one server raises several
+# alerts (its crash signature, down, health failing, latency); grouped by target they are one
+# message, and one PagerDuty incident (its dedup_key is the group's key), not one per alert
+# name. Alertmanager's own default (group by nothing) would merge the whole fleet instead.
+IMPLICIT_GROUP_BY = ("target",)
 
 
 @dataclass(frozen=True, slots=True)

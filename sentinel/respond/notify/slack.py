@@ -35,7 +35,10 @@ def slack_body(n: Notification, external_url: str) -> dict[str, Any]:
     """The incoming-webhook JSON for one notification."""
     firing = [a for a in n.alerts if alert_status(a) == "firing"]
     name = label_value(n.group_labels, "alertname") or (n.alerts[0].name if n.alerts else "alert")
-    state = "FIRING" if n.kind is NotificationKind.FIRING else "RESOLVED"
+    state = {NotificationKind.FIRING: "FIRING", NotificationKind.UPDATE: "UPDATE"}.get(
+        n.kind, "RESOLVED")
+    if n.alerts and dict(n.alerts[0].annotations).get("sentinel_outcome") == "fixed":
+        state = "FIXED BY SENTINEL"  # act first, then tell once: nobody was paged
     title = f"[{state}:{len(firing) or len(n.alerts)}] {name}"
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _cut(title, HEADER_MAX)}}]
@@ -63,6 +66,13 @@ def _describe(a: Alert) -> str:
              f"*Since:* {rfc3339(since)}   *Value:* {a.value:g}"]
     if ann.get("description"):
         lines.append(_esc(ann["description"]))
+    for key, what in (("sentinel_remediation", "Sentinel tried"),
+                      ("sentinel_action", "Sentinel did"),
+                      ("sentinel_time_to_recovery", "Serving again after")):
+        if ann.get(key):
+            lines.append(f"*{what}:* {_esc(ann[key])}")
+    if ann.get("sentinel_excerpt"):
+        lines.append(f"```{_esc(ann['sentinel_excerpt'])}```")
     runbook = ann.get("runbook_summary") or ann.get("runbook")
     if runbook:
         lines.append(f"*Runbook:* {_esc(runbook)}")

@@ -41,7 +41,10 @@ class Pager(Protocol):
     """Calls a human: the daemon sends a synthetic alert through the receivers.
 
     A pager may also have `recovered(incident_id, why, data)`: called at a verified
-    recovery, it ends the incident there (sentinel/incidents/recovery.py).
+    recovery, it ends the incident there (sentinel/incidents/recovery.py); and
+    `not_fixed(incident_id, why)`: called when an action was refused, parked, failed
+    or not verified, so a page held while Sentinel acts goes out at once
+    (respond/notify/actfirst.py).
     """
 
     def page(self, incident_id: int, title: str, reason: str, labels: Mapping[str, str]) -> None:
@@ -140,6 +143,16 @@ class Engine:
         def guards(t: state.TargetState, f: state.FleetState, e: state.Episode) -> Decision:
             return decide(req, t, f, e, self.now_ms())
 
+        result = self._prepare(c, req, claim, guards, manual, force_dry_run, approved)
+        if isinstance(result, Result) and result.decision.reason not in (Reason.DONE,
+                                                                         Reason.IN_PROGRESS):
+            self._not_fixed(c, result)
+        return result
+
+    def _prepare(self, c: Candidate, req: Request, claim: state.Claim,
+                 guards: Callable[[state.TargetState, state.FleetState, state.Episode],
+                                  Decision],
+                 manual: bool, force_dry_run: bool, approved: bool) -> Prepared | Result:
         decision = state.peek(self.db, claim, guards, self.now_ms())
         if not decision.allowed and decision.reason is not Reason.DRY_RUN:
             self._refused(c, decision, manual)
@@ -221,6 +234,9 @@ class Engine:
             # A crash is an event: its incident ends here, once the attempt is on record
             # as succeeded, not when the alert's window lets go.
             self._recovered(c, p, str(data["recovered"]), recovery_ms)
+        elif not ok:
+            self._not_fixed(c, Result(p.decision, ok, f"{spec.kind} (step {p.decision.step + 1} "
+                                      f"of {c.policy.name}) did not hold: {detail}"))
         if self.metrics:
             self.metrics.actions.labels(spec.kind, "success" if ok else "failure").inc()
         if after.breaker_opened_ms is not None and before.breaker_opened_ms is None:
@@ -284,10 +300,26 @@ class Engine:
         try:
             recovered(c.incident_id, f"{p.action.kind} on {c.target} {message}",
                       {"attempt": p.attempt_id, "action": p.action.kind, "target": c.target,
-                       "recovery_ms": recovery_ms})
+                       "recovery_ms": recovery_ms, "step": p.decision.step,
+                       "policy": c.policy.name})
         except Exception:  # the attempt's own bookkeeping must still finish
             log.exception("resolving incident %d at its verified recovery failed",
                           c.incident_id)
+
+    def _not_fixed(self, c: Candidate, r: Result) -> None:
+        """Tell the pager nothing will fix this incident now (a held page goes at once)."""
+        not_fixed = getattr(self.pager, "not_fixed", None)
+        if not_fixed is None:
+            return
+        d = r.decision
+        kind = c.policy.steps[min(d.step, len(c.policy.steps) - 1)].kind
+        why = r.detail if r.ok is False else (
+            f"{kind} (step {d.step + 1} of {c.policy.name}) on {c.target} not run: "
+            f"{d.reason}: {r.detail or d.detail}")
+        try:
+            not_fixed(c.incident_id, why)
+        except Exception:  # the attempt's own bookkeeping must still finish
+            log.exception("releasing the held page of incident %d failed", c.incident_id)
 
     # -- audit ---------------------------------------------------------------------
 

@@ -25,11 +25,17 @@ class NotifyPager:
 
     def __init__(self, notify: Callable[[Notification, int, bool], None],
                  clock_ms: Callable[[], int],
-                 recovered: Callable[[int, int, str, dict[str, Any]], None] | None = None
-                 ) -> None:
+                 recovered: Callable[[int, int, str, dict[str, Any]], None] | None = None,
+                 not_fixed: Callable[[int, int, str], None] | None = None) -> None:
         self.notify = notify
         self.clock_ms = clock_ms
         self._recovered = recovered
+        self._not_fixed = not_fixed
+
+    def not_fixed(self, incident_id: int, why: str) -> None:
+        """Refused, parked, failed or not verified: a page held while Sentinel acts goes now."""
+        if self._not_fixed is not None:
+            self._not_fixed(incident_id, self.clock_ms(), why)
 
     def recovered(self, incident_id: int, why: str, data: dict[str, Any]) -> None:
         """A verified recovery: end the incident now (the daemon's `Notifier.recovered`)."""

@@ -1,0 +1,256 @@
+"""Act first, then tell once (issue 33): the held first page of an incident.
+
+When an incident opens and a remediation policy covers its alert, the tracker
+writes a WAITING hold (`hold`) in the same transaction as the incident and its
+notify intents. While it waits, the dispatcher leaves the incident's intents
+undispatched (`held_incidents`). The hold ends one of three ways:
+
+- `fix`: the remediation verified recovery within the grace. The held intents
+  are dropped (nobody is paged) and the caller sends one "fixed by Sentinel"
+  message to `notify.act_first.receiver` (`fixed_notification`).
+- `release`: the remediation was refused, failed, parked for approval, or
+  (`expire`) not verified by the deadline. The intents are dispatched as they
+  would have been, at once, and the page carries why (`annotations`).
+- An incident opened with no policy gets a PAGED row at once (`paged`): nothing
+  waits, but its page can still be updated.
+
+A page that went out without the model's runbook gets it as one update message
+to the same group (`updates`), when the model's runbook is stored.
+
+Everything is in the database, so a restart during the grace neither loses the
+page (the intents wait, the deadline stands) nor sends it twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from sentinel.incidents.convert import dt_to_ms, ms_to_dt
+from sentinel.incidents.models import (
+    Incident,
+    IncidentAlert,
+    IncidentStatus,
+    TimelineEvent,
+    TimelineKind,
+)
+from sentinel.incidents.models_notify import HoldStatus, NotifyGroup, NotifyHold, NotifyIntent
+from sentinel.incidents.recovery import row_alert
+from sentinel.model import Alert, Notification, NotificationKind, labels_of
+from sentinel.respond.notify.codec import alert_from_json
+
+log = logging.getLogger(__name__)
+
+# The page's annotation that says what Sentinel tried and why it did not hold.
+REMEDIATION = "sentinel_remediation"
+Annotations = Callable[[Session, int], dict[str, str]]
+
+
+def hold(s: Session, incident_id: int, now: datetime, grace_ms: int, why: str) -> None:
+    """Hold the incident's first page for `grace_ms` while a policy acts (`why` names it)."""
+    deadline = ms_to_dt(dt_to_ms(now) + grace_ms)
+    s.add(NotifyHold(incident_id=incident_id, status=HoldStatus.WAITING, created_at=now,
+                     deadline_at=deadline, decided_at=None, reason="", model_runbook=False,
+                     update_sent_at=None))
+    note(s, incident_id, now, f"page held up to {grace_ms / 1000:g}s while Sentinel acts: "
+          f"{why} (act first, then tell once)", {"act_first": "waiting", "grace_ms": grace_ms})
+
+
+def paged(s: Session, incident_id: int, now: datetime) -> None:
+    """An incident that pages at once (no policy acts): its page may still get an update."""
+    s.add(NotifyHold(incident_id=incident_id, status=HoldStatus.PAGED, created_at=now,
+                     deadline_at=now, decided_at=now, reason="", model_runbook=False,
+                     update_sent_at=None))
+
+
+def held_incidents(s: Session) -> list[int]:
+    """The incidents whose first page waits now (their intents are not dispatched yet)."""
+    return list(s.scalars(select(NotifyHold.incident_id).where(
+        NotifyHold.status == HoldStatus.WAITING.value)))
+
+
+def waiting(s: Session, incident_id: int) -> NotifyHold | None:
+    """The incident's hold, if its page still waits."""
+    row = s.get(NotifyHold, incident_id)
+    return row if row is not None and row.status == HoldStatus.WAITING else None
+
+
+def release(s: Session, incident_id: int, now: datetime, why: str) -> bool:
+    """Let the held page go now, saying why; False when nothing waited."""
+    row = waiting(s, incident_id)
+    if row is None:
+        return False
+    row.status, row.decided_at, row.reason = HoldStatus.PAGED, now, why
+    note(s, incident_id, now, f"paging now: {why}", {"act_first": "paged", "reason": why})
+    log.info("incident %d: held page released: %s", incident_id, why,
+             extra={"incident": incident_id})
+    return True
+
+
+def expire(s: Session, now: datetime) -> list[int]:
+    """Release the holds whose grace ran out before a verified recovery."""
+    ids = list(s.scalars(select(NotifyHold.incident_id).where(
+        NotifyHold.status == HoldStatus.WAITING.value, NotifyHold.deadline_at <= now)))
+    for incident_id in ids:
+        release(s, incident_id, now, "not verified recovered within the act-first grace")
+    return ids
+
+
+def fix(s: Session, incident_id: int, now: datetime, why: str) -> bool:
+    """A verified recovery within the grace: drop the held page; False when nothing waited."""
+    row = waiting(s, incident_id)
+    if row is None:
+        return False
+    row.status, row.decided_at, row.reason = HoldStatus.FIXED, now, why
+    for intent in s.scalars(select(NotifyIntent).where(
+            NotifyIntent.incident_id == incident_id, NotifyIntent.dispatched_at.is_(None))):
+        intent.dispatched_at = now  # dropped: the failure ended before anyone had to know
+    note(s, incident_id, now, f"not paged: {why}", {"act_first": "fixed"})
+    return True
+
+
+def hold_annotations(s: Session, incident_id: int) -> dict[str, str]:
+    """What a released page adds: what Sentinel tried and why it did not hold."""
+    row = s.get(NotifyHold, incident_id)
+    if row is None or row.status != HoldStatus.PAGED or not row.reason:
+        return {}
+    return {REMEDIATION: row.reason}
+
+
+def with_act_first(runbook: Annotations | None) -> Annotations:
+    """The dispatcher's annotations: the runbook (when diagnosis is on) and the hold's reason."""
+    def both(s: Session, incident_id: int) -> dict[str, str]:
+        extra = dict(runbook(s, incident_id)) if runbook is not None else {}
+        _carried(s, incident_id)
+        return {**extra, **hold_annotations(s, incident_id)}
+    return both
+
+
+def _carried(s: Session, incident_id: int) -> None:
+    """A message about the incident is being built now: if the model's runbook is on
+    record, it carries it, and no update is owed for it."""
+    row = s.get(NotifyHold, incident_id)
+    if row is not None and not row.model_runbook and _has_model_runbook(s, incident_id):
+        row.model_runbook = True
+
+
+def fixed_notification(s: Session, incident_id: int, runbook: dict[str, str],
+                       data: dict[str, Any]) -> Notification | None:
+    """The one "fixed by Sentinel" message: what broke, what was done, how long, the runbook."""
+    incident = s.get(Incident, incident_id)
+    if incident is None:
+        return None
+    rows = list(s.scalars(select(IncidentAlert).where(IncidentAlert.incident_id == incident_id)))
+    if not rows:
+        return None
+    at_ms = dt_to_ms(incident.resolved_at or incident.updated_at)
+    ttr_s = (incident.recovery_ms or 0) / 1000
+    action = str(data.get("action", "remediation"))
+    step = data.get("step")
+    did = f"{action}" + (f" (step {int(step) + 1} of policy {data.get('policy')})"
+                         if step is not None else "")
+    extra = {
+        "summary": f"Fixed by Sentinel: {incident.alertname} on {incident.target}; {did}, "
+                   f"verified; serving again {ttr_s:.1f}s after the first evidence",
+        "sentinel_outcome": "fixed",
+        "sentinel_action": did,
+        "sentinel_time_to_recovery": f"{ttr_s:.1f}s",
+        "sentinel_excerpt": _excerpt(s, incident_id),
+        **runbook,
+    }
+    alerts = tuple(replace(a, annotations=labels_of({**dict(a.annotations), **extra}))
+                   for a in (row_alert(r, at_ms) for r in rows))
+    group = tuple(sorted((k, v) for k, v in (("alertname", incident.alertname),
+                                              ("target", incident.target)) if v))
+    key = _key(f"fixed|{incident_id}")
+    return Notification(incident_id, NotificationKind.RESOLVED, alerts, group,
+                        group_key=f"actfirst:{incident_id}", idempotency_key=key)
+
+
+def updates(s: Session, runbook: Annotations, now: datetime
+            ) -> list[tuple[str, Notification]]:
+    """(receiver, update) for each page that went out before the model's runbook was stored.
+
+    Sent once per page, to the groups that hold the incident's alerts, with their group
+    key: a receiver threads it under the page (webhook `status: update`, PagerDuty the
+    same dedup_key). A page whose group has ended gets none: its resolution carried it.
+    A message built while the model's runbook was on record carried it (`_carried`):
+    no update is owed then.
+    """
+    out: list[tuple[str, Notification]] = []
+    # Open incidents only: a resolved one's last message carried what there was, and the
+    # rows of the past must not be looked at again on every run.
+    rows = s.scalars(select(NotifyHold).join(Incident).where(
+        Incident.status == IncidentStatus.OPEN.value,
+        NotifyHold.status == HoldStatus.PAGED.value, NotifyHold.model_runbook.is_(False),
+        NotifyHold.update_sent_at.is_(None))).all()
+    for row in rows:
+        groups = _groups_of(s, row.incident_id)
+        if not groups or not _has_model_runbook(s, row.incident_id):
+            continue  # no page out yet (it will carry the runbook), or no runbook yet
+        row.model_runbook, row.update_sent_at = True, now
+        extra = {**runbook(s, row.incident_id), **hold_annotations(s, row.incident_id)}
+        sent = []
+        for group in groups:
+            alerts = tuple(replace(a, annotations=labels_of({**dict(a.annotations), **extra}))
+                           for a in _group_alerts(group, row.incident_id))
+            if not alerts:
+                continue
+            sent.append(group.receiver)
+            out.append((group.receiver, Notification(
+                row.incident_id, NotificationKind.UPDATE, alerts,
+                tuple(sorted(group.group_labels.items())), group_key=group.key,
+                idempotency_key=_key(f"update|{row.incident_id}|{group.key}"))))
+        to = ", ".join(sorted(set(sent)))
+        note(s, row.incident_id, now, f"the model's runbook came after the page: sent as an "
+              f"update to {to}", {"act_first": "update", "receivers": sorted(set(sent))})
+    return out
+
+
+def _has_model_runbook(s: Session, incident_id: int) -> bool:
+    """Whether a validated model runbook is on record for the incident."""
+    for data in s.scalars(select(TimelineEvent.data).where(
+            TimelineEvent.incident_id == incident_id, TimelineEvent.kind == TimelineKind.RUNBOOK)):
+        if data and data.get("source") == "model" and data.get("validated"):
+            return True
+    return False
+
+
+def _groups_of(s: Session, incident_id: int) -> list[NotifyGroup]:
+    """The groups that sent the incident's firing alerts: where its page went."""
+    # Groups are few (one per route and label set); their alerts name their incident.
+    return [g for g in s.scalars(select(NotifyGroup).order_by(NotifyGroup.id))
+            if any(int(e.get("incident_id", 0)) == incident_id and fp in g.sent_firing
+                   for fp, e in g.alerts.items())]
+
+
+def _group_alerts(group: NotifyGroup, incident_id: int) -> list[Alert]:
+    return [alert_from_json(e["alert"]) for e in group.alerts.values()
+            if int(e.get("incident_id", 0)) == incident_id and not e.get("muted")]
+
+
+def _excerpt(s: Session, incident_id: int) -> str:
+    data = s.scalar(select(TimelineEvent.data).where(
+        TimelineEvent.incident_id == incident_id,
+        TimelineEvent.kind == TimelineKind.LOG_EXCERPT).order_by(TimelineEvent.at).limit(1))
+    if not data:
+        return ""
+    return "\n".join(str(line) for line in data.get("excerpt", []))[:4000]
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def note(s: Session, incident_id: int, now: datetime, message: str, data: dict[str, Any]
+         ) -> None:
+    """A NOTE on the incident's timeline."""
+    s.add(TimelineEvent(incident_id=incident_id, at=now, kind=TimelineKind.NOTE,
+                        message=message, data=data))
