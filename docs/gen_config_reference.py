@@ -113,6 +113,12 @@ EXTRA: dict[str, str] = {
     "notify.route.matchers": "Alertmanager matchers (`label=\"v\"`, `!=`, `=~`, `!~`) an alert "
                              "must all match to take this route.",
     "notify.route.continue": "After a match, go on to the next sibling route too.",
+    "notify.route.mute_time_intervals": "Names from the top-level `time_intervals`: the route "
+                                        "sends nothing while one is active and sends what it "
+                                        "held at the first flush after (not inherited; not "
+                                        "on the root route, as in Alertmanager).",
+    "notify.route.active_time_intervals": "Names from the top-level `time_intervals`: the route "
+                                          "sends only while one of them is active.",
     "notify.inhibit_rules[].source_matchers": "While an alert matching these fires...",
     "notify.inhibit_rules[].target_matchers": "...alerts matching these are muted...",
     "notify.inhibit_rules[].equal": "...when these labels have equal values on both.",
@@ -127,7 +133,8 @@ EXTRA: dict[str, str] = {
     "remediation.silences[].time_intervals": "Instead of `starts`/`ends`: names from the "
                                              "top-level `time_intervals`; the silence holds "
                                              "while one of them is active (a recurring window).",
-    "time_intervals[].name": "The name routes and silences refer to.",
+    "time_intervals[].name": "The name routes (`mute_time_intervals`, "
+                             "`active_time_intervals`) and remediation silences refer to.",
     "time_intervals[].time_intervals": "Alertmanager's syntax: each entry has `times` "
                                        "(`start_time`/`end_time`, HH:MM, end excluded), "
                                        "`weekdays`, `days_of_month` (negative from the "

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from notify_helpers import loopback  # noqa: F401
 
 from sentinel.config import parse_config
 from sentinel.config.errors import ConfigError
@@ -179,3 +180,61 @@ def test_a_silence_is_either_one_off_or_recurring() -> None:
                  "ends": datetime(2026, 12, 2, tzinfo=UTC).isoformat()})
     with pytest.raises(ConfigError, match="starts and ends are required"):
         _config({"matchers": {"pool": "spot"}})
+
+
+# -- routes: mute_time_intervals / active_time_intervals ------------------------------------
+
+def _route_config(**child: Any) -> Any:
+    return parse_config({
+        "receivers": [{"name": "oncall", "webhook": {"url": "http://127.0.0.1:9/hook"}}],
+        "time_intervals": [{"name": "nights", "time_intervals": [
+            {"times": [{"start_time": "00:00", "end_time": "06:00"}]}]}],
+        "notify": {"route": {"receiver": "oncall", "group_wait": "0s", "group_interval": "1m",
+                             "routes": [{"matchers": ['severity="warning"'], **child}]}},
+    })
+
+
+def test_the_root_route_cannot_be_muted_and_names_must_exist() -> None:
+    with pytest.raises(ConfigError, match="no time interval named 'weekends'"):
+        _route_config(mute_time_intervals=["weekends"])
+    with pytest.raises(ConfigError, match="root route cannot have"):
+        parse_config({
+            "receivers": [{"name": "oncall", "webhook": {"url": "http://127.0.0.1:9/hook"}}],
+            "time_intervals": [{"name": "nights", "time_intervals": [{"weekdays": ["monday"]}]}],
+            "notify": {"route": {"receiver": "oncall", "mute_time_intervals": ["nights"]}}})
+
+
+@pytest.mark.parametrize(("key", "sent_at_night"), [
+    ("mute_time_intervals", False), ("active_time_intervals", True)])
+def test_a_route_sends_only_as_its_time_intervals_say(
+        incident_db, loopback, key: str, sent_at_night: bool) -> None:  # noqa: F811
+    """A warning at 03:00 on a route muted at night waits for 06:00, then goes once; on a
+    route active only at night it goes at once. Time is passed in."""
+    from dataclasses import replace
+
+    from notify_helpers import make_stage
+
+    from sentinel.model import Alert, AlertState, labels_of
+    from sentinel.respond.notify.webhook import WebhookReceiver
+
+    cfg = _route_config(**{key: ["nights"]})
+    stage = make_stage(incident_db, {"oncall": WebhookReceiver("oncall", loopback.url(),
+                                                               timeout_s=5)},
+                       cfg.notify.route)
+    stage.dispatcher.settings = replace(stage.dispatcher.settings,
+                                        intervals=interval_table(cfg.time_intervals))
+    night = _ms("2026-11-27T03:00:00+00:00")
+    alert = Alert(group="g", rule="KVCacheHigh",
+                  labels=labels_of({"alertname": "KVCacheHigh", "target": "a",
+                                    "severity": "warning"}),
+                  annotations=(), state=AlertState.FIRING, value=1.0, active_at_ms=night,
+                  last_eval_ms=night, fired_at_ms=night)
+    stage.tracker.process([alert], night)
+    stage.tick(night)
+    assert (len(loopback.accepted()) == 1) is sent_at_night
+    for minutes in range(1, 4 * 60, 10):  # flushes every group_interval until 07:00
+        stage.tick(night + minutes * 60_000)
+    assert len(loopback.accepted()) == 1  # once, at 03:00 or at the first flush after 06:00
+    first = loopback.accepted()[0]
+    if not sent_at_night:
+        assert first.json()["status"] == "firing"

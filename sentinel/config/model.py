@@ -278,6 +278,17 @@ class Config(Strict):
     @model_validator(mode="after")
     def _known_time_intervals(self) -> Config:
         names = {n.name for n in self.time_intervals}
+        route = self.notify.route
+        if route is not None:
+            if route.mute_time_intervals or route.active_time_intervals:
+                raise problem("the root route cannot have mute or active time intervals (as "
+                              "in Alertmanager): put them on a child route",
+                              "notify", "route", "mute_time_intervals")
+            for name, where in route.time_interval_names():
+                if name not in names:
+                    raise problem(f"no time interval named {name!r} (time_intervals: "
+                                  f"{', '.join(sorted(names)) or 'none'})",
+                                  "notify", "route", *where)
         for i, silence in enumerate(self.remediation.silences):
             for j, name in enumerate(silence.time_intervals):
                 if name not in names:

@@ -261,12 +261,24 @@ class RouteConfig(Strict):
     group_interval_ms: Duration | None = Field(None, alias="group_interval")
     repeat_interval_ms: PositiveDuration | None = Field(None, alias="repeat_interval")
     continue_: bool = Field(False, alias="continue")
+    # Names from the top-level `time_intervals` (Alertmanager's keys, not inherited): no
+    # notifications while one of the mute ones is active, or while none of the active ones is.
+    mute_time_intervals: tuple[str, ...] = ()
+    active_time_intervals: tuple[str, ...] = ()
     routes: tuple[RouteConfig, ...] = ()
 
     @field_validator("matchers")
     @classmethod
     def _check_matchers(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return _matchers(v)
+
+    def time_interval_names(self, path: tuple[str | int, ...] = ()
+                            ) -> list[tuple[str, tuple[str | int, ...]]]:
+        """Every time interval this subtree names, with where (for the error's key)."""
+        own = [(name, (*path, key, i)) for key in ("mute_time_intervals", "active_time_intervals")
+               for i, name in enumerate(getattr(self, key))]
+        return own + [n for j, child in enumerate(self.routes)
+                      for n in child.time_interval_names((*path, "routes", j))]
 
     def receivers(self) -> list[str]:
         """Every receiver this subtree names."""

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from sentinel.config import Config
+from sentinel.config.timeintervals import interval_table
 from sentinel.daemon.heartbeat import Heartbeats
 from sentinel.daemon.receivers import build_receivers, receiver_timeouts_ms, send_resolved
 from sentinel.daemon.selfmetrics import SelfMetrics
@@ -83,7 +84,8 @@ class Notifier:
             route=build_route(n.route, [r.name for r in receivers]),
             inhibit_rules=tuple(InhibitRule.from_config(r) for r in n.inhibit_rules),
             send_resolved=send_resolved(config), watchdog=n.watchdog,
-            annotations=actfirst.with_act_first(self._annotations))
+            annotations=actfirst.with_act_first(self._annotations),
+            intervals=interval_table(config.time_intervals))
         for r in receivers:  # the counter shows every receiver from the start
             for outcome in ("success", "retry", "failure"):
                 self._metrics.notifications.labels(r.name, outcome)

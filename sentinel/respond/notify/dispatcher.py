@@ -53,8 +53,9 @@ from sentinel.respond.notify.codec import alert_from_json, alert_to_json
 from sentinel.respond.notify.grouping import idempotency_key, needs_update
 from sentinel.respond.notify.mute import InhibitRule, MuteReason, Silence, mute_reason
 from sentinel.respond.notify.outbox import Outbox
-from sentinel.respond.notify.routing import Route, match_routes
+from sentinel.respond.notify.routing import Route, match_routes, time_muted
 from sentinel.respond.notify.silences import active_silences
+from sentinel.timeintervals import TimeInterval
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class DispatchSettings:
     # Extra annotations per incident (the runbook, when diagnosis is on), read
     # when a message is built, so it carries the newest runbook on record.
     annotations: Callable[[Session, int], dict[str, str]] | None = None
+    # The config's named time intervals, for routes' mute/active_time_intervals.
+    intervals: Mapping[str, tuple[TimeInterval, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +200,16 @@ class Dispatcher:
                 (firing if alert.state is AlertState.FIRING else resolved).append(fp)
         sent = 0
         send_resolved = self.settings.send_resolved.get(g.receiver, True)
+        # A route in a mute window (or outside its active ones) sends nothing and keeps
+        # what it would have said for the first flush after the window (Alertmanager).
+        muted_route = time_muted(route, self.settings.intervals, now_ms)
+        if muted_route is not None:
+            # Resolved alerts stay too: a page sent before the window is resolved after it.
+            log.debug("group %s: not sent, %s", g.key, muted_route)
+            g.alerts = alerts
+            g.next_flush_at = ms_to_dt(now_ms) + timedelta(
+                milliseconds=route.group_interval_ms or IDLE_RECHECK_MS)
+            return 0
         if (firing or resolved) and self._sends(s, g, alerts, firing, resolved, send_resolved,
                                                 route.repeat_interval_ms, now_ms):
             shown = firing + (resolved if send_resolved else [])

@@ -12,7 +12,7 @@ target (one group per server: one failure, one message) and sent at once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -24,6 +24,7 @@ from sentinel.config.notify import (
 )
 from sentinel.model import Labels, format_labels
 from sentinel.respond.notify.matchers import Matcher, matches_all, parse_matchers
+from sentinel.timeintervals import TimeInterval, any_active
 
 T = TypeVar("T")
 ALL_LABELS = "..."
@@ -47,6 +48,8 @@ class Route:
     repeat_interval_ms: int
     continue_: bool
     children: tuple[Route, ...]
+    mute_time_intervals: tuple[str, ...] = ()
+    active_time_intervals: tuple[str, ...] = ()
 
     def group_labels(self, labels: Labels) -> Labels:
         """The labels an alert is grouped by on this route."""
@@ -84,6 +87,9 @@ def _build(cfg: RouteConfig, parent: Route | None, path: str) -> Route:
         repeat_interval_ms=_pick(cfg.repeat_interval_ms, parent.repeat_interval_ms if parent
                                  else DEFAULT_REPEAT_INTERVAL_MS),
         continue_=cfg.continue_, children=(),
+        # Not inherited, as in Alertmanager: each route names its own.
+        mute_time_intervals=cfg.mute_time_intervals,
+        active_time_intervals=cfg.active_time_intervals,
     )
     children = tuple(_build(c, node, f"{path}.{i}") for i, c in enumerate(cfg.routes))
     return replace(node, children=children)
@@ -100,6 +106,18 @@ def match_routes(route: Route, labels: Labels) -> list[Route]:
         if matched and not child.continue_:
             break
     return found or [route]
+
+
+def time_muted(route: Route, intervals: Mapping[str, tuple[TimeInterval, ...]],
+               now_ms: int) -> str | None:
+    """Why the route sends nothing now (a mute interval, or outside its active ones), or None."""
+    muting = any_active(route.mute_time_intervals, intervals, now_ms)
+    if muting is not None:
+        return f"mute time interval {muting}"
+    if route.active_time_intervals and \
+            any_active(route.active_time_intervals, intervals, now_ms) is None:
+        return "outside its active time intervals"
+    return None
 
 
 def _pick(own: T | None, inherited: T) -> T:
