@@ -5,7 +5,10 @@ Run: `python bench/httpwire.py [--answers 2000] [--conns 50] [--rounds 20] [--re
 Every implementation in the tree is measured in the same run, interleaved
 repeat by repeat (machine noise hits each alike); the figure is this
 process's CPU time per answer (`time.process_time`), median and best of the
-repeats, and each one's ratio to the first listed. Two measures:
+repeats, and each one's ratio to the first listed. This tree has one wire
+(`sentinel.collect.http1`); a tree from before the merge (commit c419fb9)
+has the two it replaced, the scrapes' StreamReader client and the probes'
+protocol one, and the same script measures both. Two measures:
 
   * parse: answers already in memory handed to the client's parser in 64 KB
     reads (as a loopback socket delivers them), no socket: the vLLM page
@@ -134,20 +137,19 @@ class Impl:
 
 
 def implementations() -> list[Impl]:
-    """The wires this tree has (the old ones only where they still exist)."""
-    found = []
-    try:
-        from sentinel.collect import httpwire
-    except ImportError:
-        httpwire = None  # type: ignore[assignment]
+    """The wires this tree has: the merged one, or the two it replaced (run an older tree)."""
     from sentinel.collect import http1
-    if hasattr(http1, "_read_body"):  # the StreamReader client (before the merge)
-        found.append(_stream_impl(http1))
-    if httpwire is not None:
-        found.append(_protocol_impl("httpwire (protocol)", httpwire, httpwire.WireConnection))
-    else:
-        found.append(_protocol_impl("http1 (merged wire)", http1, http1.Connection))
-    return found
+    try:
+        from sentinel.collect import httpwire  # type: ignore[attr-defined]
+    except ImportError:  # one wire for scrapes and probes (the protocol parser)
+        from sentinel.collect.deadlines import deadlines
+        return [_protocol_impl("http1 (one wire)",
+                               lambda loop: http1._Wire(MAX_BYTES, deadlines(loop)),
+                               http1.Connection)]
+    return [_stream_impl(http1),
+            _protocol_impl("httpwire (protocol)",
+                           lambda loop: httpwire._Wire(MAX_BYTES, httpwire._deadlines(loop)),
+                           httpwire.WireConnection)]
 
 
 def _stream_impl(http1: Any) -> Impl:
@@ -171,10 +173,11 @@ def _stream_impl(http1: Any) -> Impl:
     return Impl("http1 (StreamReader)", parse, http1.Connection, get)
 
 
-def _protocol_impl(name: str, module: Any, conn_class: Any) -> Impl:
+def _protocol_impl(name: str, make_wire: Callable[[asyncio.AbstractEventLoop], Any],
+                   conn_class: Any) -> Impl:
     async def parse(pieces: list[bytes], sink: bool, n: int) -> None:
         loop = asyncio.get_running_loop()
-        wire = module._Wire(MAX_BYTES, module._deadlines(loop))
+        wire = make_wire(loop)
         wire.transport = _NullTransport()
         kept: list[bytes] = []
         for _ in range(n):

@@ -1,10 +1,11 @@
-"""The probes' push-parsed HTTP/1.1 connection against the scrape's, answer for answer.
+"""The HTTP/1.1 client's wire, scripted byte by byte: framing, keep-alive, errors, deadlines.
 
 A raw loopback server sends each answer in pieces cut at awkward places
 (inside the head, a chunk-size line, a CRLF, a multi-byte character), a
-few milliseconds apart so each piece is its own read. `WireConnection`
-(parsed in the protocol) must give what `http1.Connection` (read through
-a StreamReader) gives: the same status, body, sink pieces joined, errors.
+few milliseconds apart so each piece is its own read. `Connection` must
+give the same status, body, sink pieces and errors however the answer is
+cut. (These cases once compared the scrapes' StreamReader client with the
+probes' protocol one, answer for answer; the two are now this one.)
 """
 
 from __future__ import annotations
@@ -19,11 +20,8 @@ from collections.abc import Iterator
 import pytest
 
 from sentinel.collect.http1 import BodyTooLarge, Connection, HTTPError, build_request
-from sentinel.collect.httpwire import WireConnection
 
 pytestmark = pytest.mark.integration
-
-KINDS = [Connection, WireConnection]
 BODY = ("data: ünï " * 150).encode()
 
 
@@ -99,18 +97,19 @@ def raw() -> Iterator[RawServer]:
     s.close()
 
 
-def exchange(kind: type, url: str, answers: int = 1, max_bytes: int = 1 << 20,
+def exchange(url: str, answers: int = 1, max_bytes: int = 1 << 20,
              sink: bool = False) -> tuple[list[object], int]:
     """`answers` requests on one connection: each (status, body, sink bytes) or the error."""
     async def go() -> tuple[list[object], int]:
-        conn = kind(url)
+        loop = asyncio.get_running_loop()
+        conn = Connection(url)
         req = build_request(url, "/x", {"Accept": "*/*"}, "POST", b'{"a":1}')
         out: list[object] = []
         for _ in range(answers):
             pieces: list[bytes] = []
             try:
-                async with asyncio.timeout(5):
-                    resp = await conn.get(req, max_bytes, pieces.append if sink else None)
+                resp = await conn.get(req, max_bytes, pieces.append if sink else None,
+                                      deadline=loop.time() + 5)
                 out.append((resp.status, resp.body, b"".join(pieces)))
             except HTTPError as exc:
                 out.append((type(exc).__name__, str(exc)))
@@ -119,14 +118,10 @@ def exchange(kind: type, url: str, answers: int = 1, max_bytes: int = 1 << 20,
     return asyncio.run(go())
 
 
-def both(raw: RawServer, script: list[tuple[list[bytes], bool]], **kw: object) -> list[object]:
-    """The same script through both connections; they must agree. Returns the answers."""
-    got = []
-    for kind in KINDS:
-        raw.answers = list(script)
-        got.append(exchange(kind, raw.url, answers=len(script), **kw))  # type: ignore[arg-type]
-    assert got[0] == got[1], f"http1: {got[0]}\nhttpwire: {got[1]}"
-    return got[1][0]
+def run(raw: RawServer, script: list[tuple[list[bytes], bool]], **kw: object) -> list[object]:
+    """The answers to a script of answers, one request each on one connection."""
+    raw.answers = list(script)
+    return exchange(raw.url, answers=len(script), **kw)[0]  # type: ignore[arg-type]
 
 
 HEAD_LEN = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n"
@@ -138,23 +133,20 @@ def test_content_length_and_chunked_bodies_read_whole_however_they_are_cut(raw, 
     plain = HEAD_LEN % len(BODY) + BODY
     chunks = HEAD_CHUNKED + chunked(BODY, 333, ext=True)
     for sink in (False, True):
-        got = both(raw, [(cut(plain, step), False), (cut(chunks, step), False)], sink=sink)
+        got = run(raw, [(cut(plain, step), False), (cut(chunks, step), False)], sink=sink)
         for status, body, sunk in got:  # type: ignore[misc]
             assert status == 200 and (sunk if sink else body) == BODY
 
 
 def test_a_kept_alive_connection_is_reused_and_an_empty_body_ends_at_once(raw):
-    answer = ([HEAD_LEN % 0], False)
-    for kind in KINDS:
-        raw.answers = [answer] * 3
-        before = raw.connections
-        got, opened = exchange(kind, raw.url, answers=3)
-        assert got == [(200, b"", b"")] * 3 and opened == 1 and raw.connections == before + 1
+    raw.answers = [([HEAD_LEN % 0], False)] * 3
+    got, opened = exchange(raw.url, answers=3)
+    assert got == [(200, b"", b"")] * 3 and opened == 1 and raw.connections == 1
 
 
 def test_a_body_framed_by_the_close_and_stacked_codings(raw):
     double = gzip.compress(gzip.compress(BODY))
-    got = both(raw, [([b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"] + cut(BODY, 500),
+    got = run(raw, [([b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"] + cut(BODY, 500),
                       True),
                      ([b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip, gzip\r\n"
                        b"Content-Length: %d\r\n\r\n" % len(double)] + cut(double, 50), False)])
@@ -163,31 +155,29 @@ def test_a_body_framed_by_the_close_and_stacked_codings(raw):
 
 def test_an_error_status_is_answered_without_its_body_and_the_connection_dropped(raw):
     page = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\n\r\nbusy!"
-    for kind in KINDS:
-        raw.answers = [([page], False), ([HEAD_LEN % 2 + b"ok"], False)]
-        got, opened = exchange(kind, raw.url, answers=2)
-        assert got == [(503, b"", b""), (200, b"ok", b"")] and opened == 2
+    raw.answers = [([page], False), ([HEAD_LEN % 2 + b"ok"], False)]
+    got, opened = exchange(raw.url, answers=2)
+    assert got == [(503, b"", b""), (200, b"ok", b"")] and opened == 2
 
 
 def test_bad_framing_and_a_close_mid_answer_are_errors(raw):
-    got = both(raw, [([HEAD_CHUNKED + b"zz\r\nabc"], True)])
+    got = run(raw, [([HEAD_CHUNKED + b"zz\r\nabc"], True)])
     assert got[0][0] == "HTTPError" and "bad chunk size" in got[0][1]  # type: ignore[index]
-    got = both(raw, [([HEAD_LEN % 100 + b"only part"], True)])
+    got = run(raw, [([HEAD_LEN % 100 + b"only part"], True)])
     assert got == [("HTTPError", "server closed the connection mid-response")]
 
 
 def test_an_idle_connection_closed_by_the_server_is_retried_once_fresh(raw):
     # The server closes after answering without saying so: the next request on the
     # kept-alive connection finds it closed before any byte and is sent again.
-    for kind in KINDS:
-        raw.answers = [([HEAD_LEN % 2 + b"ok"], True), ([HEAD_LEN % 2 + b"ok"], False)]
-        got, opened = exchange(kind, raw.url, answers=2)
-        assert got == [(200, b"ok", b"")] * 2 and opened == 2
+    raw.answers = [([HEAD_LEN % 2 + b"ok"], True), ([HEAD_LEN % 2 + b"ok"], False)]
+    got, opened = exchange(raw.url, answers=2)
+    assert got == [(200, b"ok", b"")] * 2 and opened == 2
 
 
 def test_a_compression_bomb_stops_at_the_limit(raw):
     bomb = gzip.compress(gzip.compress(b"\0" * (4 << 20)))
-    got = both(raw, [([b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip, gzip\r\n"
+    got = run(raw, [([b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip, gzip\r\n"
                        b"Content-Length: %d\r\n\r\n" % len(bomb), bomb], True)],
                max_bytes=100_000)
     assert got[0][0] == BodyTooLarge.__name__  # type: ignore[index]
@@ -199,7 +189,7 @@ def test_the_sink_sees_each_piece_as_it_arrives_not_at_the_end(raw):
     seen: list[float] = []
 
     async def go() -> float:
-        conn = WireConnection(raw.url)
+        conn = Connection(raw.url)
         req = build_request(raw.url, "/x", {}, "GET")
         start = time.monotonic()
         await conn.get(req, 1 << 20, lambda b: seen.append(time.monotonic() - start))
@@ -221,7 +211,7 @@ def test_a_deadline_fails_the_exchange_at_its_time_even_behind_a_later_one(raw):
     # second with the earlier deadline must still fail at its own time.
     async def go() -> tuple[object, float, object]:
         loop = asyncio.get_running_loop()
-        slow, fast = WireConnection(raw.url), WireConnection(raw.url)
+        slow, fast = Connection(raw.url), Connection(raw.url)
         req = build_request(raw.url, "/x", {}, "GET")
         start = loop.time()
         first = asyncio.ensure_future(slow.get(req, 1 << 20, deadline=start + 5))
@@ -248,7 +238,7 @@ def test_an_ended_exchange_s_deadline_never_fails_the_next_one(raw):
     # still running when that deadline passes, must not be failed by it.
     async def go() -> tuple[int, int, int]:
         loop = asyncio.get_running_loop()
-        conn = WireConnection(raw.url)
+        conn = Connection(raw.url)
         req = build_request(raw.url, "/x", {}, "GET")
         first = await conn.get(req, 1 << 20, deadline=loop.time() + 0.1)
         second = await conn.get(req, 1 << 20, deadline=loop.time() + 5)  # ~0.45 s long
@@ -265,7 +255,7 @@ def test_many_exchanges_keep_at_most_one_timer_on_the_loop(raw):
     async def go() -> list[int]:
         loop = asyncio.get_running_loop()
         other = loop.call_later(5, lambda: None)
-        conn = WireConnection(raw.url)
+        conn = Connection(raw.url)
         req = build_request(raw.url, "/x", {}, "GET")
         timers = []
         for _ in range(30):
@@ -276,5 +266,125 @@ def test_many_exchanges_keep_at_most_one_timer_on_the_loop(raw):
         return timers
 
     raw.answers = [([HEAD_LEN % 2 + b"ok"], False)] * 30
-    # The other, the connect's bound (cancelled, left until its time), the deadlines' one.
-    assert max(asyncio.run(go())) == 3
+    # The other and the deadlines' one: the connect is bounded by that timer too.
+    assert max(asyncio.run(go())) == 2
+
+
+def test_one_deadline_for_the_exchange_passed_none_or_later(raw):
+    # The one deadline mechanism, as the scrapes and probes use it: a deadline
+    # already passed fails the request with TimeoutError and closes the connection;
+    # without one, or with one far off, the request is answered.
+    async def go() -> list[object]:
+        loop = asyncio.get_running_loop()
+        conn = Connection(raw.url)
+        req = build_request(raw.url, "/x", {}, "GET")
+        got: list[object] = [(await conn.get(req, 1 << 20)).body]
+        try:
+            await conn.get(req, 1 << 20, deadline=loop.time() - 1)
+        except TimeoutError:
+            got.append("timed out")
+        got.append((await conn.get(req, 1 << 20, deadline=loop.time() + 30)).body)
+        conn.close()
+        return got + [conn.opened]
+
+    raw.answers = [([HEAD_LEN % 2 + b"ok"], False), (STALLED, False),
+                   ([HEAD_LEN % 2 + b"ok"], False)]
+    assert asyncio.run(go()) == [b"ok", "timed out", b"ok", 2]
+
+
+class SilentServer:
+    """Accepts connections and never says a byte: a TLS handshake to it never ends."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.fixture
+def silent() -> Iterator[SilentServer]:
+    s = SilentServer()
+    yield s
+    s.close()
+
+
+def test_the_deadline_bounds_the_connect_too(silent):
+    # The TLS handshake is part of connecting: a server that never answers it must
+    # not hold the request past its deadline.
+    async def go() -> BaseException | None:
+        loop = asyncio.get_running_loop()
+        url = f"https://127.0.0.1:{silent.sock.getsockname()[1]}"
+        conn = Connection(url)
+        task = asyncio.ensure_future(conn.get(build_request(url, "/x", {}, "GET"), 1 << 20,
+                                              deadline=loop.time() + 0.2))
+        done, _ = await asyncio.wait({task}, timeout=30)  # the test's own bound, generous
+        conn.close()
+        assert done, "the connect outlived its deadline"
+        return task.exception()
+
+    assert isinstance(asyncio.run(go()), TimeoutError)
+
+
+def test_a_caller_cancelled_while_connecting_is_cancelled_not_timed_out(silent):
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        url = f"https://127.0.0.1:{silent.sock.getsockname()[1]}"
+        conn = Connection(url)
+        task = asyncio.ensure_future(conn.get(build_request(url, "/x", {}, "GET"), 1 << 20,
+                                              deadline=loop.time() + 30))
+        until = loop.time() + 30
+        while not silent.held and loop.time() < until:  # TCP is up; the handshake hangs
+            await asyncio.sleep(0.01)
+        assert silent.held and not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        conn.close()
+
+    asyncio.run(go())
+
+
+def test_two_requests_at_once_on_one_connection_take_turns(raw):
+    # One request at a time on a connection: a second caller waits for the first's
+    # answer instead of writing its request into the middle of it.
+    async def go() -> tuple[list[bytes], int]:
+        loop = asyncio.get_running_loop()
+        conn = Connection(raw.url)
+        req = build_request(raw.url, "/x", {}, "GET")
+        answers = await asyncio.gather(*(conn.get(req, 1 << 20, deadline=loop.time() + 10)
+                                         for _ in range(2)))
+        conn.close()
+        return [a.body for a in answers], conn.opened
+
+    raw.answers = [(cut(HEAD_LEN % len(BODY) + BODY, 50), False),
+                   ([HEAD_LEN % 2 + b"ok"], False)]
+    assert asyncio.run(go()) == ([BODY, b"ok"], 1)
+
+
+def test_an_endless_head_or_chunk_line_is_refused_at_its_limit(raw):
+    head = b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 70_000 + b"\r\n\r\n"
+    line = HEAD_CHUNKED + b"1" * 5_000 + b"\r\n"
+    got = run(raw, [([head], True), ([line], True)])
+    assert got == [("HTTPError", "response headers too large"),
+                   ("HTTPError", "chunk line too long")]
+
+
+def test_a_close_answer_or_an_http_1_0_one_is_not_reused(raw):
+    close = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
+    old = b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    old_kept = b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"
+    raw.answers = [([close], True), ([old], True), ([old_kept], False), ([old_kept], False)]
+    got, opened = exchange(raw.url, answers=4)
+    assert got == [(200, b"ok", b"")] * 4 and opened == 3
