@@ -1,17 +1,14 @@
 """Sentinel's one HTTP/1.1 client, for scrapes and probes: kept-alive, parsed as bytes arrive.
 
 Why not httpx or aiohttp: a scrape or a probe is one request on a connection
-that stays open for the next. Measured with `bench/httpclients.py` (200
-kept-alive loopback targets, the 42 KB vLLM page gzipped, best of 3): a
-StreamReader client of this shape 0.070 ms CPU per request, aiohttp 0.168 ms
-(2.4x), httpx's AsyncClient with a client per target 0.75 ms (10.7x); the
-difference is generic machinery (pools, cookie jars, redirects, header
-objects, sniffio). Answers are parsed in the protocol (`data_received`
-frames the body and hands the decoded bytes on), not read through an
+that stays open for the next; their generic machinery (pools, cookie jars,
+redirects, header objects) cost 2.4x (aiohttp) to 10.7x (httpx) the CPU of
+a hand-written client (`bench/httpclients.py`). Answers are parsed in the
+protocol (`data_received` frames the body), not read through an
 `asyncio.StreamReader`: an exchange wakes its caller once, when complete,
 not at every piece of a streamed answer. `bench/httpwire.py` measured the
-two on one workload: the protocol as fast or faster on every shape (a
-chunked page ~0.45x the CPU to parse, a streamed canary ~0.8x).
+two on one workload and the protocol one is this module (the StreamReader
+one served the scrapes until both were merged).
 
 What scrapes and probes need is here and tested:
 
@@ -20,10 +17,11 @@ What scrapes and probes need is here and tested:
   idle-close race), so a sink never sees a body twice;
 - bodies framed by Content-Length, chunked transfer coding (extensions,
   trailers), or the close; head and chunk lines with size limits;
-- `Content-Encoding` with any number of codings (`gzip, gzip`), decoded as
-  the bytes arrive, each layer in bounded steps, with the size limit on the
-  decoded bytes: a compression bomb is refused after `max_bytes`, never
-  inflated in memory;
+- `Content-Encoding` with any number of codings (`gzip, gzip`), each layer
+  undone in bounded steps with the size limit on the decoded bytes (a
+  compression bomb is refused after `max_bytes`, never inflated in memory)
+  and on the coded ones; a kept body is decoded in the caller's task, a
+  sink's as it arrives;
 - a non-200 answered with its status and no body, the connection closed
   (no time spent draining an error page);
 - requests with a body (a probe's POST of JSON), prepared once by
@@ -45,11 +43,18 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from sentinel.collect.deadlines import Deadlines, deadlines
-from sentinel.collect.httpcoding import BodyTooLarge, Decoder, HTTPError, codings
+from sentinel.collect.httpbody import (
+    BodyTooLarge,
+    CodedAnswer,
+    Decoder,
+    HTTPError,
+    RawBody,
+    Response,
+    codings,
+)
 
 __all__ = ["BodyTooLarge", "Connection", "Decoder", "HTTPError", "Response", "build_request",
            "parse_head", "shared_ssl_context"]
@@ -67,16 +72,6 @@ def shared_ssl_context() -> ssl.SSLContext:
     if _shared_ssl is None:
         _shared_ssl = ssl.create_default_context()
     return _shared_ssl
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """Status, headers (lower-case names, last value wins) and the decoded body."""
-
-    status: int
-    reason: str
-    headers: dict[str, str]
-    body: bytes
 
 
 def build_request(url: str, path: str, headers: dict[str, str], method: str = "GET",
@@ -128,6 +123,10 @@ class _Closed(Exception):
     """The server closed a reused connection before answering (retry once, fresh)."""
 
 
+def _no_body(data: bytes) -> None:
+    raise HTTPError("body bytes before a head")  # unreachable: the states forbid it
+
+
 class _Wire(asyncio.Protocol):
     """One TCP connection and the exchange in flight on it, parsed as its bytes arrive."""
 
@@ -137,7 +136,7 @@ class _Wire(asyncio.Protocol):
         self.closed = False
         self.connecting: asyncio.Task[object] | None = None
         self.expired = False  # the deadline passed while connecting
-        self.waiter: asyncio.Future[Response] | None = None
+        self.waiter: asyncio.Future[Response | CodedAnswer] | None = None
         self.sink: Callable[[bytes], None] | None = None
         self.max_bytes = max_bytes
         self.got_bytes = False
@@ -151,6 +150,8 @@ class _Wire(asyncio.Protocol):
         self.left = 0
         self.head: tuple[int, str, dict[str, str], bool] = (0, "", {}, False)
         self.decoder: Decoder | None = None
+        self.raw: RawBody | None = None  # a coded body kept whole: decoded by the caller
+        self.feed: Callable[[bytes], None] = _no_body  # where the body's bytes go
 
     # -- asyncio.Protocol ------------------------------------------------------
 
@@ -211,7 +212,7 @@ class _Wire(asyncio.Protocol):
 
     def send(self, request: bytes, sink: Callable[[bytes], None] | None,
              loop: asyncio.AbstractEventLoop, deadline: float | None = None,
-             ) -> asyncio.Future[Response]:
+             ) -> asyncio.Future[Response | CodedAnswer]:
         assert self.transport is not None
         self._reset()
         self.sink = sink
@@ -244,18 +245,31 @@ class _Wire(asyncio.Protocol):
 
     def _fail(self, exc: BaseException) -> None:
         self.close()
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(exc)
+        waiter, self.waiter = self.waiter, None
+        self._drop_body()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def _drop_body(self) -> None:
+        # Keep nothing of an answer until the next one: a scraped page is ~40 KB
+        # decoded plus zlib's 32 KB window, for a whole interval, per connection.
+        self.decoder, self.raw, self.sink, self.feed = None, None, None, _no_body
 
     def _finish(self) -> None:
         assert self.decoder is not None and self.waiter is not None
         status, reason, headers, keep = self.head
-        body = self.decoder.finish()
+        result: Response | CodedAnswer
+        if self.raw is not None:
+            result = CodedAnswer(status, reason, headers, self.decoder, self.raw.parts)
+        else:
+            result = Response(status, reason, headers, self.decoder.finish())
+        waiter, self.waiter = self.waiter, None
+        self._drop_body()
         self.state = _HEAD
         if not keep:
             self.close()
-        if not self.waiter.done():
-            self.waiter.set_result(Response(status, reason, headers, body))
+        if not waiter.done():
+            waiter.set_result(result)
 
     def _parse(self, data: bytes) -> None:
         buf = self.buf + data if self.buf else data
@@ -289,8 +303,7 @@ class _Wire(asyncio.Protocol):
             pos = end + 2
         if not pieces:
             return buf
-        assert self.decoder is not None
-        self.decoder.feed(b"".join(pieces) if len(pieces) > 1 else pieces[0])
+        self.feed(b"".join(pieces) if len(pieces) > 1 else pieces[0])
         return buf[pos:]
 
     def _step(self, buf: bytes) -> bytes:
@@ -299,8 +312,7 @@ class _Wire(asyncio.Protocol):
         if state == _LENGTH or state == _CHUNK_DATA:
             take = buf[:self.left]
             self.left -= len(take)
-            assert self.decoder is not None
-            self.decoder.feed(take)
+            self.feed(take)
             if not self.left:
                 if state == _LENGTH:
                     self._finish()
@@ -308,8 +320,7 @@ class _Wire(asyncio.Protocol):
                     self.state = _CHUNK_END
             return buf[len(take):]
         if state == _UNTIL_CLOSE:
-            assert self.decoder is not None
-            self.decoder.feed(buf)
+            self.feed(buf)
             return b""
         if state == _HEAD:
             end = buf.find(b"\r\n\r\n")
@@ -349,8 +360,17 @@ class _Wire(asyncio.Protocol):
             assert self.waiter is not None
             self.waiter.set_result(Response(status, self.head[1], headers, b""))
             return
-        self.decoder = Decoder(codings(headers.get("content-encoding", "")), self.max_bytes,
-                               self.sink)
+        self.decoder = decoder = Decoder(codings(headers.get("content-encoding", "")),
+                                         self.max_bytes, self.sink)
+        if self.sink is None and not decoder.plain:
+            # Decoded by the caller's task, not here: every answer that arrives in one
+            # turn of the loop is framed here before any caller runs, so decoding here
+            # would hold all their pages at once (50 scrapes a slot: 2 MB of heap grown
+            # and trimmed again each slot, ~10 page faults a scrape, 15 % more CPU).
+            self.raw = RawBody(self.max_bytes)
+            self.feed = self.raw.feed
+        else:
+            self.feed = decoder.feed
         if "chunked" in headers.get("transfer-encoding", "").lower():
             self.state = _CHUNK_SIZE
             return
@@ -361,7 +381,8 @@ class _Wire(asyncio.Protocol):
         if not length.isdigit():
             raise HTTPError(f"bad Content-Length {length!r}")
         self.left = int(length)
-        if self.decoder.plain and self.left > self.max_bytes:  # refused before reading it
+        if self.left > self.max_bytes and (decoder.plain or self.raw is not None):
+            # Refused before it is read: its bytes alone would pass the limit.
             raise BodyTooLarge(f"body size limit exceeded: {self.left} > {self.max_bytes} bytes")
         self.state = _LENGTH
         if not self.left:
@@ -429,5 +450,6 @@ class Connection:
         else:
             wire.reused = True
         wire.max_bytes = max_bytes
-        return await wire.send(request, sink, loop, deadline)
+        got = await wire.send(request, sink, loop, deadline)
+        return got.decode() if isinstance(got, CodedAnswer) else got
 

@@ -1,7 +1,7 @@
-"""The HTTP client's errors and its content-coding decoder (gzip, deflate, stacked, bounded).
+"""The HTTP client's answers: errors, `Response`, and the body's content decoding.
 
-Kept apart from the wire (`sentinel.collect.http1`) because it is a job of
-its own: undo `Content-Encoding` as the bytes arrive with memory bounded
+Kept apart from the wire (`sentinel.collect.http1`, which frames the bytes)
+because it is a job of its own: undo `Content-Encoding` with memory bounded
 whatever the compression ratio, so a 1.8 KB `gzip, gzip` bomb stops at the
 size limit instead of inflating a gigabyte.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 DECODE_STEP = 64 * 1024
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
@@ -21,6 +22,16 @@ class HTTPError(Exception):
 
 class BodyTooLarge(HTTPError):
     """The body passed the size limit (decoded bytes, or a plain Content-Length)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """Status, headers (lower-case names, last value wins) and the decoded body."""
+
+    status: int
+    reason: str
+    headers: dict[str, str]
+    body: bytes
 
 
 def codings(value: str) -> list[str]:
@@ -95,3 +106,42 @@ class Decoder:
             data = layer.unconsumed_tail or (layer.unused_data if layer.eof else b"")
             if out:
                 self._push(i + 1, out)
+
+
+class RawBody:
+    """A coded body's bytes as they came, to be decoded later; refused past `limit` bytes.
+
+    Bounding the coded bytes too keeps a stream of empty gzip members (which
+    decode to nothing) from growing until the deadline.
+    """
+
+    __slots__ = ("limit", "parts", "size")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.parts: list[bytes] = []
+
+    def feed(self, data: bytes) -> None:
+        """Keep a piece of the body."""
+        self.size += len(data)
+        if self.size > self.limit:
+            raise BodyTooLarge(f"body size limit exceeded: more than {self.limit} bytes")
+        self.parts.append(data)
+
+
+@dataclass(frozen=True, slots=True)
+class CodedAnswer:
+    """A whole 200 answer whose body is still coded: `decode` runs in the caller's task."""
+
+    status: int
+    reason: str
+    headers: dict[str, str]
+    decoder: Decoder
+    parts: list[bytes]
+
+    def decode(self) -> Response:
+        """The answer with its body decoded (HTTPError, BodyTooLarge as `Decoder`)."""
+        for part in self.parts:
+            self.decoder.feed(part)
+        return Response(self.status, self.reason, self.headers, self.decoder.finish())
