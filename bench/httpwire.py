@@ -1,14 +1,14 @@
 """Which HTTP/1 wire is faster: CPU per answer of each client implementation, same workload.
 
-Run: `python bench/httpwire.py [--answers 2000] [--conns 50] [--rounds 20] [--repeat 5]`.
+Run: `python bench/httpwire.py [--against cb5934f] [--repeat 5] [--conns 50] [--rounds 20]`.
 
-Every implementation in the tree is measured in the same run, interleaved
-repeat by repeat (machine noise hits each alike); the figure is this
-process's CPU time per answer (`time.process_time`), median and best of the
-repeats, and each one's ratio to the first listed. This tree has one wire
-(`sentinel.collect.http1`); a tree from before the merge (commit c419fb9)
-has the two it replaced, the scrapes' StreamReader client and the probes'
-protocol one, and the same script measures both. Two measures:
+Sentinel has one HTTP/1 client for scrapes and probes, `sentinel.collect.http1`.
+With `--against COMMIT` (cb5934f: the last before the merge) the same run
+also measures the two it replaced, loaded from git beside it: the scrapes'
+StreamReader client and the probes' protocol one. Every implementation is
+measured interleaved, repeat by repeat (machine noise hits each alike); the
+figure is this process's CPU time per answer (`time.process_time`), median
+and best of the repeats, and each one's ratio to this tree's. Two measures:
 
   * parse: answers already in memory handed to the client's parser in 64 KB
     reads (as a loopback socket delivers them), no socket: the vLLM page
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PAGE = (Path(__file__).resolve().parent.parent / "tests" / "data" / "vllm_metrics.txt"
-        ).read_bytes()
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = (ROOT / "tests" / "data" / "vllm_metrics.txt").read_bytes()
 MAX_BYTES = 10 << 20
 READ = 64 * 1024
 
@@ -136,23 +136,39 @@ class Impl:
     get: Callable[[Any, bytes, Callable[[bytes], None] | None], Awaitable[Any]]
 
 
-def implementations() -> list[Impl]:
-    """The wires this tree has: the merged one, or the two it replaced (run an older tree)."""
+def implementations(against: str | None) -> list[Impl]:
+    """This tree's wire, and with `against` the two wires of that older commit."""
     from sentinel.collect import http1
-    try:
-        from sentinel.collect import httpwire  # type: ignore[attr-defined]
-    except ImportError:  # one wire for scrapes and probes (the protocol parser)
-        from sentinel.collect.deadlines import deadlines
-        return [_protocol_impl("http1 (one wire)",
-                               lambda loop: http1._Wire(MAX_BYTES, deadlines(loop)),
-                               http1.Connection)]
-    return [_stream_impl(http1),
-            _protocol_impl("httpwire (protocol)",
-                           lambda loop: httpwire._Wire(MAX_BYTES, httpwire._deadlines(loop)),
-                           httpwire.WireConnection)]
+    from sentinel.collect.deadlines import deadlines
+
+    found = [_protocol_impl("http1 (this tree)",
+                            lambda loop: http1._Wire(MAX_BYTES, deadlines(loop)),
+                            http1.Connection)]
+    return found + (_older(against) if against else [])
 
 
-def _stream_impl(http1: Any) -> Impl:
+def _older(rev: str) -> list[Impl]:
+    """The scrapes' StreamReader client and the probes' protocol client as they were at `rev`
+    (any commit before the merge, e.g. cb5934f), loaded beside this tree's modules."""
+    import importlib
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="httpwire-"))
+    for name in ("http1", "httpwire"):
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:sentinel/collect/{name}.py"],
+                              capture_output=True, text=True, check=True).stdout
+        text = text.replace("from sentinel.collect.http1 import", "from old_http1 import")
+        (where / f"old_{name}.py").write_text(text)
+    sys.path.insert(0, str(where))
+    old_http1 = importlib.import_module("old_http1")
+    old_wire = importlib.import_module("old_httpwire")
+    return [_stream_impl(old_http1, f"StreamReader @{rev[:7]}"),
+            _protocol_impl(f"httpwire @{rev[:7]}",
+                           lambda loop: old_wire._Wire(MAX_BYTES, old_wire._deadlines(loop)),
+                           old_wire.WireConnection)]
+
+
+def _stream_impl(http1: Any, name: str) -> Impl:
     async def parse(pieces: list[bytes], sink: bool, n: int) -> None:
         kept: list[bytes] = []
         for _ in range(n):
@@ -170,7 +186,7 @@ def _stream_impl(http1: Any) -> Impl:
         async with asyncio.timeout(10):  # as the scrapes bounded it
             return await conn.get(req, MAX_BYTES, sink)
 
-    return Impl("http1 (StreamReader)", parse, http1.Connection, get)
+    return Impl(name, parse, http1.Connection, get)
 
 
 def _protocol_impl(name: str, make_wire: Callable[[asyncio.AbstractEventLoop], Any],
@@ -184,7 +200,9 @@ def _protocol_impl(name: str, make_wire: Callable[[asyncio.AbstractEventLoop], A
             done = wire.send(b"", kept.append if sink else None, loop)
             for piece in pieces:
                 wire.data_received(piece)
-            done.result()
+            got = done.result()
+            if hasattr(got, "decode"):  # a coded body the caller's task decodes
+                got.decode()
             kept.clear()
 
     async def get(conn: Any, req: bytes, sink: Callable[[bytes], None] | None) -> Any:
@@ -250,12 +268,15 @@ def main() -> None:
     ap.add_argument("--conns", type=int, default=50, help="kept-alive loopback connections")
     ap.add_argument("--rounds", type=int, default=20, help="requests per connection per repeat")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--against", metavar="COMMIT",
+                    help="also measure the two wires of an older commit (before the merge: "
+                         "cb5934f), in the same run")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         asyncio.run(_serve())
         return
-    impls = implementations()
+    impls = implementations(args.against)
     parsed: dict[str, dict[str, list[float]]] = {}
     trips: dict[str, dict[str, list[float]]] = {}
     server = subprocess.Popen([sys.executable, __file__, "--serve"], stdout=subprocess.PIPE,

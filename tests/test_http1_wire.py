@@ -376,6 +376,24 @@ def test_two_requests_at_once_on_one_connection_take_turns(raw):
     assert asyncio.run(go()) == ([BODY, b"ok"], 1)
 
 
+def test_a_caller_cancelled_while_waiting_its_turn_leaves_the_others_theirs(raw):
+    async def go() -> tuple[list[object], int]:
+        loop = asyncio.get_running_loop()
+        conn = Connection(raw.url)
+        req = build_request(raw.url, "/x", {}, "GET")
+        calls = [asyncio.ensure_future(conn.get(req, 1 << 20, deadline=loop.time() + 10))
+                 for _ in range(3)]
+        await asyncio.sleep(0)  # all three started: the first sent, two wait their turn
+        calls[1].cancel()
+        got = await asyncio.gather(*calls, return_exceptions=True)
+        conn.close()
+        return [g.body if hasattr(g, "body") else type(g).__name__ for g in got], conn.opened
+
+    raw.answers = [(cut(HEAD_LEN % len(BODY) + BODY, 50), False),
+                   ([HEAD_LEN % 2 + b"ok"], False)]
+    assert asyncio.run(go()) == ([BODY, "CancelledError", b"ok"], 1)
+
+
 def test_an_endless_head_or_chunk_line_is_refused_at_its_limit(raw):
     head = b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 70_000 + b"\r\n\r\n"
     line = HEAD_CHUNKED + b"1" * 5_000 + b"\r\n"

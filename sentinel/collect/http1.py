@@ -263,8 +263,10 @@ class _Wire(asyncio.Protocol):
             result = CodedAnswer(status, reason, headers, self.decoder, self.raw.parts)
         else:
             result = Response(status, reason, headers, self.decoder.finish())
-        waiter, self.waiter = self.waiter, None
-        self._drop_body()
+        waiter = self.waiter
+        # Inlined `_drop_body` (this runs once a request).
+        self.waiter = self.decoder = self.raw = self.sink = None
+        self.feed = _no_body
         self.state = _HEAD
         if not keep:
             self.close()
@@ -398,7 +400,8 @@ class Connection:
         self.host, self.port, self.tls = origin.host, origin.port, origin.tls
         self.opened = 0  # connections opened so far (keep-alive shows as 1)
         self._wire: _Wire | None = None
-        self._busy = asyncio.Lock()
+        self._busy = False  # a request is on the connection
+        self._free: asyncio.Future[None] | None = None  # set when it ends, if anyone waits
 
     async def get(self, request: bytes, max_bytes: int,
                   sink: Callable[[bytes], None] | None = None,
@@ -410,22 +413,36 @@ class Connection:
         message says what failed), or TimeoutError at `deadline` (the loop's
         time), connecting included. The connection is closed on any failure.
         """
-        async with self._busy:
-            try:
-                return await self._exchange(request, max_bytes, sink, deadline)
-            except _Closed:  # the server closed the idle connection as we reused it
-                pass
-            except BaseException:
-                self.close()
-                raise
-            try:
-                return await self._exchange(request, max_bytes, sink, deadline)
-            except _Closed:
-                self.close()
-                raise HTTPError("connection failed: closed by the server") from None
-            except BaseException:
-                self.close()
-                raise
+        while self._busy:  # rare: another caller's request is on it; wait for its end
+            if self._free is None:
+                self._free = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._free)  # a waiter cancelled leaves it to the others
+        self._busy = True  # a flag, not an asyncio.Lock: ~0.8 µs less a request
+        try:
+            return await self._get(request, max_bytes, sink, deadline)
+        finally:
+            self._busy = False
+            free, self._free = self._free, None
+            if free is not None and not free.done():
+                free.set_result(None)
+
+    async def _get(self, request: bytes, max_bytes: int,
+                   sink: Callable[[bytes], None] | None, deadline: float | None) -> Response:
+        try:
+            return await self._exchange(request, max_bytes, sink, deadline)
+        except _Closed:  # the server closed the idle connection as we reused it
+            pass
+        except BaseException:
+            self.close()
+            raise
+        try:
+            return await self._exchange(request, max_bytes, sink, deadline)
+        except _Closed:
+            self.close()
+            raise HTTPError("connection failed: closed by the server") from None
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         """Drop the connection (the next request opens a new one)."""
