@@ -8,7 +8,7 @@ and every round GETs all N pages concurrently on one asyncio loop, bodies
 decompressed and read whole. Measured: this process's CPU time per request
 (the helper serving the pages runs in its own process). Clients:
 
-  * sentinel.collect.http1 (asyncio streams, what the scraper uses);
+  * sentinel.collect.http1 (parsed in the asyncio protocol, what scrapes and probes use);
   * httpx.AsyncClient, one per target (max 1 connection, 60 s keep-alive);
   * aiohttp.ClientSession, one per target (if installed).
 """

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.collect.httpdeadline import deadline, deadline_client
 from sentinel.collect.scrape import Scraper, ScrapeTarget, with_target_labels
 from sentinel.model import is_stale, labels_of
 from sentinel.store.memory import Matcher, MemoryStore
@@ -432,20 +431,6 @@ def test_scrape_never_raises_on_a_bad_url(store, scraper):
     result = scraper.scrape(ScrapeTarget("weird", "ftp://127.0.0.1:1"), 1_000)
     assert not result.up and result.error
     assert math.isfinite(result.duration_s)
-
-
-def test_deadline_clips_every_socket_operation(target):
-    import time
-
-    import httpx
-
-    target.serve(b"a 1\n")
-    with deadline_client() as client:
-        assert client.get(target.url + "/metrics").status_code == 200  # no deadline set
-        with deadline(time.monotonic() - 1), pytest.raises(httpx.TimeoutException):
-            client.get(target.url + "/metrics")
-        with deadline(time.monotonic() + 30):
-            assert client.get(target.url + "/metrics").text == "a 1\n"
 
 
 def test_ingest_without_http(store):

@@ -1,42 +1,67 @@
-"""A small HTTP/1.1 client on asyncio streams: one kept-alive connection per target.
+"""Sentinel's one HTTP/1.1 client, for scrapes and probes: kept-alive, parsed as bytes arrive.
 
-Why not httpx or aiohttp: a scrape is one GET on a connection that stays
-open for the next scrape. Measured with `bench/httpclients.py` (200
-kept-alive loopback targets, the 42 KB vLLM page gzipped, best of 3): this
-module 0.070 ms CPU per request, aiohttp 0.168 ms (2.4x), httpx's
-AsyncClient with a client per target 0.75 ms (10.7x); the difference is
-generic machinery a scrape does not need (pools, cookie jars, redirects,
-header objects, sniffio). What the scrape does need is here and tested:
+Why not httpx or aiohttp: a scrape or a probe is one request on a connection
+that stays open for the next; their generic machinery (pools, cookie jars,
+redirects, header objects) cost 2.4x (aiohttp) to 10.7x (httpx) the CPU of
+a hand-written client (`bench/httpclients.py`). Answers are parsed in the
+protocol (`data_received` frames the body), not read through an
+`asyncio.StreamReader`: an exchange wakes its caller once, when complete,
+not at every piece of a streamed answer. `bench/httpwire.py` measured the
+two on one workload and the protocol one is this module (the StreamReader
+one served the scrapes until both were merged).
 
-- keep-alive, with a retry on a fresh connection when a reused one turns
-  out to be closed by the server before it answered (the idle-close race);
-- bodies framed by Content-Length, chunked transfer coding, or the close;
-- `Content-Encoding` with any number of codings (`gzip, gzip`), decoded as
-  the bytes arrive, each layer in bounded steps, with the size limit
-  enforced on the decoded bytes: a compression bomb is refused after
-  `max_bytes`, never inflated in memory;
+What scrapes and probes need is here and tested:
+
+- keep-alive, with one retry on a fresh connection when a reused one turns
+  out to be closed by the server before any byte of the answer (the
+  idle-close race), so a sink never sees a body twice;
+- bodies framed by Content-Length, chunked transfer coding (extensions,
+  trailers), or the close; head and chunk lines with size limits;
+- `Content-Encoding` with any number of codings (`gzip, gzip`), each layer
+  undone in bounded steps with the size limit on the decoded bytes (a
+  compression bomb is refused after `max_bytes`, never inflated in memory)
+  and on the coded ones; a kept body is decoded in the caller's task, a
+  sink's as it arrives;
+- a non-200 answered with its status and no body, the connection closed
+  (no time spent draining an error page);
+- requests with a body (a probe's POST of JSON), prepared once by
+  `build_request`; a 200's body handed to a `sink` as it arrives instead of
+  kept, so a streamed answer (server-sent events) has its first token timed
+  when it comes;
 - TLS through one shared `ssl.SSLContext`;
-- for the probes (`sentinel.collect.probe`): a request with a body (a POST
-  of JSON, built once by `build_request`), and a body handed to a `sink` as
-  it arrives instead of kept, so a streamed answer (server-sent events) is
-  read incrementally and its first token timed when it arrives.
+- one deadline for the whole exchange, connecting included.
 
-The caller bounds the whole exchange with `asyncio.timeout`; on any error
-or cancellation the connection is closed, never reused half-read.
+The caller bounds an exchange with `get(..., deadline=)`, an instant in loop
+time: it fails with TimeoutError then, connecting included, through the
+loop's one timer for every request (`sentinel.collect.deadlines`). On any
+error, timeout or cancellation the connection is closed, never reused
+half-read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-DECODE_STEP = 64 * 1024
-_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-_READ = 64 * 1024
+from sentinel.collect.deadlines import Deadlines, deadlines
+from sentinel.collect.httpbody import (
+    BodyTooLarge,
+    CodedAnswer,
+    Decoder,
+    HTTPError,
+    RawBody,
+    Response,
+    codings,
+)
+
+__all__ = ["BodyTooLarge", "Connection", "Decoder", "HTTPError", "Response", "build_request",
+           "parse_head", "shared_ssl_context"]
+
+MAX_HEAD = 64 * 1024
+_MAX_LINE = 4 * 1024  # a chunk-size line (with extensions) or a trailer
+_HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _LENGTH, _UNTIL_CLOSE = range(7)
 
 _shared_ssl: ssl.SSLContext | None = None
 
@@ -49,205 +74,18 @@ def shared_ssl_context() -> ssl.SSLContext:
     return _shared_ssl
 
 
-class HTTPError(Exception):
-    """The exchange failed: connection, framing, decoding or size (the message says which)."""
-
-
-class BodyTooLarge(HTTPError):
-    """The decoded body passed the size limit."""
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """Status, headers (lower-case names, last value wins) and the decoded body."""
-
-    status: int
-    reason: str
-    headers: dict[str, str]
-    body: bytes
-
-
-class Decoder:
-    """Undo a list of content codings as bytes arrive, refusing more than `limit` decoded bytes.
-
-    Every layer inflates at most DECODE_STEP bytes per step, and the output
-    is counted before it is kept, so memory stays bounded whatever the
-    ratio of the input (a 1.8 KB `gzip, gzip` bomb stops at the limit).
-    With a `sink`, decoded pieces go to it as they come and are not kept.
-    """
-
-    def __init__(self, encodings: list[str], limit: int,
-                 sink: Callable[[bytes], None] | None = None) -> None:
-        self.limit = limit
-        self.size = 0
-        self.parts: list[bytes] = []
-        self.sink = sink
-        self._wbits: list[int] = []
-        for enc in reversed(encodings):  # the last coding applied is undone first
-            if enc == "identity":
-                continue
-            if enc not in _WBITS:
-                raise HTTPError(f"unsupported Content-Encoding {enc!r}")
-            self._wbits.append(_WBITS[enc])
-        self._layers = [zlib.decompressobj(w) for w in self._wbits]
-
-    def feed(self, data: bytes) -> None:
-        """Decode a piece of the body."""
-        self._push(0, data)
-
-    def finish(self) -> bytes:
-        """Flush every layer and return the decoded body."""
-        for i, layer in enumerate(self._layers):
-            if not layer.eof and (tail := layer.flush()):
-                self._push(i + 1, tail)
-        if any(not layer.eof for layer in self._layers):
-            raise HTTPError("compressed body ends early")
-        return b"".join(self.parts)
-
-    def _push(self, i: int, data: bytes) -> None:
-        if i == len(self._layers):
-            self.size += len(data)
-            if self.size > self.limit:
-                raise BodyTooLarge(f"body size limit exceeded: more than {self.limit} "
-                                   "bytes after decoding")
-            if self.sink is not None:
-                self.sink(data)
-            else:
-                self.parts.append(data)
-            return
-        while data:
-            layer = self._layers[i]
-            if layer.eof:  # another gzip member follows (concatenated gzip is valid)
-                if not data.strip(b"\0\r\n\t "):
-                    return  # padding after the stream
-                self._layers[i] = layer = zlib.decompressobj(self._wbits[i])
-            try:
-                out = layer.decompress(data, DECODE_STEP)
-            except zlib.error as e:
-                raise HTTPError(f"cannot decode body: {e}") from None
-            # Not all consumed: either the step was reached, or the stream ended early.
-            data = layer.unconsumed_tail or (layer.unused_data if layer.eof else b"")
-            if out:
-                self._push(i + 1, out)
-
-
-class Connection:
-    """One kept-alive HTTP/1.1 connection to one origin; one request at a time."""
-
-    def __init__(self, url: str, ssl_context: ssl.SSLContext | None = None) -> None:
-        u = urlsplit(url)
-        if u.scheme not in ("http", "https"):
-            raise HTTPError(f"unsupported URL scheme {u.scheme!r}")
-        self.host = u.hostname or ""
-        self.port = u.port or (443 if u.scheme == "https" else 80)
-        self.tls = ssl_context or shared_ssl_context() if u.scheme == "https" else None
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        default = self.port == (443 if u.scheme == "https" else 80)
-        self.host_header = host if default else f"{host}:{self.port}"
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self.opened = 0  # connections opened so far (keep-alive shows as 1)
-        self._busy = asyncio.Lock()
-
-    async def get(self, request: bytes, max_bytes: int,
-                  sink: Callable[[bytes], None] | None = None) -> Response:
-        """Send a prepared request (see `build_request`) and read the answer; closes on failure.
-
-        With `sink`, a 200's decoded body is handed to it piece by piece as
-        it arrives (the returned body is then empty). The retry on a fresh
-        connection happens only when the server closed a reused connection
-        before any byte of the answer, so a sink never sees a body twice.
-        """
-        async with self._busy:
-            reused = self._writer is not None
-            try:
-                return await self._exchange(request, max_bytes, sink)
-            except (ConnectionError, asyncio.IncompleteReadError) as e:
-                self.close()
-                if not (reused and _before_answer(e)):
-                    raise HTTPError(_describe(e)) from None
-            except BaseException:
-                self.close()
-                raise
-            # The server closed the idle connection as we reused it: once more, fresh.
-            try:
-                return await self._exchange(request, max_bytes, sink)
-            except (ConnectionError, asyncio.IncompleteReadError) as e:
-                self.close()
-                raise HTTPError(_describe(e)) from None
-            except BaseException:
-                self.close()
-                raise
-
-    def close(self) -> None:
-        """Drop the connection (the next request opens a new one)."""
-        if self._writer is not None:
-            try:
-                self._writer.transport.abort()
-            except RuntimeError:  # its loop is already closed: nothing left to close
-                pass
-        self._reader = self._writer = None
-
-    async def _exchange(self, request: bytes, max_bytes: int,
-                        sink: Callable[[bytes], None] | None) -> Response:
-        if self._writer is None or self._reader is None or self._reader.at_eof():
-            self.close()
-            try:
-                self._reader, self._writer = await asyncio.open_connection(
-                    self.host, self.port, ssl=self.tls, limit=_READ)
-            except OSError as e:
-                raise HTTPError(f"connection failed: {e.strerror or e}") from None
-            self.opened += 1
-        reader, writer = self._reader, self._writer
-        assert reader is not None and writer is not None
-        writer.write(request)
-        status, reason, headers, keep = await _read_head(reader)
-        if status != 200:
-            self.close()  # do not spend time draining an error page
-            return Response(status, reason, headers, b"")
-        decoder = Decoder(_codings(headers.get("content-encoding", "")), max_bytes, sink)
-        await _read_body(reader, headers, decoder, max_bytes)
-        body = decoder.finish()
-        if not keep:
-            self.close()
-        return Response(status, reason, headers, body)
-
-
 def build_request(url: str, path: str, headers: dict[str, str], method: str = "GET",
                   body: bytes | None = None) -> bytes:
     """The bytes of a request for `path` at `url`'s origin, built once and sent many times.
 
     A `body` (e.g. a JSON document for a POST) goes with its Content-Length.
     """
-    conn_host = Connection(url).host_header
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {conn_host}", "Connection: keep-alive"]
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {_Origin(url).host_header}",
+             "Connection: keep-alive"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
-
-
-def _before_answer(e: BaseException) -> bool:
-    return isinstance(e, ConnectionError) or (
-        isinstance(e, asyncio.IncompleteReadError) and not e.partial)
-
-
-def _describe(e: BaseException) -> str:
-    if isinstance(e, asyncio.IncompleteReadError):
-        return "server closed the connection mid-response"
-    return f"connection failed: {e}"
-
-
-def _codings(value: str) -> list[str]:
-    return [c.strip().lower() for c in value.split(",") if c.strip()]
-
-
-async def _read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, str], bool]:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.LimitOverrunError:
-        raise HTTPError("response headers too large") from None
-    return parse_head(head)
 
 
 def parse_head(head: bytes) -> tuple[int, str, dict[str, str], bool]:
@@ -266,49 +104,369 @@ def parse_head(head: bytes) -> tuple[int, str, dict[str, str], bool]:
     return int(parts[1]), parts[2] if len(parts) > 2 else "", headers, keep
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], decoder: Decoder,
-                     max_bytes: int) -> None:
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        await _read_chunked(reader, decoder)
-        return
-    length = headers.get("content-length")
-    if length is None:  # framed by the close
-        while chunk := await reader.read(_READ):
-            decoder.feed(chunk)
-        return
-    if not length.isdigit():
-        raise HTTPError(f"bad Content-Length {length!r}")
-    left = int(length)
-    if not decoder._layers and left > max_bytes:  # noqa: SLF001 (plain body: refuse early)
-        raise BodyTooLarge(f"body size limit exceeded: {left} > {max_bytes} bytes")
-    while left:
-        chunk = await reader.read(min(left, _READ))
-        if not chunk:
-            raise asyncio.IncompleteReadError(b"-", left)
-        left -= len(chunk)
-        decoder.feed(chunk)
+class _Origin:
+    """Host, port, TLS and Host header of a URL's origin (http or https only)."""
+
+    def __init__(self, url: str, ssl_context: ssl.SSLContext | None = None) -> None:
+        u = urlsplit(url)
+        if u.scheme not in ("http", "https"):
+            raise HTTPError(f"unsupported URL scheme {u.scheme!r}")
+        self.host = u.hostname or ""
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.tls = ssl_context or shared_ssl_context() if u.scheme == "https" else None
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = self.port == (443 if u.scheme == "https" else 80)
+        self.host_header = host if default else f"{host}:{self.port}"
 
 
-async def _read_chunked(reader: asyncio.StreamReader, decoder: Decoder) -> None:
-    while True:
-        line = await reader.readline()
-        if not line.endswith(b"\n"):
-            raise asyncio.IncompleteReadError(b"-", None)
-        size_text = line.split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise HTTPError(f"bad chunk size {size_text[:20]!r}") from None
-        if size == 0:
-            while (line := await reader.readline()) not in (b"\r\n", b"\n"):
-                if not line:
-                    raise asyncio.IncompleteReadError(b"-", None)
+class _Closed(Exception):
+    """The server closed a reused connection before answering (retry once, fresh)."""
+
+
+def _no_body(data: bytes) -> None:
+    raise HTTPError("body bytes before a head")  # unreachable: the states forbid it
+
+
+class _Wire(asyncio.Protocol):
+    """One TCP connection and the exchange in flight on it, parsed as its bytes arrive."""
+
+    def __init__(self, max_bytes: int, deadlines: Deadlines) -> None:
+        self.deadlines = deadlines  # its loop's: looked up once a connection, not a request
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.connecting: asyncio.Task[object] | None = None
+        self.expired = False  # the deadline passed while connecting
+        self.waiter: asyncio.Future[Response | CodedAnswer] | None = None
+        self.sink: Callable[[bytes], None] | None = None
+        self.max_bytes = max_bytes
+        self.got_bytes = False
+        self.reused = False
+        self.exchange = 0  # numbers the requests: a deadline is for one of them
+        self._reset()
+
+    def _reset(self) -> None:
+        self.buf = b""
+        self.state = _HEAD
+        self.left = 0
+        self.head: tuple[int, str, dict[str, str], bool] = (0, "", {}, False)
+        self.decoder: Decoder | None = None
+        self.raw: RawBody | None = None  # a coded body kept whole: decoded by the caller
+        self.feed: Callable[[bytes], None] = _no_body  # where the body's bytes go
+
+    # -- asyncio.Protocol ------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.waiter is None or self.waiter.done():
+            self.close()  # bytes nobody asked for: the connection cannot be trusted
             return
-        while size:
-            chunk = await reader.read(min(size, _READ))
-            if not chunk:
-                raise asyncio.IncompleteReadError(b"-", size)
-            size -= len(chunk)
-            decoder.feed(chunk)
-        if await reader.readline() not in (b"\r\n", b"\n"):
-            raise HTTPError("chunk not followed by CRLF")
+        self.got_bytes = True
+        try:
+            self._parse(data)
+        except Exception as exc:  # noqa: BLE001 (framing, decoding, size, or the sink's verdict)
+            self._fail(exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.transport = None
+        if self.waiter is None or self.waiter.done():
+            return
+        if self.state == _UNTIL_CLOSE and exc is None:
+            try:
+                self._finish()
+            except Exception as err:  # noqa: BLE001
+                self._fail(err)
+            return
+        if not self.got_bytes and self.reused:
+            self.waiter.set_exception(_Closed())
+        else:
+            self.waiter.set_exception(HTTPError("server closed the connection mid-response"
+                                                if self.got_bytes else
+                                                f"connection failed: {exc or 'closed'}"))
+
+    # -- the exchange --------------------------------------------------------------
+
+    async def connect(self, loop: asyncio.AbstractEventLoop, host: str, port: int,
+                      tls: ssl.SSLContext | None, deadline: float | None) -> None:
+        """Open the connection (TLS included); TimeoutError at `deadline`, as an exchange."""
+        opening = loop.create_connection(lambda: self, host, port, ssl=tls)
+        if deadline is not None:  # bounded by the exchanges' timer: its entry cancels the task
+            self.connecting = loop.create_task(opening)
+            self.exchange += 1
+            self.deadlines.add(deadline, self, self.exchange)
+        try:
+            await (opening if self.connecting is None else self.connecting)
+            return
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not self.expired or (current is not None and current.cancelling()):
+                raise  # our caller was cancelled: the task went with it
+        except OSError as e:  # TimeoutError too: the system's, not the deadline
+            raise HTTPError(f"connection failed: {e.strerror or e}") from None
+        finally:
+            self.connecting = None
+        raise TimeoutError  # the deadline cancelled the connect
+
+    def send(self, request: bytes, sink: Callable[[bytes], None] | None,
+             loop: asyncio.AbstractEventLoop, deadline: float | None = None,
+             ) -> asyncio.Future[Response | CodedAnswer]:
+        assert self.transport is not None
+        self._reset()
+        self.sink = sink
+        self.got_bytes = False
+        self.waiter = waiter = loop.create_future()
+        self.exchange += 1
+        if deadline is not None:
+            self.deadlines.add(deadline, self, self.exchange)
+        self.transport.write(request)
+        return waiter
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+            self.transport = None
+
+    def in_flight(self) -> bool:
+        if self.connecting is not None:
+            return not self.connecting.done()
+        return self.waiter is not None and not self.waiter.done()
+
+    def expire(self) -> None:
+        """The deadline passed: fail the exchange (or the connect) with TimeoutError."""
+        if self.connecting is not None:
+            self.expired = True
+            self.connecting.cancel()
+            return
+        self._fail(TimeoutError())
+
+    def _fail(self, exc: BaseException) -> None:
+        self.close()
+        waiter, self.waiter = self.waiter, None
+        self._drop_body()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def _drop_body(self) -> None:
+        # Keep nothing of an answer until the next one: a scraped page is ~40 KB
+        # decoded plus zlib's 32 KB window, for a whole interval, per connection.
+        self.decoder, self.raw, self.sink, self.feed = None, None, None, _no_body
+
+    def _finish(self) -> None:
+        assert self.decoder is not None and self.waiter is not None
+        status, reason, headers, keep = self.head
+        result: Response | CodedAnswer
+        if self.raw is not None:
+            result = CodedAnswer(status, reason, headers, self.decoder, self.raw.parts)
+        else:
+            result = Response(status, reason, headers, self.decoder.finish())
+        waiter = self.waiter
+        # Inlined `_drop_body` (this runs once a request).
+        self.waiter = self.decoder = self.raw = self.sink = None
+        self.feed = _no_body
+        self.state = _HEAD
+        if not keep:
+            self.close()
+        if not waiter.done():
+            waiter.set_result(result)
+
+    def _parse(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        self.buf = b""
+        while buf and self.waiter is not None and not self.waiter.done():
+            if self.state == _CHUNK_SIZE:
+                buf = self._whole_chunks(buf)
+                if not buf:
+                    break
+            buf = self._step(buf)
+
+    def _whole_chunks(self, buf: bytes) -> bytes:
+        """Take every whole, well-formed data chunk at the start of `buf` in one pass, and
+        give the decoder their data at once; the rest (a last chunk, a piece of one, or
+        anything odd) is left to `_step`. A streamed answer is mostly such chunks (one
+        event each): walking them by index copies no bytes twice and calls the sink once.
+        """
+        pos, pieces = 0, []
+        while True:
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                break
+            try:
+                size = int(buf[pos:nl].split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                break  # `_step` says what is wrong with it
+            end = nl + 1 + size
+            if size <= 0 or buf[end:end + 2] != b"\r\n":
+                break
+            pieces.append(buf[nl + 1:end])
+            pos = end + 2
+        if not pieces:
+            return buf
+        self.feed(b"".join(pieces) if len(pieces) > 1 else pieces[0])
+        return buf[pos:]
+
+    def _step(self, buf: bytes) -> bytes:
+        """Consume what the current state can from `buf`; the rest (b"" when waiting)."""
+        state = self.state
+        if state == _LENGTH or state == _CHUNK_DATA:
+            take = buf[:self.left]
+            self.left -= len(take)
+            self.feed(take)
+            if not self.left:
+                if state == _LENGTH:
+                    self._finish()
+                else:
+                    self.state = _CHUNK_END
+            return buf[len(take):]
+        if state == _UNTIL_CLOSE:
+            self.feed(buf)
+            return b""
+        if state == _HEAD:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0 or end > MAX_HEAD:
+                return self._wait(buf, MAX_HEAD, "response headers too large")
+            self._begin(buf[:end + 4])
+            return buf[end + 4:]
+        end = buf.find(b"\n")
+        if end < 0 or end > _MAX_LINE:
+            return self._wait(buf, _MAX_LINE, "chunk line too long")
+        line, rest = buf[:end + 1], buf[end + 1:]
+        if state == _CHUNK_SIZE:
+            size_text = line.split(b";", 1)[0].strip()
+            try:
+                self.left = int(size_text, 16)
+            except ValueError:
+                raise HTTPError(f"bad chunk size {size_text[:20]!r}") from None
+            self.state = _CHUNK_DATA if self.left else _TRAILER
+        elif state == _CHUNK_END:
+            if line not in (b"\r\n", b"\n"):
+                raise HTTPError("chunk not followed by CRLF")
+            self.state = _CHUNK_SIZE
+        elif line in (b"\r\n", b"\n"):  # _TRAILER: the blank line ends the message
+            self._finish()
+        return rest
+
+    def _wait(self, buf: bytes, limit: int, too_long: str) -> bytes:
+        if len(buf) > limit:
+            raise HTTPError(too_long)
+        self.buf = buf
+        return b""
+
+    def _begin(self, head: bytes) -> None:
+        self.head = status, _, headers, _ = parse_head(head)
+        if status != 200:  # do not spend time draining an error page
+            self.close()
+            assert self.waiter is not None
+            self.waiter.set_result(Response(status, self.head[1], headers, b""))
+            return
+        self.decoder = decoder = Decoder(codings(headers.get("content-encoding", "")),
+                                         self.max_bytes, self.sink)
+        if self.sink is None and not decoder.plain:
+            # Decoded by the caller's task, not here: every answer that arrives in one
+            # turn of the loop is framed here before any caller runs, so decoding here
+            # would hold all their pages at once (50 scrapes a slot: 2 MB of heap grown
+            # and trimmed again each slot, ~10 page faults a scrape, 15 % more CPU).
+            self.raw = RawBody(self.max_bytes)
+            self.feed = self.raw.feed
+        else:
+            self.feed = decoder.feed
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self.state = _CHUNK_SIZE
+            return
+        length = headers.get("content-length")
+        if length is None:
+            self.state = _UNTIL_CLOSE
+            return
+        if not length.isdigit():
+            raise HTTPError(f"bad Content-Length {length!r}")
+        self.left = int(length)
+        if self.left > self.max_bytes and (decoder.plain or self.raw is not None):
+            # Refused before it is read: its bytes alone would pass the limit.
+            raise BodyTooLarge(f"body size limit exceeded: {self.left} > {self.max_bytes} bytes")
+        self.state = _LENGTH
+        if not self.left:
+            self._finish()
+
+
+
+class Connection:
+    """One kept-alive HTTP/1.1 connection to one origin; one request at a time."""
+
+    def __init__(self, url: str, ssl_context: ssl.SSLContext | None = None) -> None:
+        origin = _Origin(url, ssl_context)  # parses and checks the URL, picks TLS
+        self.host, self.port, self.tls = origin.host, origin.port, origin.tls
+        self.opened = 0  # connections opened so far (keep-alive shows as 1)
+        self._wire: _Wire | None = None
+        self._busy = False  # a request is on the connection
+        self._free: asyncio.Future[None] | None = None  # set when it ends, if anyone waits
+
+    async def get(self, request: bytes, max_bytes: int,
+                  sink: Callable[[bytes], None] | None = None,
+                  deadline: float | None = None) -> Response:
+        """Send a prepared request (see `build_request`) and read the answer.
+
+        With `sink`, a 200's decoded body is handed to it piece by piece as it
+        arrives (the returned body is then empty). Raises HTTPError (its
+        message says what failed), or TimeoutError at `deadline` (the loop's
+        time), connecting included. The connection is closed on any failure.
+        """
+        while self._busy:  # rare: another caller's request is on it; wait for its end
+            if self._free is None:
+                self._free = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._free)  # a waiter cancelled leaves it to the others
+        self._busy = True  # a flag, not an asyncio.Lock: ~0.8 µs less a request
+        try:
+            return await self._get(request, max_bytes, sink, deadline)
+        finally:
+            self._busy = False
+            free, self._free = self._free, None
+            if free is not None and not free.done():
+                free.set_result(None)
+
+    async def _get(self, request: bytes, max_bytes: int,
+                   sink: Callable[[bytes], None] | None, deadline: float | None) -> Response:
+        try:
+            return await self._exchange(request, max_bytes, sink, deadline)
+        except _Closed:  # the server closed the idle connection as we reused it
+            pass
+        except BaseException:
+            self.close()
+            raise
+        try:
+            return await self._exchange(request, max_bytes, sink, deadline)
+        except _Closed:
+            self.close()
+            raise HTTPError("connection failed: closed by the server") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Drop the connection (the next request opens a new one)."""
+        if self._wire is not None:
+            try:
+                self._wire.close()
+            except RuntimeError:  # its loop is already closed: nothing left to close
+                pass
+            self._wire = None
+
+    async def _exchange(self, request: bytes, max_bytes: int,
+                        sink: Callable[[bytes], None] | None,
+                        deadline: float | None) -> Response:
+        loop = asyncio.get_running_loop()
+        wire = self._wire
+        if wire is None or wire.closed:
+            self._wire = None
+            wire = _Wire(max_bytes, deadlines(loop))
+            await wire.connect(loop, self.host, self.port, self.tls, deadline)
+            self._wire = wire
+            self.opened += 1
+        else:
+            wire.reused = True
+        wire.max_bytes = max_bytes
+        got = await wire.send(request, sink, loop, deadline)
+        return got.decode() if isinstance(got, CodedAnswer) else got
+

@@ -28,9 +28,8 @@ server that hangs every answer holds a round for one timeout, not two
 
 The network code is async, on the daemon's one I/O loop beside the scrapes,
 through `ProbeClient`: kept-alive HTTP/1.1 connections whose answers are
-parsed as they arrive (`sentinel.collect.httpwire`, the scrape's request
-building and decoding from `sentinel.collect.http1`), so a probe costs a
-few requests and one wake-up each, not a thread. `probe_target` never raises.
+parsed as they arrive (`sentinel.collect.http1`, the scrapes' client), so a
+probe costs a few requests and one wake-up each, not a thread. `probe_target` never raises.
 """
 
 from __future__ import annotations
@@ -43,8 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from sentinel.collect.http1 import HTTPError, Response, build_request
-from sentinel.collect.httpwire import WireConnection
+from sentinel.collect.http1 import Connection, HTTPError, Response, build_request
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, labels_of
 
 CANARY_PROMPT = "Reply with one word: ok"
@@ -183,7 +181,7 @@ class _Origin:
 
     def __init__(self, t: ProbeTarget) -> None:
         self.spec = t
-        self.idle: list[WireConnection] = []
+        self.idle: list[Connection] = []
         self.requests: dict[tuple[str, str | None], bytes] = {}
 
     def request(self, kind: str, model: str | None) -> bytes:
@@ -208,7 +206,7 @@ class _Origin:
 
 
 class ProbeClient:
-    """The probes' HTTP client: `httpwire` connections, kept alive per target.
+    """The probes' HTTP client: `http1` connections, kept alive per target.
 
     Used on one event loop (the daemon's I/O loop, as the scrapes). A
     request takes an idle connection of its target or opens one, so /health
@@ -229,7 +227,7 @@ class ProbeClient:
             if origin is not None:
                 self._drop(origin)
             self._origins[t.name] = origin = _Origin(t)
-        conn = origin.idle.pop() if origin.idle else WireConnection(t.url)
+        conn = origin.idle.pop() if origin.idle else Connection(t.url)
         deadline = asyncio.get_running_loop().time() + t.timeout_ms / 1000
         try:
             return await conn.get(origin.request(kind, model), self.max_bytes, sink, deadline)

@@ -274,8 +274,8 @@ class Scraper:
                 "Accept-Encoding": "gzip",
                 "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout_s:g}",
             })
-        async with asyncio.timeout(timeout_s):
-            resp = await state.conn.get(state.request, self.max_body_bytes)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        resp = await state.conn.get(state.request, self.max_body_bytes, deadline=deadline)
         if resp.status != 200:
             raise ScrapeError(f"server returned HTTP status {resp.status} {resp.reason}")
         ctype = resp.headers.get("content-type", "")
