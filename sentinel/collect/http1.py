@@ -190,9 +190,15 @@ class _Wire(asyncio.Protocol):
     # -- the exchange --------------------------------------------------------------
 
     async def connect(self, loop: asyncio.AbstractEventLoop, host: str, port: int,
-                      tls: ssl.SSLContext | None, deadline: float | None) -> None:
-        """Open the connection (TLS included); TimeoutError at `deadline`, as an exchange."""
-        opening = loop.create_connection(lambda: self, host, port, ssl=tls)
+                      tls: ssl.SSLContext | None, deadline: float | None,
+                      server_name: str | None = None) -> None:
+        """Open the connection (TLS included); TimeoutError at `deadline`, as an exchange.
+
+        `server_name`: the name the certificate must carry (SNI), when not the host's.
+        """
+        opening = loop.create_connection(
+            lambda: self, host, port, ssl=tls,
+            server_hostname=(server_name or host) if tls is not None else None)
         if deadline is not None:  # bounded by the exchanges' timer: its entry cancels the task
             self.connecting = loop.create_task(opening)
             self.exchange += 1
@@ -395,9 +401,11 @@ class _Wire(asyncio.Protocol):
 class Connection:
     """One kept-alive HTTP/1.1 connection to one origin; one request at a time."""
 
-    def __init__(self, url: str, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, url: str, ssl_context: ssl.SSLContext | None = None,
+                 server_name: str | None = None) -> None:
         origin = _Origin(url, ssl_context)  # parses and checks the URL, picks TLS
         self.host, self.port, self.tls = origin.host, origin.port, origin.tls
+        self.server_name = server_name  # a TLS server name other than the host's
         self.opened = 0  # connections opened so far (keep-alive shows as 1)
         self._wire: _Wire | None = None
         self._busy = False  # a request is on the connection
@@ -461,7 +469,7 @@ class Connection:
         if wire is None or wire.closed:
             self._wire = None
             wire = _Wire(max_bytes, deadlines(loop))
-            await wire.connect(loop, self.host, self.port, self.tls, deadline)
+            await wire.connect(loop, self.host, self.port, self.tls, deadline, self.server_name)
             self._wire = wire
             self.opened += 1
         else:

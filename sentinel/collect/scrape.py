@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from sentinel.collect.exposition import ExpositionError
@@ -39,6 +39,7 @@ from sentinel.collect.scrapeseries import (
     count_samples,
     with_target_labels,
 )
+from sentinel.collect.tlssettings import TLSSettings, tls_context
 from sentinel.model import Labels
 from sentinel.store.memory import MemoryStore, StoreFullError
 
@@ -69,6 +70,11 @@ class ScrapeTarget:
     timeout_ms: int = 10_000
     sample_limit: int = 0
     label_limit: int = 0
+    # How the page is reached (config/scrapeclient.py): an Authorization header value,
+    # TLS settings for an https target, an http proxy.
+    auth_header: str | None = field(default=None, repr=False)
+    tls: TLSSettings | None = None
+    proxy_url: str | None = None
 
     @property
     def scrape_url(self) -> str:
@@ -265,21 +271,28 @@ class Scraper:
         target = state.spec
         timeout_s = target.timeout_ms / 1000
         if state.conn is None:
-            state.conn = Connection(target.url)
-            # The URL's own path is a prefix: http://h/vllm + /metrics → GET /vllm/metrics.
-            path = urlsplit(target.scrape_url).path or "/"
-            state.request = build_request(target.url, path, {
-                "User-Agent": USER_AGENT,
-                "Accept": ACCEPT,
-                "Accept-Encoding": "gzip",
-                "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout_s:g}",
-            })
+            state.conn, state.request = self._connection(target, timeout_s)
         deadline = asyncio.get_running_loop().time() + timeout_s
         resp = await state.conn.get(state.request, self.max_body_bytes, deadline=deadline)
         if resp.status != 200:
             raise ScrapeError(f"server returned HTTP status {resp.status} {resp.reason}")
         ctype = resp.headers.get("content-type", "")
         return resp.body.decode("utf-8"), ctype.startswith("application/openmetrics-text")
+
+
+    def _connection(self, target: ScrapeTarget, timeout_s: float) -> tuple[Connection, bytes]:
+        """The connection (direct, or to the proxy) and the request sent on it each scrape."""
+        tls = target.tls or TLSSettings()
+        context = tls_context(tls) if target.url.startswith("https://") else None
+        conn = Connection(target.proxy_url or target.url, context, tls.server_name)
+        # The URL's own path is a prefix: http://h/vllm + /metrics → GET /vllm/metrics.
+        # Through a proxy the request names the whole URL (absolute form).
+        path = target.scrape_url if target.proxy_url else urlsplit(target.scrape_url).path or "/"
+        headers = {"User-Agent": USER_AGENT, "Accept": ACCEPT, "Accept-Encoding": "gzip",
+                   "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout_s:g}"}
+        if target.auth_header is not None:
+            headers["Authorization"] = target.auth_header
+        return conn, build_request(target.url, path, headers)
 
 
 def _check_sample_limit(text: str, limit: int) -> None:

@@ -56,6 +56,13 @@ from sentinel.config.probe import (
 )
 from sentinel.config.querybackend import QueryBackendConfig
 from sentinel.config.remediation import RemediationConfig, check_against_targets
+from sentinel.config.scrapeclient import (
+    AuthorizationConfig,
+    BasicAuthConfig,
+    ScrapeClientMixin,
+    TLSConfig,
+    inherit_client_keys,
+)
 from sentinel.config.sources import LogsConfig, TpuConfig
 from sentinel.config.timeintervals import NamedTimeIntervalConfig
 from sentinel.config.web import WebConfig
@@ -79,7 +86,7 @@ DEFAULT_SAMPLE_LIMIT = 50_000
 DEFAULT_MAX_SERIES = 1_000_000
 
 
-class TargetConfig(Strict):
+class TargetConfig(Strict, ScrapeClientMixin):
     """One vLLM server to scrape. Intervals are inherited from the global ones when unset."""
 
     name: str = Field(pattern=_NAME)
@@ -99,6 +106,20 @@ class TargetConfig(Strict):
     label_limit: int = Field(0, ge=0)
     # /health, /v1/models and a canary completion (sentinel.collect.probe); see config/probe.py.
     probe: ProbeConfig | None = None
+    # How the page is reached (config/scrapeclient.py), in Prometheus's key names.
+    authorization: AuthorizationConfig | None = None
+    basic_auth: BasicAuthConfig | None = None
+    tls_config: TLSConfig | None = None
+    proxy_url: str | None = None
+
+    @model_validator(mode="after")
+    def _https_proxy(self) -> TargetConfig:
+        self.check_client()
+        if self.proxy_url is not None and self.url.startswith("https://"):
+            raise problem("an https target through proxy_url (CONNECT) is not supported yet: "
+                          "reach it directly or scrape it over http through the proxy",
+                          "proxy_url")
+        return self
 
     @field_validator("url")
     @classmethod
@@ -144,7 +165,7 @@ def timeout_message(timeout_ms: int, interval_ms: int) -> str:
             f"scrape_interval ({format_duration(interval_ms)})")
 
 
-class Config(Strict):
+class Config(Strict, ScrapeClientMixin):
     """The whole configuration. Build with `load_config`, `parse_config` or `Config.default()`."""
 
     database: str = Field(DEFAULT_DATABASE, repr=False)  # may hold a password
@@ -188,6 +209,12 @@ class Config(Strict):
     # Recurring windows in Alertmanager's syntax, named for remediation silences (and
     # routes) to use (sentinel.config.timeintervals).
     time_intervals: tuple[NamedTimeIntervalConfig, ...] = ()
+    # Scrape defaults every target inherits (its own keys win; auth goes as a pair):
+    # config/scrapeclient.py, in Prometheus's key names.
+    authorization: AuthorizationConfig | None = None
+    basic_auth: BasicAuthConfig | None = None
+    tls_config: TLSConfig | None = None
+    proxy_url: str | None = None
     # Which window of an incident's series is stored with it, so its plot outlives the store.
     evidence: EvidenceConfig = EvidenceConfig.model_validate({})
 
@@ -276,6 +303,11 @@ class Config(Strict):
         return self
 
     @model_validator(mode="after")
+    def _client_defaults(self) -> Config:
+        self.check_client()
+        return self
+
+    @model_validator(mode="after")
     def _known_time_intervals(self) -> Config:
         names = {n.name for n in self.time_intervals}
         route = self.notify.route
@@ -334,6 +366,7 @@ class Config(Strict):
         if self.diagnosis is not None:
             out += self.diagnosis.secrets()
         out += [t.probe.api_key for t in self.targets if t.probe is not None and t.probe.api_key]
+        out += [v for t in self.targets for v in t.client_secrets()] + self.client_secrets()
         out += self.api.secrets()
         return out
 
@@ -406,7 +439,8 @@ def inherit_defaults(data: dict[str, Any]) -> dict[str, Any]:
             data["external_url"] = f"http://{host}:{hp[1]}"
     targets = data.get("targets")
     if isinstance(targets, list):
-        data["targets"] = [_inherit_target(t, interval, timeout) for t in targets]
+        data["targets"] = [_inherit_target(inherit_client_keys(t, data) if isinstance(t, dict)
+                                           else t, interval, timeout) for t in targets]
     return data
 
 

@@ -21,6 +21,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
+from sentinel.collect.tlssettings import TLSSettings
 from sentinel.config import Config
 from sentinel.daemon import gcpolicy, heartbeat, systemd
 from sentinel.daemon.http import StatusServer
@@ -665,12 +666,15 @@ class App:
 
     # -- helpers -----------------------------------------------------------
 
-    def _scrape_target(self, target) -> ScrapeTarget:  # noqa: ANN001 (config.TargetConfig)
+    @staticmethod
+    def _scrape_target(target) -> ScrapeTarget:  # noqa: ANN001 (config.TargetConfig)
         return ScrapeTarget(
             name=target.name, url=target.url, metrics_path=target.metrics_path,
             labels=labels_of(dict(target.labels)),
             interval_ms=target.scrape_interval_ms, timeout_ms=target.scrape_timeout_ms,
             sample_limit=target.sample_limit, label_limit=target.label_limit,
+            auth_header=target.auth_header(), tls=_tls_settings(target.tls_config),
+            proxy_url=target.proxy_url,
         )
 
     def _retention_ms(self, groups: list[RuleGroup]) -> int:
@@ -724,3 +728,12 @@ def _next_boundary(now_s: float, interval_ms: int) -> datetime:
 
 def _now_dt() -> datetime:
     return datetime.now(tz=UTC)
+
+
+def _tls_settings(cfg: Any) -> TLSSettings | None:  # noqa: ANN401 (config.scrapeclient.TLSConfig)
+    """The scrape's TLS settings from a target's tls_config (paths relative to the config's
+    folder are resolved by the config model)."""
+    if cfg is None:
+        return None
+    return TLSSettings(cfg.ca_file, cfg.cert_file, cfg.key_file, cfg.server_name,
+                       cfg.insecure_skip_verify)
