@@ -88,6 +88,7 @@ def _polled(proc: subprocess.Popen[str]) -> tuple[float, int, str]:
     return float(slowest), int(polls), failures.strip()
 
 
+@pytest.mark.heavy
 def test_hostile_queries_in_parallel_never_stall_the_daemon(tmp_path: Path, sim) -> None:
     port = free_port()
     cfg = write_config(tmp_path, [("gemma", sim.url)], None, RULES, scrape_interval="500ms",
