@@ -102,7 +102,7 @@ def test_hostile_queries_in_parallel_never_stall_the_daemon(tmp_path: Path, sim)
                             stdout=log, stderr=subprocess.STDOUT)
     poller: subprocess.Popen[str] | None = None
     try:
-        wait_for(lambda: _answers(f"{base}/healthz"), 30, "the daemon")
+        wait_for(lambda: _answers(f"{base}/healthz"), 120, "the daemon")
         wait_for(lambda: "vllm:num_requests_waiting" in _query(base, "vllm:num_requests_waiting"),
                  20, "scraped series")
         rss_before, missed_before = _rss_kib(proc.pid), _missed(base)
