@@ -320,7 +320,10 @@ def _run_outage(kind: str, outage_s: float, tmp_path: Path, sims: dict[str, SimS
         assert by_target == {("a", "open"): 1, ("b", "resolved"): 1, ("b", "open"): 1}, by_target
         # Quiet failure: each failing thing logged its traceback once, not once per try.
         log = daemon.text()
-        errors = [line for line in log.splitlines() if " ERROR " in line]
+        # The once-a-minute "still failing: N more failures" summaries are the design, not
+        # a traceback per try: a 60 s outage that ends just past the minute adds three.
+        errors = [line for line in log.splitlines()
+                  if " ERROR " in line and " still failing: " not in line]
         assert len(errors) <= 5, "\n".join(errors)
         assert log.count("evaluation of rule group load failed") == 1, "\n".join(errors)
         assert "evaluation of rule group load recovered after" in log
