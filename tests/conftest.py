@@ -6,22 +6,77 @@ PostgreSQL cluster (a schema per test). Any test may run beside any other:
 nothing pins tests to a worker (`xdist_group` with `--dist loadgroup` groups
 nothing on pytest 9.2, pytest-dev/pytest-xdist#1386), so work that must
 happen once per run takes a file lock in the run's shared temp folder (see
-tests/test_packaging.py). `-n 0` runs in one process, e.g. under a debugger.
+tests/test_packaging.py), and so do the few CPU-heavy tests (marker `heavy`),
+one at a time. `-n 0` runs in one process, e.g. under a debugger.
+
+Most of the suite's time is waiting (scrape and evaluation intervals, leases,
+outages), not CPU: pyproject runs more workers than cores, handing out one test
+at a time, longest first (durations.txt), so the long waits overlap.
 """
 
 from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["fixtures_postgres", "fixtures_e2e", "notify_helpers"]
 
+DURATIONS = Path(__file__).with_name("durations.txt")
+SLOW_UNMEASURED_S = 5.0  # a `slow` test not yet in durations.txt
+
+
+def _durations() -> dict[str, float]:
+    out: dict[str, float] = {}
+    if DURATIONS.exists():
+        for line in DURATIONS.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                seconds, name = line.split(None, 1)
+                out[name.strip()] = float(seconds)
+    return out
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests first, in their collected order.
+    """Longest tests first, each followed by a short one; then the rest as collected.
 
-    xdist hands tests out in collection order; a two-minute chaos test picked up
-    last keeps one worker busy long after the other has finished. Started first,
-    the slow tests overlap the many short ones. The sort is stable and the same in
-    every worker (xdist requires each worker to collect the same order).
+    xdist (`--dist load --maxschedchunk=1`) gives each worker two tests at the start
+    and then one more whenever one finishes, so a worker always holds the test it runs
+    and the next. Paired with a short test, the long tests start side by side on
+    different workers instead of queueing behind each other, and the many short tests
+    fill the gaps. The order is the same in every worker (xdist requires it).
     """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    known = _durations()
+
+    def seconds(item: pytest.Item) -> float:
+        if item.nodeid in known:
+            return known[item.nodeid]
+        return SLOW_UNMEASURED_S if item.get_closest_marker("slow") else 0.0
+
+    long = sorted((i for i in items if seconds(i) >= 3.0), key=seconds, reverse=True)
+    long_ids = {id(i) for i in long}
+    short = [i for i in items if id(i) not in long_ids]
+    ordered: list[pytest.Item] = []
+    for item in long:
+        ordered.append(item)
+        if short:
+            ordered.append(short.pop(0))
+    items[:] = ordered + short
+
+
+@pytest.fixture(autouse=True)
+def _one_heavy_test_at_a_time(request: pytest.FixtureRequest,
+                              tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests marked `heavy` (they keep both cores busy, e.g. a 1,000-target fleet) run one
+    at a time across the workers: side by side they starve each other's deadlines."""
+    if request.node.get_closest_marker("heavy") is None:
+        yield
+        return
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, shared by its workers
+    with (base / "heavy-tests.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield

@@ -97,7 +97,7 @@ def test_amtool_add_query_expire_and_silenced_alert_sends_nothing(daemon, sink) 
     # The loud alert is delivered; the silenced one never is.
     wait_for(lambda: any(a["labels"]["alertname"] == "LoudAlert"
                          for _, b, _ in list(sink.received) for a in b.get("alerts", [])),
-             60, "the unsilenced alert to be delivered")
+             120, "the unsilenced alert to be delivered")
     # A few more evaluations (the outbox is flushed after each): the muted alert had its chances.
     evaluations = app.metrics.evaluations.labels("g")._value.get()
     wait_for(lambda: app.metrics.evaluations.labels("g")._value.get() >= evaluations + 2, 30,

@@ -112,7 +112,7 @@ def test_first_server_tutorial_gets_an_incident_and_a_webhook(tmp_path: Path) ->
                 wait_for(lambda t=text, e=expected: e in subprocess.run(
                     shlex.split(t), cwd=tmp_path, env=env, capture_output=True, text=True,
                     timeout=60).stdout, 120, f"{expected} in `{text.strip()}`")
-                firing = wait_for(lambda: _with_status(outputs[1], "firing"), 30,
+                firing = wait_for(lambda: _with_status(outputs[1], "firing"), 120,
                                   "the firing page")
                 alert = firing[0]["alerts"][0]
                 assert alert["labels"]["alertname"] == "VLLMRequestsQueued"
@@ -141,7 +141,7 @@ def _wait_ready(command: str, ports: dict[str, str], listen: int) -> None:
         wait_for(lambda: _ready(listen), 60, "sentinel run's /readyz")
         return
     port = next(int(p) for p in ports.values() if p in command)
-    wait_for(lambda: _port_open(port), 30, f"port {port} of `{command.splitlines()[0]}`")
+    wait_for(lambda: _port_open(port), 120, f"port {port} of `{command.splitlines()[0]}`")
 
 
 def _ready(port: int) -> bool:

@@ -35,22 +35,23 @@ PROBE_S, PROBE_TIMEOUT_S, EVAL_S = 0.5, 0.4, 0.5
 _DURATION = re.compile(r"\[(\d+[smh])\]")
 
 
-def scaled_serving_rules() -> tuple[str, dict[str, float]]:
-    """The shipped vllm-serving group with durations / SCALE, and each alert's scaled `for` (s)."""
+def scaled_serving_rules(scale: int = SCALE) -> tuple[str, dict[str, float]]:
+    """The shipped vllm-serving group with durations / scale, and each alert's scaled `for` (s)."""
     doc = yaml.safe_load((REPO / "rules" / "vllm.yaml").read_text())
     (group,) = [g for g in doc["groups"] if g["name"] == "vllm-serving"]
     fors = {}
     for rule in group["rules"]:
-        ms = parse_duration(rule.get("for", "0s")) // SCALE
+        ms = parse_duration(rule.get("for", "0s")) // scale
         rule["for"] = f"{ms}ms"
         fors[rule["alert"]] = ms / 1000
         rule["expr"] = _DURATION.sub(
-            lambda m: f"[{parse_duration(m.group(1)) // SCALE}ms]", rule["expr"])
+            lambda m: f"[{parse_duration(m.group(1)) // scale}ms]", rule["expr"])
     return yaml.safe_dump({"groups": [group]}, sort_keys=False), fors
 
 
-def _start(tmp_path: Path, sim_url: str, hook_url: str) -> tuple[App, dict[str, float]]:
-    rules, fors = scaled_serving_rules()
+def _start(tmp_path: Path, sim_url: str, hook_url: str, scale: int = SCALE
+           ) -> tuple[App, dict[str, float]]:
+    rules, fors = scaled_serving_rules(scale)
     (tmp_path / "rules.yaml").write_text(rules)
     (tmp_path / "sentinel.yaml").write_text(
         f"database: sqlite:///{tmp_path / 'sentinel.db'}\n"
@@ -85,11 +86,11 @@ def _probed_ok(app: App) -> bool:
 
 
 def _run_mode(tmp_path, sim, sink, alertname: str, inject: dict, clear: dict,
-              before: dict | None = None, hung: bool = False) -> None:
+              before: dict | None = None, hung: bool = False, scale: int = SCALE) -> None:
     """`hung`: the canary hangs, so it only fails once its timeout has passed."""
     if before:
         sim.update_state(before)
-    app, fors = _start(tmp_path, sim.url, sink.url)
+    app, fors = _start(tmp_path, sim.url, sink.url, scale)
     try:
         wait_for(lambda: _probed_ok(app), 30, "the first good probe")
         time.sleep(1.0)  # a few scrapes of the healthy state
@@ -150,9 +151,11 @@ def test_down_pages_health_check_failing(tmp_path, sim, sink):
 
 def test_slow_first_token_pages_ttft_high(tmp_path, sim, sink):
     # A busy server (the canary is skipped): vLLM's own TTFT histogram shows it.
+    # Its 5 m `for` and window scaled to 5 s (not 15 s): still 20 scrapes in the window,
+    # ten probe intervals in the `for`; the page then the resolve took 33 s at SCALE.
     _run_mode(tmp_path, sim, sink, "VLLMTimeToFirstTokenHigh",
               before={"load_rps": 5, "num_requests_running": 2},
-              inject={"ttft_s": 3.0}, clear={"ttft_s": 0.0})
+              inject={"ttft_s": 3.0}, clear={"ttft_s": 0.0}, scale=60)
     assert "VLLMEngineStalled" not in _fired(sink)
 
 

@@ -168,13 +168,13 @@ class Daemon:
 
 
 def _config(folder: Path, database: str, targets: dict[str, str], hook: str,
-            rules: str = KV_RULES, extra: str = "") -> Path:
+            rules: str = KV_RULES, extra: str = "", scrape: str = "200ms") -> Path:
     (folder / "rules.yaml").write_text(rules)
     lines = [f"database: '{database}'", "listen: 127.0.0.1:0", "rule_files: [rules.yaml]",
              "notify: {interval: 200ms, retry_initial: 200ms, retry_max: 1s}", "targets:"]
     for name, url in targets.items():
-        lines += [f"  - name: {name}", f"    url: {url}", "    scrape_interval: 200ms",
-                  "    scrape_timeout: 200ms"]
+        lines += [f"  - name: {name}", f"    url: {url}", f"    scrape_interval: {scrape}",
+                  f"    scrape_timeout: {scrape}"]
     lines += ["receivers:", "  - name: oncall", f"    webhook: {{url: '{hook}', timeout: 5s}}"]
     path = folder / "sentinel.yaml"
     path.write_text("\n".join(lines) + "\n" + extra)
@@ -279,8 +279,10 @@ def _run_outage(kind: str, outage_s: float, tmp_path: Path, sims: dict[str, SimS
     a, b = sims["t0"], sims["t1"]
     b.set_state(kv_cache_usage=0.95)
     outage = _outage(kind, tmp_path)
-    daemon = Daemon(_config(tmp_path, outage.url, {"a": a.url, "b": b.url}, sink.url),
-                    tmp_path / "daemon.log")
+    # 1 s scrapes: a 200 ms timeout missed on a busy machine resolved b by absence before
+    # the outage began (a real resolve, paged; seen beside other work).
+    daemon = Daemon(_config(tmp_path, outage.url, {"a": a.url, "b": b.url}, sink.url,
+                            scrape="1s"), tmp_path / "daemon.log")
     try:
         daemon.start()
         assert daemon.proc is not None
@@ -318,7 +320,10 @@ def _run_outage(kind: str, outage_s: float, tmp_path: Path, sims: dict[str, SimS
         assert by_target == {("a", "open"): 1, ("b", "resolved"): 1, ("b", "open"): 1}, by_target
         # Quiet failure: each failing thing logged its traceback once, not once per try.
         log = daemon.text()
-        errors = [line for line in log.splitlines() if " ERROR " in line]
+        # The once-a-minute "still failing: N more failures" summaries are the design, not
+        # a traceback per try: a 60 s outage that ends just past the minute adds three.
+        errors = [line for line in log.splitlines()
+                  if " ERROR " in line and " still failing: " not in line]
         assert len(errors) <= 5, "\n".join(errors)
         assert log.count("evaluation of rule group load failed") == 1, "\n".join(errors)
         assert "evaluation of rule group load recovered after" in log
@@ -432,7 +437,8 @@ def _chaos(sig: int, tmp_path: Path, sims: dict[str, SimServer], seed: int) -> N
         for at, on, key in events:
             time.sleep(max(0.0, begin + at - time.monotonic()))
             _set(sims[key[1]], key[0], on)
-        killer.join(300)  # a 60 s schedule; restarts on a loaded machine take long
+        killer.join(900)  # a 60 s schedule; restarts on a loaded machine take long (300 s
+        # ran out beside other work: ten restarts of ~30 s each at a load of 40)
         assert not killer.is_alive()
         wait_for(lambda: len(daemon.ready_at) == daemon.starts, 60, "the last restart")
         up.append((daemon.ready_at[-1] - begin, 1e9))

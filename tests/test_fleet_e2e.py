@@ -71,6 +71,7 @@ def _config(folder: Path, ports: list[int], extra: list[str], rules: str, hook: 
     return path
 
 
+@pytest.mark.heavy
 def test_detection_latency_holds_with_500_other_targets(tmp_path, sim, sink, fleet500):
     cfg = _config(tmp_path, fleet500.ports, [
         f"  - {{name: gemma, url: '{sim.url}', scrape_interval: 100ms, scrape_timeout: 100ms}}",
@@ -101,6 +102,7 @@ def test_detection_latency_holds_with_500_other_targets(tmp_path, sim, sink, fle
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_1000_targets_scraping_within_10s_and_sigterm_within_5s(tmp_path):
     fleet = Fleet(1000)
     try:

@@ -114,13 +114,10 @@ def test_two_daemons_ten_leader_kills_three_database_stops(tmp_path, cluster, si
     db = Database(url)
     db.upgrade()
     out = write_setup(tmp_path, url, {n: s.url for n, s in sims.items()}, sink.url)
-    base = tmp_path / "base.yaml"  # slack for a loaded machine: fewer scrape-failure flaps
-    base.write_text(base.read_text().replace("scrape_interval: 500ms, scrape_timeout: 500ms",
-                                             "scrape_interval: 1s, scrape_timeout: 1s"))
     a = Daemon(tmp_path, "a").start()
-    wait(a.leads, 30, "the first daemon to lead")
+    wait(a.leads, 120, "the first daemon to lead")
     b = Daemon(tmp_path, "b").start()
-    wait(lambda: "ha: standby" in b.readyz(), 30, "the second daemon to stand by")
+    wait(lambda: "ha: standby" in b.readyz(), 120, "the second daemon to stand by")
     kills = set(rng.sample([(r, p) for r in range(ROUNDS) for p in ("firing", "resolved")],
                            KILLS))
     recoveries: list[tuple[str, float]] = []
@@ -140,12 +137,12 @@ def test_two_daemons_ten_leader_kills_three_database_stops(tmp_path, cluster, si
                     wait(other.leads, LEASE_S * 2 + 5, "the standby to take over")
                     recoveries.append(("kill", time.monotonic() - t0))
                     leader.start()  # back as the standby before anything else happens
-                    wait(lambda d=leader: "ha: standby" in d.readyz(), 30,
+                    wait(lambda d=leader: "ha: standby" in d.readyz(), 120,
                          "the killed daemon to stand by again")
                 wait(lambda st=status, n=r + 1: min(_distinct(sink, st)[t] for t in sims) >= n,
                      40, f"round {r}: every {status} page")
                 if status == "firing":
-                    wait(lambda n=r + 1: _decided(db, n), 40, f"round {r}: every remediation")
+                    wait(lambda n=r + 1: _decided(db, n), 120, f"round {r}: every remediation")
                     if r in OUTAGES:  # the alerts hold still, firing, while the database is away
                         cluster.pause()
                         time.sleep(OUTAGES[r])

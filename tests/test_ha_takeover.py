@@ -62,7 +62,7 @@ def test_takeover_keeps_for_and_does_not_re_page(tmp_path, fresh_postgres_url, s
         assert a.acting() and not b.acting()
         # Both stores hold the target before the condition starts (b is a hot standby).
         for x in (a, b):
-            wait_for(lambda x=x: x.engine.query('up{target="gemma"}', x._now_ms()), 15,
+            wait_for(lambda x=x: x.engine.query('up{target="gemma"}', x._now_ms()), 120,
                      f"{x.config.listen}: the first scrape")
         sim.set_state(kv_cache_usage=0.93)
         pending = wait_for(lambda: [x for x in _pending_or_firing(a)
@@ -73,7 +73,7 @@ def test_takeover_keeps_for_and_does_not_re_page(tmp_path, fresh_postgres_url, s
         # The premise: a hands over mid-`for` (on a's clock; a stall of FOR_S would break it).
         assert [x.state.value for x in _pending_or_firing(a)] == ["pending"]
         a.stop(2)  # hands the lease over mid-`for`
-        wait_for(b.acting, 15, "b to take over")
+        wait_for(b.acting, 120, "b to take over")
         firing = wait_for(lambda: bodies_with_status(sink, "firing"), FOR_S + EVAL_S + 15,
                           "the firing page")
         # `for` counted from the first leader's ActiveAt, not restarted at the takeover: the
@@ -85,7 +85,7 @@ def test_takeover_keeps_for_and_does_not_re_page(tmp_path, fresh_postgres_url, s
         a2 = _app(tmp_path, "a2", fresh_postgres_url, sim, sink)
         apps.append(a2)
         b.stop(2)
-        wait_for(a2.acting, 15, "a2 to take over")
+        wait_for(a2.acting, 120, "a2 to take over")
         _more_evaluations(a2, 3, "three evaluations on the new leader")
         assert len(bodies_with_status(sink, "firing")) == 1, "re-paged after the takeover"
         sim.set_state(kv_cache_usage=0.1)

@@ -252,7 +252,7 @@ def test_health_and_canary_go_out_together_so_a_slow_server_costs_one_wait(sim):
     t = ProbeTarget("gemma", sim.url, timeout_ms=5000)
     try:
         runner.probe(t, 0)  # learns the model: the canary waits for /v1/models this once
-        sim.set_state(latency_s=1.0)
+        sim.set_state(latency_s=1.5)  # one after the other: 3 s; together: 1.5 s
         start = time.monotonic()
         _, results, _ = runner.probe(t, 15_000)
         took = time.monotonic() - start
@@ -261,8 +261,10 @@ def test_health_and_canary_go_out_together_so_a_slow_server_costs_one_wait(sim):
     got = _by_probe(results)
     assert [r.probe for r in results] == [HEALTH, CANARY]
     assert got[HEALTH].success and got[CANARY].success, results
-    assert got[HEALTH].duration_s >= 1.0 and got[CANARY].ttft_s >= 1.0
-    assert took < 1.7, took  # one latency (plus the canary's tokens), not two (2 s)
+    assert got[HEALTH].duration_s >= 1.5 and got[CANARY].ttft_s >= 1.5
+    # One latency (plus the canary's tokens), not two (3 s); the 1.2 s of slack is for a
+    # busy machine (the bound was 0.3 s over one latency of 1 s).
+    assert took < 2.7, took
 
 
 @pytest.mark.parametrize(("lines", "error"), [

@@ -126,17 +126,17 @@ def test_post_sends_its_json_body_and_headers_on_a_kept_alive_connection(server)
 
 
 def test_ttft_is_read_when_the_first_token_arrives_not_at_the_end(server):
-    # The first token comes at once, the rest 0.5 s later: a reader that waits for
-    # the whole body would report TTFT ≥ 0.5 s.
+    # The first token comes at once, the rest 1 s later: a reader that waits for
+    # the whole body would report TTFT ≥ 1 s.
     server.stream = [b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n',
-                     _event("o"), 0.5, _event("k"), USAGE, DONE]
+                     _event("o"), 1.0, _event("k"), USAGE, DONE]
     t = ProbeTarget("t", server.url, timeout_ms=5000, api_key="sk-1")
     _, results = _run(lambda c: probe_target(c, t, 0, model="m"))
     (health, canary) = results
     assert health.probe == HEALTH and health.success
     assert canary.probe == CANARY and canary.success, canary.error
-    assert canary.ttft_s is not None and canary.ttft_s < 0.4, canary.ttft_s
-    assert canary.duration_s >= 0.5
+    assert canary.ttft_s is not None and canary.ttft_s < 0.8, canary.ttft_s
+    assert canary.duration_s >= 1.0
     assert canary.completion_tokens == 2
     post = [s for s in server.seen if s[0] == "POST"][0]
     assert post[2] == "Bearer sk-1" and json.loads(post[4])["model"] == "m"
@@ -161,7 +161,7 @@ def test_the_deadline_bounds_the_whole_stream_not_each_read(server):
     canary = results[-1]
     assert not canary.success and canary.error == "no answer within 0.6s"
     assert canary.ttft_s is not None  # tokens came; the answer did not end in time
-    assert took < 1.5, took
+    assert took < 3.0, took  # bounded per read it would take the whole 4 s stream
 
 
 def test_daemon_runs_probes_on_the_io_loop_with_no_thread_of_their_own(tmp_path, sim):

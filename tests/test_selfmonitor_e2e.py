@@ -89,7 +89,7 @@ def test_watchdog_alert_repeats_on_its_short_route(tmp_path: Path,
             return [b for b in (r.json() for r in loopback.accepted())
                     if any(a["labels"]["alertname"] == "Watchdog" for a in b["alerts"])]
 
-        wait_for(lambda: len(watchdog_pages()) >= 3, 30, "three Watchdog pages")
+        wait_for(lambda: len(watchdog_pages()) >= 3, 120, "three Watchdog pages")
         pages = watchdog_pages()
         assert all(b["status"] == "firing" for b in pages)
         keys = {r.headers.get("Idempotency-Key") for r in loopback.accepted()}

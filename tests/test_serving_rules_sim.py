@@ -105,8 +105,9 @@ def test_no_false_alarms_over_ten_simulated_minutes(harness, busy):
 
 @pytest.mark.parametrize("queued", [True, False], ids=["with-queue", "empty-queue"])
 def test_the_same_harness_catches_a_stall(harness, queued):
-    # A hung canary waits out its timeout in real time: keep it short here.
-    harness.probe_target = dataclasses.replace(harness.probe_target, timeout_ms=1_000)
+    # A hung canary waits out its timeout in real time: keep it short here (20 hung
+    # canaries: 10 s at 500 ms; /health still answers at once, well inside it).
+    harness.probe_target = dataclasses.replace(harness.probe_target, timeout_ms=500)
     harness.sim.set_state(load_rps=5, num_requests_running=2)
     harness.run(0, 24)  # two busy minutes
     harness.sim.set_state(stalled=True, load_rps=0,
