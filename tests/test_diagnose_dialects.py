@@ -119,7 +119,9 @@ def test_a_forced_form_is_not_negotiated(incident_db, model) -> None:
     (422, "Failed to deserialize: unknown variant `json_schema`", True),
     (400, "This model's maximum context length is 4096 tokens", False),
     (404, "response_format not found", False),
-    (500, "json_schema compile failed", False),
+    (500, "1 validation error: ('body', 'response_format', 'type')", True),
+    (500, "CUDA error: an illegal memory access was encountered", False),
+    (503, "response_format: engine sleeping", False),
 ])
 def test_only_a_refusal_of_the_form_steps_down(status, message, refusal) -> None:
     assert is_form_refusal(status, message) is refusal

@@ -18,7 +18,8 @@ Other servers take other forms; `model_dialect` in /sim/state makes the
 simulator play one, so each of Sentinel's negotiation paths has a fast test:
 
 - `llamacpp` (llama-cpp-python's server): `response_format.type` must be
-  `text` or `json_object`, the schema rides along as `response_format.schema`;
+  `text` or `json_object` (else a 500 naming the field, as the real server
+  answers), the schema rides along as `response_format.schema`;
   vLLM's own fields are ignored; streams carry no usage; no /tokenize.
 - `tgi` (text-generation-inference's Messages API): `response_format` is
   `{"type": "json_object" | "json", "value": schema}`; anything else is a 422;
@@ -95,9 +96,12 @@ def _llamacpp_schema(fmt: object) -> JsonObject | None:
     if fmt is None:
         return None
     if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object"):
-        # llama-cpp-python's request model: the type is a Literal of these two.
-        raise _bad("response_format.type: Input should be 'text' or 'json_object'",
-                   "response_format")
+        # llama-cpp-python's request model: the type is a Literal of these two, and its
+        # validation error comes back as a 500 (seen from the real server, 0.3.36).
+        raise ApiError(HTTPStatus.INTERNAL_SERVER_ERROR,
+                       "1 validation error: {'type': 'literal_error', 'loc': ('body', "
+                       "'response_format', 'type'), 'msg': \"Input should be 'text' or "
+                       "'json_object'\"}", param="response_format")
     if fmt["type"] == "text":
         return None
     schema = fmt.get("schema")

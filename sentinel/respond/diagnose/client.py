@@ -214,7 +214,7 @@ class ModelClient:
         for form in order:
             try:
                 result = self.chat(model, messages, max_tokens, form, temperature)
-            except RequestRejected as exc:
+            except (RequestRejected, ServerError) as exc:
                 if not is_form_refusal(exc.status, str(exc)):
                     raise
                 refusals.append((form, str(exc)))

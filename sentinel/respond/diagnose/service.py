@@ -103,10 +103,15 @@ class Diagnoser:
                      lambda messages: client.count_tokens(info.id, messages),
                      info.max_model_len or FALLBACK_MAX_MODEL_LEN, cfg.max_tokens)
         reason = ""
+        refusals: tuple[tuple[str, str], ...] = ()
         for attempt in range(1, ATTEMPTS_PER_ENDPOINT + 1):
             chat = with_usage(client, info.id, fitted, client.chat_structured(
                 info.id, fitted.messages, fitted.max_tokens, cfg.structured_output,
                 cfg.temperature))
+            # What the server refused on the way to its form stays on the record, also
+            # when the answer that stands came on a later attempt.
+            refusals = refusals or chat.refusals
+            chat = replace(chat, refusals=refusals)
             try:
                 runbook = parse_runbook(chat.text)
             except InvalidRunbook as exc:
