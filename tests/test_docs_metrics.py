@@ -9,7 +9,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "reference" / "metrics.md"
 # sentinel_* strings in the code that are not metric names.
 NOT_METRICS = {"sentinel_session", "sentinel_runbook", "sentinel_mcp_principal",
-               "sentinel_outage"}  # an annotation on alerts recorded after an outage
+               "sentinel_outage",  # an annotation on alerts recorded after an outage
+               # act-first annotations on pages and "fixed" messages (respond/notify/actfirst)
+               "sentinel_action", "sentinel_excerpt", "sentinel_outcome", "sentinel_remediation",
+               "sentinel_time_to_recovery"}
 
 
 def _names_in_code() -> set[str]:

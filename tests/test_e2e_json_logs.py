@@ -1,6 +1,10 @@
 """The daemon's own log tells the story, one JSON object a line (`--log-format json`):
 an HBM OOM opens an incident, pages, is restarted warm, verified, and resolves, and
-each step is a line with its incident, target and alertname as fields."""
+each step is a line with its incident, target and alertname as fields.
+
+The story here pages at once (`notify.act_first.grace: 0s`): with act-first on, a fix
+this quick pages nobody (tests/test_e2e_actfirst.py tells that story), and the page's
+log lines are part of what this test reads."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ pytestmark = pytest.mark.integration
 def test_json_log_lines_tell_the_incident(tmp_path, sock_dir, sink) -> None:  # noqa: F811
     sim, sock, path, log = _simulated(tmp_path, sock_dir, warm=True)
     cfg = _config(tmp_path, sim, path, log, sink.url)
+    cfg.write_text(cfg.read_text() + "notify:\n  act_first: {grace: 0s}\n")
     err = (tmp_path / "stderr.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(cfg),
                              "--log-format", "json"], stdout=subprocess.DEVNULL, stderr=err)

@@ -122,7 +122,7 @@ def test_sighup_with_a_panicking_file_keeps_the_daemon(tmp_path: Path, sim) -> N
         wait_for(lambda: _status(url) == 200, 20, "the daemon to serve /healthz")
         _rule_file(tmp_path, "up @ -1 > 0")
         proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: "reload failed" in (tmp_path / "daemon.log").read_text(), 10,
+        wait_for(lambda: "reload refused" in (tmp_path / "daemon.log").read_text(), 30,
                  "the reload to fail")
         assert proc.poll() is None, (tmp_path / "daemon.log").read_text()
         assert _status(url) == 200

@@ -237,6 +237,10 @@ class Engine:
         elif not ok:
             self._not_fixed(c, Result(p.decision, ok, f"{spec.kind} (step {p.decision.step + 1} "
                                       f"of {c.policy.name}) did not hold: {detail}"))
+        else:  # it ran, but nothing says serving came back (verify: false): page now
+            self._not_fixed(c, Result(p.decision, ok, f"{spec.kind} (step {p.decision.step + 1} "
+                                      f"of {c.policy.name}) ran; its recovery is not verified "
+                                      f"(verify: false): {detail}"))
         if self.metrics:
             self.metrics.actions.labels(spec.kind, "success" if ok else "failure").inc()
         if after.breaker_opened_ms is not None and before.breaker_opened_ms is None:
@@ -313,7 +317,7 @@ class Engine:
             return
         d = r.decision
         kind = c.policy.steps[min(d.step, len(c.policy.steps) - 1)].kind
-        why = r.detail if r.ok is False else (
+        why = r.detail if r.ok is not None else (  # it ran: its own words
             f"{kind} (step {d.step + 1} of {c.policy.name}) on {c.target} not run: "
             f"{d.reason}: {r.detail or d.detail}")
         try:
