@@ -52,7 +52,8 @@ class Rig:
 
 
 def start_rig(tmp: Path, sock_dir: Path, hook: str, *, approval: str = "none",
-              expiry: str = "15m", rules: str = RULES, tokens: bool = True) -> Rig:
+              expiry: str = "15m", rules: str = RULES, tokens: bool = True,
+              act_first: bool = False) -> Rig:
     cache = tmp / "xla"
     cache.mkdir()
     (cache / "jit_step_fn.bin").write_bytes(b"\0" * 512)
@@ -82,7 +83,7 @@ receivers:
   - name: oncall
     webhook: {{url: '{hook}', timeout: 2s}}
 notify:
-  act_first: {{grace: 0s}}   # these tests read pages off the API: page at once
+  act_first: {{grace: {'2m' if act_first else '0s'}}}   # 0s: page at once, as API tests read
 remediation:
   max_concurrent: 2
   policies:

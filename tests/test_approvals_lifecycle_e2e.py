@@ -74,6 +74,7 @@ notify:
   interval: 200ms
   route: {{receiver: oncall, group_by: [alertname, target], group_wait: 0s,
           group_interval: 0s, repeat_interval: 1h}}
+  act_first: {{grace: 0s}}   # each approval its own page here (test_e2e_actfirst folds them)
 api:
   tokens:
     - {{name: oncall-lead, role: write, token: {WRITE_TOKEN}}}

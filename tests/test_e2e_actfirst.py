@@ -253,3 +253,34 @@ def test_a_refused_crash_that_takes_the_target_down_is_one_incident_and_one_page
         assert any("VLLMHealthCheckFailing on tpu-a joined this incident" in m for m in notes)
     finally:
         _stop(app, sim, sock)
+
+
+def test_an_action_parked_for_approval_is_one_page_carrying_the_approval_links(
+        tmp_path, sock_dir, sink) -> None:  # noqa: ANN001
+    """Approval required: the crash's own page goes at once when the action is parked, with
+    the approve links in it; no second page for the approval (issue 33: one failure, one
+    page). Approving then fixes it, and no other page follows."""
+    from api_helpers import WRITE_TOKEN, start_rig, wait_log_source
+
+    rig = start_rig(tmp_path, sock_dir, sink.url, approval="required", act_first=True)
+    try:
+        wait_log_source(rig)
+        rig.crash()
+        approval = wait_for(lambda: httpx.get(f"{rig.url}/api/v1/approvals").json()[
+            "approvals"], 30, "the action to be parked")[0]
+        page = wait_for(lambda: [a for _, b, _ in list(sink.received) for a in b.get("alerts", [])
+                                 if a["labels"].get("alertname") == "VLLMHBMOutOfMemory"
+                                 and a["status"] == "firing"], 30, "the crash's page")[0]
+        said = " ".join(page["annotations"].values())
+        assert f"/api/v1/approvals/{approval['id']}/approve" in said, page["annotations"]
+        r = httpx.post(f"{rig.url}/api/v1/approvals/{approval['id']}/approve",
+                       headers={"Authorization": f"Bearer {WRITE_TOKEN}"})
+        assert r.status_code == 200
+        wait_for(lambda: httpx.get(f"{rig.url}/api/v1/approvals").json()["approvals"][0][
+            "status"] == "done", 60, "the approved restart to finish")
+        firing = [a["labels"]["alertname"] for _, b, _ in list(sink.received)
+                  for a in b.get("alerts", []) if a["status"] == "firing"]
+        assert firing.count("VLLMHBMOutOfMemory") == 1, firing
+        assert "SentinelRemediationAwaitingApproval" not in firing, firing
+    finally:
+        rig.stop()

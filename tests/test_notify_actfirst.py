@@ -135,7 +135,8 @@ POLICY = {"name": "restart", "alerts": ["VLLMHBMOutOfMemory"],
     ("grace 0s turns waiting off", {"act_first": {"grace": "0s"}}, {}, False, None),
     ("a dry run acts on nothing", {}, {"dry_run": True}, False, None),
     ("a global dry run acts on nothing", {}, {}, True, None),
-    ("approval waits for a person", {}, {"approval": "required"}, False, None),
+    # parked at once, which releases the page with the approval links folded in
+    ("approval is held until it is parked", {}, {"approval": "required"}, False, 30_000),
     ("another alert is not covered", {}, {"alerts": ["VLLMEngineDead"]}, False, None),
 ])
 def test_how_long_a_page_waits(why: str, notify: dict, policy: dict, dry_run: bool,
