@@ -163,7 +163,9 @@ def test_empty_cache_refuses_the_warm_restart_and_pages(tmp_path, sock_dir, sink
         detail = _incident(app)
         refusal = [e for e in detail.timeline if e.kind == "action"]
         assert refusal[0].data["reason"] == "cold_cache" and not refusal[0].data["allowed"]
-        assert any(e.kind == "notification_sent" for e in detail.timeline)
+        # The sender records the delivery just after the receiver got it: wait for the row.
+        wait_for(lambda: any(e.kind == "notification_sent" for e in _incident(app).timeline),
+                 30, "the page's delivery on the timeline")
         assert state.attempts(app.pipeline.tracker.db) == []
         assert sim.container.times("POST") == []  # nothing was restarted
     finally:
