@@ -42,6 +42,7 @@ class SlowProm:
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.asked: list[tuple[str, str]] = []  # (expr, time) of every query
         self.in_flight = 0
         self.most_in_flight = 0
         lock = threading.Lock()
@@ -52,6 +53,7 @@ class SlowProm:
                 form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
                 expr = form["query"][0]
                 with lock:
+                    fake.asked.append((expr, form["time"][0]))
                     fake.in_flight += 1
                     fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
                 # The backend's own latency (the scenario, not a wait of the test).
@@ -98,6 +100,10 @@ RULES = "groups:\n- name: serving\n  interval: 2s\n  rules:\n" + "".join(
     expr: sentinel_input_doubled > 0
   - alert: AllSlowFiring
     expr: count(ALERTS{alertstate="firing", alertname=~"Slow.*"}) == 8
+  - record: target:input_scaled
+    expr: sentinel_input * on (target) slow_scale
+  - alert: ScaledSeen
+    expr: target:input_scaled > 0
 """
 
 
@@ -130,19 +136,37 @@ def test_independent_rules_run_at_once_and_dependents_see_the_same_evaluation(
     put(store, "sentinel_input", 21, 1_000)
     alerts = mgr.evaluate_group("serving", 1_000)
     (timing,) = mgr.group_timing()
-    # Sequentially the 8 slow rules take 8 × 0.5 s = 4 s against a 2 s interval.
+    # Sequentially the 9 slow rules take 9 × 0.5 s = 4.5 s against a 2 s interval.
     assert timing.last_duration_s < timing.interval_s == 2.0
     assert timing.overruns == 0 and prom.most_in_flight == SLOW
     assert all(r.health == RuleHealth.OK for r in mgr.rule_health())
-    assert len(alerts) == SLOW + 2
+    assert len(alerts) == SLOW + 3
     # The recording rule's result of this evaluation (21 × 2), not an older one.
     (seen,) = firing(alerts, "DoubledSeen")
     assert seen.value == 42
     # ALERTS written by the 8 slow rules in this same evaluation.
     assert len(firing(alerts, "AllSlowFiring")) == 1
+    # A recording rule that waits on the slow backend (its `slow_scale` part; the
+    # sentinel_input part is Sentinel's), and the alert reading its output: it waited
+    # for the record, which was stamped with this evaluation's time, as was every query.
+    (scaled,) = firing(alerts, "ScaledSeen")
+    assert scaled.value == 21
+    assert recorded(store, "target:input_scaled") == [(1_000, 21.0)]
+    assert {t for _, t in prom.asked} == {"1.000"} and ("slow_scale", "1.000") in prom.asked
     put(store, "sentinel_input", 50, 3_000)
-    (seen,) = firing(mgr.evaluate_group("serving", 3_000), "DoubledSeen")
+    alerts = mgr.evaluate_group("serving", 3_000)
+    (seen,) = firing(alerts, "DoubledSeen")
     assert seen.value == 100
+    (scaled,) = firing(alerts, "ScaledSeen")
+    assert scaled.value == 50  # this evaluation's record, not the one of 1 000
+    assert recorded(store, "target:input_scaled") == [(1_000, 21.0), (3_000, 50.0)]
+
+
+def recorded(store: MemoryStore, name: str) -> list[tuple[int, float]]:
+    from sentinel.store.memory import Matcher
+
+    (series,) = store.select([Matcher("__name__", "=", name)], 0, 10**9)
+    return list(zip(series.ts, series.vs, strict=True))
 
 
 def test_a_query_past_the_interval_ends_at_the_deadline_and_the_others_still_answer(
