@@ -206,8 +206,10 @@ def report(targets: int, probes: bool, groups: dict[str, Group], m0: dict[str, f
         m0, "sentinel_query_backend_errors_total")
     secs = total(m1, "sentinel_query_backend_duration_seconds_sum") - total(
         m0, "sentinel_query_backend_duration_seconds_sum")
-    print(f"backend queries: {q:g} ({q / window:.1f}/s), errors {errs:g}, "
-          f"mean {1000 * secs / max(1, q):.0f} ms")
+    reasons = {k.split('reason="', 1)[1].split('"', 1)[0]: v - m0.get(k, 0)
+               for k, v in m1.items() if k.startswith("sentinel_query_backend_errors_total{")}
+    print(f"backend queries: {q:g} ({q / window:.1f}/s), errors {errs:g} "
+          f"{ {k: v for k, v in reasons.items() if v} }, mean {1000 * secs / max(1, q):.0f} ms")
     print(f"Sentinel: {sentinel_cpu:.3f} CPU-s/s, RSS {sentinel_rss:.0f} MB; "
           f"Prometheus: {prom_cpu:.3f} CPU-s/s, RSS {prom_rss:.0f} MB")
     print(f"Prometheus scrapes: {scrapes} of {round(targets * window / INTERVAL_S)} expected "
