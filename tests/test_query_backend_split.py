@@ -19,7 +19,7 @@ import pytest
 from fixtures_prometheus import Prometheus, prometheus_binary
 
 from sentinel.config.querybackend import QueryBackendConfig
-from sentinel.model import InstantSample, labels_of
+from sentinel.model import AlertState, InstantSample, labels_of
 from sentinel.promql import Engine
 from sentinel.rules.backend import LOCAL, REMOTE, RoutedBackend, route
 from sentinel.rules.loader import load_rule_files
@@ -77,6 +77,23 @@ def test_the_probe_half_of_ttft_high_is_answered_by_the_embedded_store() -> None
     assert all(at == 10_000 for _, at in remote.asked) and len(remote.asked) == 2
 
 
+def test_the_canary_half_of_engine_stalled_fires_unless_the_backend_says_asleep() -> None:
+    rule = vllm_rule("VLLMEngineStalled")
+    found = route(rule.expr)
+    assert isinstance(found, Split)
+    asleep = next(text for _, text in found.remote if "engine_sleep_state" in text)
+    store = MemoryStore()
+    for target in ("a", "b"):
+        store.add(labels_of({"__name__": "sentinel_probe_success", "target": target,
+                             "probe": "canary"}), 9_000, 0.0)
+        store.add(labels_of({"__name__": "sentinel_probe_success", "target": target,
+                             "probe": "health"}), 9_000, 1.0)
+    remote = Recorder({asleep: [InstantSample(labels_of({"target": "b"}), 0.0)]})
+    routed = RoutedBackend(Engine(store), remote)
+    # Canary fails while /health answers: stalled, but for the target the backend says sleeps.
+    assert routed.query(rule.expr, 10_000) == [InstantSample(labels_of({"target": "a"}), 0.0)]
+
+
 def test_a_backend_part_is_asked_only_when_the_expression_needs_it() -> None:
     routed = RoutedBackend(Engine(MemoryStore()), remote := Recorder())
     out = routed.query("sentinel_probe_ttft_seconds > 2 unless on (target) up == 1", 1_000)
@@ -128,12 +145,16 @@ def test_the_probe_half_fires_against_the_real_prometheus(tmp_path: Path) -> Non
         rule = vllm_rule("VLLMTimeToFirstTokenHigh")
         store = MemoryStore()
         routed = RoutedBackend(Engine(store), PrometheusAPI(QueryBackendConfig(url=prom.url)))
-        routed.learn(load_rule_files([VLLM_RULES]))
+        groups = load_rule_files([VLLM_RULES])
+        routed.learn(groups)
         wait_for_prometheus(prom, 'vllm:time_to_first_token_seconds_count{target="t0"}')
         now = int(time.time() * 1000)
         put(store, "sentinel_probe_ttft_seconds", "t0", 3.5, now)
         # An idle server with a slow canary: the probe half fires.
         assert routed.query(rule.query, now) == [InstantSample(labels_of({"target": "t0"}), 3.5)]
+        mgr = RuleManager([g for g in groups if g.name == "vllm-serving"], routed, store=store)
+        (alert,) = [a for a in mgr.evaluate_group("vllm-serving", now) if a.rule == rule.name]
+        assert alert.state == AlertState.PENDING and alert.value == 3.5
         # The whole expression in Prometheus alone (the old routing) never fires.
         assert routed.remote.query(rule.expr, now) == []
         # Traffic: the backend half (`unless` it has traffic) holds the probe half back.
