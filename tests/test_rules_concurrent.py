@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -183,6 +184,35 @@ def test_a_query_past_the_interval_ends_at_the_deadline_and_the_others_still_ans
     assert "timed out" in health["Hangs"].last_error
     # The other rule of the group still answered, at the same evaluation time.
     assert health["Answers"].health == RuleHealth.OK and [a.rule for a in alerts] == ["Answers"]
+
+
+def test_own_rules_do_not_wait_for_pool_threads_a_hung_backend_holds(
+        prom: SlowProm, tmp_path: Path) -> None:
+    """At 5,000 targets the backend's queries ran to their deadline on every pool thread,
+    and groups of Sentinel's own rules, queued behind them, missed their iterations."""
+    rules = ("groups:\n- name: remote\n  interval: 60s\n  rules:\n"
+             "  - alert: Hangs1\n    expr: hang_metric_1 > 0\n"
+             "  - alert: Hangs2\n    expr: hang_metric_2 > 0\n"
+             "- name: own\n  interval: 60s\n  rules:\n"
+             "  - alert: Own1\n    expr: sentinel_input > 0\n"
+             "  - alert: Own2\n    expr: sentinel_input > 1\n")
+    mgr, store, _ = manager(tmp_path, prom.url, rules, concurrent_rules=2,
+                            concurrent_rules_per_group=2)
+    put(store, "sentinel_input", 5, 1_000)
+    hung = threading.Thread(target=mgr.evaluate_group, args=("remote", 1_000), daemon=True)
+    hung.start()
+    deadline = time.monotonic() + 30
+    while prom.in_flight < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling for the event: both pool threads wait on the backend
+    assert prom.in_flight == 2
+    alerts = mgr.evaluate_group("own", 1_000)
+    # Answered while both pool threads still wait on the backend (10 s client timeout):
+    # the hung rules have not finished a first evaluation yet.
+    health = {r.rule: r.health for r in mgr.rule_health()}
+    assert health["Hangs1"] == health["Hangs2"] == RuleHealth.UNKNOWN
+    assert sorted(a.rule for a in alerts) == ["Own1", "Own2"]
+    prom.release.set()
+    hung.join(30)
 
 
 class Timed:
