@@ -353,25 +353,30 @@ def check_rules(config: Config) -> tuple[list[Finding], list[RuleGroup]]:
 
 
 def check_rules_answerable(config: Config, groups: list[RuleGroup]) -> list[Finding]:
-    """With a remote backend: rules that read Sentinel's own series and backend series.
+    """With a remote backend: rules that cannot be answered in that mode.
 
-    Such an expression goes to the backend whole (rules/backend.py), which has no
-    `sentinel_*` series or ALERTS: that part of the rule never matches.
+    A rule reading Sentinel's own series (`sentinel_*`, ALERTS, its own
+    recording rules) and the backend's is split between the two
+    (rules/split.py); one that cannot be split goes to the backend whole,
+    which does not have Sentinel's series: that part never matches. A
+    recording rule left to the backend's ruler that reads Sentinel's series
+    never sees them either.
     """
     if config.query_backend is None:
         return []
-    from sentinel.rules.backend import inert_local_series
+    from sentinel.rules.backend import local_names_of, unanswerable
 
+    names = local_names_of(groups)
     out = []
     for g in groups:
         for rule in g.rules:
-            names = inert_local_series(rule.query if rule.query is not None else rule.expr)
-            if names:
+            why = unanswerable(rule.query if rule.query is not None else rule.expr, names)
+            if why:
                 out.append(Finding(WARNING, "query_backend", (
-                    f"rule {g.name}/{rule.name} reads {', '.join(names)} (only Sentinel has "
-                    "them) together with the backend's series; the expression goes to the "
-                    "backend whole, so that part never matches: split it into a rule on "
-                    "Sentinel's series and one on the backend's")))
+                    f"rule {g.name}/{rule.name} cannot be answered with a query backend: "
+                    f"{why}; it goes to the backend whole, where Sentinel's own series "
+                    "match nothing: split it into a rule on Sentinel's series and one on "
+                    "the backend's")))
     return out
 
 

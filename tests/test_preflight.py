@@ -347,12 +347,13 @@ def test_postgresql_a_user_that_may_not_create_tables(postgres_url: str,
         admin.dispose()
 
 
-def test_a_rule_mixing_sentinel_and_backend_series_is_a_warning_with_a_remote_backend(
-        tmp_path: Path) -> None:
-    """Issue 40: such a rule goes to the backend whole; its Sentinel half never matches."""
+def test_a_rule_a_remote_backend_cannot_answer_is_a_warning(tmp_path: Path) -> None:
+    """Issue 40: a mixed rule is split; one that cannot be split goes to the backend whole."""
     (tmp_path / "r.yaml").write_text(
         "groups:\n- name: g\n  rules:\n"
         "  - alert: Mixed\n    expr: sentinel_probe_success == 0 and on (target) up == 1\n"
+        "  - alert: MixedSubquery\n"
+        "    expr: max_over_time((sentinel_probe_success * on (target) up)[5m:1m]) == 0\n"
         "  - alert: OwnOnly\n    expr: sentinel_probe_success == 0\n"
         "  - alert: BackendOnly\n    expr: up == 0\n")
     cfg = tmp_path / "sentinel.yaml"
@@ -362,9 +363,10 @@ def test_a_rule_mixing_sentinel_and_backend_series_is_a_warning_with_a_remote_ba
     assert check.returncode == 0, check.stderr
     warnings = [ln for ln in check.stderr.splitlines() if ln.startswith("warning: ")]
     assert warnings == [
-        f"warning: {cfg}:3: query_backend: rule g/Mixed reads sentinel_probe_success (only "
-        "Sentinel has them) together with the backend's series; the expression goes to the "
-        "backend whole, so that part never matches: split it into a rule on Sentinel's "
+        f"warning: {cfg}:3: query_backend: rule g/MixedSubquery cannot be answered with a "
+        "query backend: the subquery (sentinel_probe_success * on (target) up)[300s:60s] "
+        "reads both Sentinel's own series and the backend's; it goes to the backend whole, "
+        "where Sentinel's own series match nothing: split it into a rule on Sentinel's "
         "series and one on the backend's"]
     # The embedded store answers every rule: nothing to say.
     cfg.write_text("listen: 127.0.0.1:0\nrule_files: [r.yaml]\n")
@@ -372,7 +374,8 @@ def test_a_rule_mixing_sentinel_and_backend_series_is_a_warning_with_a_remote_ba
     assert check.returncode == 0 and "warning:" not in check.stderr, check.stderr
 
 
-def test_the_bundled_rules_name_what_a_remote_backend_cannot_answer() -> None:
+def test_a_remote_backend_answers_every_bundled_rule() -> None:
+    """VLLMTimeToFirstTokenHigh and VLLMEngineStalled mix probe and vLLM series: split."""
     from sentinel.config import Config
     from sentinel.config.querybackend import QueryBackendConfig
     from sentinel.preflight import WARNING, preflight
@@ -381,6 +384,5 @@ def test_the_bundled_rules_name_what_a_remote_backend_cannot_answer() -> None:
         update={"query_backend": QueryBackendConfig(url="http://127.0.0.1:9")})
     found = [f.message for f in preflight(cfg, None, offline=True).findings
              if f.kind == WARNING and f.key == "query_backend"]
-    ttft = [m for m in found if "/VLLMTimeToFirstTokenHigh " in m]
-    assert len(ttft) == 1 and "sentinel_probe_ttft_seconds" in ttft[0]
+    assert found == []
     assert not preflight(Config.default(), None, offline=True).refused

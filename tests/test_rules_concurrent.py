@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -42,6 +43,7 @@ class SlowProm:
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.asked: list[tuple[str, str]] = []  # (expr, time) of every query
         self.in_flight = 0
         self.most_in_flight = 0
         lock = threading.Lock()
@@ -52,6 +54,7 @@ class SlowProm:
                 form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
                 expr = form["query"][0]
                 with lock:
+                    fake.asked.append((expr, form["time"][0]))
                     fake.in_flight += 1
                     fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
                 # The backend's own latency (the scenario, not a wait of the test).
@@ -98,6 +101,10 @@ RULES = "groups:\n- name: serving\n  interval: 2s\n  rules:\n" + "".join(
     expr: sentinel_input_doubled > 0
   - alert: AllSlowFiring
     expr: count(ALERTS{alertstate="firing", alertname=~"Slow.*"}) == 8
+  - record: target:input_scaled
+    expr: sentinel_input * on (target) slow_scale
+  - alert: ScaledSeen
+    expr: target:input_scaled > 0
 """
 
 
@@ -130,19 +137,37 @@ def test_independent_rules_run_at_once_and_dependents_see_the_same_evaluation(
     put(store, "sentinel_input", 21, 1_000)
     alerts = mgr.evaluate_group("serving", 1_000)
     (timing,) = mgr.group_timing()
-    # Sequentially the 8 slow rules take 8 × 0.5 s = 4 s against a 2 s interval.
+    # Sequentially the 9 slow rules take 9 × 0.5 s = 4.5 s against a 2 s interval.
     assert timing.last_duration_s < timing.interval_s == 2.0
     assert timing.overruns == 0 and prom.most_in_flight == SLOW
     assert all(r.health == RuleHealth.OK for r in mgr.rule_health())
-    assert len(alerts) == SLOW + 2
+    assert len(alerts) == SLOW + 3
     # The recording rule's result of this evaluation (21 × 2), not an older one.
     (seen,) = firing(alerts, "DoubledSeen")
     assert seen.value == 42
     # ALERTS written by the 8 slow rules in this same evaluation.
     assert len(firing(alerts, "AllSlowFiring")) == 1
+    # A recording rule that waits on the slow backend (its `slow_scale` part; the
+    # sentinel_input part is Sentinel's), and the alert reading its output: it waited
+    # for the record, which was stamped with this evaluation's time, as was every query.
+    (scaled,) = firing(alerts, "ScaledSeen")
+    assert scaled.value == 21
+    assert recorded(store, "target:input_scaled") == [(1_000, 21.0)]
+    assert {t for _, t in prom.asked} == {"1.000"} and ("slow_scale", "1.000") in prom.asked
     put(store, "sentinel_input", 50, 3_000)
-    (seen,) = firing(mgr.evaluate_group("serving", 3_000), "DoubledSeen")
+    alerts = mgr.evaluate_group("serving", 3_000)
+    (seen,) = firing(alerts, "DoubledSeen")
     assert seen.value == 100
+    (scaled,) = firing(alerts, "ScaledSeen")
+    assert scaled.value == 50  # this evaluation's record, not the one of 1 000
+    assert recorded(store, "target:input_scaled") == [(1_000, 21.0), (3_000, 50.0)]
+
+
+def recorded(store: MemoryStore, name: str) -> list[tuple[int, float]]:
+    from sentinel.store.memory import Matcher
+
+    (series,) = store.select([Matcher("__name__", "=", name)], 0, 10**9)
+    return list(zip(series.ts, series.vs, strict=True))
 
 
 def test_a_query_past_the_interval_ends_at_the_deadline_and_the_others_still_answer(
@@ -159,6 +184,35 @@ def test_a_query_past_the_interval_ends_at_the_deadline_and_the_others_still_ans
     assert "timed out" in health["Hangs"].last_error
     # The other rule of the group still answered, at the same evaluation time.
     assert health["Answers"].health == RuleHealth.OK and [a.rule for a in alerts] == ["Answers"]
+
+
+def test_own_rules_do_not_wait_for_pool_threads_a_hung_backend_holds(
+        prom: SlowProm, tmp_path: Path) -> None:
+    """At 5,000 targets the backend's queries ran to their deadline on every pool thread,
+    and groups of Sentinel's own rules, queued behind them, missed their iterations."""
+    rules = ("groups:\n- name: remote\n  interval: 60s\n  rules:\n"
+             "  - alert: Hangs1\n    expr: hang_metric_1 > 0\n"
+             "  - alert: Hangs2\n    expr: hang_metric_2 > 0\n"
+             "- name: own\n  interval: 60s\n  rules:\n"
+             "  - alert: Own1\n    expr: sentinel_input > 0\n"
+             "  - alert: Own2\n    expr: sentinel_input > 1\n")
+    mgr, store, _ = manager(tmp_path, prom.url, rules, concurrent_rules=2,
+                            concurrent_rules_per_group=2)
+    put(store, "sentinel_input", 5, 1_000)
+    hung = threading.Thread(target=mgr.evaluate_group, args=("remote", 1_000), daemon=True)
+    hung.start()
+    deadline = time.monotonic() + 30
+    while prom.in_flight < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling for the event: both pool threads wait on the backend
+    assert prom.in_flight == 2
+    alerts = mgr.evaluate_group("own", 1_000)
+    # Answered while both pool threads still wait on the backend (10 s client timeout):
+    # the hung rules have not finished a first evaluation yet.
+    health = {r.rule: r.health for r in mgr.rule_health()}
+    assert health["Hangs1"] == health["Hangs2"] == RuleHealth.UNKNOWN
+    assert sorted(a.rule for a in alerts) == ["Own1", "Own2"]
+    prom.release.set()
+    hung.join(30)
 
 
 class Timed:

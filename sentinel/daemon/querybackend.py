@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from sentinel.config import Config
-from sentinel.rules.backend import QueryBackend, RoutedBackend
+from sentinel.rules.backend import LocalEngine, QueryBackend, RoutedBackend
 from sentinel.rules.loader import RecordingRule
 from sentinel.rules.prometheus_api import BackendMetrics, PrometheusAPI
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class DaemonBackend:
     """The query backend of one daemon and the hooks the App calls."""
 
-    def __init__(self, config: Config, engine: QueryBackend, registry: CollectorRegistry
+    def __init__(self, config: Config, engine: LocalEngine, registry: CollectorRegistry
                  ) -> None:
         qb = config.query_backend
         self.remote: PrometheusAPI | None = None

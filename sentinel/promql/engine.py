@@ -20,7 +20,7 @@ Semantics are Prometheus 2.42's for an instant query at `at_ms`:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from sentinel.model import InstantSample, Labels, Vector, is_stale
@@ -50,6 +50,9 @@ class SeriesSource(Protocol):
 
 
 Value = float | Vector | list[RangeSeries] | str
+# Parts of an expression answered elsewhere (a remote backend, sentinel/rules/split.py):
+# id(node) → a call that returns that node's value at the query's time, made only if needed.
+Given = Mapping[int, Callable[[], "Vector | float"]]
 
 
 class Engine:
@@ -67,17 +70,22 @@ class Engine:
         # evaluation_interval (promtool: the test file's evaluation_interval).
         self.subquery_step_ms = subquery_step_ms
 
-    def query(self, expr: str | n.Expr, at_ms: int) -> Vector | float:
+    def query(self, expr: str | n.Expr, at_ms: int, given: Given | None = None
+              ) -> Vector | float:
         """The expression's value at `at_ms`: a Vector, or a float for a scalar result.
 
+        `given` answers some nodes of the tree instead of the store (see `Given`);
+        only nodes outside subqueries, which are evaluated at `at_ms` alone.
         Raises PromQLError for expressions that do not compile and for
         evaluation errors (e.g. many-to-many matching).
         """
         node = compile_expr(expr) if isinstance(expr, str) else expr
         budget = Budget(self.max_points, self.timeout_s)
         budget.precheck_steps(subquery_steps(node, self.subquery_step_ms))
-        result = _Evaluator(self.store, self.lookback_ms, at_ms, at_ms,
-                            self.subquery_step_ms, budget).eval(node)
+        evaluator = _Evaluator(self.store, self.lookback_ms, at_ms, at_ms,
+                               self.subquery_step_ms, budget)
+        evaluator.given = given
+        result = evaluator.eval(node)
         if isinstance(result, float | list):
             return result  # type: ignore[return-value]
         raise PromQLError("expression must return an instant vector or a scalar")
@@ -143,6 +151,7 @@ class _Evaluator:
         self.at_ms = at_ms  # this evaluation's time (a step, inside a subquery)
         self.query_ms = query_ms  # the instant query's time: start() and end()
         self.subquery_step_ms = subquery_step_ms
+        self.given: Given | None = None  # set on the query's own evaluator only
 
     def base_ms(self, at: n.At) -> int:
         """The time a selector or subquery reads at, before its offset."""
@@ -151,6 +160,10 @@ class _Evaluator:
         return self.query_ms if at == n.AT_QUERY else int(at)
 
     def eval(self, e: n.Expr) -> Value:
+        if self.given is not None:
+            answer = self.given.get(id(e))
+            if answer is not None:
+                return answer()
         if isinstance(e, n.NumberLiteral):
             return e.value
         if isinstance(e, n.StringLiteral):

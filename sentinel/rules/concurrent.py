@@ -72,17 +72,34 @@ class RulePool:
                                         thread_name_prefix="sentinel-rules")
         self._lock = threading.Lock()
 
-    def run(self, deps: Sequence[frozenset[int]], task: Callable[[int], Any]) -> None:
-        """Run `task(i)` for every rule once its dependencies have finished."""
+    def run(self, deps: Sequence[frozenset[int]], task: Callable[[int], Any],
+            inline: Sequence[bool] = ()) -> None:
+        """Run `task(i)` for every rule once its dependencies have finished.
+
+        Rules marked `inline` (answered by the embedded store: no round trip to
+        wait on) run on the calling thread, after the ready remote rules have
+        been handed to the pool: they never wait for a pool thread that a slow
+        backend holds, so a group of Sentinel's own rules keeps its interval
+        while another group's queries hang until their deadline (issue 40).
+        """
         waiting = list(range(len(deps)))
         done: set[int] = set()
         running: dict[Future[Any], int] = {}
         while waiting or running:
             ready = [i for i in waiting if deps[i] <= done]
-            for i in ready[: self.per_group - len(running)]:
+            here = [i for i in ready if i < len(inline) and inline[i]]
+            remote = [i for i in ready if not (i < len(inline) and inline[i])]
+            for i in remote[: self.per_group - len(running)]:
                 waiting.remove(i)
                 running[self._pool.submit(task, i)] = i
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for i in here:
+                waiting.remove(i)
+                task(i)
+                done.add(i)
+            if here:  # what finished meanwhile; rules they unblocked are ready next turn
+                finished = {f for f in running if f.done()}
+            else:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for f in finished:
                 done.add(running.pop(f))
                 f.result()  # a task does not raise (the manager's task catches); if it did: say so

@@ -206,7 +206,10 @@ class RuleManager:
             finally:
                 query_deadline.reset(token)
 
-        self.pool.run(group.deps, task)
+        # Rules the embedded store answers alone run on this thread (RulePool.run).
+        local = getattr(self.engine, "is_local", None)
+        inline = [] if local is None else [local(r.rule.expr) for r in group.rules]
+        self.pool.run(group.deps, task, inline)
 
     def _time_group(self, group: _Group, seconds: float) -> None:
         """Record the group's duration; name its slowest rule when it overran its interval."""
