@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sentinel.logs import fatal
+from sentinel.logs import families, fatal
 from sentinel.logs.signatures import TRACEBACK, Signature, SignatureSet
 from sentinel.logs.tracebacks import TracebackTracker
 from sentinel.model import LogEntry, LogEvent
@@ -51,6 +51,8 @@ MAX_GROUP_LINES = 5_000  # a group this long is closed regardless (a runaway tra
 _TRACEBACK_AFTER = 3  # context after a traceback that matched nothing yet
 CATCH_ALL = "unclassified_crash"
 SYMPTOM_PRIORITY = 25  # hits at or below this (engine dead, catch-all) are symptoms of a cause
+GENERIC_PRIORITY = 30  # hits at or below this (and the catch-all) may be renamed by family
+MAX_STATEMENTS = 400  # statements and frames kept per group for the family layer
 # Used when a signature file defines no `unclassified_crash` of its own.
 DEFAULT_CATCH_ALL = Signature(
     name=CATCH_ALL, category="other", severity="critical",
@@ -100,6 +102,29 @@ class _Group:
     # The first exception line in the group that no signature names: when only
     # symptoms (engine dead) follow, it is the root cause that names the event.
     cause: tuple[LogEntry, int | None] | None = None
+    # For the family layer (families.py): exception and error lines, frames and processes.
+    statements: list[tuple[str, LogEntry, int | None]] = field(default_factory=list)
+    where: list[str] = field(default_factory=list)
+    first: tuple[LogEntry, int | None] | None = None  # the group's first line
+
+    def note(self, line: str, entry: LogEntry, line_no: int | None, statement: bool,
+             in_traceback: bool = False) -> None:
+        """Keep what the family layer reads: a statement, or where an exception was raised.
+
+        Inside a traceback only the exception line and what continues it are
+        statements (`statement`); frames say where; source lines are neither.
+        Outside one, a line is a statement when it reports an error.
+        """
+        if len(self.statements) >= MAX_STATEMENTS or len(self.where) >= MAX_STATEMENTS:
+            return
+        frame = families.frames_of(line)
+        if frame is not None:
+            self.where.append(frame)
+        elif statement if in_traceback else families.is_error_line(line):
+            self.statements.append((line, entry, line_no))
+        process = fatal.process_of(line)
+        if process is not None and (not self.where or self.where[-1] != process):
+            self.where.append(process)
 
     def add(self, line: str) -> None:
         self.size += 1
@@ -257,6 +282,7 @@ class Classifier:
             was_after = group.traceback.after_exception
             if group.traceback.accepts(line):
                 group.add(line)
+                group.note(line, entry, line_no, group.traceback.after_exception, True)
                 if not was_after and group.traceback.after_exception:
                     group.exception = (entry, line, line_no)
                     if group.cause is None and signature is None and fatal.is_cause(line):
@@ -270,16 +296,19 @@ class Classifier:
         if starts_tb and (group.after_left > 0 or deciding):
             group.traceback = TracebackTracker.start(line)
             group.add(line)
+            group.note(line, entry, line_no, False, True)
             if signature is not None:
                 group.hit(signature, entry, line_no)
             return True
         if signature is not None:
             if any(h.signature is signature for h in group.hits):  # a repeat of the same error
                 group.add(line)
+                group.note(line, entry, line_no, True)
                 group.after_left = group.window()
                 return True
             if self._joins(group, signature, deciding):
                 group.add(line)
+                group.note(line, entry, line_no, True)
                 group.hit(signature, entry, line_no)
                 return True
             return False
@@ -288,6 +317,7 @@ class Classifier:
         if group.after_left <= 0:
             return False
         group.add(line)
+        group.note(line, entry, line_no, True)
         group.after_left -= 1
         return True
 
@@ -321,6 +351,7 @@ class Classifier:
             group.tb_header = None  # handled: the group closes without an event
             return False
         group.add(line)
+        group.note(line, entry, line_no, True)
         if verdict is fatal.Verdict.FATAL:
             self._crash(group)
             return True
@@ -358,8 +389,9 @@ class Classifier:
 
     def _open(self, entry: LogEntry, line: str, line_no: int | None,
               signature: Signature | None, starts_tb: bool) -> None:
-        group = _Group(before=list(self._ring))
+        group = _Group(before=list(self._ring), first=(entry, line_no))
         group.add(line)
+        group.note(line, entry, line_no, not starts_tb, starts_tb)
         if starts_tb:
             group.traceback = TracebackTracker.start(line)
             group.tb_header = line
@@ -379,14 +411,43 @@ class Classifier:
         best = self._naming_hit(group)
         sig = best.signature
         before = group.before[-sig.context_before:] if sig.context_before else []
+        sig, entry, line_no = self._by_family(group, best, before)
         body = group.head + ([f"… [{group.omitted} lines omitted] …"] if group.omitted else [])
         body += list(group.tail)
         self._events += 1
         return [LogEvent(
-            target=best.entry.target, source=best.entry.source, signature=sig.name,
-            category=sig.category, severity=sig.severity, t_ms=best.entry.t_ms,
-            line_no=best.line_no, excerpt=self._cap(before + body), runbook=sig.runbook,
+            target=entry.target, source=entry.source, signature=sig.name,
+            category=sig.category, severity=sig.severity, t_ms=entry.t_ms,
+            line_no=line_no, excerpt=self._cap(before + body), runbook=sig.runbook,
         )]
+
+    def _by_family(self, group: _Group, best: _Hit,
+                   before: list[str]) -> tuple[Signature, LogEntry, int | None]:
+        """Rename a generically named event after the family of its first cause.
+
+        Only the catch-all and the generic symptoms (engine dead, engine or
+        shard failed to start: priority at most GENERIC_PRIORITY) are renamed;
+        the engine-hang family renames only the catch-all (a timeout while
+        starting is a start-up failure). See `families.py`.
+        """
+        sig = best.signature
+        if sig.priority > GENERIC_PRIORITY and sig is not self._catch_all:
+            return sig, best.entry, best.line_no
+        ahead = [i for i, b in enumerate(before) if families.is_error_line(b)]
+        texts = [before[i] for i in ahead] + [text for text, _, _ in group.statements]
+        found = families.find(texts, " ".join(group.where))
+        if found is None or (found.family.symptom and sig is not self._catch_all):
+            return sig, best.entry, best.line_no
+        named = self.signatures.by_name(found.family.signature)
+        if named is None or named is sig:
+            return sig, best.entry, best.line_no
+        if found.index >= len(ahead):
+            _, entry, line_no = group.statements[found.index - len(ahead)]
+            return named, entry, line_no
+        # a context line before the group: counted back from the group's first line
+        entry, first = group.first if group.first is not None else (best.entry, None)
+        back = len(before) - ahead[found.index]
+        return named, entry, None if first is None else first - back
 
     def _naming_hit(self, group: _Group) -> _Hit:
         """The hit that names the event: the root cause, not its symptoms.

@@ -1,0 +1,176 @@
+"""Name a crash by its failure family when no specific signature knows its wording.
+
+Signatures match wordings; a new release or another server words the same
+failure differently. This layer reads what every crash report keeps stable
+and maps it to a family by vocabulary:
+
+- the *statements* of the excerpt: each exception line (class and message)
+  with the lines that continue it, and the plain error lines around the
+  tracebacks (frames and source lines are not statements);
+- the *frames* (function and file names) and the process names, which say
+  where the error was raised: while loading the model, in the engine's busy
+  loop, in a collective.
+
+It is asked only about an event that a generic hit names: the catch-all
+(an unknown traceback that ended its process, a bare exit code) or a
+signature of a downstream symptom (the engine died, the engine or a shard
+failed to start). Root cause beats symptom: the earliest statement whose
+family is a cause names the event; the engine-hang family (a timeout in the
+engine's own loop) is itself a symptom-level family and names the event only
+when no statement shows a cause. The layer never opens an event, so a log
+that raised nothing still raises nothing.
+
+Each family names a representative signature of the signature file (its
+category and runbook); a signature file without it keeps the generic name.
+The vocabulary comes from the signatures' own patterns and the tuned part of
+the corpus (tests/data/logs/corpus/crash), never from the held-out split.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A failure family: the signature that speaks for it and how its statements read."""
+
+    name: str
+    signature: str  # representative signature (category, runbook) in the signature file
+    statement: re.Pattern[str]  # a statement of this family ...
+    also: re.Pattern[str] | None = None  # ... that must also match this (same statement)
+    where: re.Pattern[str] | None = None  # ... raised where frames/processes match this
+    symptom: bool = False  # names the event only when no cause-family statement is found
+
+
+_MEMORY = (r"(?i:out of memory|OutOfMemory|\bOOM\b|failed to allocate|allocation failed|"
+           r"could not allocate|cannot allocate|unable to allocate|not enough memory|"
+           r"insufficient memory|memory exhausted|exceeds? (?:the )?(?:available )?memory|"
+           r"ALLOC_FAILED|MemoryAllocation|RESOURCE_EXHAUSTED)")
+_DEVICE_WORDS = (r"(?:CUDA|cuda|GPU|gpu|HIP|hip[A-Z]|ROCm|rocm|NPU|npu|HPU|hpu|VRAM|vram|"
+                 r"[Dd]evice|cuBLAS|CUBLAS|cudnn|CUDNN|torch\.OutOfMemoryError|"
+                 r"torch\.cuda\.OutOfMemoryError|OutOfMemoryError\()")
+
+FAMILIES: tuple[Family, ...] = (
+    # TPU/XLA device memory: RESOURCE_EXHAUSTED, "hbm", the allocator's words on a TPU
+    Family("tpu_hbm_memory", "xla_hbm_oom",
+           re.compile(r"RESOURCE_EXHAUSTED|(?i:\bhbm\b)|(?:TPU|XLA|xla|[Tt]pu)\b.{0,80}"
+                      + _MEMORY),
+           also=re.compile(_MEMORY + r"|(?i:\bhbm\b)")),
+    # Accelerator memory: the allocator's words next to a device word
+    Family("device_memory", "cuda_oom", re.compile(_MEMORY),
+           also=re.compile(_DEVICE_WORDS)),
+    # Host memory refused outright (Python's MemoryError, ENOMEM, system RAM)
+    Family("host_memory", "host_memory_exhausted",
+           re.compile(r"\bMemoryError\b|(?i:system memory|host memory|\bRAM\b|ENOMEM|"
+                      r"Cannot allocate memory|bad_alloc)")),
+    # A request longer than the model's window: context/tokens/window + exceed/too long
+    Family("context_window", "vllm_context_length_exceeded",
+           re.compile(r"(?i:context(?: window| length| size| limit)?|\btokens?\b|prompt|"
+                      r"max_model_len|max_seq_len|\bn_ctx\b|input length|sequence length)"
+                      r".{0,80}(?i:exceed|too long|longer than|greater than|larger than|"
+                      r"more than|must be (?:less|at most|<=|smaller)|over the limit|too large)"
+                      r"|(?i:exceed|too long|longer than|greater than|larger than)"
+                      r".{0,80}(?i:context|\btokens?\b|max_model_len|\bn_ctx\b|window)"),
+           also=re.compile(r"(?i:token|context|window|n_ctx|max_model_len|max_seq_len)")),
+    # Collectives between ranks and hosts, whatever the library
+    Family("collective", "collective_failure",
+           re.compile(r"NCCL|nccl[A-Z]|HCCL|[Hh]ccl|RCCL|[Gg]loo\b|\bMPI_|\bMPI\b|oneCCL|"
+                      r"(?i:collective(?!_rpc)|all_?reduce|all_?gather|reduce_scatter|all_to_all|"
+                      r"broadcast)|ProcessGroup|DistBackendError|DistNetworkError|"
+                      r"DistStoreError|TCPStore|c10d|rendezvous|ibv_|InfiniBand|NVLink")),
+    # Kernel and graph compilation (Triton, Inductor, Dynamo, XLA, MLIR)
+    Family("compilation", "xla_compile_failed",
+           re.compile(r"(?i:compil(?:e|ation|er)\b.{0,60}(?:error|fail)|"
+                      r"(?:error|fail\w*).{0,60}\bcompil(?:e|ation|ing)\b)|"
+                      r"CompilationError|BackendCompilerFailed|InductorError|LoweringException|"
+                      r"[Tt]riton.{0,40}(?:[Ee]rror|[Ff]ail)|PassManager|MLIR|ptxas|nvcc")),
+    # The model could not be fetched or loaded: credentials, missing or bad files,
+    # an architecture or adapter the server does not know, an initialisation failure.
+    Family("model_load", "model_load_failed",
+           re.compile(r"\b40[13] (?:Client Error|Unauthorized|Forbidden)|"
+                      r"(?i:status(?: code)?[ =:]*40[13]\b)|Unauthorized|Forbidden|"
+                      r"(?i:gated)|GatedRepo|"
+                      r"RepositoryNotFound|EntryNotFound|RevisionNotFound|LocalEntryNotFound|"
+                      r"(?i:safetensors|checkpoint|config\.json|tokenizer|\.gguf\b|"
+                      r"weights?\b|architecture|trust_remote_code|adapter|LoRA)|"
+                      r"(?i:(?:error|fail\w*)\s+(?:when |while |to |in )?"
+                      r"(?:initializ\w*|load\w*|start\w*)\s+(?:the )?"
+                      r"(?:model|engine|shard|worker|weights|tokenizer))")),
+    # A model file or directory that is not there, raised while loading
+    Family("model_missing", "model_load_failed",
+           re.compile(r"(?i:not found|No such file|does not exist|FileNotFoundError|"
+                      r"not a valid|is not a directory)"),
+           where=re.compile(r"(?i:load_model|from_pretrained|get_config|hf_hub_download|"
+                            r"snapshot_download|load_weights|get_model|model_loader|"
+                            r"get_tokenizer|cached_file|download|init_device)")),
+    # The engine stopped making progress: a timeout or watchdog in its own loop
+    Family("engine_hang", "engine_hang_watchdog",
+           re.compile(r"TimeoutError|(?i:timed out|time out|timeout|watchdog|heartbeat|"
+                      r"\bhang|\bhung\b|stuck|deadlock|not responding|no response)"),
+           where=re.compile(r"(?i:EngineCore|engine_core|run_busy_loop|busy_loop|step_fn|"
+                            r"execute_model|collective_rpc|scheduler|Scheduler|"
+                            r"event_loop|model_runner|[Ww]orker|detokeniz|tp_worker)"),
+           symptom=True),
+)
+
+_FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
+# A line outside a traceback that reports an error (a level word or the words of one).
+_ERROR_LINE = re.compile(r"(?i:error|fail|fatal|exception|critical|abort|panic)|\b[EF]\d{4} ")
+# Source lines and caret markers of a traceback whose header the group did not
+# see (the message, after a `[file:line]`, `|` or no prefix, is indented).
+_SOURCE_LINE = re.compile(r"(?:^|[\]|] )\s{2,}\S|^\s*\^+\s*$|\]\s+\^+\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The family that names an event and the statement that showed it."""
+
+    family: Family
+    index: int  # position of the statement in the list given to `find`
+
+
+def frames_of(line: str) -> str | None:
+    """`path function` of a traceback frame line, or None when the line is not a frame."""
+    m = _FRAME.search(line)
+    return f"{m.group(1)} {m.group(2)}" if m else None
+
+
+def is_error_line(line: str) -> bool:
+    """Whether a line outside a traceback reports an error (a statement for `find`)."""
+    return _ERROR_LINE.search(line) is not None and _SOURCE_LINE.search(line) is None
+
+
+def family_of(statement: str, where: str) -> Family | None:
+    """The first family whose vocabulary this statement speaks (given where it was raised)."""
+    for fam in FAMILIES:
+        if not fam.statement.search(statement):
+            continue
+        if fam.also is not None and not fam.also.search(statement):
+            continue
+        if fam.where is not None and not (fam.where.search(where) or fam.where.search(statement)):
+            continue
+        return fam
+    return None
+
+
+def find(statements: Iterable[str], where: str) -> Found | None:
+    """The family of the earliest cause statement, else of the earliest symptom statement.
+
+    `where` is every frame and process name of the excerpt joined: the place
+    an exception was raised qualifies families that need it (a timeout is an
+    engine hang only inside the engine; a missing file is a load failure only
+    while loading).
+    """
+    symptom: Found | None = None
+    for i, text in enumerate(statements):
+        fam = family_of(text, where)
+        if fam is None:
+            continue
+        if not fam.symptom:
+            return Found(fam, i)
+        if symptom is None:
+            symptom = Found(fam, i)
+    return symptom

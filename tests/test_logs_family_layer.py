@@ -1,0 +1,177 @@
+"""The family layer: a crash no signature names is named by its failure family.
+
+Every excerpt below is written for the test (the wordings are invented, so
+no signature knows them), in the shapes servers print: vLLM's prefixed
+process lines, a bare Python traceback, a launcher's plain lines. What they
+pin is the structure of `sentinel/logs/families.py`: the exception's words
+and where it was raised decide the family; the earliest cause beats the
+symptoms after it; a timeout is a hang only inside the engine; the layer
+renames an event but never creates one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sentinel.logs import Classifier, SignatureSet, families, load_signature_file
+from sentinel.logs.signatures import parse_signatures
+from sentinel.model import LogEntry, LogEvent
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def sigs() -> SignatureSet:
+    return load_signature_file(ROOT / "rules" / "signatures.yaml")
+
+
+def events(sigs: SignatureSet, text: str) -> list[LogEvent]:
+    c = Classifier(sigs)
+    lines = text.strip("\n").split("\n")
+    entries = [LogEntry("t", "file:x", 1_000 + i, line, i + 1) for i, line in enumerate(lines)]
+    return c.feed_many(entries) + c.flush()
+
+
+def bare_traceback(exception: str, frames: tuple[str, ...] = ("serve", "step")) -> str:
+    """A traceback as Python's default hook prints it (the process ended on it)."""
+    body = "".join(f'  File "/srv/app/{f}.py", line 10, in {f}\n    {f}()\n' for f in frames)
+    return f"Traceback (most recent call last):\n{body}{exception}\n"
+
+
+P = "(EngineCore_DP0 pid=41) ERROR 11-27 10:00:00 [core.py:900]"
+
+
+@pytest.mark.parametrize(("exception", "category"), [
+    # accelerator memory in words no signature has: the device word decides
+    ("RuntimeError: the GPU allocator could not allocate 2.00 GiB for the batch",
+     "cuda_oom"),
+    ("xla.RuntimeError: RESOURCE_EXHAUSTED: slab of 512M refused on chip 3", "hbm_oom"),
+    # host memory refused
+    ("RuntimeError: the loader ran out of host memory while pinning weights",
+     "startup_failure"),
+    # a request longer than the window, in a new wording
+    ("ValueError: prompt of 9000 tokens exceeds the window of 8192", "context_length_exceeded"),
+    # a collective between ranks
+    ("RuntimeError: all_reduce on ring 0 aborted by peer 3", "interconnect_failure"),
+    # a kernel compiler
+    ("RuntimeError: kernel compile failed for shape (8, 128)", "compile_failure"),
+    # credentials refused while fetching the model
+    ("HubError: status code 401 for the weights index", "startup_failure"),
+])
+def test_an_unknown_fatal_traceback_is_named_by_its_family(
+        sigs: SignatureSet, exception: str, category: str) -> None:
+    assert [e.category for e in events(sigs, bare_traceback(exception))] == [category]
+
+
+def test_without_family_words_the_catch_all_keeps_the_event(sigs: SignatureSet) -> None:
+    found = events(sigs, bare_traceback("KeyError: 'rope_theta_v2'"))
+    assert [(e.category, e.signature) for e in found] == [("other", "unclassified_crash")]
+
+
+def test_memory_words_without_a_device_word_stay_unnamed(sigs: SignatureSet) -> None:
+    # "failed to allocate" alone could be host, disk or device: no guess
+    found = events(sigs, bare_traceback("RuntimeError: failed to allocate the slot table"))
+    assert [e.signature for e in found] == ["unclassified_crash"]
+
+
+def test_a_timeout_in_the_engine_loop_is_a_hang(sigs: SignatureSet) -> None:
+    # the engine core's own log of the exception it dies on (no engine-dead line yet)
+    text = "\n".join([
+        f"{P} Traceback (most recent call last):",
+        f'{P}   File "/v/engine/core.py", line 700, in run_busy_loop',
+        f"{P}     self._step()",
+        f'{P}   File "/v/executor/ipc.py", line 30, in wait_reply',
+        f"{P}     raise TimeoutError",
+        f"{P} TimeoutError",
+    ])
+    found = events(sigs, text)
+    assert [(e.category, e.signature) for e in found] == [("engine_dead", "engine_hang_watchdog")]
+
+
+def test_a_timeout_outside_the_engine_is_not_named_a_hang(sigs: SignatureSet) -> None:
+    found = events(sigs, bare_traceback("TimeoutError: webhook did not answer",
+                                        ("notify", "post")))
+    assert [e.signature for e in found] == ["unclassified_crash"]
+
+
+def test_a_timeout_while_starting_stays_a_start_up_failure(sigs: SignatureSet) -> None:
+    text = "\n".join([
+        f"{P} EngineCore failed to start.",
+        f"{P} Traceback (most recent call last):",
+        f'{P}   File "/v/engine/core.py", line 500, in __init__',
+        f"{P}     self.model_executor = executor_class(vllm_config)",
+        f'{P}   File "/v/executor/ipc.py", line 30, in wait_reply',
+        f"{P}     raise TimeoutError('workers did not report in time')",
+        f"{P} TimeoutError: workers did not report in time",
+    ])
+    assert [e.category for e in events(sigs, text)] == ["startup_failure"]
+
+
+def test_the_earliest_cause_names_the_event_not_the_symptoms_after_it(sigs: SignatureSet) -> None:
+    # a launcher: the shard's load failure, then the launcher's generic lines
+    text = "\n".join([
+        "2026-11-27T10:00:00Z ERROR shard-manager: launcher: Error when initializing model",
+        "Traceback (most recent call last):",
+        '  File "/srv/server.py", line 20, in serve',
+        "    model = get_model(model_id)",
+        "RuntimeError: tensor lm_head.bias is missing from the checkpoint",
+        " rank=0",
+        "2026-11-27T10:00:01Z ERROR launcher: Shard 0 failed to start",
+        "Error: ShardCannotStart",
+    ])
+    found = events(sigs, text)
+    assert [(e.category, e.signature) for e in found] == [("startup_failure", "model_load_failed")]
+    assert found[0].line_no == 1  # the cause's line
+    assert any("ShardCannotStart" in line for line in found[0].excerpt)  # symptoms kept
+
+
+def test_a_device_oom_before_the_engine_death_names_it(sigs: SignatureSet) -> None:
+    text = "\n".join([
+        f"{P} Traceback (most recent call last):",
+        f'{P}   File "/v/worker/runner.py", line 80, in execute_model',
+        f"{P}     out = self.model(x)",
+        f"{P} RuntimeError: device 0 allocator: not enough memory for 1.5 GiB",
+        "(APIServer pid=1) ERROR 11-27 10:00:01 [async_llm.py:400] AsyncLLM output_handler failed.",
+        "(APIServer pid=1) ERROR 11-27 10:00:01 [async_llm.py:400] vllm.v1.engine.exceptions."
+        "EngineDeadError: EngineCore encountered an issue.",
+    ])
+    assert [e.category for e in events(sigs, text)] == ["cuda_oom"]
+
+
+def test_the_layer_never_creates_an_event(sigs: SignatureSet) -> None:
+    # a handled exception with OOM words that the process survives: nothing
+    text = "\n".join([
+        "INFO 11-27 10:00:00 [server.py:1] request 7 started",
+        "ERROR 11-27 10:00:01 [server.py:2] request 7 failed",
+        "Traceback (most recent call last):",
+        '  File "/srv/server.py", line 20, in handle',
+        "    run(req)",
+        "RuntimeError: the GPU allocator could not allocate 2.00 GiB for the batch",
+        "INFO 11-27 10:00:02 [server.py:3] request 8 started",
+        'INFO:     10.0.0.1:5000 - "POST /v1/completions HTTP/1.1" 200 OK',
+    ])
+    assert events(sigs, text) == []
+
+
+def test_a_signature_file_without_the_representative_keeps_the_catch_all() -> None:
+    bare = SignatureSet(parse_signatures("signatures:\n"
+                            "  - name: unclassified_crash\n    category: other\n"
+                            "    severity: critical\n    priority: 5\n"
+                            "    patterns: ['Fatal Python error']\n    runbook: r\n"))
+    found = events(bare, bare_traceback("RuntimeError: CUDA allocator is out of memory"))
+    assert [(e.category, e.signature) for e in found] == [("other", "unclassified_crash")]
+
+
+@pytest.mark.parametrize("line", [
+    'ERROR 11-27 10:00:00 [core.py:1]     raise TimeoutError(f"RPC call to {m} timed out.")',
+    "ERROR 11-27 10:00:00 [core.py:1]                  ^^^^^^^^^^",
+    "  | [Stage-1] ERROR 01-29 19:03:10 [x.py:1]     outputs = await get_output_error()",
+])
+def test_source_lines_of_a_traceback_are_not_statements(line: str) -> None:
+    assert not families.is_error_line(line)
+
+
+def test_vllm_collective_rpc_is_not_a_collective() -> None:
+    assert families.family_of("RuntimeError: collective_rpc failed in step", "") is None
