@@ -37,7 +37,8 @@ def _incident(key: str, status: str = "open", **kw: object) -> Incident:
 HEAD = "0014"  # the newest migration: bump it with each new one
 
 
-def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
+def test_upgrade_builds_schema_from_migrations(db_url: str) -> None:
+    incident_db = _migrated(db_url)
     tables = set(inspect(incident_db.engine).get_table_names())
     assert {"incidents", "incident_alerts", "timeline_events", "alert_states",
             "alembic_version", "log_cursors", "log_events", "log_file_positions",
@@ -49,11 +50,71 @@ def test_upgrade_builds_schema_from_migrations(incident_db: Database) -> None:
     incident_db.upgrade()  # idempotent
 
 
-def test_models_do_not_drift_from_migrations(incident_db: Database) -> None:
-    with incident_db.engine.connect() as conn:
+def _migrated(url: str) -> Database:
+    """A database taken to the head by running every migration (not `create_at_head`)."""
+    db = Database(url)
+    db.upgrade(HEAD)  # a named revision: Alembic runs the scripts one by one
+    return db
+
+
+def _schema(db: Database) -> dict[str, object]:
+    """Every table's columns, keys, indexes and constraints, as the database reports them."""
+    def norm(value: object) -> str:
+        return " ".join(str(value).replace('"', "").split()) if value is not None else ""
+
+    found: dict[str, object] = {}
+    with db.engine.connect() as conn:
+        insp = inspect(conn)
+        for table in sorted(insp.get_table_names()):
+            found[table] = {
+                "columns": sorted((c["name"], norm(c["type"]), c["nullable"], norm(c["default"]))
+                                  for c in insp.get_columns(table)),
+                "pk": insp.get_pk_constraint(table)["constrained_columns"],
+                "fks": sorted((tuple(f["constrained_columns"]), f["referred_table"],
+                               tuple(f["referred_columns"]), norm(f.get("options")))
+                              for f in insp.get_foreign_keys(table)),
+                "indexes": sorted((i["name"], tuple(i["column_names"]), bool(i["unique"]),
+                                   norm({k: str(v) for k, v in
+                                         (i.get("dialect_options") or {}).items()}))
+                                  for i in insp.get_indexes(table)),
+                "uniques": sorted((u["name"], tuple(u["column_names"]))
+                                  for u in insp.get_unique_constraints(table)),
+                "checks": sorted((c["name"], norm(c["sqltext"]))
+                                 for c in insp.get_check_constraints(table)),
+            }
+        if db.dialect == "sqlite":  # partial indexes' WHERE, which SQLite's reflection omits
+            rows = conn.execute(text("SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+                                     "AND sql IS NOT NULL ORDER BY name")).all()
+            found["sqlite_index_sql"] = [(name, norm(sql)) for name, sql in rows]
+    return found
+
+
+def test_models_do_not_drift_from_migrations(db_url: str) -> None:
+    db = _migrated(db_url)
+    with db.engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         diff = compare_metadata(context, Base.metadata)
+    db.dispose()
     assert diff == []
+
+
+def test_a_fresh_database_is_created_with_exactly_the_migrations_schema(
+        db_url: str, tmp_path: Path) -> None:
+    migrated = _migrated(db_url)
+    expected = _schema(migrated)
+    with migrated.engine.begin() as conn:  # empty the database again
+        if migrated.dialect == "postgresql":
+            schema = conn.execute(text("SELECT current_schema()")).scalar()
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    migrated.dispose()
+    url = f"sqlite:///{tmp_path / 'fresh.db'}" if db_url.startswith("sqlite") else db_url
+    fresh = Database(url)
+    assert fresh.create_at_head()
+    assert _schema(fresh) == expected
+    assert fresh.current_revision() == HEAD
+    assert not fresh.create_at_head()  # a database with tables is left to the migrations
+    fresh.dispose()
 
 
 def test_one_open_incident_per_key(incident_db: Database) -> None:
