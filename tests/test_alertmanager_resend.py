@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fixtures_e2e import wait_for, write_config
+from fixtures_http import http
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
@@ -86,13 +87,13 @@ class RealAlertmanager:
     def ready(self) -> bool:
         assert self.proc.poll() is None, "alertmanager exited"
         try:
-            return httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200
+            return http.get(f"{self.url}/-/ready", timeout=1).status_code == 200
         except httpx.TransportError:
             return False
 
     def active(self) -> list[dict]:
         """The alerts Alertmanager holds as not resolved (its API leaves resolved ones out)."""
-        resp = httpx.get(f"{self.url}/api/v2/alerts", timeout=5)
+        resp = http.get(f"{self.url}/api/v2/alerts", timeout=5)
         resp.raise_for_status()
         return [a for a in resp.json() if a["labels"].get("alertname") == "ServingAlert"]
 

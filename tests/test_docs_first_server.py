@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fixtures_e2e import wait_for
+from fixtures_http import http
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -146,6 +147,6 @@ def _wait_ready(command: str, ports: dict[str, str], listen: int) -> None:
 
 def _ready(port: int) -> bool:
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+        return http.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False

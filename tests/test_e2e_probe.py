@@ -18,10 +18,10 @@ import re
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 from fixtures_e2e import wait_for
+from fixtures_http import http
 
 from sentinel.config import load_config
 from sentinel.config.durations import parse_duration
@@ -96,7 +96,7 @@ def _run_mode(tmp_path, sim, sink, alertname: str, inject: dict, clear: dict,
         time.sleep(1.0)  # a few scrapes of the healthy state
         assert _fired(sink) == set(), "an alert fired before anything was injected"
         started = time.monotonic()
-        httpx.post(f"{sim.url}/sim/state", json=inject).raise_for_status()
+        http.post(f"{sim.url}/sim/state", json=inject).raise_for_status()
         # A target busy before (`load_rps`) may have one more canary skipped right after
         # the stall: its counters moved since the previous probe's reading.
         busy_before = bool(before and before.get("load_rps"))
@@ -115,7 +115,7 @@ def _run_mode(tmp_path, sim, sink, alertname: str, inject: dict, clear: dict,
         assert alert.fired_at_ms is not None
         held_ms = alert.fired_at_ms - alert.active_at_ms
         assert fors[alertname] * 1000 <= held_ms <= (fors[alertname] + EVAL_S) * 1000, held_ms
-        httpx.post(f"{sim.url}/sim/state", json=clear).raise_for_status()
+        http.post(f"{sim.url}/sim/state", json=clear).raise_for_status()
         wait_for(lambda: _pages(sink, alertname, "resolved"), fors[alertname] + 30,
                  f"the {alertname} resolved page")
         return

@@ -37,9 +37,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fixtures_e2e import bodies_with_status, wait_for
+from fixtures_http import http
 from fixtures_prometheus import Prometheus, prometheus_binary
 
 from sentinel.config import load_config
@@ -74,12 +74,12 @@ def sims() -> Iterator[dict[str, SimServer]]:
 
 
 def post_state(sim: SimServer, **fields: Any) -> None:
-    httpx.post(f"{sim.url}/sim/state", json=fields, timeout=5).raise_for_status()
+    http.post(f"{sim.url}/sim/state", json=fields, timeout=5).raise_for_status()
 
 
 def raw(prom: Prometheus, expr: str, at_ms: int) -> list[dict[str, Any]]:
-    r = httpx.post(f"{prom.url}/api/v1/query", data={"query": expr, "time": at_ms / 1000},
-                   timeout=30)
+    r = http.post(f"{prom.url}/api/v1/query", data={"query": expr, "time": at_ms / 1000},
+                  timeout=30)
     r.raise_for_status()
     return list(r.json()["data"]["result"])
 
