@@ -30,6 +30,7 @@ import httpx
 import pytest
 from fixtures_e2e import wait_for, write_config
 from fixtures_http import http
+from fixtures_sqlite import migrated_sqlite
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
@@ -124,6 +125,7 @@ def am_hook() -> Iterator[WebhookSink]:
 
 def _start(tmp_path: Path, sim, am: RealAlertmanager, resend: str) -> App:  # noqa: ANN001
     cfg = write_config(tmp_path, [("tpu-a", sim.url)], None, RULES, scrape_interval="1s")
+    migrated_sqlite(tmp_path / "sentinel.db")
     cfg.write_text(cfg.read_text() + f"""\
 receivers:
   - name: am
