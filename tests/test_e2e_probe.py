@@ -87,6 +87,11 @@ def _probed_ok(app: App) -> bool:
     return bool(vec) and vec[0].value == 1.0
 
 
+def _scrapes(app: App) -> float:
+    vec = app.engine.query('count_over_time(up{target="gemma"}[1m])', int(time.time() * 1000))
+    return vec[0].value if vec else 0.0
+
+
 def _run_mode(tmp_path, sim, sink, alertname: str, inject: dict, clear: dict,
               before: dict | None = None, hung: bool = False, scale: int = SCALE) -> None:
     """`hung`: the canary hangs, so it only fails once its timeout has passed."""
@@ -95,7 +100,7 @@ def _run_mode(tmp_path, sim, sink, alertname: str, inject: dict, clear: dict,
     app, fors = _start(tmp_path, sim.url, sink.url, scale)
     try:
         wait_for(lambda: _probed_ok(app), 30, "the first good probe")
-        time.sleep(1.0)  # a few scrapes of the healthy state
+        wait_for(lambda: _scrapes(app) >= 4, 30, "a few scrapes of the healthy state")
         assert _fired(sink) == set(), "an alert fired before anything was injected"
         started = time.monotonic()
         http.post(f"{sim.url}/sim/state", json=inject).raise_for_status()
