@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures_sqlite import migrated_sqlite
 from ha_helpers import Daemon, wait
 
 from sentinel.sim.crashlog import HBM_OOM, render
@@ -25,6 +26,8 @@ from sentinel.sim.server import start_sim
 pytestmark = pytest.mark.integration
 
 WINDOW_S = 45  # the crash rule's window: the alert ends this long after the crash line
+# A daemon renders its whole /metrics for each poll: 4 a second, not 20, while waiting.
+METRICS_POLL_S = 0.25
 
 RULES = f"""\
 groups:
@@ -77,8 +80,8 @@ def _evaluations(d: Daemon) -> float:
 
 def _crash(log: Path, d: Daemon) -> float:
     wait(lambda: d.metric("sentinel_log_source_up",
-                          f'{{source="file:{log}",target="tpu-a"}}') == 1, 90,
-         "the log source to follow the file")
+                          f'{{source="file:{log}",target="tpu-a"}}') == 1, 180,
+         "the log source to follow the file", step=METRICS_POLL_S)
     at = time.monotonic()
     with log.open("a") as f:
         f.write("\n".join(render(HBM_OOM, pid=7)) + "\n")
@@ -101,16 +104,18 @@ def _check(sink, crashed_at: float, evaluated_at: float) -> None:  # noqa: ANN00
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_a_restart_does_not_resolve_a_firing_crash_alert(tmp_path: Path, sink, sig) -> None:
     sim = start_sim()
-    log = _setup(tmp_path, f"sqlite:///{tmp_path / 'sentinel.db'}", sim.url, sink.url, ha=False)
+    db = migrated_sqlite(tmp_path / "sentinel.db")
+    log = _setup(tmp_path, f"sqlite:///{db}", sim.url, sink.url, ha=False)
     d = Daemon(tmp_path, "one").start()
     try:
         crashed_at = _crash(log, d)
-        wait(lambda: _statuses(sink), 15, "the firing page")
+        wait(lambda: _statuses(sink), 60, "the firing page")
         d.signal(sig)
         assert d.proc is not None
-        d.proc.wait(15)
+        d.proc.wait(60)
         d.start()
-        wait(lambda: _evaluations(d) >= 5, 90, "evaluations by the restarted daemon")
+        wait(lambda: _evaluations(d) >= 5, 180, "evaluations by the restarted daemon",
+             step=METRICS_POLL_S)
         _check(sink, crashed_at, time.monotonic())
     finally:
         d.stop()
@@ -122,16 +127,18 @@ def test_a_failover_does_not_resolve_a_firing_crash_alert(tmp_path: Path, sink,
     sim = start_sim()
     log = _setup(tmp_path, fresh_postgres_url, sim.url, sink.url, ha=True)
     a = Daemon(tmp_path, "a").start()
-    wait(a.leads, 90, "the first daemon to lead")
+    wait(a.leads, 180, "the first daemon to lead", step=METRICS_POLL_S)
     b = Daemon(tmp_path, "b").start()
     try:
-        wait(lambda: "ha: standby" in b.readyz(), 90, "the second daemon to stand by")
+        wait(lambda: "ha: standby" in b.readyz(), 180, "the second daemon to stand by",
+             step=METRICS_POLL_S)
         crashed_at = _crash(log, a)
-        wait(lambda: _statuses(sink), 15, "the firing page")
+        wait(lambda: _statuses(sink), 60, "the firing page")
         a.kill9()
-        wait(b.leads, 15, "the standby to take over")
+        wait(b.leads, 60, "the standby to take over", step=METRICS_POLL_S)
         before = _evaluations(b)
-        wait(lambda: _evaluations(b) >= before + 5, 15, "evaluations by the new leader")
+        wait(lambda: _evaluations(b) >= before + 5, 60, "evaluations by the new leader",
+             step=METRICS_POLL_S)
         _check(sink, crashed_at, time.monotonic())
     finally:
         a.stop()

@@ -18,10 +18,11 @@ import re
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 from fixtures_e2e import wait_for
+from fixtures_http import http
+from fixtures_sqlite import migrated_sqlite
 
 from sentinel.config import load_config
 from sentinel.config.durations import parse_duration
@@ -52,6 +53,7 @@ def scaled_serving_rules(scale: int = SCALE) -> tuple[str, dict[str, float]]:
 def _start(tmp_path: Path, sim_url: str, hook_url: str, scale: int = SCALE
            ) -> tuple[App, dict[str, float]]:
     rules, fors = scaled_serving_rules(scale)
+    migrated_sqlite(tmp_path / "sentinel.db")
     (tmp_path / "rules.yaml").write_text(rules)
     (tmp_path / "sentinel.yaml").write_text(
         f"database: sqlite:///{tmp_path / 'sentinel.db'}\n"
@@ -85,6 +87,11 @@ def _probed_ok(app: App) -> bool:
     return bool(vec) and vec[0].value == 1.0
 
 
+def _scrapes(app: App) -> float:
+    vec = app.engine.query('count_over_time(up{target="gemma"}[1m])', int(time.time() * 1000))
+    return vec[0].value if vec else 0.0
+
+
 def _run_mode(tmp_path, sim, sink, alertname: str, inject: dict, clear: dict,
               before: dict | None = None, hung: bool = False, scale: int = SCALE) -> None:
     """`hung`: the canary hangs, so it only fails once its timeout has passed."""
@@ -93,10 +100,10 @@ def _run_mode(tmp_path, sim, sink, alertname: str, inject: dict, clear: dict,
     app, fors = _start(tmp_path, sim.url, sink.url, scale)
     try:
         wait_for(lambda: _probed_ok(app), 30, "the first good probe")
-        time.sleep(1.0)  # a few scrapes of the healthy state
+        wait_for(lambda: _scrapes(app) >= 4, 30, "a few scrapes of the healthy state")
         assert _fired(sink) == set(), "an alert fired before anything was injected"
         started = time.monotonic()
-        httpx.post(f"{sim.url}/sim/state", json=inject).raise_for_status()
+        http.post(f"{sim.url}/sim/state", json=inject).raise_for_status()
         # A target busy before (`load_rps`) may have one more canary skipped right after
         # the stall: its counters moved since the previous probe's reading.
         busy_before = bool(before and before.get("load_rps"))
@@ -115,7 +122,7 @@ def _run_mode(tmp_path, sim, sink, alertname: str, inject: dict, clear: dict,
         assert alert.fired_at_ms is not None
         held_ms = alert.fired_at_ms - alert.active_at_ms
         assert fors[alertname] * 1000 <= held_ms <= (fors[alertname] + EVAL_S) * 1000, held_ms
-        httpx.post(f"{sim.url}/sim/state", json=clear).raise_for_status()
+        http.post(f"{sim.url}/sim/state", json=clear).raise_for_status()
         wait_for(lambda: _pages(sink, alertname, "resolved"), fors[alertname] + 30,
                  f"the {alertname} resolved page")
         return

@@ -14,9 +14,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from fixtures_e2e import wait_for
+from fixtures_http import http
+from fixtures_sqlite import migrated_sqlite
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
@@ -51,6 +52,7 @@ def sock_dir() -> Iterator[Path]:
 
 def _config(folder: Path, sim_url: str, sock: str, log: Path, hook: str) -> Path:
     (folder / "rules.yaml").write_text(RULES)
+    migrated_sqlite(folder / "sentinel.db")
     path = folder / "sentinel.yaml"
     path.write_text(f"""\
 database: sqlite:///{folder / 'sentinel.db'}
@@ -102,7 +104,7 @@ def test_a_verified_restart_resolves_the_crash_incident_for_good(tmp_path, sock_
         wait_for(lambda: app.metrics.registry.get_sample_value(
             "sentinel_log_source_up", {"target": "tpu-a", "source": f"file:{log}"}) == 1,
             30, "the log source to join the file")
-        httpx.post(f"{sim.url}/sim/crash", json={"mode": "down"}).raise_for_status()
+        http.post(f"{sim.url}/sim/crash", json={"mode": "down"}).raise_for_status()
         (incident,) = wait_for(lambda: [i for i in queries.list_incidents(db)
                                         if i.status == "resolved"], 30,
                                "the incident to resolve")

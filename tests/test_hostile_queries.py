@@ -17,7 +17,9 @@ import httpx
 import pytest
 from api_helpers import READ_TOKEN, WRITE_TOKEN
 from fixtures_e2e import wait_for, write_config
+from fixtures_http import http
 from fixtures_prometheus import free_port
+from fixtures_sqlite import migrated_sqlite
 
 from sentinel.promql.engine import Engine
 from sentinel.promql.limits import QueryLimitError
@@ -49,23 +51,25 @@ def _rss_kib(pid: int) -> int:
 
 
 def _missed(base: str) -> float:
-    text = httpx.get(f"{base}/metrics", timeout=5).text
+    text = http.get(f"{base}/metrics", timeout=5).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith(("sentinel_scrapes_missed_total",
                                    "sentinel_rule_group_iterations_missed_total")))
 
 
 # Polls /healthz from its own process: a poller thread beside the 20 client threads
-# would measure the test's own GIL, not the daemon.
+# would measure the test's own GIL, not the daemon. One client, a new connection a poll
+# (as before): httpx.get would build a TLS context each time (~35 ms of CPU).
 _POLLER = """
 import sys, time, httpx
 url, seconds = sys.argv[1], float(sys.argv[2])
 slowest, polls, failures = 0.0, 0, []
+client = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
 end = time.monotonic() + seconds
 while time.monotonic() < end:
     started = time.monotonic()
     try:
-        r = httpx.get(url, timeout=5)
+        r = client.get(url, timeout=5)
         if r.status_code != 200:
             failures.append(r.status_code)
     except httpx.HTTPError as exc:
@@ -93,6 +97,7 @@ def test_hostile_queries_in_parallel_never_stall_the_daemon(tmp_path: Path, sim)
     port = free_port()
     cfg = write_config(tmp_path, [("gemma", sim.url)], None, RULES, scrape_interval="500ms",
                        listen=f"127.0.0.1:{port}")
+    migrated_sqlite(tmp_path / "sentinel.db")
     with cfg.open("a") as f:
         f.write(f"api:\n  tokens:\n    - {{name: viewer, role: read, token: {READ_TOKEN}}}\n"
                 f"    - {{name: lead, role: write, token: {WRITE_TOKEN}}}\n")
@@ -148,20 +153,20 @@ def by_name_status(answers: list[tuple[str, tuple[int, str]]], name: str) -> set
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(url, timeout=2).status_code == 200
+        return http.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 
 
 def _query(base: str, expr: str) -> str:
-    r = httpx.get(f"{base}/api/v1/query", params={"query": expr}, timeout=10,
-                  headers={"Authorization": f"Bearer {READ_TOKEN}"})
+    r = http.get(f"{base}/api/v1/query", params={"query": expr}, timeout=10,
+                 headers={"Authorization": f"Bearer {READ_TOKEN}"})
     return r.text
 
 
 def _post_query(base: str, expr: str) -> tuple[int, str]:
-    r = httpx.post(f"{base}/api/v1/query", data={"query": expr}, timeout=60,
-                   headers={"Authorization": f"Bearer {READ_TOKEN}"})
+    r = http.post(f"{base}/api/v1/query", data={"query": expr}, timeout=60,
+                  headers={"Authorization": f"Bearer {READ_TOKEN}"})
     return r.status_code, r.text
 
 

@@ -37,10 +37,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fixtures_e2e import bodies_with_status, wait_for
+from fixtures_http import http
 from fixtures_prometheus import Prometheus, prometheus_binary
+from fixtures_sqlite import migrated_sqlite
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
@@ -74,12 +75,12 @@ def sims() -> Iterator[dict[str, SimServer]]:
 
 
 def post_state(sim: SimServer, **fields: Any) -> None:
-    httpx.post(f"{sim.url}/sim/state", json=fields, timeout=5).raise_for_status()
+    http.post(f"{sim.url}/sim/state", json=fields, timeout=5).raise_for_status()
 
 
 def raw(prom: Prometheus, expr: str, at_ms: int) -> list[dict[str, Any]]:
-    r = httpx.post(f"{prom.url}/api/v1/query", data={"query": expr, "time": at_ms / 1000},
-                   timeout=30)
+    r = http.post(f"{prom.url}/api/v1/query", data={"query": expr, "time": at_ms / 1000},
+                  timeout=30)
     r.raise_for_status()
     return list(r.json()["data"]["result"])
 
@@ -245,6 +246,7 @@ def test_backend_outage_resolves_nothing_fires_the_self_alert_and_evaluation_res
         "groups:\n- name: load\n  interval: 1s\n  rules:\n"
         "  - alert: Queued\n    expr: sum by (target) (vllm:num_requests_waiting) > 0\n"
         "    for: 2s\n")
+    migrated_sqlite(tmp_path / "sentinel.db")
     (tmp_path / "sentinel.yaml").write_text(
         f"database: sqlite:///{tmp_path / 'sentinel.db'}\nlisten: 127.0.0.1:0\n"
         f"rule_files: [rules.yaml, '{ROOT / 'rules' / 'sentinel.yaml'}']\n"

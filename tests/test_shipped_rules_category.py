@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
-from fixtures_e2e import wait_for
+from fixtures_e2e import log_sources_polled, wait_for
+from fixtures_http import http
+from fixtures_sqlite import migrated_sqlite
 from test_e2e_logs import CRASH_LOG, ROOT, _config, _start
 
 CATEGORY = re.compile(r'category=~?"([^"]+)"')
@@ -37,6 +38,7 @@ def test_category_filter_finds_the_incident_of_a_shipped_rule(tmp_path: Path, si
                                                                ) -> None:  # noqa: ANN001
     log_file = tmp_path / "vllm.log"
     log_file.write_text("")
+    migrated_sqlite(tmp_path / "sentinel.db")
     cfg = _config(tmp_path, sim.url, sink.url,
                   f"      files: ['{log_file}']\n      poll_interval: 200ms\n")
     app = _start(cfg)
@@ -44,16 +46,17 @@ def test_category_filter_finds_the_incident_of_a_shipped_rule(tmp_path: Path, si
         host, port = app.status.address  # type: ignore[union-attr]
         url = f"http://{host}:{port}/api/v1/incidents"
 
-        def crash_found() -> list:
-            # The source joins the file at its end: write the crash until it is read.
-            with log_file.open("a") as f:
-                f.write("".join(f"{line}\n" for line in CRASH_LOG))
-            return httpx.get(url, params={"category": "hbm_oom"}).json()["incidents"]
-        (incident,) = wait_for(crash_found, 45, "an hbm_oom incident from the shipped rules")
+        # The source joins the file at its end: write the crash once it has.
+        wait_for(lambda: log_sources_polled(app), 60, "the log source to join the file")
+        with log_file.open("a") as f:
+            f.write("".join(f"{line}\n" for line in CRASH_LOG))
+        (incident,) = wait_for(
+            lambda: http.get(url, params={"category": "hbm_oom"}).json()["incidents"], 60,
+            "an hbm_oom incident from the shipped rules")
         assert incident["alertname"] == "VLLMHBMOutOfMemory"
         assert incident["category"] == "hbm_oom"
-        assert httpx.get(url, params={"category": "cuda_oom"}).json()["incidents"] == []
-        page = httpx.get(f"http://{host}:{port}/", params={"category": "hbm_oom"}).text
+        assert http.get(url, params={"category": "cuda_oom"}).json()["incidents"] == []
+        page = http.get(f"http://{host}:{port}/", params={"category": "hbm_oom"}).text
         assert "VLLMHBMOutOfMemory" in page
     finally:
         app.stop(2)

@@ -32,10 +32,12 @@ from sentinel.promql.calls import RangeSeries, check_unique, evaluate_call
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.limits import MAX_POINTS, QUERY_TIMEOUT_S, Budget
+from sentinel.promql.stepcache import StepCache
 from sentinel.store.memory import Matcher, Series, Summary
 
 DEFAULT_LOOKBACK_MS = 300_000
 DEFAULT_SUBQUERY_STEP_MS = 60_000
+_STEPS_KEPT = 4096  # compiled nodes whose subquery step count an Engine remembers
 
 
 class SeriesSource(Protocol):
@@ -60,8 +62,13 @@ class Engine:
 
     def __init__(self, store: SeriesSource, lookback_ms: int = DEFAULT_LOOKBACK_MS,
                  subquery_step_ms: int = DEFAULT_SUBQUERY_STEP_MS,
-                 max_points: int = MAX_POINTS, timeout_s: float = QUERY_TIMEOUT_S) -> None:
+                 max_points: int = MAX_POINTS, timeout_s: float = QUERY_TIMEOUT_S,
+                 step_cache: StepCache | None = None) -> None:
         self.store = store
+        # Subquery steps kept across queries, for a caller that seals its data as final
+        # (sentinel/promql/stepcache.py: `sentinel rules test`); None: evaluate every step.
+        self.step_cache = step_cache
+        self._steps: dict[int, tuple[n.Expr, int]] = {}  # id(node) -> (node, subquery steps)
         # Each query's bounds (sentinel/promql/limits.py): rules, the API, the page, MCP.
         self.max_points = max_points
         self.timeout_s = timeout_s
@@ -81,14 +88,26 @@ class Engine:
         """
         node = compile_expr(expr) if isinstance(expr, str) else expr
         budget = Budget(self.max_points, self.timeout_s)
-        budget.precheck_steps(subquery_steps(node, self.subquery_step_ms))
+        budget.precheck_steps(self._steps_of(node))
         evaluator = _Evaluator(self.store, self.lookback_ms, at_ms, at_ms,
-                               self.subquery_step_ms, budget)
+                               self.subquery_step_ms, budget, self.step_cache)
         evaluator.given = given
         result = evaluator.eval(node)
         if isinstance(result, float | list):
             return result  # type: ignore[return-value]
         raise PromQLError("expression must return an instant vector or a scalar")
+
+    def _steps_of(self, node: n.Expr) -> int:
+        """subquery_steps(node), remembered: rules query the same compiled nodes every
+        interval, and the walk over a large rule's tree costs as much as a cheap query."""
+        known = self._steps.get(id(node))
+        if known is not None and known[0] is node:  # the node is held: its id is not reused
+            return known[1]
+        steps = subquery_steps(node, self.subquery_step_ms)
+        if len(self._steps) >= _STEPS_KEPT:  # API queries bring new nodes: stay bounded
+            self._steps.clear()
+        self._steps[id(node)] = (node, steps)
+        return steps
 
     def max_lookback_ms(self, expr: str | n.Expr) -> int:
         """How far back from the evaluation time the expression reads data."""
@@ -144,9 +163,11 @@ def _reach(e: n.Expr, lookback_ms: int) -> int:
 
 class _Evaluator:
     def __init__(self, store: SeriesSource, lookback_ms: int, at_ms: int, query_ms: int,
-                 subquery_step_ms: int, budget: Budget) -> None:
+                 subquery_step_ms: int, budget: Budget,
+                 step_cache: StepCache | None = None) -> None:
         self.store = store
         self.budget = budget  # shared with the evaluators of subquery steps
+        self.step_cache = step_cache
         self.lookback_ms = lookback_ms
         self.at_ms = at_ms  # this evaluation's time (a step, inside a subquery)
         self.query_ms = query_ms  # the instant query's time: start() and end()
@@ -239,17 +260,29 @@ class _Evaluator:
         step = e.step_ms or self.subquery_step_ms
         start = -((e.range_ms - end) // step) * step  # first multiple of step >= end - range
         points: dict[Labels, RangeSeries] = {}
+        cache = self.step_cache
+        kept = cache.steps_of(e.expr) if cache is not None else None
+        owed = 0  # the charge of kept steps, paid at once: they cost no time
         for t in range(start, end + 1, step):
-            inner = _Evaluator(self.store, self.lookback_ms, t, self.query_ms,
-                               self.subquery_step_ms, self.budget)
-            samples = inner.vector(e.expr)
-            self.budget.charge(len(samples) + 1)  # +1: an empty step costs time too
+            samples = kept.get(t) if kept is not None else None
+            if samples is None:
+                inner = _Evaluator(self.store, self.lookback_ms, t, self.query_ms,
+                                   self.subquery_step_ms, self.budget, cache)
+                samples = inner.vector(e.expr)
+                if kept is not None and cache is not None and cache.final(t):
+                    kept[t] = samples
+                self.budget.charge(owed + len(samples) + 1)  # +1: an empty step costs too
+                owed = 0
+            else:
+                owed += len(samples) + 1
             for sample in samples:
                 series = points.get(sample.labels)
                 if series is None:
                     series = points[sample.labels] = RangeSeries(sample.labels, [], [])
                 series.ts.append(t)
                 series.vs.append(sample.value)
+        if owed:
+            self.budget.charge(owed)
         return [points[k] for k in sorted(points)]
 
     def negate(self, e: n.Negate) -> Value:

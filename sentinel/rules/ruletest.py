@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -46,6 +46,7 @@ from sentinel.config.durations import format_duration, parse_duration
 from sentinel.model import AlertState, Labels, is_stale, labels_of
 from sentinel.promql.engine import Engine
 from sentinel.promql.series_notation import expand_values, parse_series
+from sentinel.promql.stepcache import StepCache
 from sentinel.rules.gofmt import format_e_upper, go_quote
 from sentinel.rules.loader import RuleFileError, load_rule_files
 from sentinel.rules.manager import RuleManager
@@ -257,21 +258,30 @@ def run_test_group(
     except (TestFileError, RuleFileError) as e:
         return [str(e)]
     groups.sort(key=lambda g: order.get(g.name, 0))  # stable: file order otherwise
-    engine = Engine(store, _LOOKBACK_MS, subquery_step_ms=eval_ms)  # as promtool
+    # Input series are all loaded and rules write at the evaluation time only, so before
+    # each evaluation the older data is final: subquery steps over it are kept.
+    steps = StepCache()
+    engine = Engine(store, _LOOKBACK_MS, subquery_step_ms=eval_ms,  # as promtool
+                    step_cache=steps)
     mgr = RuleManager(groups, engine, default_interval_ms=tg.interval_ms or 60_000,
                       external_labels=tg.external_labels, external_url=tg.external_url,
                       store=store)
-    errors = _run_alert_tests(tg, mgr, eval_ms, max_t)
+    # A group's query_offset writes its recorded samples that far before the evaluation.
+    back_ms = max((g.query_offset_ms for g in groups), default=0)
+    errors = _run_alert_tests(tg, mgr, eval_ms, max_t, lambda ts: steps.seal(ts - back_ms))
     if errors and errors[-1].startswith("    rule: "):
         return errors
+    steps.seal(max_t + 1)  # nothing writes from here on (eval_time <= max_t)
     return errors + _run_expr_tests(tg, engine)
 
 
-def _run_alert_tests(tg: TestGroup, mgr: RuleManager, eval_ms: int, max_t: int) -> list[str]:
+def _run_alert_tests(tg: TestGroup, mgr: RuleManager, eval_ms: int, max_t: int,
+                     seal: Callable[[int], None]) -> list[str]:
     pending = sorted(tg.alert_tests, key=lambda a: a.eval_time_ms)
     errors: list[str] = []
     ts = 0
     while ts <= max_t:
+        seal(ts)  # what is older than this evaluation's writes is final
         for name in mgr.groups:
             mgr.evaluate_group(name, ts)
         bad = [r for r in mgr.rule_health() if r.last_error]
