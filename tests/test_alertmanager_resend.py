@@ -30,7 +30,6 @@ import httpx
 import pytest
 from fixtures_e2e import wait_for, write_config
 from fixtures_http import http
-from fixtures_sqlite import migrated_sqlite
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
@@ -143,7 +142,6 @@ def _start(tmp_path: Path, sim, am: RealAlertmanager, resend: str,  # noqa: ANN0
     rules = RULES.replace("{interval}", pace.interval).replace("{keep}", pace.keep_firing_for)
     cfg = write_config(tmp_path, [("tpu-a", sim.url)], None, rules,
                        scrape_interval=pace.scrape)
-    migrated_sqlite(tmp_path / "sentinel.db")
     cfg.write_text(cfg.read_text() + f"""\
 probe_interval: 0s
 receivers:

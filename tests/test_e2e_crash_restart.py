@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures_sqlite import migrated_sqlite
 from ha_helpers import Daemon, wait
 
 from sentinel.sim.crashlog import HBM_OOM, render
@@ -104,7 +103,7 @@ def _check(sink, crashed_at: float, evaluated_at: float) -> None:  # noqa: ANN00
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_a_restart_does_not_resolve_a_firing_crash_alert(tmp_path: Path, sink, sig) -> None:
     sim = start_sim()
-    db = migrated_sqlite(tmp_path / "sentinel.db")
+    db = tmp_path / "sentinel.db"
     log = _setup(tmp_path, f"sqlite:///{db}", sim.url, sink.url, ha=False)
     d = Daemon(tmp_path, "one").start()
     try:

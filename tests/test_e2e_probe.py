@@ -22,7 +22,6 @@ import pytest
 import yaml
 from fixtures_e2e import wait_for
 from fixtures_http import http
-from fixtures_sqlite import migrated_sqlite
 
 from sentinel.config import load_config
 from sentinel.config.durations import parse_duration
@@ -53,7 +52,6 @@ def scaled_serving_rules(scale: int = SCALE) -> tuple[str, dict[str, float]]:
 def _start(tmp_path: Path, sim_url: str, hook_url: str, scale: int = SCALE
            ) -> tuple[App, dict[str, float]]:
     rules, fors = scaled_serving_rules(scale)
-    migrated_sqlite(tmp_path / "sentinel.db")
     (tmp_path / "rules.yaml").write_text(rules)
     (tmp_path / "sentinel.yaml").write_text(
         f"database: sqlite:///{tmp_path / 'sentinel.db'}\n"

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from fixtures_e2e import wait_for
 from fixtures_http import http
-from fixtures_sqlite import migrated_sqlite
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
@@ -52,7 +51,6 @@ def sock_dir() -> Iterator[Path]:
 
 def _config(folder: Path, sim_url: str, sock: str, log: Path, hook: str) -> Path:
     (folder / "rules.yaml").write_text(RULES)
-    migrated_sqlite(folder / "sentinel.db")
     path = folder / "sentinel.yaml"
     path.write_text(f"""\
 database: sqlite:///{folder / 'sentinel.db'}

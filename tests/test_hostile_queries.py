@@ -19,7 +19,6 @@ from api_helpers import READ_TOKEN, WRITE_TOKEN
 from fixtures_e2e import wait_for, write_config
 from fixtures_http import http
 from fixtures_prometheus import free_port
-from fixtures_sqlite import migrated_sqlite
 
 from sentinel.promql.engine import Engine
 from sentinel.promql.limits import QueryLimitError
@@ -97,7 +96,6 @@ def test_hostile_queries_in_parallel_never_stall_the_daemon(tmp_path: Path, sim)
     port = free_port()
     cfg = write_config(tmp_path, [("gemma", sim.url)], None, RULES, scrape_interval="500ms",
                        listen=f"127.0.0.1:{port}")
-    migrated_sqlite(tmp_path / "sentinel.db")
     with cfg.open("a") as f:
         f.write(f"api:\n  tokens:\n    - {{name: viewer, role: read, token: {READ_TOKEN}}}\n"
                 f"    - {{name: lead, role: write, token: {WRITE_TOKEN}}}\n")

@@ -41,7 +41,6 @@ import pytest
 from fixtures_e2e import bodies_with_status, wait_for
 from fixtures_http import http
 from fixtures_prometheus import Prometheus, prometheus_binary
-from fixtures_sqlite import migrated_sqlite
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
@@ -246,7 +245,6 @@ def test_backend_outage_resolves_nothing_fires_the_self_alert_and_evaluation_res
         "groups:\n- name: load\n  interval: 1s\n  rules:\n"
         "  - alert: Queued\n    expr: sum by (target) (vllm:num_requests_waiting) > 0\n"
         "    for: 2s\n")
-    migrated_sqlite(tmp_path / "sentinel.db")
     (tmp_path / "sentinel.yaml").write_text(
         f"database: sqlite:///{tmp_path / 'sentinel.db'}\nlisten: 127.0.0.1:0\n"
         f"rule_files: [rules.yaml, '{ROOT / 'rules' / 'sentinel.yaml'}']\n"

@@ -10,7 +10,6 @@ import pytest
 import yaml
 from fixtures_e2e import log_sources_polled, wait_for
 from fixtures_http import http
-from fixtures_sqlite import migrated_sqlite
 from test_e2e_logs import CRASH_LOG, ROOT, _config, _start
 
 CATEGORY = re.compile(r'category=~?"([^"]+)"')
@@ -38,7 +37,6 @@ def test_category_filter_finds_the_incident_of_a_shipped_rule(tmp_path: Path, si
                                                                ) -> None:  # noqa: ANN001
     log_file = tmp_path / "vllm.log"
     log_file.write_text("")
-    migrated_sqlite(tmp_path / "sentinel.db")
     cfg = _config(tmp_path, sim.url, sink.url,
                   f"      files: ['{log_file}']\n      poll_interval: 200ms\n")
     app = _start(cfg)
