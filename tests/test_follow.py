@@ -14,9 +14,11 @@ from test_e2e_daemon import FOR_S, KV_RULE
 from sentinel.collect.ioloop import IOLoop
 from sentinel.config import load_config
 from sentinel.daemon.app import App
-from sentinel.daemon.follow import FOLLOW_MAX_S, ScrapeFollower, slot_end
+from sentinel.daemon.follow import FOLLOW_MAX_S, ScrapeFollower, reads_scrapes, slot_end
 from sentinel.daemon.missed import MissedWork
 from sentinel.daemon.scrapejobs import SLOT_MS, ScrapeJobs, slot_offset_ms
+from sentinel.paths import bundled_dir
+from sentinel.rules.loader import load_rule_files
 from sentinel.store.memory import Matcher
 
 INTERVAL_MS = 1000
@@ -107,3 +109,12 @@ def test_the_scrape_that_saw_the_change_is_evaluated_in_its_own_slot(tmp_path, s
         assert alert.fired_at_ms - alert.active_at_ms == FOR_S * 1000
     finally:
         app.stop(2)
+
+
+def test_self_monitoring_groups_never_follow_the_scrapes():
+    # At fleet size these are the groups cheap enough to follow; scrapes bring them nothing.
+    groups = {g.name: g for g in load_rule_files([str(bundled_dir("rules") / "sentinel.yaml"),
+                                                  str(bundled_dir("rules") / "vllm.yaml")])}
+    assert not reads_scrapes(groups["sentinel-self"])
+    assert not reads_scrapes(groups["sentinel-health"])
+    assert reads_scrapes(groups["vllm"])  # up == 0, vllm:* series

@@ -24,7 +24,7 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.collect.tlssettings import TLSSettings
 from sentinel.config import Config
 from sentinel.daemon import gcpolicy, heartbeat, systemd
-from sentinel.daemon.follow import ScrapeFollower
+from sentinel.daemon.follow import ScrapeFollower, reads_scrapes
 from sentinel.daemon.http import StatusServer
 from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
@@ -636,16 +636,15 @@ class App:
 
     def _may_follow(self) -> list[str]:
         """Groups that may follow the scrapes: of the embedded store (no remote backend),
-        evaluated at least as often as the most often scraped target."""
-        assert self.pipeline is not None
+        reading scraped series, evaluated at least as often as the most often scraped target."""
         if self.query is None or self.query.remote is not None:
             return []
         scraped = self.query.scraped_targets(self.config.targets)
         if not scraped:
             return []
         shortest = min(t.scrape_interval_ms for t in scraped)
-        return [name for name, interval_ms in self.pipeline.rules.groups.items()
-                if (interval_ms or self.config.evaluation_interval_ms) <= shortest]
+        return [g.name for g in self._groups if reads_scrapes(g)
+                and (g.interval_ms or self.config.evaluation_interval_ms) <= shortest]
 
     def _follow_wanted(self, wanted: bool) -> None:
         """ScrapeJobs says when its scrapes are in only while some group follows them."""

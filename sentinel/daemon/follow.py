@@ -11,10 +11,11 @@ and that wait counted again from `for`'s end to the evaluation that fires.
 So when the scrapes in flight are all done (ScrapeJobs' `on_idle`, on the
 I/O loop; one call per batch of scrapes, not per scrape), this worker
 evaluates, on its own thread, every group that may follow: a group of the
-embedded store whose interval is no longer than the shortest scrape
-interval, and whose rules took at most FOLLOW_MAX_S at its last evaluation
-(the rules alone: the incident side of an evaluation that opened an
-incident took tens of milliseconds more, and is no reason to stop).
+embedded store that reads scraped series (`reads_scrapes`), whose interval
+is no longer than the shortest scrape interval, and whose rules took at
+most FOLLOW_MAX_S at its last evaluation (the rules alone: the incident
+side of an evaluation that opened an incident took tens of milliseconds
+more, and is no reason to stop).
 The boundary evaluations stay as they are; these are extra ones, at most
 one per group per scrape slot. At fleet size a group costs far more than
 that, none follows, and ScrapeJobs' `on_idle` is unset (`on_wanted`): the
@@ -34,8 +35,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from sentinel.daemon.scrapejobs import SLOT_MS
+from sentinel.promql.compile import compile_expr
+from sentinel.rules.needs import _name_matchers, _selectors
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,28 @@ log = logging.getLogger(__name__)
 # at most. A rule over a few targets takes ~0.1-1 ms; the shipped groups over 1,000
 # targets take tens to hundreds (bench/ruleeval.py).
 FOLLOW_MAX_S = 0.005
+
+
+# Series no scrape writes: Sentinel's own (self-metrics, probes) and the rules' alerts.
+NOT_SCRAPED = ("sentinel_", "ALERTS")
+
+
+def reads_scrapes(group: Any) -> bool:  # noqa: ANN401 (rules.loader.RuleGroup)
+    """Whether any rule of `group` reads a series a scrape may write.
+
+    Sentinel's self-monitoring groups read only `sentinel_*` series, written
+    by its own jobs: a scrape brings them nothing new, so they never follow
+    (at fleet size they are the cheap groups that would).
+    """
+    for rule in group.rules:
+        query = getattr(rule, "query", None)
+        if query is None or isinstance(query, str):
+            query = compile_expr(query or rule.expr)
+        for selector in _selectors(query):
+            exact, _regex = _name_matchers(selector)
+            if exact is None or not exact.startswith(NOT_SCRAPED):
+                return True
+    return False
 
 
 def slot_end(now_ms: int, slot_ms: int = SLOT_MS) -> int:
@@ -108,7 +134,7 @@ class ScrapeFollower:
 
     def start(self) -> None:
         """Start the worker thread."""
-        self._thread = threading.Thread(target=self._loop, name="sentinel-jobs-follow",
+        self._thread = threading.Thread(target=self._loop, name="sentinel-follow",
                                         daemon=True)
         self._thread.start()
 
