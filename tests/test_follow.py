@@ -14,7 +14,14 @@ from test_e2e_daemon import FOR_S, KV_RULE
 from sentinel.collect.ioloop import IOLoop
 from sentinel.config import load_config
 from sentinel.daemon.app import App
-from sentinel.daemon.follow import FOLLOW_MAX_S, ScrapeFollower, reads_scrapes, slot_end
+from sentinel.daemon.follow import (
+    FOLLOW_MAX_S,
+    FOLLOW_MAX_TARGETS,
+    ScrapeFollower,
+    may_follow,
+    reads_scrapes,
+    slot_end,
+)
 from sentinel.daemon.missed import MissedWork
 from sentinel.daemon.scrapejobs import SLOT_MS, ScrapeJobs, slot_offset_ms
 from sentinel.paths import bundled_dir
@@ -118,3 +125,13 @@ def test_self_monitoring_groups_never_follow_the_scrapes():
     assert not reads_scrapes(groups["sentinel-self"])
     assert not reads_scrapes(groups["sentinel-health"])
     assert reads_scrapes(groups["vllm"])  # up == 0, vllm:* series
+
+
+def test_which_groups_may_follow():
+    groups = load_rule_files([str(bundled_dir("rules") / "sentinel.yaml"),
+                              str(bundled_dir("rules") / "vllm.yaml")])
+    followers = may_follow(groups, [1000, 5000], 1000)
+    assert "vllm" in followers and "sentinel-health" not in followers
+    assert may_follow(groups, [500], 1000) == []  # evaluated less often than scraped
+    assert may_follow(groups, [], 1000) == []  # nothing scraped (a remote backend's fleet)
+    assert may_follow(groups, [1000] * (FOLLOW_MAX_TARGETS + 1), 1000) == []  # a fleet

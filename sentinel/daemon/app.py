@@ -24,7 +24,7 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.collect.tlssettings import TLSSettings
 from sentinel.config import Config
 from sentinel.daemon import gcpolicy, heartbeat, systemd
-from sentinel.daemon.follow import ScrapeFollower, reads_scrapes
+from sentinel.daemon.follow import ScrapeFollower, may_follow
 from sentinel.daemon.http import StatusServer
 from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
@@ -635,16 +635,12 @@ class App:
             self.follower.cost(group, took[0] if took else float("inf"))
 
     def _may_follow(self) -> list[str]:
-        """Groups that may follow the scrapes: of the embedded store (no remote backend),
-        reading scraped series, evaluated at least as often as the most often scraped target."""
+        """Groups that may follow the scrapes (daemon/follow.py's `may_follow`)."""
         if self.query is None or self.query.remote is not None:
-            return []
-        scraped = self.query.scraped_targets(self.config.targets)
-        if not scraped:
-            return []
-        shortest = min(t.scrape_interval_ms for t in scraped)
-        return [g.name for g in self._groups if reads_scrapes(g)
-                and (g.interval_ms or self.config.evaluation_interval_ms) <= shortest]
+            return []  # a remote backend's Prometheus scrapes; Sentinel's scrapes say nothing
+        return may_follow(self._groups, [t.scrape_interval_ms for t in
+                                         self.query.scraped_targets(self.config.targets)],
+                          self.config.evaluation_interval_ms)
 
     def _follow_wanted(self, wanted: bool) -> None:
         """ScrapeJobs says when its scrapes are in only while some group follows them."""

@@ -12,14 +12,15 @@ So when the scrapes in flight are all done (ScrapeJobs' `on_idle`, on the
 I/O loop; one call per batch of scrapes, not per scrape), this worker
 evaluates, on its own thread, every group that may follow: a group of the
 embedded store that reads scraped series (`reads_scrapes`), whose interval
-is no longer than the shortest scrape interval, and whose rules took at
+is no longer than the shortest scrape interval, in a fleet of at most
+FOLLOW_MAX_TARGETS configured targets, and whose rules took at
 most FOLLOW_MAX_S at its last evaluation (the rules alone: the incident
 side of an evaluation that opened an incident took tens of milliseconds
 more, and is no reason to stop).
 The boundary evaluations stay as they are; these are extra ones, at most
-one per group per scrape slot. At fleet size a group costs far more than
-that, none follows, and ScrapeJobs' `on_idle` is unset (`on_wanted`): the
-scrape path does no more than before.
+one per group per scrape slot. At fleet size nothing follows, and
+ScrapeJobs' `on_idle` is unset (`on_wanted`): the scrape path does no more
+than before.
 
 A follow-up evaluation is timestamped at the end of the scrape slot it
 runs in (`slot_end`), not at the wall clock: every sample of the slot's
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sentinel.daemon.scrapejobs import SLOT_MS
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 # at most. A rule over a few targets takes ~0.1-1 ms; the shipped groups over 1,000
 # targets take tens to hundreds (bench/ruleeval.py).
 FOLLOW_MAX_S = 0.005
+# Beyond this many configured targets nothing follows: the groups that stay cheap there
+# read series the fleet does not have (tpu on GPUs), and a follow-up after every batch of
+# scrapes would be work the fleet figures (bench/fleet.py, 1,000+ targets) did not have.
+FOLLOW_MAX_TARGETS = 200
 
 
 # Series no scrape writes: Sentinel's own (self-metrics, probes) and the rules' alerts.
@@ -70,6 +75,18 @@ def reads_scrapes(group: Any) -> bool:  # noqa: ANN401 (rules.loader.RuleGroup)
             if exact is None or not exact.startswith(NOT_SCRAPED):
                 return True
     return False
+
+
+def may_follow(groups: Iterable[Any], scrape_intervals_ms: Sequence[int],
+               default_interval_ms: int) -> list[str]:
+    """The groups that may follow the scrapes of targets with these intervals (configured
+    targets; discovered ones are not counted): groups that read scraped series, evaluated
+    at least as often as the most often scraped target, none beyond FOLLOW_MAX_TARGETS."""
+    if not scrape_intervals_ms or len(scrape_intervals_ms) > FOLLOW_MAX_TARGETS:
+        return []
+    shortest = min(scrape_intervals_ms)
+    return [g.name for g in groups if reads_scrapes(g)
+            and (g.interval_ms or default_interval_ms) <= shortest]
 
 
 def slot_end(now_ms: int, slot_ms: int = SLOT_MS) -> int:
