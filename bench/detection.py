@@ -24,7 +24,7 @@ phase between its scrape and its evaluation. The ratio of a pair is Sentinel's m
 peer's; the summary is the median of the pairs' ratios ("bars"). The machine
 is shared: the pairs are interleaved so that drifting load falls on both.
 
-    python bench/detection.py [--pairs 5] [--trials 8] [--for 2]
+    python bench/detection.py [--pairs 5] [--trials 10] [--for 2]
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def main() -> None:
     """Run the pairs and print each run's trials, each pair's ratio and the median ratio."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--trials", type=int, default=8, help="onsets per run")
+    ap.add_argument("--trials", type=int, default=10, help="onsets per run")
     ap.add_argument("--for", dest="for_s", type=float, default=2.0, help="the rule's `for`, s")
     ap.add_argument("--sentinel-root", type=Path, default=ROOT,
                     help="the Sentinel checkout to run (for comparing revisions)")
