@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from sentinel.daemon.scrapejobs import slot_offset_ms  # noqa: E402
 from sentinel.demo.sink import WebhookSink  # noqa: E402
 
 INTERVAL = "1s"
@@ -141,10 +142,10 @@ class Side:
         raise NotImplementedError
 
 
-def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None
-           ) -> subprocess.Popen[bytes]:
+def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None,
+           cwd: Path | None = None) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
 
 
 def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
@@ -186,8 +187,10 @@ class SentinelSide(Side):
             # Act first is on; no remediation policy covers BenchTrigger, so it pages at once.
             "  act_first: {grace: 2m}\n")
         env = {**os.environ, "PYTHONPATH": str(self.root)}
+        # In the root: `python -m` puts the working directory first on the path, so a
+        # bench started in another checkout would run that one's Sentinel.
         self.proc = _spawn([sys.executable, "-m", "sentinel", "run", "-c", str(config),
-                            "--log-level", "WARNING"], folder / "sentinel.log", env)
+                            "--log-level", "WARNING"], folder / "sentinel.log", env, self.root)
 
     def stop(self) -> None:
         """SIGTERM the daemon."""
@@ -263,13 +266,23 @@ def _page_for(sink: WebhookSink, trial: int) -> float | None:
     return None
 
 
-def run(side: Side, trials: int, for_s: float, rng: random.Random) -> list[float]:
+def target_name(rng: random.Random, slot_offset: int | None) -> str:
+    """A new target name a run; with `slot_offset`, one Sentinel scrapes that many ms into
+    each 1 s interval (its hashed slot)."""
+    while True:
+        name = f"trigger-{rng.randrange(10**6)}"
+        if slot_offset is None or slot_offset_ms(name, 1000) == slot_offset:
+            return name
+
+
+def run(side: Side, trials: int, for_s: float, rng: random.Random,
+        slot_offset: int | None = None) -> list[float]:
     """One fresh run of `side`: its latencies beyond `for`, one a trial (seconds)."""
     folder = Path(tempfile.mkdtemp(prefix=f"snt-detect-{side.name}-"))
     rules = folder / "rules.yaml"
     rules.write_text(rules_yaml(for_s))
     # A new name a run, as Prometheus's target (a new port) gets a new offset a run.
-    trigger, sink = Trigger(trials, f"trigger-{rng.randrange(10**6)}"), WebhookSink().start()
+    trigger, sink = Trigger(trials, target_name(rng, slot_offset)), WebhookSink().start()
     out: list[float] = []
     try:
         side.start(folder, trigger, rules, sink.url)
@@ -310,6 +323,9 @@ def main() -> None:
     ap.add_argument("--only", choices=("sentinel", "prometheus"),
                     help="run one side only (no ratios)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--slot-offset", type=int, choices=(0, 250, 500, 750),
+                    help="name Sentinel's target so that it is scraped this many ms into each "
+                         "interval (shows what the phase of the scrape costs)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     sentinel, peer = SentinelSide(args.sentinel_root), PrometheusSide()
@@ -323,7 +339,7 @@ def main() -> None:
             sides = [s for s in sides if s.name == args.only]
         medians: dict[str, float] = {}
         for side in sides:
-            lat = run(side, args.trials, args.for_s, rng)
+            lat = run(side, args.trials, args.for_s, rng, args.slot_offset)
             medians[side.name] = statistics.median(lat) if lat else float("nan")
             print(f"  pair {i + 1} {side.name:<10} median {medians[side.name]:.2f}s  "
                   f"[{_fmt(lat)}]", flush=True)
