@@ -24,6 +24,7 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.collect.tlssettings import TLSSettings
 from sentinel.config import Config
 from sentinel.daemon import gcpolicy, heartbeat, systemd
+from sentinel.daemon.follow import ScrapeFollower, may_follow
 from sentinel.daemon.http import StatusServer
 from sentinel.daemon.metriccheckjob import MetricCheckJob
 from sentinel.daemon.missed import MISSED_EVENTS, MissedWork, quiet_apscheduler
@@ -126,6 +127,10 @@ class App:
         # The one event loop for network I/O: scrapes now; other async sources submit here.
         self.io: IOLoop | None = None
         self.scrape_jobs: ScrapeJobs | None = None
+        # Cheap rule groups evaluate again once a batch of scrapes is in (daemon/follow.py).
+        self.follower = ScrapeFollower(self._follow_evaluate, self._now_ms, self._follow_wanted)
+        self._group_locks: dict[str, threading.Lock] = {}
+        self._last_eval_ms: dict[str, int] = {}
         self.missed = MissedWork(self.metrics.registry)
         # Periodic workers' last runs: /healthz, the systemd watchdog, sentinel_worker_*.
         self.heartbeats = heartbeat.Heartbeats()
@@ -225,6 +230,8 @@ class App:
         self._scheduler = self._schedule()
         self._scheduler.start()
         self.scrape_jobs = ScrapeJobs(self.io, self._scrape_job, self.missed)
+        self._follow_wanted(self.follower.wanted)
+        self.follower.start()
         self._watch_loop(self.scrape_jobs)
         self.scrape_jobs.start((self._scrape_target(t)
                                 for t in self.query.scraped_targets(cfg.targets)), self._now_ms())
@@ -253,6 +260,7 @@ class App:
         if self.scrape_jobs is not None:
             self.scrape_jobs.stop()
             self.scrape_jobs = None
+        self.follower.stop(timeout_s)
         if self.pipeline is not None:
             self.pipeline.scraper.close()  # idle connections are closed on the loop
         if self.probes is not None:
@@ -557,6 +565,7 @@ class App:
 
     def _schedule_rule_groups(self, sched: BackgroundScheduler, warmup_ms: int = 0) -> None:
         assert self.pipeline is not None
+        self.follower.eligible(self._may_follow())
         for name, interval_ms in self.pipeline.rules.groups.items():
             interval_ms = interval_ms or self.config.evaluation_interval_ms
             # Failure counters start at 0, so increase() sees the first failure (self-alerts).
@@ -588,19 +597,56 @@ class App:
             log.exception("scrape job of %s failed", target.name)
 
     def _evaluate_job(self, group: str, interval_ms: int) -> None:
+        self._evaluate_at(group, int(self.clock() * 1000) // interval_ms * interval_ms)
+
+    def _follow_evaluate(self, group: str, now_ms: int) -> None:
+        """A follow-up evaluation (daemon/follow.py): as the scheduled ones, nothing escapes."""
+        try:
+            self._evaluate_at(group, now_ms)
+        except Exception:
+            self.metrics.job_failures.labels("rules").inc()
+            log.exception("follow-up evaluation of %s failed", group)
+
+    def _evaluate_at(self, group: str, now_ms: int) -> None:
+        """Evaluate `group` at `now_ms`, unless it already ran at that time or a later one.
+
+        Scheduled and follow-up evaluations of one group take turns (its lock),
+        and its evaluation times never go backwards.
+        """
         assert self.pipeline is not None
         if not self.acting():
             return  # a standby: the leader evaluates (sentinel/daemon/leader.py)
-        now_ms = int(self.clock() * 1000) // interval_ms * interval_ms
-        # No App lock here: a slow group must not hold the others back (the
-        # pipeline serialises the database side; RuleManager guards reloads).
-        # The collector waits for the evaluation's short-lived vectors to be freed.
-        with gcpolicy.evaluation_hold():
-            if self.lease is None:
-                self.pipeline.evaluate(group, now_ms)
-                return
-            with self.lease.term():  # its writes are refused in a later term
-                self.pipeline.evaluate(group, now_ms)
+        with self._group_locks.setdefault(group, threading.Lock()):
+            if now_ms <= self._last_eval_ms.get(group, -1):
+                return  # a follow-up at a later time ran already: nothing new to see
+            self._last_eval_ms[group] = now_ms
+            # No App lock here: a slow group must not hold the others back (the
+            # pipeline serialises the database side; RuleManager guards reloads).
+            # The collector waits for the evaluation's short-lived vectors to be freed.
+            with gcpolicy.evaluation_hold():
+                if self.lease is None:
+                    self.pipeline.evaluate(group, now_ms)
+                else:
+                    with self.lease.term():  # its writes are refused in a later term
+                        self.pipeline.evaluate(group, now_ms)
+            # What its rules took (not the incident side: a page's commit is no reason to stop).
+            took = [t.last_duration_s for t in self.pipeline.rules.group_timing()
+                    if t.group == group]
+            self.follower.cost(group, took[0] if took else float("inf"))
+
+    def _may_follow(self) -> list[str]:
+        """Groups that may follow the scrapes (daemon/follow.py's `may_follow`)."""
+        if self.query is None or self.query.remote is not None:
+            return []  # a remote backend's Prometheus scrapes; Sentinel's scrapes say nothing
+        return may_follow(self._groups, [t.scrape_interval_ms for t in
+                                         self.query.scraped_targets(self.config.targets)],
+                          self.config.evaluation_interval_ms)
+
+    def _follow_wanted(self, wanted: bool) -> None:
+        """ScrapeJobs says when its scrapes are in only while some group follows them."""
+        jobs = self.scrape_jobs
+        if jobs is not None:
+            jobs.on_idle = self.follower.scraped if wanted else None
 
     def _kick_diagnosis(self) -> None:
         job = self._scheduler.get_job("diagnose") if self._scheduler is not None else None

@@ -68,6 +68,7 @@ class Notifier:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._dispatch_failure = QuietFailure(log, "notify dispatch")
+        self._act_first_failure = QuietFailure(log, "notify act-first round")
         self._send_failure = QuietFailure(log, "notify send")
         self._resend_failure = QuietFailure(log, "alertmanager resend")
 
@@ -190,22 +191,23 @@ class Notifier:
             self._heartbeats.forget(WORKER)
 
     def run_once(self) -> None:
-        """One dispatch and one send round, each guarded; then the depth gauges."""
+        """One dispatch and one send round, each guarded; then the depth gauges.
+
+        What an evaluation queued is dispatched and sent first: the act-first
+        round (held pages whose grace ran out, runbook updates) reads the
+        database for tens of milliseconds on a loaded machine, and a new page
+        must not wait for it. What that round releases is sent in the same run.
+        """
+        self._dispatch_and_send()
         try:
-            self._act_first_round(self._clock_ms())
-            self.dispatcher.run(self._clock_ms())
+            again = self._act_first_round(self._clock_ms())
         except Exception:
             self._metrics.notify_failures.labels("dispatch").inc()
-            self._dispatch_failure.failed()  # logged once, then summarised (database down)
+            self._act_first_failure.failed()
         else:
-            self._dispatch_failure.ok()
-        try:
-            self.sender.run(self._clock_ms)
-        except Exception:
-            self._metrics.notify_failures.labels("send").inc()
-            self._send_failure.failed()
-        else:
-            self._send_failure.ok()
+            self._act_first_failure.ok()
+            if again:
+                self._dispatch_and_send()
         try:
             self.resender.run(self._clock_ms())
         except Exception:
@@ -221,12 +223,32 @@ class Notifier:
         except Exception:
             log.debug("outbox depth unavailable", exc_info=True)
 
-    def _act_first_round(self, now_ms: int) -> None:
-        """Held pages whose grace ran out go now; late model runbooks go as page updates."""
+    def _dispatch_and_send(self) -> None:
+        try:
+            self.dispatcher.run(self._clock_ms())
+        except Exception:
+            self._metrics.notify_failures.labels("dispatch").inc()
+            self._dispatch_failure.failed()  # logged once, then summarised (database down)
+        else:
+            self._dispatch_failure.ok()
+        try:
+            self.sender.run(self._clock_ms)
+        except Exception:
+            self._metrics.notify_failures.labels("send").inc()
+            self._send_failure.failed()
+        else:
+            self._send_failure.ok()
+
+    def _act_first_round(self, now_ms: int) -> bool:
+        """Held pages whose grace ran out go now; late model runbooks go as page updates.
+
+        Whether it released or queued anything (then dispatch and send again)."""
         with self._db.session() as s:
-            for receiver, update in actfirst.updates(s, self._runbook, ms_to_dt(now_ms)):
+            updates = actfirst.updates(s, self._runbook, ms_to_dt(now_ms))
+            for receiver, update in updates:
                 self.outbox.add_message(s, receiver, update, now_ms)
-            actfirst.expire(s, ms_to_dt(now_ms))
+            released = actfirst.expire(s, ms_to_dt(now_ms))
+        return bool(updates or released)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -140,6 +140,10 @@ class ScrapeJobs:
         self._wall_ms = wall_ms
         self._jobs: dict[str, _Job] = {}
         self._stopped = False
+        # Told when the scrapes in flight are all done, while set (daemon/follow.py sets it
+        # only while a rule group follows the scrapes: else scrapes run as they did).
+        self.on_idle: Callable[[], None] | None = None
+        self._in_flight = 0  # scrapes started while on_idle was set, not yet done
 
     def start(self, targets: Iterable[ScrapeTarget], now_ms: int) -> int:
         """Add one interval job per target; returns how many."""
@@ -235,10 +239,18 @@ class ScrapeJobs:
         if d.run:
             job.task = self.io.loop.create_task(job.fn(*job.args))
             job.task.add_done_callback(functools.partial(_log_failure, job.id))
+            if self.on_idle is not None and job.id.startswith("scrape:"):
+                self._in_flight += 1
+                job.task.add_done_callback(self._scrape_done)
         if d.missed and job.on_missed is not None:
             job.on_missed(job.id.partition(":")[2], d.missed)
         job.due_ms = d.next_ms
         self._arm(job)
+
+    def _scrape_done(self, _task: asyncio.Task[object]) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0 and self.on_idle is not None:
+            self.on_idle()
 
 
 def _log_failure(job_id: str, task: asyncio.Task[object]) -> None:
