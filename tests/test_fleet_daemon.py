@@ -24,7 +24,6 @@ from sentinel.store import Matcher
 pytestmark = pytest.mark.integration
 
 VLLM_PAGE = (Path(__file__).parent / "data" / "vllm_metrics.txt").read_bytes()
-BIG_PAGE = b"".join(b'big_series{i="%d"} 1\n' % i for i in range(200_000))
 WIDE_PAGE = b'wide{a="1",b="2",c="3",d="4"} 1\nnarrow 1\n'
 SMALL_PAGE = b"load 1\n"
 
@@ -72,7 +71,9 @@ class Pages(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 @pytest.fixture
 def pages() -> Iterator[Pages]:
-    p = Pages({"/vllm": VLLM_PAGE, "/big": BIG_PAGE, "/wide": WIDE_PAGE, "/small": SMALL_PAGE})
+    # The 200,000-series page is built here, not at import: every worker collects this module.
+    big = b"".join(b'big_series{i="%d"} 1\n' % i for i in range(200_000))
+    p = Pages({"/vllm": VLLM_PAGE, "/big": big, "/wide": WIDE_PAGE, "/small": SMALL_PAGE})
     yield p
     p.close()
 
