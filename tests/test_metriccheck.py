@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -87,6 +86,17 @@ def _config(tmp_path: Path, url: str, rules: list[str]) -> Path:
     return path
 
 
+def _checks_recorded(app: App) -> int:
+    """Samples of sentinel_rule_missing_metrics in the store: one per check that found it."""
+    from sentinel.daemon.metriccheckjob import SERIES
+    from sentinel.model import METRIC_NAME
+    from sentinel.store import Matcher
+
+    assert app.pipeline is not None
+    return sum(len(s.ts) for s in app.pipeline.store.select(
+        [Matcher(METRIC_NAME, "=", SERIES)], 0, 2**62))
+
+
 def test_daemon_reports_a_renamed_metric_once_with_its_replacement(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="sentinel.daemon.metriccheckjob")
     sim = start_sim()  # exposes only the current names
@@ -96,17 +106,19 @@ def test_daemon_reports_a_renamed_metric_once_with_its_replacement(tmp_path, cap
     try:
         expected = MissingMetric("OldKVCacheFull", "vllm:gpu_cache_usage_perc",
                                  "vllm:kv_cache_usage_perc")
-        wait_for(lambda: app.metric_check.missing, 10, "the missing-metric report")
+        wait_for(lambda: app.metric_check.missing, 60, "the missing-metric report")
         assert app.metric_check.missing == [expected]
         # The shipped alert fires on the series (no `for`).
         wait_for(lambda: [a for a in app.pipeline.rules.active_alerts()
                           if a.name == "SentinelRuleMetricMissing"
-                          and a.state.value == "firing"], 5, "SentinelRuleMetricMissing")
+                          and a.state.value == "firing"], 60, "SentinelRuleMetricMissing")
         alert = next(a for a in app.pipeline.rules.active_alerts()
                      if a.name == "SentinelRuleMetricMissing")
         assert dict(alert.labels)["replacement"] == "vllm:kv_cache_usage_perc"
         assert "use vllm:kv_cache_usage_perc" in dict(alert.annotations)["description"]
-        time.sleep(0.5)  # more checks run: still reported only once
+        # More checks run (each adds a sample to the series): still reported only once.
+        checked = _checks_recorded(app)
+        wait_for(lambda: _checks_recorded(app) >= checked + 3, 60, "three more checks")
     finally:
         app.stop(2)
         sim.stop()
