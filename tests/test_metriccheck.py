@@ -72,7 +72,7 @@ def test_find_missing_skips_own_series_and_fallbacks():
     assert MissingMetric("VLLMRequestsQueued", "vllm:num_requests_waiting") in missing
 
 
-def _config(tmp_path: Path, url: str, rules: list[str]) -> Path:
+def _config(tmp_path: Path, url: str, rules: list[str], scrape: str = "100ms") -> Path:
     (tmp_path / "old.yaml").write_text(OLD_KV_RULE)
     path = tmp_path / "sentinel.yaml"
     path.write_text(
@@ -82,7 +82,7 @@ def _config(tmp_path: Path, url: str, rules: list[str]) -> Path:
         "evaluation_interval: 200ms\n"
         "probe_interval: 0s\n"
         "targets:\n"
-        f"  - {{name: gemma, url: '{url}', scrape_interval: 100ms, scrape_timeout: 100ms}}\n")
+        f"  - {{name: gemma, url: '{url}', scrape_interval: {scrape}, scrape_timeout: {scrape}}}\n")
     return path
 
 
@@ -130,14 +130,15 @@ def test_daemon_reports_a_renamed_metric_once_with_its_replacement(tmp_path, cap
 def test_check_config_scrape_exits_nonzero_when_a_rule_would_be_blind(tmp_path):
     sim = start_sim()
     try:
-        blind = _config(tmp_path, sim.url, ["old.yaml", str(REPO / "rules" / "vllm.yaml")])
+        # One scrape each (`--scrape`): 100 ms timed out on a loaded machine.
+        blind = _config(tmp_path, sim.url, ["old.yaml", str(REPO / "rules" / "vllm.yaml")], "10s")
         out = subprocess.run([sys.executable, "-m", "sentinel", "check", "config", "--scrape",
                               str(blind)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 1, out.stdout + out.stderr
         assert ("BLIND: rule OldKVCacheFull selects vllm:gpu_cache_usage_perc, which no target "
                 "exposes: vLLM renamed it, use vllm:kv_cache_usage_perc") in out.stderr
         # The shipped rules alone see everything they need on the simulator.
-        fine = _config(tmp_path, sim.url, [str(REPO / "rules" / "vllm.yaml")])
+        fine = _config(tmp_path, sim.url, [str(REPO / "rules" / "vllm.yaml")], "10s")
         assert check_config(str(fine), sys.stdout, sys.stderr, scrape=True) == 0
         # Without --scrape, the blind rule passes (what issue 12 found).
         assert check_config(str(blind), sys.stdout, sys.stderr) == 0
