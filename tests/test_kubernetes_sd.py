@@ -224,6 +224,22 @@ def test_stop_is_prompt_with_a_watch_open(api, run) -> None:
     assert not any(t.is_alive() for t in d._threads)
 
 
+def test_stop_shuts_a_watch_whose_answer_came_after_the_stop_began(api, run) -> None:
+    # The race a loaded machine hit: stop() came after the API server took the watch
+    # request but before its headers reached the client, so there was no connection to
+    # shut yet, and the thread then sat in the quiet 10-minute watch.
+    gate = threading.Event()
+    api.watch_headers_gate = gate
+    d, _ = run(sd_config(api.url, watch_timeout="10m"))
+    wait_until(lambda: api.open_watches == 1, "the watch request")
+    stopper = threading.Thread(target=d.stop, kwargs={"timeout_s": 30})
+    stopper.start()
+    wait_until(lambda: d._stop.is_set(), "stop() under way")
+    gate.set()  # the headers come now: the watch has a connection stop() must shut
+    stopper.join(60)
+    assert not any(t.is_alive() for t in d._threads), "the watch outlived stop()"
+
+
 def test_bookmarks_move_the_version_on_so_a_quiet_watch_resumes_without_a_list(api, run) -> None:
     """Other pods churn (the version moves on) while ours stay put; the bookmarks carry the
     newer version, so after the history is compacted the watch resumes without a 410."""
