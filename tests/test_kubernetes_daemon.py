@@ -189,7 +189,7 @@ kubernetes_sd:
             return ("vllm-0" in t and t["vllm-0"]["up"] == 1.0
                     and t["vllm-0"]["probe_success"] == 1.0
                     and 1.0 in t["static"]["log_sources"].values())
-        wait_for(healthy, 15, "the discovered pod scraped and probed, the log source polled")
+        wait_for(healthy, 60, "the discovered pod scraped and probed, the log source polled")
         t = _targets(url)
         assert t["vllm-0"]["source"] == "kubernetes"
         assert t["vllm-0"]["address"].startswith("http://127.0.0.2:")
