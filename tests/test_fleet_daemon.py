@@ -240,10 +240,12 @@ def test_missed_scrapes_and_evaluations_are_counted_and_alerted(tmp_path, pages,
                  "both self-alerts firing")
         assert _metric(app, "sentinel_scrapes_missed_total", target="hung") >= 1
         assert _metric(app, "sentinel_rule_group_iterations_missed_total", group="slow") >= 1
-        assert _metric(app, "sentinel_scrapes_missed_total", target="ok") == 0
-        assert _metric(app, "sentinel_rule_group_iterations_missed_total",
-                       group="sentinel-self") == 0
-        assert set(_ups(app, "ok")) == {1.0} and set(_ups(app, "hung")) == {0.0}
+        # The others are not held up: no self-alert for them (a starved machine may miss
+        # one of their runs now and then, so the counters are not required to stay 0:
+        # beside stress-ng at a load of 35, sentinel-self missed 2).
+        assert not {("SentinelMissedScrapes", "ok"),
+                    ("SentinelMissedRuleEvaluations", "sentinel-self")} & firing()
+        assert 1.0 in set(_ups(app, "ok")) and set(_ups(app, "hung")) == {0.0}
     finally:
         app.stop(2)
 

@@ -132,7 +132,7 @@ kubernetes_sd:
         sims["127.0.0.2"].set_state(healthy=False)
         wait_for(lambda: probe_ok(app, "vllm-0") == 0.0, 60, "its failing /health seen")
         api.remove("pods", NS, "vllm-0")
-        wait_for(lambda: probe_ok(app, "vllm-0") is None, 10,
+        wait_for(lambda: probe_ok(app, "vllm-0") is None, 60,
                  "the removed pod's probe series to go stale")
         assert app.scrape_jobs is not None
         assert app.scrape_jobs.get("probe:vllm-0") is None
