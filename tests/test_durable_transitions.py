@@ -261,14 +261,20 @@ def test_a_running_remediator_reaps_a_dead_owner_within_one_lease(incident_db: D
     from sentinel.respond.remediate.dispatch import Remediator
 
     cfg = remediation(lease="1s")
-    engine = Engine(cfg, {}, incident_db, FakePager())
+    # Sentinel's clock, driven: the lease runs out when the test says, not when a loaded
+    # machine gets round to it (a 1.5 s wall-clock wait failed beside other workers).
+    clock = [1_700_000_000.0]
+    engine = Engine(cfg, {}, incident_db, FakePager(), clock=lambda: clock[0])
     now = engine.now_ms()
     attempt = _claim(incident_db, "tpu-d", "elsewhere:1:1", 1000, now)
     remediator = Remediator(engine).start()
     try:
+        clock[0] += 0.9  # within the lease: the reaper leaves it
+        remediator.reap()
         with incident_db.session() as s:
             assert s.get(RemediationAttempt, attempt).status == "running"  # lease still held
-        wait_for(lambda: state.attempts(incident_db)[-1].status == "failed", 1.0 + 0.5,
-                 "the attempt reaped within one lease period (plus a reaper round)")
+        clock[0] += 0.2  # one lease period without renewal: the reaper's next round takes it
+        wait_for(lambda: state.attempts(incident_db)[-1].status == "failed", 60,
+                 "the attempt reaped once its lease ran out (by the reaper thread)")
     finally:
         remediator.stop(2)

@@ -138,6 +138,16 @@ def _file_events(app: App) -> list:
             if e.source.startswith("file:")]
 
 
+def _saved_offsets(app: App) -> list[int]:
+    """The file positions on record (saved in the transaction that records the events)."""
+    from sqlalchemy import select
+
+    from sentinel.incidents.models import LogFilePositionRow
+
+    with app.pipeline.tracker.db.session() as s:
+        return [row.offset for row in s.scalars(select(LogFilePositionRow))]
+
+
 def test_file_lines_written_while_sentinel_is_down_are_read_once_after_restart(
         tmp_path, sim, sink):
     log_file = tmp_path / "vllm.log"
@@ -150,17 +160,20 @@ def test_file_lines_written_while_sentinel_is_down_are_read_once_after_restart(
         wait_for(lambda: log_sources_polled(app), 30, "the source to join the file at its end")
         with log_file.open("a") as f:
             f.write(crash)
-        wait_for(lambda: len(_file_events(app)) == 1, 15, "the first crash recorded")
-        time.sleep(0.6)  # a few more polls: the position of the quiet end is on record
+        wait_for(lambda: len(_file_events(app)) == 1, 60, "the first crash recorded")
+        end = log_file.stat().st_size
+        wait_for(lambda: _saved_offsets(app) == [end], 60, "the quiet end's position on record")
     finally:
         app.stop(2)
     with log_file.open("a") as f:  # Sentinel is down: the same crash happens again
         f.write(crash)
     app = _start(cfg)
     try:
-        events = wait_for(lambda: len(_file_events(app)) >= 2 and _file_events(app), 15,
-                          "the crash written while down")
-        time.sleep(1.0)  # more polls: nothing read before the stop comes back
+        wait_for(lambda: len(_file_events(app)) >= 2, 60, "the crash written while down")
+        end = log_file.stat().st_size
+        # Read to the end (the position and the events are saved together): anything read
+        # again from before the stop would be recorded by now.
+        wait_for(lambda: _saved_offsets(app) == [end], 60, "the whole file read")
         events = _file_events(app)
         assert len(events) == 2, events
         assert events[1].line_no is not None and events[1].line_no > events[0].line_no

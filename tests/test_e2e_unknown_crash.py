@@ -4,7 +4,7 @@ No signature knows the exception (a made-up class in the engine process); the
 catch-all names it `unclassified_crash` (category `other`), the shipped rule
 VLLMUnclassifiedCrash fires, the incident carries the excerpt on its timeline
 and the diagnosis stage asks the model (a second simulator) for a runbook.
-All within 2 s of the crash being written.
+How soon (the design's 2 s, crash line to action) is bench/remediate.py's figure.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ from sentinel.config import Config
 from sentinel.daemon.leader import FencedDatabase, LeaderLease, NotLeader
 from sentinel.incidents.db import Database
 
+STALL_S = 60.0  # how long the "stopped" leader would hold its transaction open
+
 
 class Clock:
     """A monotonic clock the test moves (the local deadline), beside the real database clock."""
@@ -35,6 +37,21 @@ def _lease(db: Database, holder: str, lease_ms: int = 1000, **kw) -> LeaderLease
     return LeaderLease(db, lease_ms, "test", holder, **kw)
 
 
+def _take_over(b: LeaderLease, timeout_s: float = 30.0) -> float:
+    """Run b's rounds until it leads (the database clock ends a's lease); seconds it took.
+
+    Polls instead of sleeping past the lease: on a loaded machine a fixed sleep is either
+    too short or wasted."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    while not b.is_leader():
+        assert time.monotonic() < deadline, f"b did not take the lease in {timeout_s:.0f}s"
+        b._round()
+        if not b.is_leader():
+            time.sleep(0.05)  # poll interval, not a wait for an event
+    return time.monotonic() - started
+
+
 def _write(db: Database, value: str) -> None:
     with db.session() as s:
         s.execute(text("CREATE TABLE IF NOT EXISTS ha_probe (v text)"))
@@ -50,8 +67,7 @@ def test_one_holder_renewal_keeps_it_and_expiry_hands_it_over_with_a_new_epoch(p
     a._round()  # renewal
     b._round()
     assert a.is_leader() and not b.is_leader()
-    time.sleep(1.1)  # a stops renewing (killed): the database clock lets it run out
-    b._round()
+    _take_over(b)  # a stops renewing (killed): the database clock lets it run out
     assert b.is_leader() and b.epoch == 2
     a._round()  # the old holder's renewal finds the row moved on
     assert not a.is_leader()
@@ -62,8 +78,7 @@ def test_the_fence_refuses_an_old_epoch_and_rolls_its_work_back(pg):
     a._round()
     fenced_a = FencedDatabase(pg, a.fence)
     _write(fenced_a, "a1")
-    time.sleep(1.1)
-    b._round()
+    _take_over(b)
     assert b.is_leader()
     a._state = a._state.__class__(a._state.epoch, 0.0, float("inf"))  # a believes it leads
     with pytest.raises(NotLeader):
@@ -92,30 +107,27 @@ def test_a_leader_stalled_inside_a_fenced_transaction_cannot_block_the_takeover(
     a._round()
     fenced = FencedDatabase(pg, a.fence)
     stalled: dict[str, object] = {}
-    release = threading.Event()
+    locked, release = threading.Event(), threading.Event()
 
     def stall() -> None:
         try:
             with fenced.session() as s:
                 s.execute(text("CREATE TABLE IF NOT EXISTS ha_probe (v text)"))
                 s.execute(text("INSERT INTO ha_probe VALUES ('stalled')"))
-                release.wait(10)  # "stopped" with the row locked FOR SHARE
+                locked.set()
+                release.wait(STALL_S)  # "stopped" with the row locked FOR SHARE
         except Exception as exc:
             stalled["error"] = exc
 
     t = threading.Thread(target=stall)
     t.start()
-    time.sleep(1.6)  # a's lease ran out while its transaction sits idle
-    started = time.monotonic()
-    deadline = started + 5
-    while not b.is_leader() and time.monotonic() < deadline:
-        b._round()
-        time.sleep(0.05)
-    took = time.monotonic() - started
+    assert locked.wait(30), "the fenced transaction never started"
+    # Without the server's idle timeout, b's rounds wait on the row lock until the stall
+    # ends (STALL_S): then the takeover would come only after a's work committed.
+    took = _take_over(b, timeout_s=STALL_S / 2)
     release.set()
-    t.join(10)
-    assert b.is_leader(), "the stalled transaction kept the lease row locked"
-    assert took < 1.5, f"takeover waited {took:.2f}s behind the stalled transaction"
+    t.join(30)
+    print(f"takeover {took:.2f}s after the stall began (lease 1.5 s)")
     assert "error" in stalled, "the stalled transaction committed after the takeover"
     with pg.session() as s:
         s.execute(text("CREATE TABLE IF NOT EXISTS ha_probe (v text)"))

@@ -104,14 +104,25 @@ class BlockingReceiver:
         self.name = real.name
         self.gate = threading.Event()
         self.entered = threading.Event()
-        self.entered_at = 0.0
 
     def send(self, notification: Notification, now_ms: int) -> DeliveryResult:
         if not self.gate.is_set():
-            self.entered_at = time.monotonic()
             self.entered.set()
             self.gate.wait(60)
         return self.real.send(notification, now_ms)
+
+
+def _wait_pings(sock: socket.socket, n: int, timeout_s: float = 30.0) -> None:
+    """Wait until `n` WATCHDOG=1 datagrams arrived (a generous deadline: a loaded machine
+    delays the pings, it does not make them wrong)."""
+    got = 0
+    deadline = time.monotonic() + timeout_s
+    while got < n:
+        assert time.monotonic() < deadline, f"{got} of {n} watchdog pings in {timeout_s:.0f}s"
+        try:
+            got += sock.recv(64) == b"WATCHDOG=1"
+        except TimeoutError:
+            continue
 
 
 def _watchdog_pings(sock: socket.socket, seconds: float) -> int:
@@ -149,24 +160,24 @@ def test_healthz_fails_while_the_notify_worker_is_blocked_and_recovers(
     try:
         assert app.notifier is not None and app.status is not None
         assert app.notifier.heartbeat_interval_s == 1.0  # max(interval, receiver timeout)
-        wait_for(lambda: loopback.requests, 10, "the first (failed) attempt to send")
+        wait_for(lambda: loopback.requests, 30, "the first (failed) attempt to send")
         blocker = BlockingReceiver(app.notifier.sender.receivers["oncall"])
         app.notifier.sender.receivers["oncall"] = blocker
         host, port = app.status.address
         healthz = f"http://{host}:{port}/healthz"
         assert httpx.get(healthz).status_code == 200
-        assert _watchdog_pings(sock, 1.2) >= 2  # fed while healthy
+        _wait_pings(sock, 2)  # fed while healthy
 
-        assert blocker.entered.wait(10), "the notify worker never sent the Watchdog alert"
-        # Its last heartbeat was at most one interval before it blocked: unhealthy
-        # between 2 and 3 intervals after the block began.
-        first_bad = wait_for(lambda: (r := httpx.get(healthz)).status_code == 503 and r, 6,
+        assert blocker.entered.wait(30), "the notify worker never sent the Watchdog alert"
+        # Unhealthy once its last run is three intervals old (the boundary itself is
+        # test_a_worker_is_stuck_only_after_three_of_its_intervals, on a passed clock):
+        # here the daemon's own reading must say more than three intervals.
+        first_bad = wait_for(lambda: (r := httpx.get(healthz)).status_code == 503 and r, 30,
                              "/healthz to fail")
-        took = time.monotonic() - blocker.entered_at
-        assert 1.8 < took <= 3.0 + 0.5, took
         body = first_bad.text
-        assert re.search(r"^notify: has not completed a run for [34]\.\d+s \(interval 1s\), "
-                         r"since 20\d\d-\d\d-\d\dT", body, re.M), body
+        silent = re.search(r"^notify: has not completed a run for (\d+\.\d+)s \(interval 1s\), "
+                           r"since 20\d\d-\d\d-\d\dT", body, re.M)
+        assert silent and float(silent.group(1)) > 3.0, body
         assert body.count("\n") == 2, f"only the notify worker is stuck: {body}"
         metrics = httpx.get(f"http://{host}:{port}/metrics").text
         last = re.search(r'^sentinel_worker_last_run_timestamp_seconds\{worker="notify"\} (\S+)',
@@ -183,9 +194,9 @@ def test_healthz_fails_while_the_notify_worker_is_blocked_and_recovers(
 
         loopback.status = 200
         blocker.gate.set()
-        wait_for(lambda: httpx.get(healthz).status_code == 200, 3, "/healthz to recover")
+        wait_for(lambda: httpx.get(healthz).status_code == 200, 30, "/healthz to recover")
         assert loopback.accepted(), "the blocked message was delivered once let go"
-        assert _watchdog_pings(sock, 1.2) >= 2, "the watchdog is fed again"
+        _wait_pings(sock, 2)  # the watchdog is fed again
     finally:
         app.stop(2)
         sock.close()

@@ -43,13 +43,22 @@ def cut(data: bytes, step: int, fine: int = 400) -> list[bytes]:
             + [data[i:i + 1000] for i in range(fine, len(data), 1000)])
 
 
+GATE_S = 30.0  # how long a gate in an answer holds the rest back at most
+
+
 class RawServer:
-    """Answers each request with the next scripted answer: (pieces, close after)."""
+    """Answers each request with the next scripted answer: (pieces, close after).
+
+    A `threading.Event` among the pieces is a gate: the rest waits until the test sets it
+    (an event, not a pause: a loaded machine cannot reorder it). `gates` records, per
+    gate, whether it was set in time."""
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
-        self.answers: list[tuple[list[bytes], bool]] = []
+        self.answers: list[tuple[list[bytes | threading.Event], bool]] = []
         self.connections = 0
+        self.requests = 0
+        self.gates: list[bool] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -82,8 +91,12 @@ class RawServer:
                 while len(buf) < length:
                     buf += conn.recv(65536)
                 buf = buf[length:]
+                self.requests += 1
                 pieces, close = self.answers.pop(0)
                 for piece in pieces:
+                    if isinstance(piece, threading.Event):
+                        self.gates.append(piece.wait(GATE_S))
+                        continue
                     conn.sendall(piece)
                     time.sleep(0.003)
                 if close:
@@ -112,7 +125,7 @@ def exchange(url: str, answers: int = 1, max_bytes: int = 1 << 20,
             pieces: list[bytes] = []
             try:
                 resp = await conn.get(req, max_bytes, pieces.append if sink else None,
-                                      deadline=loop.time() + 5)
+                                      deadline=loop.time() + 60)  # generous: a loaded machine
                 out.append((resp.status, resp.body, b"".join(pieces)))
             except HTTPError as exc:
                 out.append((type(exc).__name__, str(exc)))
@@ -189,66 +202,87 @@ def test_a_compression_bomb_stops_at_the_limit(raw):
 def test_the_sink_sees_each_piece_as_it_arrives_not_at_the_end(raw):
     # The canary times its first token from the sink: a piece must reach it before
     # the rest of the answer has come.
-    seen: list[float] = []
+    seen: list[bytes] = []
+    first_token = threading.Event()
 
-    async def go() -> float:
+    def sink(piece: bytes) -> None:
+        seen.append(piece)
+        first_token.set()
+
+    async def go() -> None:
         conn = Connection(raw.url)
         req = build_request(raw.url, "/x", {}, "GET")
-        start = time.monotonic()
-        await conn.get(req, 1 << 20, lambda b: seen.append(time.monotonic() - start))
+        await conn.get(req, 1 << 20, sink, deadline=asyncio.get_running_loop().time() + 60)
         conn.close()
-        return time.monotonic() - start
 
-    # Empty pieces send nothing; each is a 3 ms pause: the second token comes ~180 ms later.
-    raw.answers = [([HEAD_CHUNKED + b"2\r\nok\r\n"] + [b""] * 60
-                    + [b"3\r\n ok\r\n0\r\n\r\n"], False)]
-    took = asyncio.run(go())
-    assert len(seen) == 2 and seen[0] < took - 0.1, (seen, took)
+    # The rest of the answer is sent only once the sink saw the first token: a client
+    # that kept pieces until the end would hold the gate shut for GATE_S.
+    raw.answers = [([HEAD_CHUNKED + b"2\r\nok\r\n", first_token,
+                     b"3\r\n ok\r\n0\r\n\r\n"], False)]
+    asyncio.run(go())
+    assert seen == [b"ok", b" ok"] and raw.gates == [True], (seen, raw.gates)
 
 
 STALLED = [HEAD_CHUNKED + b"2\r\nok\r\n"] + [b""] * 150 + [b"0\r\n\r\n"]  # ~0.45 s of pauses
 
 
+def _held(gate: threading.Event) -> list[bytes | threading.Event]:
+    """An answer whose end waits for `gate`."""
+    return [HEAD_CHUNKED + b"2\r\nok\r\n", gate, b"0\r\n\r\n"]
+
+
 def test_a_deadline_fails_the_exchange_at_its_time_even_behind_a_later_one(raw):
     # Two exchanges in flight on one loop share the deadlines' timer: the one added
-    # second with the earlier deadline must still fail at its own time.
+    # second with the earlier deadline must still fail at its own time, not at the
+    # first's (SLOW_S later; both answers are held until the second has ended).
+    slow_s = 60.0
+    release = threading.Event()
+
     async def go() -> tuple[object, float, object]:
         loop = asyncio.get_running_loop()
         slow, fast = Connection(raw.url), Connection(raw.url)
         req = build_request(raw.url, "/x", {}, "GET")
+        first = asyncio.ensure_future(slow.get(req, 1 << 20, deadline=loop.time() + slow_s))
+        until = loop.time() + 30
+        while raw.requests < 1 and loop.time() < until:  # the first is in flight
+            await asyncio.sleep(0.01)
         start = loop.time()
-        first = asyncio.ensure_future(slow.get(req, 1 << 20, deadline=start + 5))
-        await asyncio.sleep(0.02)
         try:
-            await fast.get(req, 1 << 20, deadline=loop.time() + 0.1)
+            await fast.get(req, 1 << 20, deadline=start + 0.1)
             second: object = "answered"
         except TimeoutError:
             second = "timed out"
         took = loop.time() - start
+        release.set()
         resp = await first
         slow.close()
         fast.close()
         return second, took, resp.status
 
-    raw.answers = [(STALLED, False), (STALLED, False)]
+    raw.answers = [(_held(release), False), (_held(release), False)]
     second, took, status = asyncio.run(go())
-    assert second == "timed out" and took < 0.35, took
+    assert second == "timed out" and took < slow_s / 2, took
     assert status == 200  # the first, deadline far off, was answered
 
 
 def test_an_ended_exchange_s_deadline_never_fails_the_next_one(raw):
     # Its entry stays behind when it ends in time; the connection's next exchange,
     # still running when that deadline passes, must not be failed by it.
+    release = threading.Event()
+
     async def go() -> tuple[int, int, int]:
         loop = asyncio.get_running_loop()
         conn = Connection(raw.url)
         req = build_request(raw.url, "/x", {}, "GET")
-        first = await conn.get(req, 1 << 20, deadline=loop.time() + 0.1)
-        second = await conn.get(req, 1 << 20, deadline=loop.time() + 5)  # ~0.45 s long
+        first_deadline = loop.time() + 2  # generous for a two-byte answer on loopback
+        first = await conn.get(req, 1 << 20, deadline=first_deadline)
+        # The second's answer is held until the first's deadline has passed.
+        loop.call_at(first_deadline + 0.2, release.set)
+        second = await conn.get(req, 1 << 20, deadline=loop.time() + 60)
         conn.close()
         return first.status, second.status, conn.opened
 
-    raw.answers = [([HEAD_LEN % 2 + b"ok"], False), (STALLED, False)]
+    raw.answers = [([HEAD_LEN % 2 + b"ok"], False), (_held(release), False)]
     assert asyncio.run(go()) == (200, 200, 1)
 
 

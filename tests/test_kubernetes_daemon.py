@@ -69,7 +69,7 @@ remediation:
     app = App(load_config(cfg))
     app.start()
     try:
-        wait_for(lambda: up(app, "vllm-0") == 1.0, 10, "the discovered pod scraped")
+        wait_for(lambda: up(app, "vllm-0") == 1.0, 60, "the discovered pod scraped")
         assert app.engine is not None
         series = app.engine.query('vllm:num_requests_running{target="vllm-0"}',
                                   int(time.time() * 1000))
@@ -77,19 +77,20 @@ remediation:
         assert dict(series[0].labels)["namespace"] == NS
 
         api.put("pods", pod("vllm-1", namespace=NS, ip="127.0.0.3", port=port, labels=labels))
-        wait_for(lambda: up(app, "vllm-1") == 1.0, 10, "the scaled-up pod scraped")
+        wait_for(lambda: up(app, "vllm-1") == 1.0, 60, "the scaled-up pod scraped")
         assert app.pipeline is not None and app.pipeline.remediator is not None
         assert app.pipeline.remediator.engine.targets["vllm-1"].url == f"http://127.0.0.3:{port}"
 
         api.remove("pods", NS, "vllm-0")
-        wait_for(lambda: up(app, "vllm-0") is None, 10, "the removed pod's series to go stale")
+        wait_for(lambda: up(app, "vllm-0") is None, 60, "the removed pod's series to go stale")
         assert app.scrape_jobs is not None  # scrape jobs run on the I/O loop
         jobs = app.scrape_jobs
         assert jobs.get("scrape:vllm-0") is None
         assert jobs.get("scrape:vllm-1") is not None
         assert jobs.get("scrape:static") is not None
         assert "vllm-0" not in app.pipeline.remediator.engine.targets
-        assert up(app, "static") == 1.0
+        # Still scraped (one 200 ms scrape may time out on a loaded machine: wait for an up).
+        wait_for(lambda: up(app, "static") == 1.0, 60, "the static target still scraped")
     finally:
         app.stop()
         api.stop()
@@ -127,11 +128,11 @@ kubernetes_sd:
     app = App(load_config(cfg))
     app.start()
     try:
-        wait_for(lambda: probe_ok(app, "vllm-0") == 1.0, 10, "the discovered pod probed")
+        wait_for(lambda: probe_ok(app, "vllm-0") == 1.0, 60, "the discovered pod probed")
         sims["127.0.0.2"].set_state(healthy=False)
-        wait_for(lambda: probe_ok(app, "vllm-0") == 0.0, 10, "its failing /health seen")
+        wait_for(lambda: probe_ok(app, "vllm-0") == 0.0, 60, "its failing /health seen")
         api.remove("pods", NS, "vllm-0")
-        wait_for(lambda: probe_ok(app, "vllm-0") is None, 10,
+        wait_for(lambda: probe_ok(app, "vllm-0") is None, 60,
                  "the removed pod's probe series to go stale")
         assert app.scrape_jobs is not None
         assert app.scrape_jobs.get("probe:vllm-0") is None
@@ -188,7 +189,7 @@ kubernetes_sd:
             return ("vllm-0" in t and t["vllm-0"]["up"] == 1.0
                     and t["vllm-0"]["probe_success"] == 1.0
                     and 1.0 in t["static"]["log_sources"].values())
-        wait_for(healthy, 15, "the discovered pod scraped and probed, the log source polled")
+        wait_for(healthy, 60, "the discovered pod scraped and probed, the log source polled")
         t = _targets(url)
         assert t["vllm-0"]["source"] == "kubernetes"
         assert t["vllm-0"]["address"].startswith("http://127.0.0.2:")
@@ -200,7 +201,7 @@ kubernetes_sd:
         assert "static" in rows["static"] and f"file:{log_file}" in rows["static"]
         screenshot(browser, "targets-kubernetes")
         api.remove("pods", NS, "vllm-0")
-        wait_for(lambda: "vllm-0" not in _targets(url), 10, "the removed pod to leave")
+        wait_for(lambda: "vllm-0" not in _targets(url), 60, "the removed pod to leave")
     finally:
         app.stop()
         api.stop()

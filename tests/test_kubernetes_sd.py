@@ -39,7 +39,7 @@ def vllm(name: str, ip: str, **kw: Any) -> dict[str, Any]:
     return pod(name, namespace=NS, ip=ip, labels=labels, **kw)
 
 
-def wait_until(cond: Callable[[], object], what: str, timeout_s: float = 10.0) -> None:
+def wait_until(cond: Callable[[], object], what: str, timeout_s: float = 60.0) -> None:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if cond():
@@ -130,9 +130,9 @@ def test_discovery_follows_pods_added_changed_and_removed_through_the_watch(api,
     api.put("pods", vllm("other", "10.0.0.9", labels={"app": "router"}))
     api.put("pods", pod("elsewhere", namespace="other", labels={"app": "vllm"}))
     d, rec = run(sd_config(api.url))
-    wait_until(lambda: d.synced, "the first list")
+    # The watch opens a moment after the list: reading the count at once raced it.
+    wait_until(lambda: d.synced and api.open_watches == 1, "the first list and its watch")
     assert rec.names() == ["vllm-0"]
-    watches = api.open_watches
 
     api.put("pods", vllm("vllm-1", "10.0.0.2", ready=False))  # scaled up: starting
     wait_until(lambda: rec.names() == ["vllm-0", "vllm-1"], "the new pod")
@@ -145,7 +145,8 @@ def test_discovery_follows_pods_added_changed_and_removed_through_the_watch(api,
     wait_until(lambda: rec.names() == [], "the relabelled pod")
     # All of it came through the one watch, with no second list.
     lists = [p for m, p, _ in api.requests if "watch=" not in p]
-    assert len(lists) == 1 and watches == 1
+    watches = [p for m, p, _ in api.requests if "watch=" in p]
+    assert len(lists) == 1 and len(watches) == 1, api.requests
     assert rec.calls == [("add", "vllm-0"), ("add", "vllm-1"), ("add", "vllm-1"),
                          ("remove", "vllm-0"), ("remove", "vllm-1")]
     assert d.last_error is None
@@ -190,8 +191,8 @@ def test_api_errors_back_off_keep_the_targets_and_recover(api, run) -> None:
     # While the API is unreachable, what was discovered stays.
     api.fail_next(1000, 503)
     api.drop_watches()
-    time.sleep(0.5)
-    assert rec.names() == ["vllm-0"] and d.last_error is not None
+    wait_until(lambda: d.last_error is not None, "the outage noticed")
+    assert rec.names() == ["vllm-0"]
     api.clear_failures()
     api.put("pods", vllm("vllm-1", "10.0.0.2"))
     wait_until(lambda: rec.names() == ["vllm-0", "vllm-1"], "recovery after the outage")
@@ -217,10 +218,26 @@ def test_paged_list_and_all_namespaces(api, run) -> None:
 def test_stop_is_prompt_with_a_watch_open(api, run) -> None:
     d, _ = run(sd_config(api.url, watch_timeout="10m"))
     wait_until(lambda: api.open_watches == 1, "the watch")
-    started = time.monotonic()
-    d.stop(timeout_s=5)
-    assert time.monotonic() - started < 3
+    # Generous, and still far short of the 10-minute watch a stop that waited would sit
+    # through (how fast it stops is no test's business: a loaded machine varies).
+    d.stop(timeout_s=60)
     assert not any(t.is_alive() for t in d._threads)
+
+
+def test_stop_shuts_a_watch_whose_answer_came_after_the_stop_began(api, run) -> None:
+    # The race a loaded machine hit: stop() came after the API server took the watch
+    # request but before its headers reached the client, so there was no connection to
+    # shut yet, and the thread then sat in the quiet 10-minute watch.
+    gate = threading.Event()
+    api.watch_headers_gate = gate
+    d, _ = run(sd_config(api.url, watch_timeout="10m"))
+    wait_until(lambda: api.open_watches == 1, "the watch request")
+    stopper = threading.Thread(target=d.stop, kwargs={"timeout_s": 30})
+    stopper.start()
+    wait_until(lambda: d._stop.is_set(), "stop() under way")
+    gate.set()  # the headers come now: the watch has a connection stop() must shut
+    stopper.join(60)
+    assert not any(t.is_alive() for t in d._threads), "the watch outlived stop()"
 
 
 def test_bookmarks_move_the_version_on_so_a_quiet_watch_resumes_without_a_list(api, run) -> None:
@@ -233,7 +250,9 @@ def test_bookmarks_move_the_version_on_so_a_quiet_watch_resumes_without_a_list(a
     for i in range(5):
         api.put("pods", pod(f"router-{i}", namespace=NS, labels={"app": "router"}))
     churned = api.rv
-    time.sleep(0.4)  # a few bookmarks at the new version
+    # Our pods did not change: only a bookmark brings the resume version up to `churned`.
+    wait_until(lambda: any(int(v or 0) >= churned for v in d._versions.values()),
+               "a bookmark at the new version")
     api.compact()
     api.drop_watches()
     wait_until(lambda: sum(f"resourceVersion={churned}" in p for _, p, _ in api.requests),

@@ -21,7 +21,9 @@ T = 1_700_000_000_000
 STANDIN = Path(__file__).with_name("standin_logs.py")
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_for(cond: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll `cond` until true; the deadline is generous (a loaded machine starts the stand-in
+    tool slowly: 10 s ran out once beside five other workers)."""
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not met before the deadline"

@@ -195,9 +195,9 @@ def test_ten_megabyte_line_is_truncated_recorded_and_fast(sigs: SignatureSet) ->
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.71 GiB."
     huge = oom + "A" * 10_000_000 + "RESOURCE_EXHAUSTED: Out of memory while trying to allocate"
     c = Classifier(sigs)
-    start = time.perf_counter()
+    start = time.thread_time()  # this thread's CPU: a busy machine's other work does not count
     events = c.feed_many(entries(["INFO before", huge, "INFO after"])) + c.flush()
-    assert time.perf_counter() - start < 2.0
+    assert time.thread_time() - start < 2.0
     assert c.stats.truncated_lines == 1 and c.stats.lines == 3
     assert [e.signature for e in events] == ["cuda_oom"]  # matched within the kept 64 KiB
     line = events[0].excerpt[1]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -73,7 +72,7 @@ def test_find_missing_skips_own_series_and_fallbacks():
     assert MissingMetric("VLLMRequestsQueued", "vllm:num_requests_waiting") in missing
 
 
-def _config(tmp_path: Path, url: str, rules: list[str]) -> Path:
+def _config(tmp_path: Path, url: str, rules: list[str], scrape: str = "100ms") -> Path:
     (tmp_path / "old.yaml").write_text(OLD_KV_RULE)
     path = tmp_path / "sentinel.yaml"
     path.write_text(
@@ -83,8 +82,19 @@ def _config(tmp_path: Path, url: str, rules: list[str]) -> Path:
         "evaluation_interval: 200ms\n"
         "probe_interval: 0s\n"
         "targets:\n"
-        f"  - {{name: gemma, url: '{url}', scrape_interval: 100ms, scrape_timeout: 100ms}}\n")
+        f"  - {{name: gemma, url: '{url}', scrape_interval: {scrape}, scrape_timeout: {scrape}}}\n")
     return path
+
+
+def _checks_recorded(app: App) -> int:
+    """Samples of sentinel_rule_missing_metrics in the store: one per check that found it."""
+    from sentinel.daemon.metriccheckjob import SERIES
+    from sentinel.model import METRIC_NAME
+    from sentinel.store import Matcher
+
+    assert app.pipeline is not None
+    return sum(len(s.ts) for s in app.pipeline.store.select(
+        [Matcher(METRIC_NAME, "=", SERIES)], 0, 2**62))
 
 
 def test_daemon_reports_a_renamed_metric_once_with_its_replacement(tmp_path, caplog):
@@ -96,17 +106,19 @@ def test_daemon_reports_a_renamed_metric_once_with_its_replacement(tmp_path, cap
     try:
         expected = MissingMetric("OldKVCacheFull", "vllm:gpu_cache_usage_perc",
                                  "vllm:kv_cache_usage_perc")
-        wait_for(lambda: app.metric_check.missing, 10, "the missing-metric report")
+        wait_for(lambda: app.metric_check.missing, 60, "the missing-metric report")
         assert app.metric_check.missing == [expected]
         # The shipped alert fires on the series (no `for`).
         wait_for(lambda: [a for a in app.pipeline.rules.active_alerts()
                           if a.name == "SentinelRuleMetricMissing"
-                          and a.state.value == "firing"], 5, "SentinelRuleMetricMissing")
+                          and a.state.value == "firing"], 60, "SentinelRuleMetricMissing")
         alert = next(a for a in app.pipeline.rules.active_alerts()
                      if a.name == "SentinelRuleMetricMissing")
         assert dict(alert.labels)["replacement"] == "vllm:kv_cache_usage_perc"
         assert "use vllm:kv_cache_usage_perc" in dict(alert.annotations)["description"]
-        time.sleep(0.5)  # more checks run: still reported only once
+        # More checks run (each adds a sample to the series): still reported only once.
+        checked = _checks_recorded(app)
+        wait_for(lambda: _checks_recorded(app) >= checked + 3, 60, "three more checks")
     finally:
         app.stop(2)
         sim.stop()
@@ -118,14 +130,15 @@ def test_daemon_reports_a_renamed_metric_once_with_its_replacement(tmp_path, cap
 def test_check_config_scrape_exits_nonzero_when_a_rule_would_be_blind(tmp_path):
     sim = start_sim()
     try:
-        blind = _config(tmp_path, sim.url, ["old.yaml", str(REPO / "rules" / "vllm.yaml")])
+        # One scrape each (`--scrape`): 100 ms timed out on a loaded machine.
+        blind = _config(tmp_path, sim.url, ["old.yaml", str(REPO / "rules" / "vllm.yaml")], "10s")
         out = subprocess.run([sys.executable, "-m", "sentinel", "check", "config", "--scrape",
                               str(blind)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 1, out.stdout + out.stderr
         assert ("BLIND: rule OldKVCacheFull selects vllm:gpu_cache_usage_perc, which no target "
                 "exposes: vLLM renamed it, use vllm:kv_cache_usage_perc") in out.stderr
         # The shipped rules alone see everything they need on the simulator.
-        fine = _config(tmp_path, sim.url, [str(REPO / "rules" / "vllm.yaml")])
+        fine = _config(tmp_path, sim.url, [str(REPO / "rules" / "vllm.yaml")], "10s")
         assert check_config(str(fine), sys.stdout, sys.stderr, scrape=True) == 0
         # Without --scrape, the blind rule passes (what issue 12 found).
         assert check_config(str(blind), sys.stdout, sys.stderr) == 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -252,19 +251,19 @@ def test_health_and_canary_go_out_together_so_a_slow_server_costs_one_wait(sim):
     t = ProbeTarget("gemma", sim.url, timeout_ms=5000)
     try:
         runner.probe(t, 0)  # learns the model: the canary waits for /v1/models this once
-        sim.set_state(latency_s=1.5)  # one after the other: 3 s; together: 1.5 s
-        start = time.monotonic()
+        sim.set_state(latency_s=1.5)  # each answer waits 1.5 s before it goes out
+        sim.chat_beside_health.clear()
         _, results, _ = runner.probe(t, 15_000)
-        took = time.monotonic() - start
     finally:
         runner.close()
     got = _by_probe(results)
     assert [r.probe for r in results] == [HEALTH, CANARY]
     assert got[HEALTH].success and got[CANARY].success, results
     assert got[HEALTH].duration_s >= 1.5 and got[CANARY].ttft_s >= 1.5
-    # One latency (plus the canary's tokens), not two (3 s); the 1.2 s of slack is for a
-    # busy machine (the bound was 0.3 s over one latency of 1 s).
-    assert took < 2.7, took
+    # Together: the canary was in flight while /health was answered (the simulator
+    # counts it); one after the other it would be sent only after that answer. (A
+    # round-time bound here raced a loaded machine.)
+    assert list(sim.chat_beside_health) == [1]
 
 
 @pytest.mark.parametrize(("lines", "error"), [
@@ -307,12 +306,10 @@ def test_a_full_canary_cap_skips_the_canary_instead_of_delaying_the_probe(sim):
     try:
         threads = [threading.Thread(target=lambda t=t: out.__setitem__(
             t.name, runner.probe(t, 0))) for t in targets]
-        started = time.monotonic()
         for th in threads:
             th.start()
         for th in threads:
-            th.join(10)
-        took = time.monotonic() - started
+            th.join(60)
     finally:
         runner.close()
     reasons = sorted(reason for _, _, reason in out.values())
@@ -324,7 +321,8 @@ def test_a_full_canary_cap_skips_the_canary_instead_of_delaying_the_probe(sim):
             assert CANARY not in _by_probe(results)
             canary = [v for lb, v in samples if label_value(lb, "probe") == CANARY]
             assert canary and all(is_stale(v) for v in canary)
-    assert took < 1.5, took  # nobody waited for the slot past its interval
+    # Nobody waited for the slot until it was free: a probe that had, would have sent its
+    # canary then (one chat request, above). No round-time bound: it raced a loaded machine.
 
 
 def test_a_series_is_ended_once_not_at_every_skipped_canary() -> None:

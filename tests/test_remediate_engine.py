@@ -152,13 +152,18 @@ def test_flapping_target_budget_and_breaker_survive_a_restart(incident_db: Datab
 
 
 class Slow:
-    """An action that takes a while and counts how many run at once."""
+    """An action that takes a while and counts how many run at once.
+
+    The first run waits (up to `overlap_s`) for a second to start beside it, so a cap of
+    two is reached however slowly a loaded machine dispatches; then each run holds its
+    slot 0.1 s, the window in which a third, over the cap, would be counted."""
 
     kind = "docker_restart"
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, overlap_s: float = 0.0) -> None:
+        self.lock = threading.Condition()
         self.now = self.peak = self.runs = 0
+        self.overlap_s = overlap_s
 
     def check(self, ctx: ActionContext) -> Check:
         return Check(True, f"restart {ctx.target.name}")
@@ -168,6 +173,9 @@ class Slow:
             self.now += 1
             self.runs += 1
             self.peak = max(self.peak, self.now)
+            self.lock.notify_all()
+            if self.runs == 1:
+                self.lock.wait_for(lambda: self.peak >= 2, self.overlap_s)
         time.sleep(0.1)
         with self.lock:
             self.now -= 1
@@ -179,7 +187,7 @@ def test_fleet_of_20_failing_at_once_never_has_more_than_2_in_flight(incident_db
     names = [f"tpu-{i:02d}" for i in range(20)]
     for name in names:
         open_incident(incident_db, name)
-    slow = Slow()
+    slow = Slow(overlap_s=30)
     engine = Engine(cfg, {n: TargetInfo(n, "http://127.0.0.1:1") for n in names}, incident_db,
                     Pages(), verifier=lambda url, s: Verification(True, "ok", 0.01, 0.02),
                     actions={"docker_restart": slow})
@@ -194,7 +202,7 @@ def test_fleet_of_20_failing_at_once_never_has_more_than_2_in_flight(incident_db
         done = [a for a in state.attempts(incident_db) if a.status == "succeeded"]
         return len(done) == 20
     try:
-        wait_for(all_done, 30, "all 20 targets remediated")
+        wait_for(all_done, 120, "all 20 targets remediated")
     finally:
         remediator.stop()
     assert slow.runs == 20 and slow.peak == 2

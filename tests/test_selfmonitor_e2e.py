@@ -36,6 +36,21 @@ def _receive(sock: socket.socket, seconds: float, enough: Callable[[list[str]], 
     return got
 
 
+def test_the_watchdog_is_fed_at_twice_systemds_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sentinel.daemon.systemd import watchdog_interval_s
+
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    monkeypatch.setenv("WATCHDOG_USEC", "1000000")  # WatchdogSec=1s
+    assert watchdog_interval_s() == 0.5
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    assert watchdog_interval_s() == 0.5
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid() + 1))  # meant for another process
+    assert watchdog_interval_s() is None
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    monkeypatch.setenv("WATCHDOG_USEC", "soon")
+    assert watchdog_interval_s() is None
+
+
 def test_ready_watchdog_and_stopping_reach_systemd(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, [("idle", DEAD)], None, NO_RULES)
     path = str(tmp_path / "notify.sock")
@@ -49,21 +64,20 @@ def test_ready_watchdog_and_stopping_reach_systemd(tmp_path: Path) -> None:
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True)
         try:
-            first = _receive(sock, 20, bool)
+            first = _receive(sock, 120, bool)  # start-up: slow on a loaded machine
             assert first[:1] == ["READY=1"], first
-            started = time.monotonic()
-            pings = _receive(sock, 5, lambda got: got.count("WATCHDOG=1") >= 3)
+            # The rate (0.5 s for WatchdogSec=1s) is test_the_watchdog_is_fed_at_twice_
+            # systemds_rate: timing it here raced a loaded machine.
+            pings = _receive(sock, 60, lambda got: got.count("WATCHDOG=1") >= 3)
             assert pings.count("WATCHDOG=1") >= 3, pings
-            # Three pings at 0.5 s each: well inside systemd's 1 s timeout, not a burst.
-            assert 0.9 < time.monotonic() - started < 3.0
             proc.send_signal(signal.SIGTERM)
-            after = _receive(sock, 5, lambda got: "STOPPING=1" in got)
+            after = _receive(sock, 60, lambda got: "STOPPING=1" in got)
             assert "STOPPING=1" in after, after
-            assert proc.wait(10) == 0
+            assert proc.wait(60) == 0
         finally:
             if proc.poll() is None:
                 proc.kill()
-                proc.wait(5)
+                proc.wait(60)
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
 
 
@@ -96,4 +110,4 @@ def test_watchdog_alert_repeats_on_its_short_route(tmp_path: Path,
         assert len(keys) >= 3, "each repeat is a new message, not a retry of one"
     finally:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(60)

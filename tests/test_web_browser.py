@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,7 +104,9 @@ def test_planted_markup_is_inert_in_the_browser(tmp_path: Path, browser) -> None
         iid, _ = plant(app.pipeline.tracker.db)  # type: ignore[union-attr]
         for path in ("/", f"/incidents/{iid}"):
             b.get(f"http://{host}:{port}{path}")
-            time.sleep(0.3)
+            # get() returns once the page has loaded: a planted inline script or onerror
+            # handler would have run by then (no sleep needed to give it a chance).
+            assert b.execute_script("return document.readyState") == "complete"
             assert b.title != "pwned"
             with pytest.raises(NoAlertPresentException):
                 b.switch_to.alert.text  # noqa: B018

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -177,13 +178,20 @@ class KubernetesDiscovery:
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop watching (the open watch connections are shut) and join the threads."""
+        """Stop watching (the open watch connections are shut) and join the threads.
+
+        A watch whose response had not come yet has no connection to shut: its stream
+        would then sit until the server ends the quiet watch (minutes). So the watches
+        are told again until every thread is gone or the timeout passes.
+        """
         self._stop.set()
-        with self._lock:
-            for w in self._watches:
-                w.stop()
+        deadline = time.monotonic() + timeout_s
         for t in self._threads:
-            t.join(timeout_s)
+            while t.is_alive() and (left := deadline - time.monotonic()) > 0:
+                with self._lock:
+                    for w in self._watches:
+                        w.stop()
+                t.join(min(0.1, left))
 
     def targets(self) -> list[TargetConfig]:
         """The targets discovered now, by name."""

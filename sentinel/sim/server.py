@@ -81,6 +81,9 @@ class SimServer:
         self.traffic = Traffic(self.metrics, lambda: self.state, config.engines)
         self.chat_now = 0
         self.chat_max_in_flight = 0
+        # Chat requests in flight as each /health answer went out: a client that sends
+        # its health check and canary together shows 1 here, one after the other 0.
+        self.chat_beside_health: deque[int] = deque(maxlen=KEPT_CHAT_REQUESTS)
 
     @property
     def host(self) -> str:
@@ -336,6 +339,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _health(self, state: SimState) -> None:
         time.sleep(state.latency_s)
+        with self.sim._lock:
+            self.sim.chat_beside_health.append(self.sim.chat_now)
         # vLLM answers 200 with an empty body, and 503 once the engine is dead.
         self._send(HTTPStatus.OK if state.healthy else HTTPStatus.SERVICE_UNAVAILABLE, b"", None)
 

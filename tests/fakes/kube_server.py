@@ -117,6 +117,8 @@ class FakeKube:
         self.on_delete: Callable[[dict[str, Any]], None] | None = None
         self.on_patch: Callable[[str, dict[str, Any]], None] | None = None
         self.bookmark_every_s: float | None = None
+        # Set to an Event: a watch's response headers wait for it (a slow API server).
+        self.watch_headers_gate: threading.Event | None = None
         self.open_watches = 0
         self._fail: list[int] = []
         self._generation = 0  # bumped by drop_watches()
@@ -375,6 +377,8 @@ def _handler_for(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                 generation = fake._generation
                 fake.requests.append((self.command, self.path, 200))
                 fake.open_watches += 1
+            if fake.watch_headers_gate is not None:  # the client waits for the headers
+                fake.watch_headers_gate.wait(60)
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
