@@ -18,12 +18,43 @@ from __future__ import annotations
 
 import fcntl
 import os
+import ssl
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx._transports.default as _httpx_transports
 import pytest
+from httpx._config import create_ssl_context as _create_ssl_context
 
 pytest_plugins = ["fixtures_postgres", "fixtures_e2e", "notify_helpers"]
+
+# Bytecode caches on, also for the test workers and the daemons tests start: with
+# PYTHONDONTWRITEBYTECODE set (this machine sets it), each worker recompiled sentinel
+# and re-rewrote every test module while collecting (11-15 CPU-s a worker, not 5).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+_DEFAULT_TLS: dict[tuple[str | None, str | None, bool], ssl.SSLContext] = {}
+
+
+def _shared_default_tls(verify: object = True, cert: object = None,
+                        trust_env: bool = True) -> ssl.SSLContext:
+    """httpx's default TLS context, built once per test process (and CA settings).
+
+    Every `httpx.get`/`post` builds a client, and every client builds a TLS context
+    by loading the CA bundle, even for http:// on loopback: ~40 ms of CPU each, over
+    a thousand times a run. Any other `verify`/`cert` goes to httpx as it is.
+    """
+    if verify is not True or cert is not None:
+        return _create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)  # type: ignore[arg-type]
+    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"), trust_env)
+    if key not in _DEFAULT_TLS:
+        _DEFAULT_TLS[key] = _create_ssl_context(trust_env=trust_env)
+    return _DEFAULT_TLS[key]
+
+
+_httpx_transports.create_ssl_context = _shared_default_tls  # type: ignore[assignment]
 
 DURATIONS = Path(__file__).with_name("durations.txt")
 SLOW_UNMEASURED_S = 5.0  # a `slow` test not yet in durations.txt
