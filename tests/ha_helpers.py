@@ -113,6 +113,23 @@ class Daemon:
         m = re.search(rf"^{re.escape(name + labels)} (\S+)$", body, re.M)
         return float(m.group(1)) if m else None
 
+    def scrapes(self, targets: int) -> float:
+        """The fewest successful scrapes of any of `targets` targets (0 until all answered)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics",
+                                        timeout=1) as r:
+                body = r.read().decode()
+        except Exception:
+            return 0.0
+        counts = [float(v) for v in re.findall(
+            r'^sentinel_scrapes_total\{[^}]*outcome="success"[^}]*\} (\S+)$', body, re.M)]
+        return min(counts) if len(counts) >= targets else 0.0
+
+    def scraped(self, targets: int, n: int = 2) -> bool:
+        """Every one of `targets` targets scraped successfully at least `n` times (its store
+        holds their series: a standby taking over evaluates on data, not on nothing)."""
+        return self.scrapes(targets) >= n
+
     def leads(self) -> bool:
         return "ha: leader" in self.readyz()
 
@@ -139,7 +156,12 @@ class Daemon:
         return self.log.read_text(errors="replace")
 
 
-def wait(pred: Any, timeout_s: float, what: str, step: float = 0.05) -> Any:
+def wait(pred: Any, timeout_s: float, what: str, step: float = 0.2) -> Any:
+    """Poll `pred` until truthy (its value), failing after `timeout_s`.
+
+    0.2 s steps: the predicates here read every page received or query PostgreSQL, and a
+    20 Hz poll of them cost more CPU than the two daemons under test; 0.2 s is short
+    beside a 1 s evaluation interval."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         v = pred()
@@ -147,6 +169,39 @@ def wait(pred: Any, timeout_s: float, what: str, step: float = 0.05) -> Any:
             return v
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def evaluations(d: Daemon, group: str = "ha") -> float:
+    """Evaluations of `group` this daemon ran (a standby runs none; 0 when it does not answer)."""
+    return d.metric("sentinel_rule_group_evaluations_total", f'{{group="{group}"}}') or 0.0
+
+
+def quiet(db: Database) -> tuple[int, int] | None:
+    """(timeline events, incidents) once no message is pending and no action runs, else None."""
+    try:
+        with db.session() as s:
+            pending = s.execute(text(
+                "SELECT count(*) FROM notify_outbox WHERE status = 'pending'")).scalar()
+            intents = s.execute(text(
+                "SELECT count(*) FROM notify_intents WHERE dispatched_at IS NULL")).scalar()
+            running = s.execute(text("SELECT count(*) FROM remediation_attempts "
+                                     "WHERE status = 'running'")).scalar()
+            events = s.execute(text("SELECT count(*) FROM timeline_events")).scalar()
+            incidents = s.execute(text("SELECT count(*) FROM incidents")).scalar()
+    except Exception:  # the database is away: not quiet yet
+        return None
+    return (int(events or 0), int(incidents or 0)) if pending == intents == running == 0 else None
+
+
+def settle(db: Database, *daemons: Daemon, evaluations_more: int = 3) -> None:
+    """The negative wait, counted: whichever daemon leads has evaluated `evaluations_more`
+    more times (three at 1 s: past one lease, so a late duplicate had its chance) and
+    nothing is pending or running. Counted in evaluations, not seconds: a loaded machine
+    stretches both alike."""
+    start = {d.name: evaluations(d) for d in daemons}
+    wait(lambda: any(evaluations(d) >= start[d.name] + evaluations_more for d in daemons)
+         and quiet(db) is not None, 120,
+         f"{evaluations_more} more evaluations on the leader and nothing pending")
 
 
 def pages(sink: Any) -> list[tuple[str, str, str, str]]:
