@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -168,6 +169,29 @@ class Daemon:
         except FileNotFoundError:  # the copying thread has not opened it yet
             return ""
 
+    def metric(self, name: str, labels: str = "") -> float:
+        """A sample of the running process's /metrics (0 before it answers); the port is the
+        one its latest start logged (the config listens on port 0)."""
+        ports = re.findall(r"listening on [\d.]+:(\d+)", self.text())
+        if not ports:
+            return 0.0
+        try:
+            body = _HTTP.get(f"http://127.0.0.1:{ports[-1]}/metrics", timeout=2).text
+        except httpx.HTTPError:
+            return 0.0
+        m = re.search(rf"^{re.escape(name + labels)} (\S+)$", body, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    def evaluations(self, group: str) -> float:
+        return self.metric("sentinel_rule_group_evaluations_total", f'{{group="{group}"}}')
+
+    def more_evaluations(self, group: str, n: int, what: str) -> None:
+        """Wait until this process evaluated `group` n more times: the negative waits
+        ("nothing more happens") counted in evaluations, which a loaded machine stretches
+        as it stretches everything else, not in seconds."""
+        start = self.evaluations(group)
+        wait_for(lambda: self.evaluations(group) >= start + n, 120, what)
+
 
 def _config(folder: Path, database: str, targets: dict[str, str], hook: str,
             rules: str = KV_RULES, extra: str = "", scrape: str = "200ms") -> Path:
@@ -296,7 +320,10 @@ def _run_outage(kind: str, outage_s: float, tmp_path: Path, sims: dict[str, SimS
         if isinstance(outage, _FullDisk):
             outage.pid = daemon.proc.pid
         wait_for(lambda: sink.of("b", "firing"), 60, "b's firing page")
-        time.sleep(1)  # b's page is on record
+        # b's page is on record: the sender counts a delivery once its row is committed.
+        wait_for(lambda: daemon.metric("sentinel_notifications_total",
+                                       '{outcome="success",receiver="oncall"}') >= 1, 60,
+                 "b's page on record")
         outage.begin()
         started = time.monotonic()
         time.sleep(1)
@@ -309,7 +336,7 @@ def _run_outage(kind: str, outage_s: float, tmp_path: Path, sims: dict[str, SimS
         outage.end()
         wait_for(lambda: sink.of("a", "firing") and sink.of("b", "resolved"), 30,
                  "a's firing and b's resolved page after the recovery")
-        time.sleep(3)  # several evaluations later: nothing more
+        daemon.more_evaluations("load", 6, "several evaluations later")  # nothing more
         assert len(sink.of("a", "firing")) == 1, sink.of("a", "firing")
         assert len(sink.of("b", "resolved")) == 1, sink.of("b", "resolved")
         assert len(sink.of("b", "firing")) == 1
@@ -635,13 +662,19 @@ def test_clean_restarts_with_a_slow_target_neither_resolve_nor_repage(
     try:
         daemon.start()
         wait_for(lambda: slow_sink.of("a", "firing"), 60, "the firing page")
+        wait_for(lambda: daemon.metric("sentinel_notifications_total",
+                                       '{outcome="success",receiver="oncall"}') >= 1, 60,
+                 "the firing page on record")
         for _ in range(3):
-            time.sleep(1.0)
             assert daemon.signal(signal.SIGTERM) == 0
             daemon.start()
             wait_for(lambda: "sentinel started" in daemon.text().rsplit("stopping", 1)[-1],
-                     20, "the restart")
-            time.sleep(3.0)  # several evaluations, the first before any scrape landed
+                     60, "the restart")
+            # Several evaluations, the first before any scrape landed, and a scrape landed.
+            daemon.more_evaluations("load", 6, "six evaluations after the restart")
+            wait_for(lambda: daemon.metric("sentinel_scrapes_total",
+                                           '{outcome="success",target="a"}') >= 1, 60,
+                     "a scrape after the restart")
         assert len(slow_sink.of("a", "firing")) == 1, slow_sink.pages
         assert slow_sink.of("a", "resolved") == [], slow_sink.pages
         db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
