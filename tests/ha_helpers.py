@@ -86,16 +86,37 @@ def write_setup(folder: Path, db_url: str, targets: dict[str, str], hook_url: st
 class Daemon:
     """One `sentinel run` subprocess with its own listen port; restartable after a kill."""
 
-    def __init__(self, folder: Path, name: str) -> None:
+    def __init__(self, folder: Path, name: str, port: int | None = None) -> None:
+        """`port=0`: listen on a port the daemon picks, read back from its log at each start
+        (a port picked free here can be taken by another program during a start that a
+        loaded machine stretches to 20-30 s: "address already in use", the daemon gone).
+        Default: one free port picked now and kept across restarts."""
         self.folder, self.name = folder, name
-        self.port = free_port()
         self.config = folder / f"{name}.yaml"
+        self._fixed = free_port() if port is None else port
         self.config.write_text((folder / "base.yaml").read_text()
-                               + f"listen: 127.0.0.1:{self.port}\n")
+                               + f"listen: 127.0.0.1:{self._fixed}\n")
         self.log = folder / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._port: int | None = self._fixed or None
+        self._log_from = 0
+
+    @property
+    def port(self) -> int:
+        """The port this start listens on (0 until its "listening on" line, with port=0)."""
+        if self._port is None:
+            try:
+                with open(self.log, "rb") as f:
+                    f.seek(self._log_from)
+                    m = re.search(rb"listening on [\d.]+:(\d+)", f.read())
+            except FileNotFoundError:
+                m = None
+            self._port = int(m.group(1)) if m else None
+        return self._port or 0
 
     def start(self) -> Daemon:
+        self._port = self._fixed or None
+        self._log_from = self.log.stat().st_size if self.log.exists() else 0
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c",

@@ -109,7 +109,7 @@ def test_postgresql_down_60s_while_an_alert_fires_and_resolves_gives_one_inciden
     db.upgrade()
     db.dispose()
     _write_config(tmp_path, cluster.url, sim.url, sink.url)
-    daemon = Daemon(tmp_path, "d").start()
+    daemon = Daemon(tmp_path, "d", port=0).start()
     try:
         # Healthy first: scraping, and evaluations committed to PostgreSQL.
         wait_for(lambda: _committed(daemon) >= 2 and _firing(daemon) is False, 60,

@@ -115,9 +115,9 @@ def test_two_daemons_ten_leader_kills_three_database_stops(tmp_path, cluster, si
     db = Database(url)
     db.upgrade()
     out = write_setup(tmp_path, url, {n: s.url for n, s in sims.items()}, sink.url)
-    a = Daemon(tmp_path, "a").start()
+    a = Daemon(tmp_path, "a", port=0).start()
     wait(a.leads, 120, "the first daemon to lead")
-    b = Daemon(tmp_path, "b").start()
+    b = Daemon(tmp_path, "b", port=0).start()
     wait(lambda: "ha: standby" in b.readyz(), 120, "the second daemon to stand by")
     kills = set(rng.sample([(r, p) for r in range(ROUNDS) for p in ("firing", "resolved")],
                            KILLS))

@@ -93,9 +93,9 @@ def db(fresh_postgres_url):
 def _start_pair(tmp_path, db, sims, sink) -> tuple[Daemon, Daemon, object]:
     out = write_setup(tmp_path, db.url.render_as_string(hide_password=False),
                       {n: s.url for n, s in sims.items()}, sink.url)
-    a = Daemon(tmp_path, "a").start()
+    a = Daemon(tmp_path, "a", port=0).start()
     wait(a.leads, 120, "the first daemon to lead")
-    b = Daemon(tmp_path, "b").start()
+    b = Daemon(tmp_path, "b", port=0).start()
     wait(lambda: "ha: standby" in b.readyz(), 120, "the second daemon to stand by")
     return a, b, out
 
