@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -37,6 +38,8 @@ from sentinel.sim.container import ContainerSpec
 from sentinel.sim.server import SimServer, start_sim
 
 pytestmark = pytest.mark.integration
+
+_HTTP = httpx.Client(timeout=10)  # thread-safe; reused: a client per request costs ~30 ms CPU
 
 KV_RULES = """\
 groups:
@@ -166,6 +169,29 @@ class Daemon:
         except FileNotFoundError:  # the copying thread has not opened it yet
             return ""
 
+    def metric(self, name: str, labels: str = "") -> float:
+        """A sample of the running process's /metrics (0 before it answers); the port is the
+        one its latest start logged (the config listens on port 0)."""
+        ports = re.findall(r"listening on [\d.]+:(\d+)", self.text())
+        if not ports:
+            return 0.0
+        try:
+            body = _HTTP.get(f"http://127.0.0.1:{ports[-1]}/metrics", timeout=2).text
+        except httpx.HTTPError:
+            return 0.0
+        m = re.search(rf"^{re.escape(name + labels)} (\S+)$", body, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    def evaluations(self, group: str) -> float:
+        return self.metric("sentinel_rule_group_evaluations_total", f'{{group="{group}"}}')
+
+    def more_evaluations(self, group: str, n: int, what: str) -> None:
+        """Wait until this process evaluated `group` n more times: the negative waits
+        ("nothing more happens") counted in evaluations, which a loaded machine stretches
+        as it stretches everything else, not in seconds."""
+        start = self.evaluations(group)
+        wait_for(lambda: self.evaluations(group) >= start + n, 120, what)
+
 
 def _config(folder: Path, database: str, targets: dict[str, str], hook: str,
             rules: str = KV_RULES, extra: str = "", scrape: str = "200ms") -> Path:
@@ -294,7 +320,10 @@ def _run_outage(kind: str, outage_s: float, tmp_path: Path, sims: dict[str, SimS
         if isinstance(outage, _FullDisk):
             outage.pid = daemon.proc.pid
         wait_for(lambda: sink.of("b", "firing"), 60, "b's firing page")
-        time.sleep(1)  # b's page is on record
+        # b's page is on record: the sender counts a delivery once its row is committed.
+        wait_for(lambda: daemon.metric("sentinel_notifications_total",
+                                       '{outcome="success",receiver="oncall"}') >= 1, 60,
+                 "b's page on record")
         outage.begin()
         started = time.monotonic()
         time.sleep(1)
@@ -307,7 +336,7 @@ def _run_outage(kind: str, outage_s: float, tmp_path: Path, sims: dict[str, SimS
         outage.end()
         wait_for(lambda: sink.of("a", "firing") and sink.of("b", "resolved"), 30,
                  "a's firing and b's resolved page after the recovery")
-        time.sleep(3)  # several evaluations later: nothing more
+        daemon.more_evaluations("load", 6, "several evaluations later")  # nothing more
         assert len(sink.of("a", "firing")) == 1, sink.of("a", "firing")
         assert len(sink.of("b", "resolved")) == 1, sink.of("b", "resolved")
         assert len(sink.of("b", "firing")) == 1
@@ -595,7 +624,9 @@ class _SlowProxy:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 time.sleep(proxy.delay_s)
-                r = httpx.get(upstream + self.path)
+                # One shared client: httpx.get builds an SSL context per call (~30 ms of
+                # CPU, ten times the simulator's answer), a third of the chaos tests' CPU.
+                r = _HTTP.get(upstream + self.path)
                 self.send_response(r.status_code)
                 self.send_header("Content-Type", r.headers.get("content-type", "text/plain"))
                 self.send_header("Content-Length", str(len(r.content)))
@@ -631,13 +662,19 @@ def test_clean_restarts_with_a_slow_target_neither_resolve_nor_repage(
     try:
         daemon.start()
         wait_for(lambda: slow_sink.of("a", "firing"), 60, "the firing page")
+        wait_for(lambda: daemon.metric("sentinel_notifications_total",
+                                       '{outcome="success",receiver="oncall"}') >= 1, 60,
+                 "the firing page on record")
         for _ in range(3):
-            time.sleep(1.0)
             assert daemon.signal(signal.SIGTERM) == 0
             daemon.start()
             wait_for(lambda: "sentinel started" in daemon.text().rsplit("stopping", 1)[-1],
-                     20, "the restart")
-            time.sleep(3.0)  # several evaluations, the first before any scrape landed
+                     60, "the restart")
+            # Several evaluations, the first before any scrape landed, and a scrape landed.
+            daemon.more_evaluations("load", 6, "six evaluations after the restart")
+            wait_for(lambda: daemon.metric("sentinel_scrapes_total",
+                                           '{outcome="success",target="a"}') >= 1, 60,
+                     "a scrape after the restart")
         assert len(slow_sink.of("a", "firing")) == 1, slow_sink.pages
         assert slow_sink.of("a", "resolved") == [], slow_sink.pages
         db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
@@ -755,14 +792,14 @@ def test_kill_9_during_a_warm_restart_does_not_jam_the_next_target(
         daemon.start()
         wait_for(lambda: "sentinel started" in daemon.text(), 60, "the daemon to start")
         time.sleep(1.5)  # the log sources joined their files
-        httpx.post(f"{fleet.sims['tpu-a'].url}/sim/crash", json={"mode": "down"})
+        _HTTP.post(f"{fleet.sims['tpu-a'].url}/sim/crash", json={"mode": "down"})
         # Killed while tpu-a's warm restart is loading (after stop and start, before serving).
         wait_for(lambda: a.times("POST start"), 15, "tpu-a's restart")
         assert daemon.signal(signal.SIGKILL) == -signal.SIGKILL
         daemon.start()
         wait_for(lambda: daemon.text().count("sentinel started") == 2, 60, "the restart")
         time.sleep(1.5)
-        httpx.post(f"{fleet.sims['tpu-b'].url}/sim/crash", json={"mode": "down"})
+        _HTTP.post(f"{fleet.sims['tpu-b'].url}/sim/crash", json={"mode": "down"})
         # tpu-b's crash is remediated within one lease period plus its step time (the
         # detection budget, crash line → restart request, is 2 s).
         wait_for(lambda: b.times("serving"), LEASE_S + 2.0 + 0.2 + 3.0 + 3.0,
@@ -802,7 +839,7 @@ def test_one_oom_that_takes_the_target_down_is_restarted_once(
         wait_for(lambda: app.metrics.registry.get_sample_value(
             "sentinel_log_source_up", {"target": "tpu-a", "source": f"file:{log}"}) == 1,
             5, "the log source to join the file")
-        httpx.post(f"{fleet.sims['tpu-a'].url}/sim/crash", json={"mode": "down"})
+        _HTTP.post(f"{fleet.sims['tpu-a'].url}/sim/crash", json={"mode": "down"})
         wait_for(lambda: container.times("serving"), 15, "the restarted server to serve")
         db = app.pipeline.tracker.db
 

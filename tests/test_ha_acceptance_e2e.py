@@ -27,6 +27,7 @@ from ha_helpers import (
     action_lines,
     db_report,
     page_report,
+    settle,
     wait,
     write_setup,
 )
@@ -114,16 +115,17 @@ def test_two_daemons_ten_leader_kills_three_database_stops(tmp_path, cluster, si
     db = Database(url)
     db.upgrade()
     out = write_setup(tmp_path, url, {n: s.url for n, s in sims.items()}, sink.url)
-    a = Daemon(tmp_path, "a").start()
+    a = Daemon(tmp_path, "a", port=0).start()
     wait(a.leads, 120, "the first daemon to lead")
-    b = Daemon(tmp_path, "b").start()
+    b = Daemon(tmp_path, "b", port=0).start()
     wait(lambda: "ha: standby" in b.readyz(), 120, "the second daemon to stand by")
     kills = set(rng.sample([(r, p) for r in range(ROUNDS) for p in ("firing", "resolved")],
                            KILLS))
     recoveries: list[tuple[str, float]] = []
     started = time.monotonic()
     try:
-        time.sleep(1.0)  # both stores warm
+        # Both stores warm: each daemon holds every target's series.
+        wait(lambda: a.scraped(TARGETS) and b.scraped(TARGETS), 120, "both daemons' scrapes")
         for r in range(ROUNDS):
             for status, value in (("firing", 0.93), ("resolved", 0.10)):
                 for s in sims.values():
@@ -151,7 +153,7 @@ def test_two_daemons_ten_leader_kills_three_database_stops(tmp_path, cluster, si
                         _leader(a, b, timeout_s=LEASE_S * 2 + 5)
                         recoveries.append((f"database {OUTAGES[r]:.0f}s", time.monotonic() - t0))
         took = time.monotonic() - started
-        time.sleep(LEASE_S)  # anything late (a duplicate) has time to show up
+        settle(db, a, b)  # anything late (a duplicate) has had its chance to show up
         failed_takeovers = [d.metric("sentinel_ha_takeover_failures_total") for d in (a, b)]
     except AssertionError:
         _story(a, b)

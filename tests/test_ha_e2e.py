@@ -24,7 +24,10 @@ from ha_helpers import (
     Daemon,
     action_lines,
     db_report,
+    evaluations,
     page_report,
+    quiet,
+    settle,
     wait,
     write_setup,
 )
@@ -71,10 +74,6 @@ def _story(*daemons: Daemon) -> None:
         print(f"--- {d.name} ({d.log}):\n" + "\n".join(ln[:240] for ln in lines[-40:]))
 
 
-def _evaluations(d: Daemon) -> float:
-    return d.metric("sentinel_rule_group_evaluations_total", '{group="ha"}') or 0.0
-
-
 @pytest.fixture
 def sims():
     servers = {f"t{i}": start_sim() for i in range(TARGETS)}
@@ -94,9 +93,9 @@ def db(fresh_postgres_url):
 def _start_pair(tmp_path, db, sims, sink) -> tuple[Daemon, Daemon, object]:
     out = write_setup(tmp_path, db.url.render_as_string(hide_password=False),
                       {n: s.url for n, s in sims.items()}, sink.url)
-    a = Daemon(tmp_path, "a").start()
+    a = Daemon(tmp_path, "a", port=0).start()
     wait(a.leads, 120, "the first daemon to lead")
-    b = Daemon(tmp_path, "b").start()
+    b = Daemon(tmp_path, "b", port=0).start()
     wait(lambda: "ha: standby" in b.readyz(), 120, "the second daemon to stand by")
     return a, b, out
 
@@ -111,7 +110,8 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
     takeovers: list[tuple[float, float]] = []
     started = time.monotonic()
     try:
-        time.sleep(1.0)  # both stores warm
+        # Both stores warm: each daemon holds every target's series.
+        wait(lambda: a.scraped(TARGETS) and b.scraped(TARGETS), 120, "both daemons' scrapes")
         for r in range(ROUNDS):
             for status, value in (("firing", 0.93), ("resolved", 0.10)):
                 for s in sims.values():
@@ -119,12 +119,12 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
                 if (r, status) in kills:
                     time.sleep(rng.uniform(0.0, 2.5))  # anywhere in pending, firing, paging
                     leader, other = _leader(a, b)
-                    before = _evaluations(other)
+                    before = evaluations(other)
                     t0 = time.monotonic()
                     leader.kill9()
                     wait(other.leads, LEASE_S + EVAL_S + 30, "the standby to take over")
                     t_lease = time.monotonic() - t0
-                    wait(lambda o=other, n=before: _evaluations(o) > n, EVAL_S + 30,
+                    wait(lambda o=other, n=before: evaluations(o) > n, EVAL_S + 30,
                          "the new leader's first evaluation")
                     takeovers.append((t_lease, time.monotonic() - t0))
                     leader.start()  # back as the standby: two run again
@@ -133,7 +133,7 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
                 if status == "firing":  # and every decision made and finished before resolving
                     wait(lambda n=r + 1: _decided(db, n), 120, f"round {r}: every remediation")
         took = time.monotonic() - started
-        time.sleep(LEASE_S)  # anything late (a duplicate) has time to show up
+        settle(db, a, b)  # anything late (a duplicate) has had its chance to show up
     except AssertionError:
         _story(a, b)
         raise
@@ -187,35 +187,25 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
         assert eval_s <= LEASE_S + EVAL_S + 0.5, takeovers  # 0.5 s: polling /metrics, scheduling
 
 
-def _quiet(db: Database) -> tuple[int, int] | None:
-    """(timeline events, incidents) once no message is pending and no action runs, else None."""
-    with db.session() as s:
-        pending = s.execute(text("SELECT count(*) FROM notify_outbox WHERE status = 'pending'")
-                            ).scalar()
-        intents = s.execute(text("SELECT count(*) FROM notify_intents WHERE dispatched_at IS NULL")
-                            ).scalar()
-        running = s.execute(text("SELECT count(*) FROM remediation_attempts "
-                                 "WHERE status = 'running'")).scalar()
-        events = s.execute(text("SELECT count(*) FROM timeline_events")).scalar()
-        incidents = s.execute(text("SELECT count(*) FROM incidents")).scalar()
-    return (int(events or 0), int(incidents or 0)) if pending == intents == running == 0 else None
-
-
 @pytest.mark.slow
 def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
         tmp_path, db, sims, sink):
     """Stopped with work in hand for longer than its lease (and its outbox claims), the old
     leader wakes into a quiet system: anything it then sent, ran or wrote would show."""
-    a, b, out = _start_pair(tmp_path, db, sims, sink)
+    first, second, out = _start_pair(tmp_path, db, sims, sink)
+    a, b = first, second  # a: the leader when it is stopped, b: the other
     try:
-        time.sleep(1.0)
+        wait(lambda: a.scraped(TARGETS) and b.scraped(TARGETS), 120, "both daemons' scrapes")
         for s in sims.values():
             s.set_state(kv_cache_usage=0.93)
         wait(lambda: min(_distinct(sink, "firing")[t] for t in sims) >= 1, 120, "firing pages")
         wait(lambda: sum(action_lines(out).values()) >= TARGETS, 120, "the first actions")
         for s in sims.values():  # the leader has work in hand when it stops
             s.set_state(kv_cache_usage=0.10)
-        time.sleep(0.9)
+        time.sleep(0.9)  # a moment into the resolution: scraped, not yet all paged
+        # Whichever leads now (a starved leader may have lost its lease already: stopping
+        # the standby would show nothing).
+        a, b = _leader(first, second)
         a.signal(signal.SIGSTOP)
         t0 = time.monotonic()
         wait(b.leads, LEASE_S + EVAL_S + 30, "the standby to take over")
@@ -228,7 +218,7 @@ def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
              "second firing pages")
         wait(lambda: sum(action_lines(out).values()) >= 2 * TARGETS, 120, "the second actions")
         # Everything b had to do is done, including resending what a had claimed.
-        quiet = wait(lambda: _quiet(db), 120, "no pending message, intent or action")
+        calm = wait(lambda: quiet(db), 120, "no pending message, intent or action")
         stopped_for = time.monotonic() - t0
         assert stopped_for > LEASE_S * 1.5
         mark = len(a.log_text())
@@ -236,11 +226,15 @@ def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
         received_before = len(sink.received)
         a.signal(signal.SIGCONT)
         wait(lambda: "ha: standby" in a.readyz(), 120, "the woken daemon to say standby")
-        time.sleep(LEASE_S * 1.5)  # time for anything it had in hand to go out
+        # Time for anything it had in hand to go out, counted in its own work: three more
+        # scrapes of every target by the woken daemon, three more evaluations by the leader.
+        woke_at = a.scrapes(TARGETS)
+        wait(lambda: a.scrapes(TARGETS) >= woke_at + 3, 120, "three scrapes by the woken daemon")
+        settle(db, b)
         woken_log = a.log_text()[mark:]
         stepped = a.metric("sentinel_ha_leader_changes_total", '{change="stepped_down"}')
         leader_gauge = a.metric("sentinel_ha_leader")
-        after = _quiet(db)
+        after = quiet(db)
         pages_after, lines_after = len(sink.received), sum(action_lines(out).values())
     finally:
         a.stop()
@@ -249,7 +243,7 @@ def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
     redelivered = {k: n for k, n in report["deliveries"].items() if n > 1}
     print(f"\nSIGSTOP: takeover after {took:.2f}s; leader stopped {stopped_for:.1f}s; "
           f"after SIGCONT: pages {pages_after - pages_before}, actions "
-          f"{lines_after - lines_before}, (events, incidents) {quiet} -> {after}; "
+          f"{lines_after - lines_before}, (events, incidents) {calm} -> {after}; "
           f"redelivered before SIGCONT {redelivered}")
     # The woken leader stepped down, and sent, ran and wrote nothing.
     assert leader_gauge == 0 and stepped is not None and stepped >= 1
@@ -258,7 +252,7 @@ def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
         (a["labels"], a["status"]) for _, body, _ in list(sink.received)[received_before:]
         for a in body.get("alerts", [])]
     assert lines_after == lines_before
-    assert after == quiet
+    assert after == calm
     assert " page to oncall sent" not in woken_log, woken_log
     assert "firing on" not in woken_log and "resolved on" not in woken_log, woken_log
     # One key per transition; a key delivered twice only for the one message a may have had

@@ -55,7 +55,7 @@ def test_a_lone_daemon_leads_again_after_a_database_outage_and_pages_and_acts(
     db.upgrade()
     db.dispose()
     out = write_setup(tmp_path, cluster.url, {"gemma": gemma.url}, sink.url)
-    a = Daemon(tmp_path, "a").start()
+    a = Daemon(tmp_path, "a", port=0).start()
     try:
         wait(a.leads, 120, "the daemon to lead")
         cluster.pause()

@@ -13,6 +13,7 @@ counters and histograms carry `_created`, as a real server's page does).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -138,6 +139,12 @@ class VllmMetrics:
         for metric in self._per_engine:
             for engine in self.engines:
                 metric.labels(self.model, engine)
+        # The page is rendered again only after a change (set_state, observe): rendering
+        # ~350 samples costs ~3 ms of CPU, and the tests scrape idle simulators many
+        # times a second (two HA daemons x ten targets: a tenth of a core for the same bytes).
+        self._version = 0
+        self._rendered: tuple[int, bytes] | None = None
+        self._render_lock = threading.Lock()
 
     # -- construction -----------------------------------------------------
 
@@ -298,6 +305,7 @@ class VllmMetrics:
                 for name, on in (("awake", not state.sleeping),
                                  ("weights_offloaded", state.sleeping)):
                     self.sleep_state.labels(self.model, engine, name).set(int(on))
+        self._changed()
 
     def observe(self, req: ServedRequest) -> None:
         """Count one finished request on its engine, as vLLM's record() does."""
@@ -328,7 +336,21 @@ class VllmMetrics:
             self.h_prefill_kv.labels(*labels).observe(req.prompt_tokens - req.cached_tokens)
             if req.generation_tokens > 1:
                 self.h_tpot.labels(*labels).observe(req.decode_s / (req.generation_tokens - 1))
+        self._changed()
+
+    def _changed(self) -> None:
+        """A series changed (called after the change): the next render renders."""
+        with self._render_lock:
+            self._version += 1
 
     def render(self) -> bytes:
-        """The exposition page (text format 0.0.4)."""
-        return generate_latest(self.registry)
+        """The exposition page (text format 0.0.4); the same bytes until a change."""
+        with self._render_lock:
+            version, cached = self._version, self._rendered
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        body = generate_latest(self.registry)
+        with self._render_lock:
+            if self._version == version:  # no change finished while rendering
+                self._rendered = (version, body)
+        return body
