@@ -1,0 +1,130 @@
+"""A clean stop: jobs still running when the daemon stops end without errors and lose nothing.
+
+The daemon's stop waits for its jobs only so long (`App.stop(timeout_s)`); the
+incident series recorder (the `evidence` job) queries the remote query backend
+once per point of each incident's window, so a tick outlasts that wait easily.
+The remote client must stay open until the job has ended, and the job must end
+at the next incident rather than capture every due one: the incident in flight
+is stored, the others are captured at the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from tests.fixtures_e2e import write_config
+
+DEADLINE_S = 60.0
+EMPTY = json.dumps({"status": "success",
+                    "data": {"resultType": "vector", "result": []}}).encode()
+
+
+class HeldProm:
+    """A Prometheus query API that holds requests while `gate` is closed, then answers empty."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.arrived = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                fake.arrived.set()
+                fake.gate.wait(DEADLINE_S)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(EMPTY)))
+                self.end_headers()
+                self.wfile.write(EMPTY)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def prom() -> Iterator[HeldProm]:
+    p = HeldProm()
+    yield p
+    p.stop()
+
+
+def _wait(what: str, cond: Callable[[], bool]) -> None:
+    until = time.monotonic() + DEADLINE_S
+    while not cond():
+        assert time.monotonic() < until, f"timed out waiting for {what}"
+        threading.Event().wait(0.02)  # a poll interval, not a wait for the outcome
+
+
+def _open_incident(db, target: str) -> int:  # noqa: ANN001 (Database)
+    from sentinel.incidents.convert import ms_to_dt
+    from sentinel.incidents.models import Incident
+
+    at = ms_to_dt(int(time.time() * 1000) - 5_000)
+    with db.session() as s:
+        inc = Incident(group_key=f"VLLMKVCacheNearlyFull/{target}",
+                       alertname="VLLMKVCacheNearlyFull", target=target, status="open",
+                       severity="warning", summary="", labels={"target": target},
+                       opened_at=at, resolved_at=None, updated_at=at)
+        s.add(inc)
+        s.flush()
+        return int(inc.id)
+
+
+@pytest.mark.integration
+def test_stop_during_a_remote_evidence_capture_keeps_the_client_until_the_job_ends(
+        tmp_path: Path, prom: HeldProm, caplog: pytest.LogCaptureFixture) -> None:
+    from sentinel.config import load_config
+    from sentinel.daemon.app import App
+    from sentinel.incidents.db import Database
+    from sentinel.incidents.models_series import IncidentSeries
+
+    cfg = write_config(tmp_path, [("vllm-a", "http://127.0.0.1:9")], None, "groups: []\n")
+    cfg.write_text(cfg.read_text() + f"query_backend: {{url: '{prom.url}', timeout: 30s}}\n"
+                   "evidence: {before: 5s, after: 1s, interval: 100ms}\n")
+    caplog.set_level(logging.INFO, logger="sentinel")
+    app = App(load_config(cfg))
+    app.start()
+    db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
+    try:
+        first = _open_incident(db, "vllm-a")
+        second = _open_incident(db, "vllm-b")
+        assert prom.arrived.wait(DEADLINE_S), "the evidence job never queried the backend"
+        remote = app.query.remote if app.query is not None else None
+        assert remote is not None
+        # Stop while the capture of the first incident waits on the backend: the
+        # bounded wait for jobs ends before the job does.
+        app.stop(timeout_s=0.1)
+        prom.gate.set()
+        _wait("the remote client to close", lambda: remote._client.is_closed)
+        _wait("the jobs to end", lambda: not any(
+            t.name == "sentinel-shutdown" for t in threading.enumerate()))
+        with db.session() as s:
+            stored = set(s.scalars(select(IncidentSeries.incident_id)))
+    finally:
+        prom.gate.set()
+        db.dispose()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not errors, [r.getMessage() for r in errors]
+    assert not any("client has been closed" in r.getMessage() for r in caplog.records)
+    assert first in stored  # the capture in flight is stored, not lost
+    assert second not in stored  # the job stopped at the next incident (captured next start)
