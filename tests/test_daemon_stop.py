@@ -181,3 +181,70 @@ def test_stop_during_a_remote_rule_evaluation_records_its_alerts(
         db.dispose()
     assert not _errors(caplog)
     assert opened == ["VLLMRequestsWaiting"]  # the evaluation in flight was recorded
+
+
+LOCAL_RULES = """groups:
+  - name: local
+    interval: 100ms
+    rules:
+      - alert: Never
+        expr: vector(1) > 2
+"""
+
+
+@pytest.mark.integration
+def test_stop_does_not_write_while_a_job_still_holds_the_database(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """SQLite has one writer. A job writing past stop's wait (at 5,000 targets an
+    evaluation commits thousands of incidents on a saturated core) must not meet the
+    stop path's own writes: the notifier's last round is left to the next start (the
+    outbox keeps it) rather than time out on the lock ("database is locked").
+
+    The busy timeout is cut to 300 ms so that a hold of a second stands for a long one.
+    """
+    from sentinel.config import load_config
+    from sentinel.daemon import pipeline
+    from sentinel.daemon.app import App
+    from sentinel.incidents import db as dbmod
+
+    monkeypatch.setattr(dbmod, "SQLITE_BUSY_TIMEOUT_MS", 300)
+    holding, release, done = threading.Event(), threading.Event(), threading.Event()
+    evidence_ran = threading.Event()
+    evaluate, evidence = pipeline.Pipeline.evaluate, App._evidence_job
+
+    def evidence_then_tell(self) -> None:  # noqa: ANN001
+        evidence(self)
+        evidence_ran.set()
+
+    def hold_then_evaluate(self, group: str, now_ms: int):  # noqa: ANN001, ANN202
+        # The evidence job's first run (at start) is over: only the stop meets the hold.
+        if evidence_ran.wait(DEADLINE_S) and not holding.is_set():
+            with self.tracker.db.session() as s:
+                s.execute(select(1))  # BEGIN IMMEDIATE: the write lock is this job's
+                holding.set()
+                release.wait(DEADLINE_S)
+            done.set()
+        return evaluate(self, group, now_ms)
+
+    monkeypatch.setattr(pipeline.Pipeline, "evaluate", hold_then_evaluate)
+    monkeypatch.setattr(App, "_evidence_job", evidence_then_tell)
+    cfg = write_config(tmp_path, [("vllm-a", "http://127.0.0.1:9")], None, LOCAL_RULES)
+    cfg.write_text(cfg.read_text() + "notify: {interval: 10m}\n")  # no round of its own
+    caplog.set_level(logging.INFO, logger="sentinel")
+    app = App(load_config(cfg))
+    app.start()
+    try:
+        assert holding.wait(DEADLINE_S), "the rule group never ran"
+        app.stop(timeout_s=0.1)
+        # The notifier's last round ends (written, or refused by the lock) before the
+        # job lets go, as when the job outlasts the busy timeout.
+        _wait("the notifier to end", lambda: not any(
+            t.name == "sentinel-notify" for t in threading.enumerate()))
+        release.set()
+        _wait("the jobs to end", lambda: not any(
+            t.name == "sentinel-shutdown" for t in threading.enumerate()))
+    finally:
+        release.set()
+    assert done.is_set()  # the job's transaction committed
+    assert not _errors(caplog)

@@ -274,7 +274,8 @@ class App:
                 log.warning("jobs still running after %.1fs; stopping anyway", timeout_s)
             self._scheduler = None
         if self.notifier is not None:
-            self.notifier.stop(timeout_s)
+            # Its last round writes: not while jobs still do (SQLite's one writer).
+            self.notifier.stop(timeout_s, drain=not self._jobs_running())
             self.notifier = None
         if self.status is not None:
             self.status.stop()
@@ -291,11 +292,15 @@ class App:
             self._after_jobs(self.query.close)
         log.info("sentinel stopped")
 
+    def _jobs_running(self) -> bool:
+        """Whether scheduler jobs still run past stop's bounded wait for them."""
+        return self._jobs_waiter is not None and self._jobs_waiter.is_alive()
+
     def _after_jobs(self, close: Callable[[], None]) -> None:
         """Run `close` once the scheduler's jobs have ended: now, or when the last one
         still running after stop's bounded wait ends (it would use a closed client)."""
         waiter = self._jobs_waiter
-        if waiter is None or not waiter.is_alive():
+        if waiter is None or not self._jobs_running():
             close()
             return
         def later() -> None:
