@@ -124,6 +124,8 @@ class App:
         self.remediation: DaemonRemediation | None = None
         self._takeover: Takeover | None = None  # with `ha:`, what a change of role touches
         self._scheduler: BackgroundScheduler | None = None
+        self._stopping = threading.Event()  # long jobs end early (the evidence job)
+        self._jobs_waiter: threading.Thread | None = None  # ends when the jobs have ended
         # The one event loop for network I/O: scrapes now; other async sources submit here.
         self.io: IOLoop | None = None
         self.scrape_jobs: ScrapeJobs | None = None
@@ -251,6 +253,7 @@ class App:
         """Stop scheduling, let running jobs finish (bounded), close the status server."""
         systemd.notify("STOPPING=1")
         self._not_ready = "stopping"
+        self._stopping.set()
         if self.lease is not None:  # hand the lease back: a standby takes over at once
             self.lease.stop(timeout_s)
         if self.discovered is not None:
@@ -273,12 +276,14 @@ class App:
             waiter = threading.Thread(target=self._scheduler.shutdown, kwargs={"wait": True},
                                       name="sentinel-shutdown", daemon=True)
             waiter.start()
+            self._jobs_waiter = waiter
             waiter.join(timeout_s)
             if waiter.is_alive():
                 log.warning("jobs still running after %.1fs; stopping anyway", timeout_s)
             self._scheduler = None
         if self.notifier is not None:
-            self.notifier.stop(timeout_s)
+            # Its last round writes: not while jobs still do (SQLite's one writer).
+            self.notifier.stop(timeout_s, drain=not self._jobs_running())
             self.notifier = None
         if self.status is not None:
             self.status.stop()
@@ -291,9 +296,25 @@ class App:
             self.sources.close()
         if self.diagnosis is not None:
             self.diagnosis.close()
-        if self.query is not None:
-            self.query.close()
+        if self.query is not None:  # jobs query through it (rules, evidence)
+            self._after_jobs(self.query.close)
         log.info("sentinel stopped")
+
+    def _jobs_running(self) -> bool:
+        """Whether scheduler jobs still run past stop's bounded wait for them."""
+        return self._jobs_waiter is not None and self._jobs_waiter.is_alive()
+
+    def _after_jobs(self, close: Callable[[], None]) -> None:
+        """Run `close` once the scheduler's jobs have ended: now, or when the last one
+        still running after stop's bounded wait ends (it would use a closed client)."""
+        waiter = self._jobs_waiter
+        if waiter is None or not self._jobs_running():
+            close()
+            return
+        def later() -> None:
+            waiter.join()
+            close()
+        threading.Thread(target=later, name="sentinel-close", daemon=True).start()
 
     def reload(self) -> ReloadResult:
         """Reload the whole configuration all-or-nothing (daemon/reload.py); truthy when
@@ -665,7 +686,8 @@ class App:
         return SeriesRecorder(
             db, self.query.backend.query, rule_expr_lookup(lambda: self._groups),
             self.config.evidence.settings(self.config.evaluation_interval_ms),
-            self.metrics.registry, earliest_ms=self._earliest_ms())
+            self.metrics.registry, earliest_ms=self._earliest_ms(),
+            stopping=self._stopping.is_set)
 
     def _earliest_ms(self) -> Callable[[int], int | None]:
         """The oldest time rules' queries still reach at `now`: the store's retention back,

@@ -66,6 +66,7 @@ class Notifier:
         self.reconfigure(config)
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._drain = True  # one more run at stop (stop(drain=False): none)
         self._thread: threading.Thread | None = None
         self._dispatch_failure = QuietFailure(log, "notify dispatch")
         self._act_first_failure = QuietFailure(log, "notify act-first round")
@@ -180,8 +181,13 @@ class Notifier:
         """Run as soon as possible (an evaluation queued intents)."""
         self._wake.set()
 
-    def stop(self, timeout_s: float) -> None:
-        """Stop after one more run (bounded); what is still unsent stays in the outbox."""
+    def stop(self, timeout_s: float, drain: bool = True) -> None:
+        """Stop after one more run (bounded); what is still unsent stays in the outbox.
+
+        `drain=False`: no last run. The daemon asks so when jobs still write (past its
+        wait for them): on SQLite the run would wait on their lock, and could time out.
+        """
+        self._drain = drain
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -259,7 +265,7 @@ class Notifier:
             self._wake.wait(self._interval_s)
         # Drain: what the last evaluations wrote is sent now (within stop's timeout),
         # not when (or if) the next daemon starts.
-        if self._active():
+        if self._drain and self._active():
             self.run_once()
 
     def _count(self, d: Delivery) -> None:

@@ -13,7 +13,7 @@ incidents whose stored window is incomplete, oldest need first:
 Reading the database and writing it are two short transactions; queries run
 between them, holding none. A failing incident is counted and logged, and the
 others go on. More due incidents than `MAX_PER_TICK` wait for the next tick
-(counted as deferred).
+(counted as deferred); so do those left when the daemon stops mid-tick.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ class SeriesRecorder:
 
     def __init__(self, db: Database, query_fn: QueryFn, rule_expr: Callable[[str], str | None],
                  settings: CaptureSettings, registry: CollectorRegistry | None = None,
-                 earliest_ms: Callable[[int], int | None] = lambda now: None) -> None:
+                 earliest_ms: Callable[[int], int | None] = lambda now: None,
+                 stopping: Callable[[], bool] = lambda: False) -> None:
         self.db = db
         self.query_fn = query_fn
         self.rule_expr = rule_expr
@@ -71,6 +72,9 @@ class SeriesRecorder:
         # The oldest time the query backend still holds at `now` (the store's retention),
         # or None: a first capture asks no further back.
         self.earliest_ms = earliest_ms
+        # True once the daemon stops: a tick ends after the incident in flight (the
+        # others wait for the next start), not after MAX_PER_TICK captures.
+        self.stopping = stopping
         self.captures = Counter("sentinel_incident_series_captures",
                                 "Captures of incidents' plotted series into the database, "
                                 "by outcome (stored, failed, deferred).", ["outcome"],
@@ -86,6 +90,8 @@ class SeriesRecorder:
             self.captures.labels("deferred").inc(deferred)
         stored = 0
         for item in due:
+            if self.stopping():
+                break
             try:
                 self.record(item, now_ms)
             except Exception:
