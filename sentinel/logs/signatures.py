@@ -38,6 +38,7 @@ CATEGORIES = (
 SEVERITIES = ("critical", "error", "warning", "info")
 ENGINES = ("auto", "hyperscan", "literal")  # the prefilter: auto = hyperscan where installed
 TRACEBACK = "Traceback (most recent call last):"
+_NON_ASCII = re.compile(rb"[\x80-\xff]")
 
 _KEYS = {"name", "category", "severity", "patterns", "context_before", "context_after",
          "priority", "runbook", "exclude", "unless_after"}
@@ -221,14 +222,19 @@ class SignatureSet:
         """The lines of `block` that match a signature or start a traceback.
 
         One `(index, signature or None, starts_traceback)` per such line,
-        ascending; the signature is `match_line`'s answer. With Hyperscan an
-        ASCII block takes one scan whose match ids say which pattern matched,
-        so at most the matched patterns' own regexes run on a line (none where
-        the rewrite is exact): a crash storm costs what its matching lines
-        cost, not what all signatures cost on each of them.
+        ascending; the signature is `match_line`'s answer. With Hyperscan a
+        block takes one scan whose match ids say which pattern matched, so at
+        most the matched patterns' own regexes run on a line (none where the
+        rewrite is exact): a crash storm costs what its matching lines cost,
+        not what all signatures cost on each of them. Lines that are not
+        ASCII are answered by `match_line` (see `scan_bytes`).
         """
-        if self._hyperscan is not None and block.isascii():
-            return self._scan_ids(block)
+        if self._hyperscan is not None:
+            if block.isascii():
+                return [(i, sig, tb) for i, _, sig, tb in self._scan_ids(block)]
+            # Round-trips any str (lone surrogates too), so a line decodes back as it was.
+            found = self.scan_bytes(block.encode("utf-8", "surrogatepass"), "surrogatepass")
+            return [(i, sig, tb) for i, _, sig, tb in found or ()]
         indexes = self._literal_candidates(block)
         if not indexes:
             return []
@@ -242,9 +248,54 @@ class SignatureSet:
                 out.append((index, sig, tb))
         return out
 
-    def _scan_ids(self, block: str) -> list[tuple[int, Signature | None, bool]]:
+    def scan_bytes(self, data: bytes, errors: str = "replace"
+                   ) -> list[tuple[int, int, Signature | None, bool]] | None:
+        """`scan` over UTF-8 bytes, without decoding the lines that cannot match.
+
+        One `(index, offset, signature or None, starts_traceback)` per line
+        that matches or starts a traceback, ascending; `offset` is a byte
+        offset inside that line (the reader cuts the line out around it).
+        Each answer is what `match_line` says of the line decoded with
+        `errors`. Hyperscan scans the bytes as they are; its answers stand on
+        ASCII lines only (where its dialect and Python's agree), so each line
+        holding a byte above 0x7f is decoded and answered by `match_line`
+        instead. None without Hyperscan: decode the block and call `scan`.
+        """
+        if self._hyperscan is None:
+            return None
+        found = self._scan_ids(data)
+        if data.isascii():
+            return found
+        others = self._non_ascii_lines(data, errors)
+        skip = {index for index, _, _, _ in others}
+        merged = [hit for hit in found if hit[0] not in skip] + others
+        merged.sort(key=_first)
+        return merged
+
+    def _non_ascii_lines(self, data: bytes, errors: str
+                         ) -> list[tuple[int, int, Signature | None, bool]]:
+        """`scan_bytes`'s answers for the lines of `data` that are not ASCII, by `match_line`."""
+        out: list[tuple[int, int, Signature | None, bool]] = []
+        index = previous = position = 0
+        search = _NON_ASCII.search
+        while (found := search(data, position)) is not None:
+            start = data.rfind(b"\n", 0, found.start()) + 1
+            end = data.find(b"\n", found.start())
+            end = len(data) if end == -1 else end
+            index += data.count(b"\n", previous, start)
+            previous = position = start
+            line = data[start:end].decode("utf-8", errors)
+            sig = self.match_line(line) if self.has_anchor(line) else None
+            tb = TRACEBACK in line
+            if sig is not None or tb:
+                out.append((index, start, sig, tb))
+            position = end + 1
+        return out
+
+    def _scan_ids(self, block: str | bytes) -> list[tuple[int, int, Signature | None, bool]]:
+        """Hyperscan's answers: (line index, offset in the line, signature, starts traceback)."""
         assert self._hyperscan is not None
-        out: list[tuple[int, Signature | None, bool]] = []
+        out: list[tuple[int, int, Signature | None, bool]] = []
         tb_id, exact, rank = self._tb_id, self._exact, self._pattern_rank
         for index, at, ids in self._hyperscan.scan_ids(block):
             tb = tb_id in ids
@@ -253,22 +304,17 @@ class SignatureSet:
             sig = None
             line = None
             for pid in sorted(ids, key=rank.__getitem__) if len(ids) > 1 else ids:
-                if not exact[pid]:
+                if not exact[pid] or self._pattern_sig[pid].exclude:
                     if line is None:
-                        end = block.find("\n", at)
-                        line = block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
-                    if self._pattern_re[pid].search(line) is None:
+                        line = _line_at(block, at)
+                    if not exact[pid] and self._pattern_re[pid].search(line) is None:
                         continue
-                if self._pattern_sig[pid].exclude:
-                    if line is None:
-                        end = block.find("\n", at)
-                        line = block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
                     if self.excluded(self._pattern_sig[pid], line):
                         continue
                 sig = self._pattern_sig[pid]
                 break
             if sig is not None or tb:
-                out.append((index, sig, tb))
+                out.append((index, at, sig, tb))
         return out
 
     def has_anchor(self, line: str) -> bool:
@@ -305,6 +351,20 @@ class SignatureSet:
             previous = start
             indexes.append(line_no)
         return indexes
+
+
+def _first(hit: tuple[int, int, Signature | None, bool]) -> int:
+    return hit[0]
+
+
+def _line_at(block: str | bytes, at: int) -> str:
+    """The line of `block` holding offset `at` (an ASCII line, when `block` is bytes)."""
+    if isinstance(block, str):
+        end = block.find("\n", at)
+        return block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
+    end = block.find(b"\n", at)
+    return block[block.rfind(b"\n", 0, at) + 1:None if end == -1 else end].decode(
+        "utf-8", "replace")
 
 
 def load_signature_file(path: str | Path) -> SignatureSet:
