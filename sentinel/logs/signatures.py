@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sentinel.config.yamlpos import Positioned, YamlSyntaxError, load_positioned
-from sentinel.logs import sigcache
+from sentinel.logs import shipped, sigcache
 from sentinel.logs.anchors import AnchorError, choose_anchors, pattern_units
 from sentinel.logs.hsfilter import (
     build_hyperscan_filter,
@@ -30,6 +29,9 @@ from sentinel.logs.hsfilter import (
     is_exact,
     load_hyperscan_filter,
 )
+
+if TYPE_CHECKING:  # parsing YAML is needed only when no compiled set matches (see shipped.py)
+    from sentinel.config.yamlpos import Positioned
 
 CATEGORIES = (
     "hbm_oom", "cuda_oom", "host_oom_killed", "engine_dead", "startup_failure",
@@ -99,7 +101,8 @@ class SignatureSet:
     """
 
     def __init__(self, signatures: Sequence[Signature], engine: str = "auto", *,
-                 compiled: Compiled | None = None) -> None:
+                 compiled: Compiled | None = None,
+                 anchors: tuple[str, ...] | None = None) -> None:
         if engine not in ENGINES:
             raise ValueError(f"unknown prefilter engine {engine!r} (one of {', '.join(ENGINES)})")
         self.signatures = tuple(signatures)
@@ -119,16 +122,18 @@ class SignatureSet:
             self._exact = list(compiled.exact) if self._hyperscan is not None \
                 else [False] * len(patterns)
         else:
-            self._build(patterns, engine)
+            self._build(patterns, engine, anchors)
         if engine == "hyperscan" and self._hyperscan is None:
             raise ValueError("the hyperscan prefilter is unavailable for these signatures")
         self.engine = "hyperscan" if self._hyperscan is not None else "literal"
         self.max_before = max((s.context_before for s in self.signatures), default=0)
 
-    def _build(self, patterns: tuple[str, ...], engine: str) -> None:
-        """Choose the anchors and compile Hyperscan (the slow part of loading)."""
+    def _build(self, patterns: tuple[str, ...], engine: str,
+               anchors: tuple[str, ...] | None) -> None:
+        """Choose the anchors (unless given: shipped.py) and compile Hyperscan."""
         # The traceback marker is an anchor too: the classifier must see where tracebacks start.
-        self.anchors = tuple(sorted(set(choose_anchors(patterns)) | {TRACEBACK}))
+        self.anchors = anchors if anchors is not None else tuple(
+            sorted(set(choose_anchors(patterns)) | {TRACEBACK}))
         self._exact = [is_exact(p) for p in patterns]
         self._hyperscan = (None if engine == "literal" or not patterns
                            else build_hyperscan_filter([*patterns, re.escape(TRACEBACK)],
@@ -371,7 +376,9 @@ def load_signature_file(path: str | Path) -> SignatureSet:
     """Load, validate and compile a signature file; raise SignatureFileError with every problem.
 
     A file compiled before (same bytes, same Sentinel) comes from the on-disk
-    cache (`sigcache.py`) without choosing anchors or compiling Hyperscan again.
+    cache (`sigcache.py`) without choosing anchors or compiling Hyperscan again;
+    else the bundled file's signatures and anchors come from its shipped
+    compilation (`shipped.py`) and only Hyperscan is compiled.
     """
     name = str(path)
     try:
@@ -386,9 +393,39 @@ def load_signature_file(path: str | Path) -> SignatureSet:
             return _decode(blob)
         except (ValueError, KeyError, TypeError) as exc:
             log.info("signature cache entry %s unusable (%s); compiling", key, exc)
-    sigset = SignatureSet(parse_signatures(text, name))
+    sigset = _from_shipped(path, raw)
+    if sigset is None:
+        sigset = SignatureSet(parse_signatures(text, name))
     sigcache.write(key, _encode(sigset))
     return sigset
+
+
+def _from_shipped(path: str | Path, raw: bytes) -> SignatureSet | None:
+    """The set built from the shipped signatures and anchors of these bytes, or None."""
+    doc = shipped.read(path, raw)
+    if doc is None:
+        return None
+    try:
+        return SignatureSet(signatures_from_dicts(doc["signatures"]),
+                            anchors=tuple(str(a) for a in doc["anchors"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        log.info("shipped signature compilation unusable (%s); compiling", exc)
+        return None
+
+
+def signature_dicts(signatures: Sequence[Signature]) -> list[dict[str, Any]]:
+    """Signatures as JSON-ready dicts (`signatures_from_dicts` reads them back)."""
+    return [dataclasses.asdict(s) for s in signatures]
+
+
+def signatures_from_dicts(items: Sequence[dict[str, Any]]) -> list[Signature]:
+    """The signatures `signature_dicts` wrote (lists become tuples again)."""
+    out = []
+    for item in items:
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in item.items()}
+        out.append(Signature(**fields))
+    return out
 
 
 # The modules whose code decides what a signature file compiles to.
@@ -400,7 +437,7 @@ def _encode(sigset: SignatureSet) -> bytes:
     """A cache blob: a length, the JSON of the signatures and anchors, the Hyperscan bytes."""
     compiled = sigset.compiled()
     head = json.dumps({
-        "signatures": [dataclasses.asdict(s) for s in sigset.signatures],
+        "signatures": signature_dicts(sigset.signatures),
         "anchors": list(compiled.anchors), "exact": list(compiled.exact),
         "hyperscan": compiled.hyperscan is not None,
     }).encode()
@@ -410,10 +447,7 @@ def _encode(sigset: SignatureSet) -> bytes:
 def _decode(blob: bytes) -> SignatureSet:
     size = int.from_bytes(blob[:8], "big")
     head = json.loads(blob[8:8 + size])
-    fields: list[dict[str, Any]] = [
-        {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
-        for d in head["signatures"]]
-    sigs = [Signature(**f) for f in fields]
+    sigs = signatures_from_dicts(head["signatures"])
     db = blob[8 + size:] if head["hyperscan"] else None
     compiled = Compiled(tuple(head["anchors"]), tuple(bool(e) for e in head["exact"]), db)
     return SignatureSet(sigs, compiled=compiled)
@@ -421,6 +455,8 @@ def _decode(blob: bytes) -> SignatureSet:
 
 def parse_signatures(text: str, filename: str = "<signatures>") -> list[Signature]:
     """Validate the YAML text of a signature file; raise SignatureFileError listing all problems."""
+    from sentinel.config.yamlpos import YamlSyntaxError, load_positioned
+
     try:
         doc = load_positioned(text)
     except YamlSyntaxError as exc:
