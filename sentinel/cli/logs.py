@@ -110,7 +110,9 @@ def _run(classifier: Classifier, stream: BinaryIO, target: str, source: str) -> 
     """Classify the stream in chunks of whole lines; invalid UTF-8 is replaced, never fatal.
 
     Lines are split as bytes (a newline byte is never inside a UTF-8
-    character) and an entry is made only for a line the classifier looks at.
+    character, nor inside an invalid sequence the decoder replaces), and a
+    line is decoded, and given an entry, only when the classifier looks at
+    it (`Classifier.feed_bytes`).
     """
     from sentinel.model import LogEntry
 
@@ -121,23 +123,23 @@ def _run(classifier: Classifier, stream: BinaryIO, target: str, source: str) -> 
         data = stream.read(_CHUNK)
         if not data:
             break
-        data = rest + data
+        if rest:
+            data = rest + data
         cut = data.rfind(b"\n")
         if cut == -1:
             rest = data
             continue
         rest = data[cut + 1:]
-        block = data[:cut].decode("utf-8", errors="replace")
-        if "\r" in block:  # CRLF: drop the CR as the reader of a LF file would see it
-            block = block.replace("\r\n", "\n")
-        texts = block.split("\n")
+        block = data[:cut]
+        if b"\r" in block:  # CRLF: drop the CR as the reader of a LF file would see it
+            block = block.replace(b"\r\n", b"\n")
 
-        def entry_of(i: int, texts: list[str] = texts, first: int = first) -> LogEntry:
-            return LogEntry(target=target, source=source, t_ms=0, text=texts[i],
-                            line_no=first + i)
+        def entry_of(i: int, text: str, first: int = first) -> LogEntry:
+            return LogEntry(target=target, source=source, t_ms=0, text=text, line_no=first + i)
 
-        events.extend(classifier.feed_lines(texts, entry_of))
-        first += len(texts)
+        lines = block.count(b"\n") + 1
+        events.extend(classifier.feed_bytes(block, entry_of, lines=lines))
+        first += lines
     if rest:
         text = rest.decode("utf-8", errors="replace").rstrip("\r")
         events.extend(classifier.feed_lines(

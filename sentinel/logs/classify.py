@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sentinel.logs import families, fatal
+from sentinel.logs.bytelines import ByteLines, may_hold_long_line
 from sentinel.logs.signatures import TRACEBACK, Signature, SignatureSet
 from sentinel.logs.tracebacks import TracebackTracker
 from sentinel.model import LogEntry, LogEvent
@@ -209,22 +210,51 @@ class Classifier:
         if block.count("\n") != len(texts) - 1 or max(map(len, texts)) > self.max_line_chars:
             # multi-line or huge: the slow path, line by line
             return [ev for i in range(len(texts)) for ev in self.feed(entry_of(i))]
+        hits = self.signatures.scan(block)
+        return self._walk(hits, len(texts), texts.__getitem__, texts.__getitem__, entry_of)
+
+    def feed_bytes(self, data: bytes, entry_of: Callable[[int, str], LogEntry],
+                   errors: str = "replace", lines: int | None = None) -> list[LogEvent]:
+        """`feed_lines` for a reader holding whole lines as UTF-8 bytes (`sentinel logs classify`).
+
+        `data` is lines joined by b"\\n" (no newline at its end); each line is
+        decoded with `errors`. Only the lines the classifier looks at are cut
+        out and decoded, and `entry_of(i, text)` makes line i's entry: a quiet
+        stretch costs one Hyperscan pass and no objects. Without Hyperscan, or
+        where a line may be longer than `max_line_chars`, the block is decoded
+        and fed by `feed_lines`. `lines`: how many lines `data` holds, when the
+        caller counted them already (a pass over the block saved).
+        """
+        hits = None if may_hold_long_line(data, self.max_line_chars) \
+            else self.signatures.scan_bytes(data, errors)
+        if hits is None:
+            texts = data.decode("utf-8", errors).split("\n")
+            return self.feed_lines(texts, lambda i: entry_of(i, texts[i]))
+        end = data.count(b"\n") + 1 if lines is None else lines
+        cut = ByteLines(data, errors, hits, end)
+        return self._walk([(i, sig, tb) for i, _, sig, tb in hits], end,
+                          cut.text, cut.between, lambda i: entry_of(i, cut.text(i)))
+
+    def _walk(self, hits: Sequence[tuple[int, Signature | None, bool]], end: int,
+              text_of: Callable[[int], str], texts_of: Callable[[slice], Sequence[str]],
+              entry_of: Callable[[int], LogEntry]) -> list[LogEvent]:
+        """Step through `end` lines given the scan's hits: every line while a group is
+        open, else only the hits (a quiet stretch moves the ring and the counter)."""
         events: list[LogEvent] = []
         i = 0
-        end = len(texts)
-        for hit, signature, starts_tb in [*self.signatures.scan(block), (end, None, False)]:
+        for hit, signature, starts_tb in [*hits, (end, None, False)]:
             while i < hit and self._group is not None:  # an open group needs every line
                 entry = entry_of(i)
-                events.extend(self._step(entry, texts[i].rstrip("\r"), entry.line_no, None,
+                events.extend(self._step(entry, text_of(i).rstrip("\r"), entry.line_no, None,
                                          False))
                 i += 1
             if i < hit:  # quiet stretch: only the ring and the counter change
-                self._ring.extend(texts[max(i, hit - (self._ring.maxlen or 1)):hit])
+                self._ring.extend(texts_of(slice(max(i, hit - (self._ring.maxlen or 1)), hit)))
                 self._lines += hit - i
                 i = hit
             if hit < end:
                 entry = entry_of(hit)
-                events.extend(self._step(entry, texts[hit].rstrip("\r"), entry.line_no,
+                events.extend(self._step(entry, text_of(hit).rstrip("\r"), entry.line_no,
                                          signature, starts_tb))
                 i = hit + 1
         return events

@@ -77,15 +77,17 @@ class HyperscanFilter:
         return out
 
 
-    def scan_ids(self, block: str) -> list[tuple[int, int, set[int]]]:
+    def scan_ids(self, block: str | bytes) -> list[tuple[int, int, set[int]]]:
         """For each line of `block` (ASCII) with a match: (line index, offset of a match end, ids).
 
         The ids are those of the expressions that matched on that line (see
         `build_hyperscan_filter`: expression i is pattern i). The offset lies
         inside the line (or at its end), so the caller can cut the line out of
-        the block without splitting it all.
+        the block without splitting it all. Bytes are scanned as they are (a
+        reader need not decode what cannot match); the caller answers for the
+        lines that are not ASCII (see `SignatureSet.scan_bytes`).
         """
-        data = block.encode("ascii")
+        data = block.encode("ascii") if isinstance(block, str) else block
         hits: list[tuple[int, int]] = []
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:

@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sentinel.config.yamlpos import Positioned, YamlSyntaxError, load_positioned
-from sentinel.logs import sigcache
+from sentinel.logs import shipped, sigcache
 from sentinel.logs.anchors import AnchorError, choose_anchors, pattern_units
 from sentinel.logs.hsfilter import (
     build_hyperscan_filter,
@@ -31,6 +30,9 @@ from sentinel.logs.hsfilter import (
     load_hyperscan_filter,
 )
 
+if TYPE_CHECKING:  # parsing YAML is needed only when no compiled set matches (see shipped.py)
+    from sentinel.config.yamlpos import Positioned
+
 CATEGORIES = (
     "hbm_oom", "cuda_oom", "host_oom_killed", "engine_dead", "startup_failure",
     "compile_failure", "context_length_exceeded", "interconnect_failure", "other",
@@ -38,6 +40,7 @@ CATEGORIES = (
 SEVERITIES = ("critical", "error", "warning", "info")
 ENGINES = ("auto", "hyperscan", "literal")  # the prefilter: auto = hyperscan where installed
 TRACEBACK = "Traceback (most recent call last):"
+_NON_ASCII = re.compile(rb"[\x80-\xff]")
 
 _KEYS = {"name", "category", "severity", "patterns", "context_before", "context_after",
          "priority", "runbook", "exclude", "unless_after"}
@@ -98,7 +101,8 @@ class SignatureSet:
     """
 
     def __init__(self, signatures: Sequence[Signature], engine: str = "auto", *,
-                 compiled: Compiled | None = None) -> None:
+                 compiled: Compiled | None = None,
+                 anchors: tuple[str, ...] | None = None) -> None:
         if engine not in ENGINES:
             raise ValueError(f"unknown prefilter engine {engine!r} (one of {', '.join(ENGINES)})")
         self.signatures = tuple(signatures)
@@ -118,16 +122,18 @@ class SignatureSet:
             self._exact = list(compiled.exact) if self._hyperscan is not None \
                 else [False] * len(patterns)
         else:
-            self._build(patterns, engine)
+            self._build(patterns, engine, anchors)
         if engine == "hyperscan" and self._hyperscan is None:
             raise ValueError("the hyperscan prefilter is unavailable for these signatures")
         self.engine = "hyperscan" if self._hyperscan is not None else "literal"
         self.max_before = max((s.context_before for s in self.signatures), default=0)
 
-    def _build(self, patterns: tuple[str, ...], engine: str) -> None:
-        """Choose the anchors and compile Hyperscan (the slow part of loading)."""
+    def _build(self, patterns: tuple[str, ...], engine: str,
+               anchors: tuple[str, ...] | None) -> None:
+        """Choose the anchors (unless given: shipped.py) and compile Hyperscan."""
         # The traceback marker is an anchor too: the classifier must see where tracebacks start.
-        self.anchors = tuple(sorted(set(choose_anchors(patterns)) | {TRACEBACK}))
+        self.anchors = anchors if anchors is not None else tuple(
+            sorted(set(choose_anchors(patterns)) | {TRACEBACK}))
         self._exact = [is_exact(p) for p in patterns]
         self._hyperscan = (None if engine == "literal" or not patterns
                            else build_hyperscan_filter([*patterns, re.escape(TRACEBACK)],
@@ -221,14 +227,19 @@ class SignatureSet:
         """The lines of `block` that match a signature or start a traceback.
 
         One `(index, signature or None, starts_traceback)` per such line,
-        ascending; the signature is `match_line`'s answer. With Hyperscan an
-        ASCII block takes one scan whose match ids say which pattern matched,
-        so at most the matched patterns' own regexes run on a line (none where
-        the rewrite is exact): a crash storm costs what its matching lines
-        cost, not what all signatures cost on each of them.
+        ascending; the signature is `match_line`'s answer. With Hyperscan a
+        block takes one scan whose match ids say which pattern matched, so at
+        most the matched patterns' own regexes run on a line (none where the
+        rewrite is exact): a crash storm costs what its matching lines cost,
+        not what all signatures cost on each of them. Lines that are not
+        ASCII are answered by `match_line` (see `scan_bytes`).
         """
-        if self._hyperscan is not None and block.isascii():
-            return self._scan_ids(block)
+        if self._hyperscan is not None:
+            if block.isascii():
+                return [(i, sig, tb) for i, _, sig, tb in self._scan_ids(block)]
+            # Round-trips any str (lone surrogates too), so a line decodes back as it was.
+            found = self.scan_bytes(block.encode("utf-8", "surrogatepass"), "surrogatepass")
+            return [(i, sig, tb) for i, _, sig, tb in found or ()]
         indexes = self._literal_candidates(block)
         if not indexes:
             return []
@@ -242,9 +253,54 @@ class SignatureSet:
                 out.append((index, sig, tb))
         return out
 
-    def _scan_ids(self, block: str) -> list[tuple[int, Signature | None, bool]]:
+    def scan_bytes(self, data: bytes, errors: str = "replace"
+                   ) -> list[tuple[int, int, Signature | None, bool]] | None:
+        """`scan` over UTF-8 bytes, without decoding the lines that cannot match.
+
+        One `(index, offset, signature or None, starts_traceback)` per line
+        that matches or starts a traceback, ascending; `offset` is a byte
+        offset inside that line (the reader cuts the line out around it).
+        Each answer is what `match_line` says of the line decoded with
+        `errors`. Hyperscan scans the bytes as they are; its answers stand on
+        ASCII lines only (where its dialect and Python's agree), so each line
+        holding a byte above 0x7f is decoded and answered by `match_line`
+        instead. None without Hyperscan: decode the block and call `scan`.
+        """
+        if self._hyperscan is None:
+            return None
+        found = self._scan_ids(data)
+        if data.isascii():
+            return found
+        others = self._non_ascii_lines(data, errors)
+        skip = {index for index, _, _, _ in others}
+        merged = [hit for hit in found if hit[0] not in skip] + others
+        merged.sort(key=_first)
+        return merged
+
+    def _non_ascii_lines(self, data: bytes, errors: str
+                         ) -> list[tuple[int, int, Signature | None, bool]]:
+        """`scan_bytes`'s answers for the lines of `data` that are not ASCII, by `match_line`."""
+        out: list[tuple[int, int, Signature | None, bool]] = []
+        index = previous = position = 0
+        search = _NON_ASCII.search
+        while (found := search(data, position)) is not None:
+            start = data.rfind(b"\n", 0, found.start()) + 1
+            end = data.find(b"\n", found.start())
+            end = len(data) if end == -1 else end
+            index += data.count(b"\n", previous, start)
+            previous = position = start
+            line = data[start:end].decode("utf-8", errors)
+            sig = self.match_line(line) if self.has_anchor(line) else None
+            tb = TRACEBACK in line
+            if sig is not None or tb:
+                out.append((index, start, sig, tb))
+            position = end + 1
+        return out
+
+    def _scan_ids(self, block: str | bytes) -> list[tuple[int, int, Signature | None, bool]]:
+        """Hyperscan's answers: (line index, offset in the line, signature, starts traceback)."""
         assert self._hyperscan is not None
-        out: list[tuple[int, Signature | None, bool]] = []
+        out: list[tuple[int, int, Signature | None, bool]] = []
         tb_id, exact, rank = self._tb_id, self._exact, self._pattern_rank
         for index, at, ids in self._hyperscan.scan_ids(block):
             tb = tb_id in ids
@@ -253,22 +309,17 @@ class SignatureSet:
             sig = None
             line = None
             for pid in sorted(ids, key=rank.__getitem__) if len(ids) > 1 else ids:
-                if not exact[pid]:
+                if not exact[pid] or self._pattern_sig[pid].exclude:
                     if line is None:
-                        end = block.find("\n", at)
-                        line = block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
-                    if self._pattern_re[pid].search(line) is None:
+                        line = _line_at(block, at)
+                    if not exact[pid] and self._pattern_re[pid].search(line) is None:
                         continue
-                if self._pattern_sig[pid].exclude:
-                    if line is None:
-                        end = block.find("\n", at)
-                        line = block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
                     if self.excluded(self._pattern_sig[pid], line):
                         continue
                 sig = self._pattern_sig[pid]
                 break
             if sig is not None or tb:
-                out.append((index, sig, tb))
+                out.append((index, at, sig, tb))
         return out
 
     def has_anchor(self, line: str) -> bool:
@@ -307,11 +358,27 @@ class SignatureSet:
         return indexes
 
 
+def _first(hit: tuple[int, int, Signature | None, bool]) -> int:
+    return hit[0]
+
+
+def _line_at(block: str | bytes, at: int) -> str:
+    """The line of `block` holding offset `at` (an ASCII line, when `block` is bytes)."""
+    if isinstance(block, str):
+        end = block.find("\n", at)
+        return block[block.rfind("\n", 0, at) + 1:None if end == -1 else end]
+    end = block.find(b"\n", at)
+    return block[block.rfind(b"\n", 0, at) + 1:None if end == -1 else end].decode(
+        "utf-8", "replace")
+
+
 def load_signature_file(path: str | Path) -> SignatureSet:
     """Load, validate and compile a signature file; raise SignatureFileError with every problem.
 
     A file compiled before (same bytes, same Sentinel) comes from the on-disk
-    cache (`sigcache.py`) without choosing anchors or compiling Hyperscan again.
+    cache (`sigcache.py`) without choosing anchors or compiling Hyperscan again;
+    else the bundled file's signatures and anchors come from its shipped
+    compilation (`shipped.py`) and only Hyperscan is compiled.
     """
     name = str(path)
     try:
@@ -326,9 +393,39 @@ def load_signature_file(path: str | Path) -> SignatureSet:
             return _decode(blob)
         except (ValueError, KeyError, TypeError) as exc:
             log.info("signature cache entry %s unusable (%s); compiling", key, exc)
-    sigset = SignatureSet(parse_signatures(text, name))
+    sigset = _from_shipped(path, raw)
+    if sigset is None:
+        sigset = SignatureSet(parse_signatures(text, name))
     sigcache.write(key, _encode(sigset))
     return sigset
+
+
+def _from_shipped(path: str | Path, raw: bytes) -> SignatureSet | None:
+    """The set built from the shipped signatures and anchors of these bytes, or None."""
+    doc = shipped.read(path, raw)
+    if doc is None:
+        return None
+    try:
+        return SignatureSet(signatures_from_dicts(doc["signatures"]),
+                            anchors=tuple(str(a) for a in doc["anchors"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        log.info("shipped signature compilation unusable (%s); compiling", exc)
+        return None
+
+
+def signature_dicts(signatures: Sequence[Signature]) -> list[dict[str, Any]]:
+    """Signatures as JSON-ready dicts (`signatures_from_dicts` reads them back)."""
+    return [dataclasses.asdict(s) for s in signatures]
+
+
+def signatures_from_dicts(items: Sequence[dict[str, Any]]) -> list[Signature]:
+    """The signatures `signature_dicts` wrote (lists become tuples again)."""
+    out = []
+    for item in items:
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in item.items()}
+        out.append(Signature(**fields))
+    return out
 
 
 # The modules whose code decides what a signature file compiles to.
@@ -340,7 +437,7 @@ def _encode(sigset: SignatureSet) -> bytes:
     """A cache blob: a length, the JSON of the signatures and anchors, the Hyperscan bytes."""
     compiled = sigset.compiled()
     head = json.dumps({
-        "signatures": [dataclasses.asdict(s) for s in sigset.signatures],
+        "signatures": signature_dicts(sigset.signatures),
         "anchors": list(compiled.anchors), "exact": list(compiled.exact),
         "hyperscan": compiled.hyperscan is not None,
     }).encode()
@@ -350,10 +447,7 @@ def _encode(sigset: SignatureSet) -> bytes:
 def _decode(blob: bytes) -> SignatureSet:
     size = int.from_bytes(blob[:8], "big")
     head = json.loads(blob[8:8 + size])
-    fields: list[dict[str, Any]] = [
-        {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
-        for d in head["signatures"]]
-    sigs = [Signature(**f) for f in fields]
+    sigs = signatures_from_dicts(head["signatures"])
     db = blob[8 + size:] if head["hyperscan"] else None
     compiled = Compiled(tuple(head["anchors"]), tuple(bool(e) for e in head["exact"]), db)
     return SignatureSet(sigs, compiled=compiled)
@@ -361,6 +455,8 @@ def _decode(blob: bytes) -> SignatureSet:
 
 def parse_signatures(text: str, filename: str = "<signatures>") -> list[Signature]:
     """Validate the YAML text of a signature file; raise SignatureFileError listing all problems."""
+    from sentinel.config.yamlpos import YamlSyntaxError, load_positioned
+
     try:
         doc = load_positioned(text)
     except YamlSyntaxError as exc:
