@@ -53,6 +53,23 @@ HANG_GRACE_S = 10.0
 MIN_BACKOFF_S = 0.2
 MAX_BACKOFF_S = 10.0
 STABLE_S = 30.0
+# `collect_workers: auto` turns workers on from this many static targets (bench/fleet.py:
+# below it the daemon alone scrapes on time, and the pipes would only add CPU).
+AUTO_MIN_TARGETS = 1500
+
+
+def workers_for(setting: int | str, targets: int, cores: int | None = None) -> int:
+    """How many collect workers `collect_workers` asks for with `targets` static targets.
+
+    1 means none: the daemon scrapes in its own process. `auto` is one per
+    core (those this process may run on) from AUTO_MIN_TARGETS targets on.
+    """
+    if isinstance(setting, int):
+        return setting
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+    return cores if cores > 1 and targets >= AUTO_MIN_TARGETS else 1
 
 
 @dataclass(eq=False)
@@ -163,6 +180,12 @@ class ProcessScraper:
     def pids(self) -> list[int]:
         """Process ids of the live workers."""
         return [w.proc.pid for w in self._workers if w is not None and w.alive]
+
+    def holds(self, name: str, pid: int) -> bool:
+        """Whether worker `pid` has a scrape of target `name` in flight (for tests)."""
+        state = self._states.get(name)
+        w = self._workers[state.worker] if state is not None else None
+        return w is not None and w.proc.pid == pid and bool(w.pending)
 
     def close(self) -> None:
         """Close the workers' pipes (they exit), kill any that linger; idempotent."""
