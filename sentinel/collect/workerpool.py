@@ -17,11 +17,14 @@ What stays as with the in-process `Scraper`: `up`, `scrape_duration_seconds`
 failed scrape and for a forgotten or redefined target; limits; the filter
 (re-sent when the rules change).
 
-A worker that dies (or stops answering for the scrape timeout plus
-HANG_GRACE_S) is killed and restarted with a backoff; its scrapes in flight
-and those due while it restarts did not happen: each is counted as a missed
-scrape (`on_missed`), not as the target failing, and the restart is
-counted (`on_restart`). Nothing waits on a dead worker.
+A worker that dies is restarted with a backoff; one with scrapes in flight
+that has sent nothing for HANG_S is killed and restarted. Its scrapes in
+flight and those due while it restarts did not happen: each is counted as
+a missed scrape (`on_missed`), not as the target failing, and the restart
+is counted (`on_restart`). Nothing waits on a dead worker: a scrape whose
+answer has not come HANG_GRACE_S past its timeout is counted missed too
+(a late answer is dropped), without killing the worker, because on a
+starved machine the answer may simply be waiting unread in the pipe.
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ from sentinel.store.memory import MemoryStore, StoreFullError
 
 log = logging.getLogger(__name__)
 
-# How long past its scrape timeout a worker may take to answer before it is called hung.
+# How long past its scrape timeout an answer may come before the scrape is counted missed.
 HANG_GRACE_S = 10.0
+# A worker with work in flight that sent nothing for this long is hung: killed, restarted.
+HANG_S = 60.0
+WATCH_S = 5.0
 # Restart backoff of a worker that dies soon after it started: doubling, bounded.
 MIN_BACKOFF_S = 0.2
 MAX_BACKOFF_S = 10.0
@@ -101,6 +107,7 @@ class _Worker:
     targets: dict[int, ScrapeTarget] = field(default_factory=dict)  # as last sent
     filter_version: int = -1
     alive: bool = True
+    heard: float = 0.0  # the loop's time of its last message (or of its start)
 
     def send(self, message: tuple[object, ...]) -> None:
         stdin = self.proc.stdin
@@ -134,6 +141,7 @@ class ProcessScraper:
         on_restart: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        hang_s: float = HANG_S, grace_s: float = HANG_GRACE_S,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")
@@ -141,6 +149,9 @@ class ProcessScraper:
         self.io = io
         self.size = workers
         self.max_body_bytes = max_body_bytes
+        self.hang_s = hang_s
+        self.grace_s = grace_s
+        self._watch_s = min(WATCH_S, hang_s / 2)
         self._on_missed = on_missed
         self._on_restart = on_restart
         self._clock = clock
@@ -163,6 +174,31 @@ class ProcessScraper:
 
     async def _spawn_all(self) -> None:
         await asyncio.gather(*(self._spawn(i) for i in range(self.size)))
+        loop = asyncio.get_running_loop()
+        loop.call_later(self._watch_s, self._watch, loop.time() + self._watch_s)
+
+    def _watch(self, due: float) -> None:
+        """Kill a worker that holds scrapes and has been silent for HANG_S (it is hung).
+
+        Skipped when this check itself ran late: then the loop, not the
+        worker, was stuck, and the worker's answers may be unread in the pipe.
+        """
+        if self._closing:
+            return
+        loop = self.io.loop
+        now = loop.time()
+        if now - due < 1.0:
+            for w in self._workers:
+                if w is not None and w.alive and w.pending and now - w.heard > self.hang_s:
+                    log.warning("collect worker %d sent nothing for %.0fs with %d scrapes in "
+                                "flight: killing it", w.index, now - w.heard, len(w.pending))
+                    with contextlib.suppress(ProcessLookupError):
+                        w.proc.kill()
+        else:  # the loop was late: give every worker the benefit of the doubt
+            for w in self._workers:
+                if w is not None:
+                    w.heard = max(w.heard, now - self._watch_s)
+        loop.call_later(self._watch_s, self._watch, now + self._watch_s)
 
     async def _spawn(self, index: int) -> None:
         env = dict(os.environ)
@@ -172,9 +208,10 @@ class ProcessScraper:
             sys.executable, "-m", "sentinel.collect.collectworker", str(self.max_body_bytes),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
             limit=2**24)
-        worker = _Worker(index, proc, _Labels(self.store), self._clock())
+        loop = asyncio.get_running_loop()
+        worker = _Worker(index, proc, _Labels(self.store), self._clock(), heard=loop.time())
         self._workers[index] = worker
-        asyncio.get_running_loop().create_task(self._read(worker))
+        loop.create_task(self._read(worker))
         log.debug("collect worker %d started (pid %d)", index, proc.pid)
 
     def pids(self) -> list[int]:
@@ -221,6 +258,7 @@ class ProcessScraper:
         try:
             while True:
                 message = await read_message(w.proc.stdout)
+                w.heard = self.io.loop.time()
                 kind = message[0]
                 if kind == "result":
                     _, seq, generation, outcome = message
@@ -288,18 +326,17 @@ class ProcessScraper:
             return self._missed(target, start)
         self._sync(w, state)
         seq = next(self._seqs)
-        fut = w.pending[seq] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if not w.pending:  # an idle worker's silence so far says nothing about a hang
+            w.heard = loop.time()
+        fut = w.pending[seq] = loop.create_future()
         w.send(("scrape", state.key, seq, now_ms))
         try:
-            answer = await asyncio.wait_for(fut, target.timeout_ms / 1000 + HANG_GRACE_S)
-        except TimeoutError:
-            log.warning("collect worker %d did not answer a scrape of %s: killing it",
-                        w.index, target.name)
-            with contextlib.suppress(ProcessLookupError):
-                w.proc.kill()
+            answer = await asyncio.wait_for(fut, target.timeout_ms / 1000 + self.grace_s)
+        except TimeoutError:  # still pending: the hang watch counts it (`_watch`)
+            log.debug("collect worker %d did not answer a scrape of %s in time",
+                      w.index, target.name)
             return self._missed(target, start)
-        finally:
-            w.pending.pop(seq, None)
         if answer is None or self._states.get(target.name) is not state:
             return self._missed(target, start)  # the worker died, or the target went
         with state.lock:

@@ -1,0 +1,89 @@
+"""Collect workers (sentinel/collect/workerpool.py): a hung worker, rule changes, `auto`.
+
+The scrape semantics themselves (staleness, limits, failures) run against both
+the in-process scraper and two workers in tests/test_scrape.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+from fixtures_e2e import wait_for
+from test_scrape import Target, _series, _target, _values
+
+from sentinel.collect.ioloop import IOLoop
+from sentinel.collect.workerpool import AUTO_MIN_TARGETS, ProcessScraper, workers_for
+from sentinel.store.memory import MemoryStore, SeriesFilter
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def target() -> Iterator[Target]:
+    t = Target()
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def io() -> Iterator[IOLoop]:
+    loop = IOLoop("test-pool").start()
+    yield loop
+    loop.stop()
+
+
+def test_a_hung_worker_is_killed_restarted_and_its_scrape_counted_missed(target, io):
+    store = MemoryStore()
+    missed: list[tuple[str, int]] = []
+    pool = ProcessScraper(store, io, 1, on_missed=lambda name, n: missed.append((name, n)),
+                          hang_s=1.0, grace_s=0.5).start()
+    try:
+        target.serve(b"a 1\n")
+        t = _target(target, timeout_ms=500)
+        assert pool.scrape(t, 1_000).up
+        [pid] = pool.pids()
+        os.kill(pid, signal.SIGSTOP)  # alive, but it answers nothing
+        result = pool.scrape(t, 2_000)
+        assert result.missed and not result.up and missed == [("vllm-0", 1)]
+        wait_for(lambda: pool.restarts == 1 and pool.pids() not in ([], [pid]), 30,
+                 "the hung worker killed and a new one started")
+        target.serve(b"a 2\n")
+        assert pool.scrape(t, 3_000).up
+        # The missed scrape wrote nothing: neither a value nor up 0 at 2,000.
+        assert _values(store, "a") == [(1_000, 1.0), (3_000, 2.0)]
+        assert [v for _, v in _values(store, "up")] == [1.0, 1.0]
+    finally:
+        pool.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_rules_change_reaches_the_workers(target, io):
+    store = MemoryStore()
+    store.set_filter(SeriesFilter(frozenset({"a"})))
+    pool = ProcessScraper(store, io, 2).start()
+    try:
+        target.serve(b'a 1\nb{x="1"} 2\n')
+        t = _target(target)
+        result = pool.scrape(t, 1_000)
+        assert result.up and result.samples == 2 and result.dropped == 1
+        assert _series(store, "b") == []
+        store.set_filter(SeriesFilter(frozenset({"a", "b"})))  # a reload added a rule
+        assert pool.scrape(t, 2_000).dropped == 0
+        assert _values(store, "b", x="1") == [(2_000, 2.0)]
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize(("setting", "targets", "cores", "expected"), [
+    (1, 10_000, 8, 1),  # as configured
+    (3, 10, 1, 3),
+    ("auto", AUTO_MIN_TARGETS - 1, 8, 1),  # a small fleet: one process is cheaper
+    ("auto", AUTO_MIN_TARGETS, 8, 8),  # one per core
+    ("auto", 10_000, 1, 1),  # one core: nothing to gain
+])
+def test_workers_for(setting, targets, cores, expected):
+    assert workers_for(setting, targets, cores) == expected
