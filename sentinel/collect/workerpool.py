@@ -103,7 +103,10 @@ class _Worker:
     proc: asyncio.subprocess.Process
     table: _Labels
     started: float
-    pending: dict[int, asyncio.Future[tuple[int, Outcome] | None]] = field(default_factory=dict)
+    # seq -> (the waiting scrape, when it stops waiting). Kept after it gave up, until
+    # the answer comes: the hang watch counts what the worker still owes.
+    pending: dict[int, tuple[asyncio.Future[tuple[int, Outcome] | None], float]] = field(
+        default_factory=dict)
     targets: dict[int, ScrapeTarget] = field(default_factory=dict)  # as last sent
     filter_version: int = -1
     alive: bool = True
@@ -151,7 +154,7 @@ class ProcessScraper:
         self.max_body_bytes = max_body_bytes
         self.hang_s = hang_s
         self.grace_s = grace_s
-        self._watch_s = min(WATCH_S, hang_s / 2)
+        self._watch_s = min(WATCH_S, hang_s / 2, grace_s)
         self._on_missed = on_missed
         self._on_restart = on_restart
         self._clock = clock
@@ -187,6 +190,10 @@ class ProcessScraper:
             return
         loop = self.io.loop
         now = loop.time()
+        for w in self._workers:  # answers that did not come in time: those scrapes are missed
+            for fut, deadline in list(w.pending.values()) if w is not None else ():
+                if deadline < now and not fut.done():
+                    fut.set_result(None)
         if now - due < 1.0:
             for w in self._workers:
                 if w is not None and w.alive and w.pending and now - w.heard > self.hang_s:
@@ -262,9 +269,9 @@ class ProcessScraper:
                 kind = message[0]
                 if kind == "result":
                     _, seq, generation, outcome = message
-                    fut = w.pending.pop(seq, None)  # type: ignore[call-overload]
-                    if fut is not None and not fut.done():
-                        fut.set_result((generation, outcome))
+                    entry = w.pending.pop(seq, None)  # type: ignore[call-overload]
+                    if entry is not None and not entry[0].done():
+                        entry[0].set_result((generation, outcome))
                 elif kind == "labels":
                     _, generation, first, labels = message
                     w.table.add(generation, first, labels)  # type: ignore[arg-type]
@@ -281,7 +288,7 @@ class ProcessScraper:
         if not w.alive:
             return
         w.alive = False
-        for fut in w.pending.values():
+        for fut, _ in w.pending.values():
             if not fut.done():
                 fut.set_result(None)
         w.pending.clear()
@@ -329,14 +336,11 @@ class ProcessScraper:
         loop = asyncio.get_running_loop()
         if not w.pending:  # an idle worker's silence so far says nothing about a hang
             w.heard = loop.time()
-        fut = w.pending[seq] = loop.create_future()
+        # No timer per scrape: the watch (`_watch`) ends a wait past its deadline.
+        fut: asyncio.Future[tuple[int, Outcome] | None] = loop.create_future()
+        w.pending[seq] = (fut, loop.time() + target.timeout_ms / 1000 + self.grace_s)
         w.send(("scrape", state.key, seq, now_ms))
-        try:
-            answer = await asyncio.wait_for(fut, target.timeout_ms / 1000 + self.grace_s)
-        except TimeoutError:  # still pending: the hang watch counts it (`_watch`)
-            log.debug("collect worker %d did not answer a scrape of %s in time",
-                      w.index, target.name)
-            return self._missed(target, start)
+        answer = await fut
         if answer is None or self._states.get(target.name) is not state:
             return self._missed(target, start)  # the worker died, or the target went
         with state.lock:
