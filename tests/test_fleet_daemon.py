@@ -19,7 +19,7 @@ from sentinel.collect.workerpool import ProcessScraper
 from sentinel.config import load_config
 from sentinel.config.model import DEFAULT_SAMPLE_LIMIT
 from sentinel.daemon.app import App
-from sentinel.model import METRIC_NAME, label_value
+from sentinel.model import METRIC_NAME, is_stale, label_value
 from sentinel.paths import bundled_dir
 from sentinel.rules.manager import RuleManager
 from sentinel.store import Matcher
@@ -200,6 +200,35 @@ def test_limits_fail_only_their_targets_scrape(tmp_path, pages, caplog, workers)
         assert ("scrape of wide failed: label_limit exceeded (metric: wide, number of labels: 7, "
                 "limit: 6)") in text
         assert text.count("scrape of big failed") == 1  # logged when the reason changes
+    finally:
+        app.stop(2)
+
+
+@WORKERS
+def test_reload_ends_a_removed_targets_series_and_scrapes_an_added_one(
+        tmp_path, pages, workers):
+    (tmp_path / "rules.yaml").write_text("groups:\n  - name: g\n    rules:\n"
+                                         "      - alert: A\n        expr: load > 5\n")
+    every = "scrape_interval: 200ms, scrape_timeout: 200ms"
+    targets = [f"name: {t}, metrics_path: /small, {every}" for t in ("a", "b")]
+    cfg = _config(tmp_path, pages.url, targets, ["rules.yaml"], workers=workers)
+    app = App(load_config(cfg), loader=lambda: load_config(cfg))
+    app.start()
+    try:
+        wait_for(lambda: len(_ups(app, "a")) >= 2 and len(_ups(app, "b")) >= 2, 20,
+                 "two scrapes of a and b")
+        _config(tmp_path, pages.url, [targets[0], f"name: c, metrics_path: /small, {every}"],
+                ["rules.yaml"], workers=workers)
+        assert app.reload()
+        wait_for(lambda: len(_ups(app, "c")) >= 2, 20, "two scrapes of the added target")
+        assert app.pipeline is not None
+        for name in ("load", "up"):  # b's series ended with a staleness marker
+            [series] = app.pipeline.store.select(
+                [Matcher(METRIC_NAME, "=", name), Matcher("target", "=", "b")], 0, 2**62)
+            assert is_stale(series.vs[-1]), name
+        n_b = len(_ups(app, "b"))
+        wait_for(lambda: len(_ups(app, "c")) >= 4, 20, "more scrapes of c")
+        assert len(_ups(app, "b")) == n_b  # b is no longer scraped
     finally:
         app.stop(2)
 
