@@ -15,7 +15,7 @@ from fixtures_e2e import wait_for
 from test_scrape import Target, _series, _target, _values
 
 from sentinel.collect.ioloop import IOLoop
-from sentinel.collect.workerpool import AUTO_MIN_TARGETS, ProcessScraper, workers_for
+from sentinel.collect.workerpool import AUTO_MIN_SCRAPES_PER_S, ProcessScraper, workers_for
 from sentinel.store.memory import MemoryStore, SeriesFilter
 
 pytestmark = pytest.mark.integration
@@ -78,12 +78,12 @@ def test_a_rules_change_reaches_the_workers(target, io):
         pool.close()
 
 
-@pytest.mark.parametrize(("setting", "targets", "cores", "expected"), [
-    (1, 10_000, 8, 1),  # as configured
-    (3, 10, 1, 3),
-    ("auto", AUTO_MIN_TARGETS - 1, 8, 1),  # a small fleet: one process is cheaper
-    ("auto", AUTO_MIN_TARGETS, 8, 8),  # one per core
-    ("auto", 10_000, 1, 1),  # one core: nothing to gain
+@pytest.mark.parametrize(("setting", "rate", "cores", "expected"), [
+    (1, 2_000.0, 8, 1),  # as configured
+    (3, 2.0, 1, 3),
+    ("auto", 400.0, 8, 1),  # 2,000 targets at 5 s: one process does it for less
+    ("auto", AUTO_MIN_SCRAPES_PER_S, 8, 8),  # one per core
+    ("auto", 1_000.0, 1, 1),  # one core: nothing to gain
 ])
-def test_workers_for(setting, targets, cores, expected):
-    assert workers_for(setting, targets, cores) == expected
+def test_workers_for(setting, rate, cores, expected):
+    assert workers_for(setting, rate, cores) == expected

@@ -580,7 +580,9 @@ class App:
     def _collector(self, cfg: Config, store: MemoryStore) -> Scraper | ProcessScraper:
         """Scrapes in this process, or through `collect_workers` worker processes."""
         assert self.io is not None
-        n = workers_for(cfg.collect_workers, len(cfg.targets))
+        rate = sum(1000 / t.scrape_interval_ms for t in self.query.scraped_targets(cfg.targets)) \
+            if self.query is not None else 0.0
+        n = workers_for(cfg.collect_workers, rate)
         if n <= 1:
             return Scraper(store, io=self.io)
         self.metrics.collect_workers.set(n)
