@@ -474,7 +474,8 @@ NAMES = {
 
 def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
             work: Path, probes: bool = False, settle_s: float = 5.0,
-            canary_cap: int = 0, cpus: set[int] | None = None, workers: str = "") -> Result:
+            canary_cap: int = 0, cpus: set[int] | None = None, workers: str = "",
+            startup_s: float = 120.0) -> Result:
     """Run one system against the fleet and measure it (see the module docstring)."""
     n = len(fleet.ports)
     listen = free_port()
@@ -489,7 +490,8 @@ def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             preexec_fn=functools.partial(_prepare, cpus))
     try:
-        hit_all = _wait(lambda: fleet.counts()["hit"] >= n or proc.poll() is not None, 120)
+        hit_all = _wait(lambda: fleet.counts()["hit"] >= n or proc.poll() is not None,
+                        startup_s)
         res.startup_s = time.monotonic() - t0
         res.startup_cpu_s = cpu_s(proc.pid)
         if proc.poll() is not None or not hit_all:
@@ -699,6 +701,8 @@ def main() -> None:
                     help="Sentinel's collect_workers (auto or a number; default: its default)")
     ap.add_argument("--pairs", type=int, default=1,
                     help="Sentinel/Prometheus pairs, interleaved (the order alternates)")
+    ap.add_argument("--startup-timeout", type=float, default=120.0,
+                    help="seconds a system may take to scrape every target once")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -730,7 +734,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix=f"fleet-{system}-") as tmp:
                 results.append(measure(system, fleet, args.seconds, args.py_spy, Path(tmp),
                                        probes, args.settle, args.canary_cap, system_cpus,
-                                       args.workers))
+                                       args.workers, args.startup_timeout))
                 time.sleep(2)
     finally:
         fleet.stop()
