@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import itertools
 import os
+import pickle
 import signal
+import time
 from collections.abc import Iterator
 
 import pytest
 from fixtures_e2e import wait_for
 from test_scrape import Target, _series, _target, _values
 
+from sentinel.collect.collectworker import EXPIRED, Worker
 from sentinel.collect.ioloop import IOLoop
+from sentinel.collect.scrape import ScrapeTarget
 from sentinel.collect.workerpool import AUTO_MIN_SCRAPES_PER_S, ProcessScraper, workers_for
 from sentinel.store.memory import MemoryStore, SeriesFilter
 
@@ -82,6 +86,22 @@ def test_a_rules_change_reaches_the_workers(target, io):
         assert _values(store, "b", x="1") == [(2_000, 2.0)]
     finally:
         pool.close()
+
+
+def test_a_request_read_after_its_deadline_is_answered_without_a_scrape():
+    class Pipe:
+        frames: list[bytes] = []
+
+        def write(self, data: bytes) -> None:
+            self.frames.append(data)
+
+    out = Pipe()
+    worker = Worker(out, 1_000_000)  # type: ignore[arg-type]
+    worker.handle(("target", 0, ScrapeTarget("t", "http://127.0.0.1:1")))
+    worker.handle(("scrape", 0, 7, 1_000, int(time.time() * 1000) - 1))
+    assert not worker.tasks  # nothing scheduled
+    [answer] = out.frames
+    assert pickle.loads(answer[4:]) == ("result", 7, 0, EXPIRED)
 
 
 @pytest.mark.parametrize(("setting", "rate", "cores", "expected"), [

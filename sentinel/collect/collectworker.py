@@ -40,6 +40,8 @@ from sentinel.collect.workerwire import Outcome, filter_from, frame, read_messag
 from sentinel.store.memory import MemoryStore
 
 log = logging.getLogger("sentinel.collect.worker")
+# The answer to a scrape read after its deadline (the daemon counts it missed).
+EXPIRED = Outcome(False, 0.0, 0, 0, None, None, 0, expired=True)
 
 
 class Worker:
@@ -59,7 +61,12 @@ class Worker:
         """Act on one message from the daemon."""
         kind = message[0]
         if kind == "scrape":
-            _, key, seq, now_ms = message
+            _, key, seq, now_ms, deadline_ms = message
+            if time.time() * 1000 > deadline_ms:  # type: ignore[operator]
+                # Read after its deadline (this worker was starved): the daemon has
+                # stopped waiting, so scraping now would only deepen the backlog.
+                self.out.write(frame(("result", seq, self.generation, EXPIRED)))
+                return
             task = asyncio.get_running_loop().create_task(self.scrape(key, seq, now_ms))  # type: ignore[arg-type]
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)

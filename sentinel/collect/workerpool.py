@@ -51,10 +51,10 @@ from sentinel.store.memory import MemoryStore, StoreFullError
 log = logging.getLogger(__name__)
 
 # How long past its scrape timeout an answer may come before the scrape is counted missed.
-HANG_GRACE_S = 10.0
+HANG_GRACE_S = 2.0
 # A worker with work in flight that sent nothing for this long is hung: killed, restarted.
 HANG_S = 60.0
-WATCH_S = 5.0
+WATCH_S = 1.0
 # Restart backoff of a worker that dies soon after it started: doubling, bounded.
 MIN_BACKOFF_S = 0.2
 MAX_BACKOFF_S = 10.0
@@ -254,12 +254,15 @@ class ProcessScraper:
         for w in live:
             assert w.proc.stdin is not None
             w.proc.stdin.close()
-        for w in live:
-            try:
-                await asyncio.wait_for(w.proc.wait(), 5)
-            except TimeoutError:
-                w.proc.kill()
-                await w.proc.wait()
+        if live:  # all at once: a stopping daemon waits 5 s at most, not 5 s a worker
+            _, late = await asyncio.wait([asyncio.ensure_future(w.proc.wait()) for w in live],
+                                         timeout=5)
+            for w in live:
+                if w.proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        w.proc.kill()
+            if late:
+                await asyncio.wait(late, timeout=5)
 
     # -- the pipe from a worker ---------------------------------------------
 
@@ -342,10 +345,10 @@ class ProcessScraper:
         # No timer per scrape: the watch (`_watch`) ends a wait past its deadline.
         fut: asyncio.Future[tuple[int, Outcome] | None] = loop.create_future()
         w.pending[seq] = (fut, loop.time() + target.timeout_ms / 1000 + self.grace_s)
-        w.send(("scrape", state.key, seq, now_ms))
+        w.send(("scrape", state.key, seq, now_ms, int(time.time() * 1000) + target.timeout_ms))
         answer = await fut
-        if answer is None or self._states.get(target.name) is not state:
-            return self._missed(target, start)  # the worker died, or the target went
+        if answer is None or answer[1].expired or self._states.get(target.name) is not state:
+            return self._missed(target, start)  # the worker died or was late, or the target went
         with state.lock:
             return self._finish(state, w, answer[0], answer[1], now_ms)
 

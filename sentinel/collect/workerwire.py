@@ -11,7 +11,9 @@ Daemon → worker:
   (`MemoryStore`'s `SeriesFilter` as plain data; matchers as
   `(name, op, value)` triples).
 - `("target", key, ScrapeTarget)`: define (or redefine) target `key`.
-- `("scrape", key, seq, now_ms)`: scrape it now; answer with `seq`.
+- `("scrape", key, seq, now_ms, deadline_ms)`: scrape it now; answer with
+  `seq`. Read after `deadline_ms` (wall clock), it is answered `expired`
+  without a scrape.
 - `("forget", key)`: close its connection and drop it.
 
 Worker → daemon:
@@ -56,6 +58,7 @@ class Outcome:
     slots: bytes = b""
     values: bytes = b""
     stamped: tuple[tuple[int, int, float], ...] = ()
+    expired: bool = False  # not scraped: the request was read after its deadline
 
 
 def frame(message: tuple[object, ...]) -> bytes:
