@@ -168,6 +168,7 @@ async def serve(max_body_bytes: int) -> None:
     """Read messages until the pipe closes; then close every connection and return."""
     reader, writer = await _pipes()
     worker = Worker(writer, max_body_bytes)
+    writer.write(frame(("ready",)))
     try:
         while True:
             try:

@@ -55,6 +55,7 @@ HANG_GRACE_S = 2.0
 # A worker with work in flight that sent nothing for this long is hung: killed, restarted.
 HANG_S = 60.0
 WATCH_S = 1.0
+READY_S = 60.0  # a worker's start-up (interpreter and imports), generous on a loaded host
 # Restart backoff of a worker that dies soon after it started: doubling, bounded.
 MIN_BACKOFF_S = 0.2
 MAX_BACKOFF_S = 10.0
@@ -220,6 +221,13 @@ class ProcessScraper:
             limit=2**24)
         loop = asyncio.get_running_loop()
         worker = _Worker(index, proc, _Labels(self.store), self._clock(), heard=loop.time())
+        assert proc.stdout is not None
+        try:  # its imports done and its pipes open: scrapes sent now are read at once
+            ready = await asyncio.wait_for(read_message(proc.stdout), READY_S)
+        except (TimeoutError, asyncio.IncompleteReadError, ValueError):
+            ready = ()
+        if ready != ("ready",):
+            log.warning("collect worker %d did not start (pid %d)", index, proc.pid)
         self._workers[index] = worker
         loop.create_task(self._read(worker))
         log.debug("collect worker %d started (pid %d)", index, proc.pid)
@@ -345,7 +353,9 @@ class ProcessScraper:
         # No timer per scrape: the watch (`_watch`) ends a wait past its deadline.
         fut: asyncio.Future[tuple[int, Outcome] | None] = loop.create_future()
         w.pending[seq] = (fut, loop.time() + target.timeout_ms / 1000 + self.grace_s)
-        w.send(("scrape", state.key, seq, now_ms, int(time.time() * 1000) + target.timeout_ms))
+        # The worker drops it unscraped if it reads it after this wait has ended.
+        give_up_ms = int((time.time() + self.grace_s) * 1000) + target.timeout_ms
+        w.send(("scrape", state.key, seq, now_ms, give_up_ms))
         answer = await fut
         if answer is None or answer[1].expired or self._states.get(target.name) is not state:
             return self._missed(target, start)  # the worker died or was late, or the target went

@@ -18,6 +18,7 @@ Daemon → worker:
 
 Worker → daemon:
 
+- `("ready",)`: first, once its imports are done and its pipes open.
 - `("labels", generation, first, [labels, ...])`: the scraped label sets of
   the worker's new series slots `first`, `first + 1`, … in its parse cache
   `generation` (a new generation starts the table over). Sent before the
