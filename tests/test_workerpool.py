@@ -44,7 +44,7 @@ def test_a_hung_worker_is_killed_restarted_and_its_scrape_counted_missed(target,
     store = MemoryStore()
     missed: list[tuple[str, int]] = []
     pool = ProcessScraper(store, io, 1, on_missed=lambda name, n: missed.append((name, n)),
-                          hang_s=1.0, grace_s=1.0).start()
+                          hang_s=1.0).start()
     times = itertools.count(1_000, 1_000)
     try:
         target.serve(b"a 1\n")

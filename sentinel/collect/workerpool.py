@@ -21,10 +21,9 @@ A worker that dies is restarted with a backoff; one with scrapes in flight
 that has sent nothing for HANG_S is killed and restarted. Its scrapes in
 flight and those due while it restarts did not happen: each is counted as
 a missed scrape (`on_missed`), not as the target failing, and the restart
-is counted (`on_restart`). Nothing waits on a dead worker: a scrape whose
-answer has not come HANG_GRACE_S past its timeout is counted missed too
-(a late answer is dropped), without killing the worker, because on a
-starved machine the answer may simply be waiting unread in the pipe.
+is counted (`on_restart`). Nothing waits on a dead worker. A request the
+worker reads a whole interval late (it was starved of CPU) is answered
+`expired` without a scrape, and counted missed too.
 """
 
 from __future__ import annotations
@@ -50,8 +49,6 @@ from sentinel.store.memory import MemoryStore, StoreFullError
 
 log = logging.getLogger(__name__)
 
-# How long past its scrape timeout an answer may come before the scrape is counted missed.
-HANG_GRACE_S = 2.0
 # A worker with work in flight that sent nothing for this long is hung: killed, restarted.
 HANG_S = 60.0
 WATCH_S = 1.0
@@ -148,7 +145,7 @@ class ProcessScraper:
         on_restart: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        hang_s: float = HANG_S, grace_s: float = HANG_GRACE_S,
+        hang_s: float = HANG_S,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")
@@ -157,8 +154,7 @@ class ProcessScraper:
         self.size = workers
         self.max_body_bytes = max_body_bytes
         self.hang_s = hang_s
-        self.grace_s = grace_s
-        self._watch_s = min(WATCH_S, hang_s / 2, grace_s)
+        self._watch_s = min(WATCH_S, hang_s / 2)
         self._on_missed = on_missed
         self._on_restart = on_restart
         self._clock = clock
@@ -194,10 +190,6 @@ class ProcessScraper:
             return
         loop = self.io.loop
         now = loop.time()
-        for w in self._workers:  # answers that did not come in time: those scrapes are missed
-            for fut, deadline in list(w.pending.values()) if w is not None else ():
-                if deadline < now and not fut.done():
-                    fut.set_result(None)
         if now - due < 1.0:
             for w in self._workers:
                 if w is not None and w.alive and w.pending and now - w.heard > self.hang_s:
@@ -350,11 +342,15 @@ class ProcessScraper:
         loop = asyncio.get_running_loop()
         if not w.pending:  # an idle worker's silence so far says nothing about a hang
             w.heard = loop.time()
-        # No timer per scrape: the watch (`_watch`) ends a wait past its deadline.
+        # No deadline here, as for a scrape in process: the worker's fetch has its timeout,
+        # the schedule counts the runs due while this one lasts as missed, and the watch
+        # (`_watch`) ends the wait if the worker is lost or hangs. An answer that waited
+        # in the pipe (a starved daemon) is still a good sample at `now_ms`.
         fut: asyncio.Future[tuple[int, Outcome] | None] = loop.create_future()
-        w.pending[seq] = (fut, loop.time() + target.timeout_ms / 1000 + self.grace_s)
-        # The worker drops it unscraped if it reads it after this wait has ended.
-        give_up_ms = int((time.time() + self.grace_s) * 1000) + target.timeout_ms
+        w.pending[seq] = (fut, 0.0)
+        # A worker that reads this a whole interval late (starved) answers without
+        # scraping: the next run is due, and working through the backlog would only grow it.
+        give_up_ms = int(time.time() * 1000) + target.interval_ms
         w.send(("scrape", state.key, seq, now_ms, give_up_ms))
         answer = await fut
         if answer is None or answer[1].expired or self._states.get(target.name) is not state:
