@@ -495,7 +495,10 @@ def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
         res.startup_s = time.monotonic() - t0
         res.startup_cpu_s = cpu_s(proc.pid)
         if proc.poll() is not None or not hit_all:
-            raise RuntimeError(f"{system} exited or never scraped every target; see {log.name}")
+            log.flush()
+            tail = "".join(Path(log.name).read_text().splitlines(True)[-15:])
+            raise RuntimeError(f"{system} exited or never scraped every target "
+                               f"({fleet.counts()['hit']} of {n}); its log ends:\n{tail}")
         time.sleep(settle_s)  # every scrape loop is running (probes: past their first two)
         names = NAMES[system]
         m0 = metrics(listen)
