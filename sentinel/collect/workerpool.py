@@ -104,9 +104,8 @@ class _Worker:
     proc: asyncio.subprocess.Process
     table: _Labels
     started: float
-    # seq -> (the waiting scrape, when it stops waiting). Kept after it gave up, until
-    # the answer comes: the hang watch counts what the worker still owes.
-    pending: dict[int, tuple[asyncio.Future[tuple[int, Outcome] | None], float]] = field(
+    # seq -> the waiting scrape, until its answer comes: what the worker owes.
+    pending: dict[int, asyncio.Future[tuple[int, Outcome] | None]] = field(
         default_factory=dict)
     targets: dict[int, ScrapeTarget] = field(default_factory=dict)  # as last sent
     filter_version: int = -1
@@ -275,9 +274,9 @@ class ProcessScraper:
                 kind = message[0]
                 if kind == "result":
                     _, seq, generation, outcome = message
-                    entry = w.pending.pop(seq, None)  # type: ignore[call-overload]
-                    if entry is not None and not entry[0].done():
-                        entry[0].set_result((generation, outcome))
+                    fut = w.pending.pop(seq, None)  # type: ignore[call-overload]
+                    if fut is not None and not fut.done():
+                        fut.set_result((generation, outcome))
                 elif kind == "labels":
                     _, generation, first, labels = message
                     w.table.add(generation, first, labels)  # type: ignore[arg-type]
@@ -294,7 +293,7 @@ class ProcessScraper:
         if not w.alive:
             return
         w.alive = False
-        for fut, _ in w.pending.values():
+        for fut in w.pending.values():
             if not fut.done():
                 fut.set_result(None)
         w.pending.clear()
@@ -347,7 +346,7 @@ class ProcessScraper:
         # (`_watch`) ends the wait if the worker is lost or hangs. An answer that waited
         # in the pipe (a starved daemon) is still a good sample at `now_ms`.
         fut: asyncio.Future[tuple[int, Outcome] | None] = loop.create_future()
-        w.pending[seq] = (fut, 0.0)
+        w.pending[seq] = fut
         # A worker that reads this a whole interval late (starved) answers without
         # scraping: the next run is due, and working through the backlog would only grow it.
         give_up_ms = int(time.time() * 1000) + target.interval_ms
