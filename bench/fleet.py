@@ -1,6 +1,8 @@
 """Fleet benchmark: N loopback vLLM targets scraped by Sentinel, then by Prometheus, same run.
 
-Run: `python bench/fleet.py --targets 1000 --seconds 60` (unattended).
+Run: `python bench/fleet.py --targets 1000 --seconds 60` (unattended); `--workers 2`
+sets Sentinel's `collect_workers`, `--pairs N` interleaves N Sentinel/Prometheus pairs.
+CPU and RSS are the measured process's plus its children's (the collect workers).
 
 One helper process serves a real vLLM /metrics page (tests/data/vllm_metrics.txt,
 42 KB, in 8 variants whose values move) on N loopback ports: keep-alive,
@@ -331,18 +333,43 @@ class FleetProcess:
 
 # -- measuring a process --------------------------------------------------------------
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+def tree(pid: int) -> list[int]:
+    """A process and its descendants (Sentinel's collect workers), read from /proc."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def cpu_s(pid: int, children: bool = True) -> float:
+    """User + system CPU seconds so far of a process and its live descendants."""
+    total = 0.0
+    for p in tree(pid) if children else [pid]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
 
 
 def rss_mb(pid: int) -> float:
-    """Resident set size in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    """Resident set size in MB of a process and its descendants (summed: shared pages
+    count once per process, so a pool of workers is over-counted, not flattered)."""
+    total = 0.0
+    for p in tree(pid):
+        try:
+            lines = Path(f"/proc/{p}/status").read_text().splitlines()
+        except OSError:
+            continue
+        total += sum(int(ln.split()[1]) / 1024 for ln in lines if ln.startswith("VmRSS:"))
+    return total
 
 
 def metrics(port: int) -> dict[str, float]:
@@ -382,6 +409,7 @@ class Result:
     startup_cpu_s: float = 0.0
     window_s: float = 0.0
     cpu_per_s: float = 0.0
+    main_cpu_per_s: float = 0.0  # the daemon's own process, without its collect workers
     cpu_ms_per_scrape: float = 0.0
     scrapes_done: int = 0
     scrapes_expected: int = 0
@@ -403,7 +431,7 @@ class Result:
 # -- the two systems ------------------------------------------------------------------
 
 def sentinel_cmd(work: Path, ports: list[int], listen: int, probes: bool = False,
-                 canary_cap: int = 0) -> list[str]:
+                 canary_cap: int = 0, workers: str = "") -> list[str]:
     """Write a Sentinel config for the fleet; the command that runs it.
 
     `probes`: probes at their default interval (15 s) and canary cap; else off."""
@@ -414,6 +442,7 @@ def sentinel_cmd(work: Path, ports: list[int], listen: int, probes: bool = False
              # the default (15 s) against the helper's /health, /v1/models, completions.
              *([] if probes else ["probe_interval: 0s"]),
              *([f"probe_canary_concurrency: {canary_cap}"] if canary_cap else []),
+             *([f"collect_workers: {workers}"] if workers else []),
              "targets:"]
     lines += [f"  - {{name: t{i}, url: 'http://127.0.0.1:{p}'}}" for i, p in enumerate(ports)]
     (work / "sentinel.yaml").write_text("\n".join(lines) + "\n")
@@ -445,12 +474,13 @@ NAMES = {
 
 def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
             work: Path, probes: bool = False, settle_s: float = 5.0,
-            canary_cap: int = 0, cpus: set[int] | None = None) -> Result:
+            canary_cap: int = 0, cpus: set[int] | None = None, workers: str = "",
+            startup_s: float = 120.0) -> Result:
     """Run one system against the fleet and measure it (see the module docstring)."""
     n = len(fleet.ports)
     listen = free_port()
     if system == "sentinel":
-        cmd = sentinel_cmd(work, fleet.ports, listen, probes, canary_cap)
+        cmd = sentinel_cmd(work, fleet.ports, listen, probes, canary_cap, workers)
     else:
         cmd = prometheus_cmd(work, fleet.ports, listen)
     res = Result(system + ("+probes" if probes else ""), n)
@@ -460,22 +490,28 @@ def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             preexec_fn=functools.partial(_prepare, cpus))
     try:
-        hit_all = _wait(lambda: fleet.counts()["hit"] >= n or proc.poll() is not None, 120)
+        hit_all = _wait(lambda: fleet.counts()["hit"] >= n or proc.poll() is not None,
+                        startup_s)
         res.startup_s = time.monotonic() - t0
         res.startup_cpu_s = cpu_s(proc.pid)
         if proc.poll() is not None or not hit_all:
-            raise RuntimeError(f"{system} exited or never scraped every target; see {log.name}")
+            log.flush()
+            tail = "".join(Path(log.name).read_text().splitlines(True)[-15:])
+            raise RuntimeError(f"{system} exited or never scraped every target "
+                               f"({fleet.counts()['hit']} of {n}); its log ends:\n{tail}")
         time.sleep(settle_s)  # every scrape loop is running (probes: past their first two)
         names = NAMES[system]
         m0 = metrics(listen)
         f0 = fleet.counts()
         c0, k0, w0 = f0["total"], cpu_s(proc.pid), time.monotonic()
+        m0_cpu = cpu_s(proc.pid, children=False)
         while time.monotonic() - w0 < seconds:
             time.sleep(min(10, seconds - (time.monotonic() - w0)))
             res.rss_mb.append(round(rss_mb(proc.pid), 1))
         # The window ends at the fleet's count: reading Sentinel's /metrics after it must
         # not lengthen the window (it did, by up to 0.3 s: "99.7 % of expected" scrapes).
         f1, k1, w1 = fleet.counts(), cpu_s(proc.pid), time.monotonic()
+        res.main_cpu_per_s = (cpu_s(proc.pid, children=False) - m0_cpu) / (w1 - w0)
         m1, c1 = metrics(listen), f1["total"]
         res.probe_requests = {k: v - f0["probes"].get(k, 0) for k, v in f1["probes"].items()}
         res.window_s = w1 - w0
@@ -578,7 +614,8 @@ def report(results: list[Result]) -> None:
         print(f"\n== {r.system}: {r.targets} targets, {r.window_s:.0f} s window")
         print(f"start-up: {r.startup_s:.1f} s, {r.startup_cpu_s:.1f} CPU s "
               "(until every target scraped once)")
-        print(f"CPU: {r.cpu_per_s:.3f} s/s, {r.cpu_ms_per_scrape:.2f} ms per scrape")
+        print(f"CPU: {r.cpu_per_s:.3f} s/s ({r.main_cpu_per_s:.3f} in the main process), "
+              f"{r.cpu_ms_per_scrape:.2f} ms per scrape")
         print(f"scrapes: {r.scrapes_done} of {r.scrapes_expected} expected ({pct:.1f} %) "
               f"answered by the targets; {r.scrapes_reported:g} reported by {r.system}"
               + (f" ({r.scrapes_failed:g} failed), missed counter +{r.scrapes_missed:g}"
@@ -593,13 +630,15 @@ def report(results: list[Result]) -> None:
             print(f"probe requests answered in the window: {r.probe_requests}")
         for name, pct_ in r.profile:
             print(f"  {pct_:5.1f} %  {name}")
-    by = {r.system: r for r in results}
-    if "sentinel" in by and "prometheus" in by:
-        s, p = by["sentinel"], by["prometheus"]
-        print("\nratios Sentinel / Prometheus: "
+    sentinels = [r for r in results if r.system == "sentinel"]
+    proms = [r for r in results if r.system == "prometheus"]
+    for i, (s, p) in enumerate(zip(sentinels, proms, strict=False)):
+        done = [100 * r.scrapes_done / max(1, r.scrapes_expected) for r in (s, p)]
+        print(f"\npair {i + 1}, ratios Sentinel / Prometheus: "
               f"CPU per scrape {s.cpu_ms_per_scrape / max(1e-9, p.cpu_ms_per_scrape):.2f}, "
               f"RSS {s.rss_mb[-1] / max(1e-9, p.rss_mb[-1]):.2f}, "
-              f"start-up CPU {s.startup_cpu_s / max(1e-9, p.startup_cpu_s):.2f}")
+              f"start-up CPU {s.startup_cpu_s / max(1e-9, p.startup_cpu_s):.2f}; "
+              f"scrapes done {done[0]:.1f} % vs {done[1]:.1f} %")
 
 
 def report_probes(results: list[Result]) -> None:
@@ -661,6 +700,12 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true",
                     help="run the measured system on the first CPU and the fleet helper on "
                          "the others, so they never share a core")
+    ap.add_argument("--workers", default="",
+                    help="Sentinel's collect_workers (auto or a number; default: its default)")
+    ap.add_argument("--pairs", type=int, default=1,
+                    help="Sentinel/Prometheus pairs, interleaved (the order alternates)")
+    ap.add_argument("--startup-timeout", type=float, default=120.0,
+                    help="seconds a system may take to scrape every target once")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -677,7 +722,10 @@ def main() -> None:
         systems.remove("prometheus")
     system_cpus, fleet_cpus = pin_plan(args.pin)
     fleet = FleetProcess(args.targets, args.firing, args.traffic, args.canary_ttft, fleet_cpus)
-    runs = [(s, args.probes == "on" and s == "sentinel") for s in systems]
+    runs = []
+    for i in range(max(1, args.pairs)):  # alternate the order: drift hits both sides
+        order = systems if i % 2 == 0 else systems[::-1]
+        runs += [(s, args.probes == "on" and s == "sentinel") for s in order]
     if args.probes == "both" and "sentinel" in systems:
         runs = [r for r in runs if r[0] != "sentinel"]
         for i in range(max(1, args.repeat)):  # alternate the order: drift hits both sides
@@ -688,7 +736,8 @@ def main() -> None:
         for system, probes in runs:
             with tempfile.TemporaryDirectory(prefix=f"fleet-{system}-") as tmp:
                 results.append(measure(system, fleet, args.seconds, args.py_spy, Path(tmp),
-                                       probes, args.settle, args.canary_cap, system_cpus))
+                                       probes, args.settle, args.canary_cap, system_cpus,
+                                       args.workers, args.startup_timeout))
                 time.sleep(2)
     finally:
         fleet.stop()

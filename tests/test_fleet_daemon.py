@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.server
 import logging
+import os
+import signal
 import socketserver
 import threading
 import time
@@ -13,10 +15,11 @@ from pathlib import Path
 import pytest
 from fixtures_e2e import wait_for
 
+from sentinel.collect.workerpool import ProcessScraper
 from sentinel.config import load_config
 from sentinel.config.model import DEFAULT_SAMPLE_LIMIT
 from sentinel.daemon.app import App
-from sentinel.model import METRIC_NAME, label_value
+from sentinel.model import METRIC_NAME, is_stale, label_value
 from sentinel.paths import bundled_dir
 from sentinel.rules.manager import RuleManager
 from sentinel.store import Matcher
@@ -79,8 +82,9 @@ def pages() -> Iterator[Pages]:
 
 
 def _config(folder: Path, url: str, targets: list[str], rule_files: list[str],
-            evaluation_interval: str = "1s") -> Path:
+            evaluation_interval: str = "1s", workers: int = 1) -> Path:
     lines = [f"database: sqlite:///{folder / 'sentinel.db'}", "listen: 127.0.0.1:0",
+             f"collect_workers: {workers}",
              f"rule_files: [{', '.join(repr(f) for f in rule_files)}]",
              f"evaluation_interval: {evaluation_interval}",
              "probe_interval: 0s",  # scrape series only (probes write their own via add)
@@ -126,11 +130,16 @@ FOURTH_RULE = """\
 META = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
 
 
-def test_store_keeps_only_what_the_rules_read_and_reload_adds_a_rules_series(tmp_path, pages):
+WORKERS = pytest.mark.parametrize("workers", [1, 2], ids=["in-process", "2-workers"])
+
+
+@WORKERS
+def test_store_keeps_only_what_the_rules_read_and_reload_adds_a_rules_series(
+        tmp_path, pages, workers):
     (tmp_path / "rules.yaml").write_text(THREE_RULES)
     cfg = _config(tmp_path, pages.url,
                   ["name: v, metrics_path: /vllm, scrape_interval: 200ms, scrape_timeout: 200ms"],
-                  ["rules.yaml"])
+                  ["rules.yaml"], workers=workers)
     app = App(load_config(cfg))
     app.start()
     try:
@@ -162,7 +171,8 @@ def test_store_keeps_only_what_the_rules_read_and_reload_adds_a_rules_series(tmp
         app.stop(2)
 
 
-def test_limits_fail_only_their_targets_scrape(tmp_path, pages, caplog):
+@WORKERS
+def test_limits_fail_only_their_targets_scrape(tmp_path, pages, caplog, workers):
     (tmp_path / "rules.yaml").write_text("groups:\n  - name: g\n    rules:\n"
                                          "      - alert: A\n        expr: load > 5\n")
     every = "scrape_interval: 500ms, scrape_timeout: 500ms"
@@ -171,7 +181,7 @@ def test_limits_fail_only_their_targets_scrape(tmp_path, pages, caplog):
         f"name: wide, metrics_path: /wide, label_limit: 6, {every}",
         f"name: s1, metrics_path: /small, {every}",
         f"name: s2, metrics_path: /small, sample_limit: 1, label_limit: 3, {every}",
-    ], ["rules.yaml"])
+    ], ["rules.yaml"], workers=workers)
     caplog.set_level(logging.WARNING)
     app = App(load_config(cfg))
     app.start()
@@ -198,6 +208,80 @@ def test_limits_fail_only_their_targets_scrape(tmp_path, pages, caplog):
         assert text.count("scrape of big failed") == 1  # logged when the reason changes
     finally:
         app.stop(2)
+
+
+@WORKERS
+def test_reload_ends_a_removed_targets_series_and_scrapes_an_added_one(
+        tmp_path, pages, workers):
+    (tmp_path / "rules.yaml").write_text("groups:\n  - name: g\n    rules:\n"
+                                         "      - alert: A\n        expr: load > 5\n")
+    every = "scrape_interval: 200ms, scrape_timeout: 200ms"
+    targets = [f"name: {t}, metrics_path: /small, {every}" for t in ("a", "b")]
+    cfg = _config(tmp_path, pages.url, targets, ["rules.yaml"], workers=workers)
+    app = App(load_config(cfg), loader=lambda: load_config(cfg))
+    app.start()
+    try:
+        wait_for(lambda: len(_ups(app, "a")) >= 2 and len(_ups(app, "b")) >= 2, 20,
+                 "two scrapes of a and b")
+        _config(tmp_path, pages.url, [targets[0], f"name: c, metrics_path: /small, {every}"],
+                ["rules.yaml"], workers=workers)
+        assert app.reload()
+        wait_for(lambda: len(_ups(app, "c")) >= 2, 20, "two scrapes of the added target")
+        assert app.pipeline is not None
+        for name in ("load", "up"):  # b's series ended with a staleness marker
+            [series] = app.pipeline.store.select(
+                [Matcher(METRIC_NAME, "=", name), Matcher("target", "=", "b")], 0, 2**62)
+            assert is_stale(series.vs[-1]), name
+        n_b = len(_ups(app, "b"))
+        wait_for(lambda: len(_ups(app, "c")) >= 4, 20, "more scrapes of c")
+        assert len(_ups(app, "b")) == n_b  # b is no longer scraped
+    finally:
+        app.stop(2)
+
+
+def test_a_collect_worker_that_dies_is_restarted_counted_and_its_scrape_missed(
+        tmp_path, pages):
+    """SIGKILL a worker while it holds a hung scrape: that scrape is a missed one (not a
+    down target), the worker comes back, and every target is scraped again."""
+    (tmp_path / "rules.yaml").write_text("groups:\n  - name: g\n    rules:\n"
+                                         "      - alert: A\n        expr: load > 5\n")
+    every = "scrape_interval: 300ms, scrape_timeout: 300ms"
+    cfg = _config(tmp_path, pages.url, [
+        "name: hung, metrics_path: /hang, scrape_interval: 4s, scrape_timeout: 4s",
+        f"name: a, metrics_path: /small, {every}", f"name: b, metrics_path: /small, {every}",
+    ], ["rules.yaml"], workers=2)
+    app = App(load_config(cfg))
+    app.start()
+    try:
+        assert app.pipeline is not None
+        pool = app.pipeline.scraper
+        assert isinstance(pool, ProcessScraper) and _metric(app, "sentinel_collect_workers") == 2
+        wait_for(lambda: len(_ups(app, "a")) >= 2 and len(_ups(app, "b")) >= 2
+                 and any(pool.holds("hung", pid) for pid in pool.pids()), 20,
+                 "scrapes of a and b, and the hung scrape in flight")
+        [victim] = [pid for pid in pool.pids() if pool.holds("hung", pid)]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: _metric(app, "sentinel_scrapes_missed_total", target="hung") >= 1
+                 and _metric(app, "sentinel_collect_worker_restarts_total") >= 1
+                 and len(pool.pids()) == 2 and victim not in pool.pids(), 20,
+                 "the lost scrape counted and the worker back")
+        # Neither up nor down: the scrape did not happen.
+        assert _metric(app, "sentinel_scrapes_total", target="hung", outcome="failure") == 0
+        before = {t: len(_ups(app, t)) for t in ("a", "b")}
+        wait_for(lambda: all(len(_ups(app, t)) >= before[t] + 2 for t in ("a", "b")), 20,
+                 "both targets scraped after the restart")
+        assert set(_ups(app, "a")) == set(_ups(app, "b")) == {1.0}
+    finally:
+        app.stop(2)
+    assert all(not _alive(pid) for pid in pool.pids() + [victim])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 SLOW_RULES = """\

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget, with_target_labels
+from sentinel.collect.workerpool import ProcessScraper
 from sentinel.model import is_stale, labels_of
 from sentinel.store.memory import Matcher, MemoryStore
 
@@ -94,11 +96,34 @@ def store() -> MemoryStore:
     return MemoryStore(retention_ms=3_600_000)
 
 
+# What happens on the wire is the same code in a worker: those tests run in process only.
+IN_PROCESS_ONLY = pytest.mark.parametrize("make_scraper", [1], ids=["in-process"],
+                                          indirect=True)
+
+
+@pytest.fixture(params=[1, 2], ids=["in-process", "2-workers"])
+def make_scraper(request) -> Iterator[Callable[..., Scraper | ProcessScraper]]:
+    """Scrapers as `collect_workers` makes them: in process (1), or through 2 worker processes."""
+    made: list[Scraper | ProcessScraper] = []
+    io = IOLoop("test-scraper") if request.param > 1 else None
+
+    def make(store: MemoryStore, **kw) -> Scraper | ProcessScraper:
+        if io is None:
+            made.append(Scraper(store, **kw))
+        else:
+            made.append(ProcessScraper(store, io.start(), request.param, **kw).start())
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+    if io is not None:
+        io.stop()
+
+
 @pytest.fixture
-def scraper(store: MemoryStore) -> Iterator[Scraper]:
-    s = Scraper(store)
-    yield s
-    s.close()
+def scraper(store: MemoryStore, make_scraper) -> Scraper | ProcessScraper:
+    return make_scraper(store)
 
 
 def _target(t: Target, name: str = "vllm-0", timeout_ms: int = 2_000, **kw) -> ScrapeTarget:
@@ -151,6 +176,7 @@ def test_repeated_scrapes_append_new_values(target, store, scraper):
     assert _values(store, "requests_total") == [(1_000, 0.0), (2_000, 1.0), (3_000, 2.0)]
 
 
+@IN_PROCESS_ONLY
 def test_gzip_body(target, store, scraper):
     target.serve(VLLM_PAGE, gzipped=True)
     assert scraper.scrape(_target(target), 1_000).up
@@ -174,6 +200,7 @@ def test_http_500_is_down(target, store, scraper):
         (b"good 1\nbad{ 2\n", "invalid exposition: line 2"),
     ],
 )
+@IN_PROCESS_ONLY
 def test_garbage_body_stores_nothing(target, store, scraper, body, message):
     target.serve(body)
     result = scraper.scrape(_target(target), 1_000)
@@ -183,6 +210,7 @@ def test_garbage_body_stores_nothing(target, store, scraper, body, message):
     assert _up(store) == [0.0]
 
 
+@IN_PROCESS_ONLY
 def test_connection_refused(store, scraper):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -198,6 +226,7 @@ def _hang(h: http.server.BaseHTTPRequestHandler, stop: threading.Event) -> None:
     h.close_connection = True  # answer nothing, then hang up
 
 
+@IN_PROCESS_ONLY
 def test_server_that_hangs_times_out(target, store, scraper):
     target.behave(_hang)
     result = scraper.scrape(_target(target, timeout_ms=300), 1_000)
@@ -217,6 +246,7 @@ def _trickle(h: http.server.BaseHTTPRequestHandler, stop: threading.Event) -> No
             return
 
 
+@IN_PROCESS_ONLY
 def test_trickling_server_hits_the_total_deadline(target, store, scraper):
     target.behave(_trickle)
     result = scraper.scrape(_target(target, timeout_ms=300), 1_000)
@@ -234,6 +264,7 @@ def _stall_mid_body(h: http.server.BaseHTTPRequestHandler, stop: threading.Event
     stop.wait()
 
 
+@IN_PROCESS_ONLY
 def test_trickling_server_is_cut_on_a_reused_connection(target, store, scraper):
     """The deadline holds on a kept-alive connection too, and the next scrape reconnects."""
     target.serve(b"a 1\n")
@@ -246,6 +277,7 @@ def test_trickling_server_is_cut_on_a_reused_connection(target, store, scraper):
     assert scraper.scrape(_target(target, timeout_ms=300), 3_000).up
 
 
+@IN_PROCESS_ONLY
 def test_server_that_stalls_mid_body_times_out(target, store, scraper):
     target.behave(_stall_mid_body)
     result = scraper.scrape(_target(target, timeout_ms=300), 1_000)
@@ -264,6 +296,7 @@ def _close_mid_body(h: http.server.BaseHTTPRequestHandler, stop: threading.Event
     h.close_connection = True
 
 
+@IN_PROCESS_ONLY
 def test_server_that_closes_mid_body(target, store, scraper):
     target.behave(_close_mid_body)
     result = scraper.scrape(_target(target), 1_000)
@@ -273,11 +306,10 @@ def test_server_that_closes_mid_body(target, store, scraper):
 
 
 @pytest.mark.parametrize("gzipped", [False, True])
-def test_oversized_body(target, store, gzipped):
-    scraper = Scraper(store, max_body_bytes=10_000)
+def test_oversized_body(target, store, gzipped, make_scraper):
+    scraper = make_scraper(store, max_body_bytes=10_000)
     target.serve(VLLM_PAGE, gzipped=gzipped)  # gzipped it is under the limit on the wire
     result = scraper.scrape(_target(target), 1_000)
-    scraper.close()
     assert not result.up
     assert "body size limit exceeded" in result.error
     assert _series(store, "vllm:num_requests_running") == []
@@ -315,6 +347,7 @@ def test_failed_scrape_marks_every_series_stale(target, store, scraper):
     assert _values(store, "a")[-1] == (4_000, 7.0)
 
 
+@IN_PROCESS_ONLY
 def test_scraped_labels_that_clash_are_exported(target, store, scraper):
     target.serve(b'm{instance="pod-1",target="t",exported_instance="z",env="dev"} 1\n')
     scraper.scrape(_target(target, labels=(("env", "prod"),)), 1_000)
@@ -343,6 +376,7 @@ def test_explicit_timestamps_are_honoured_and_not_staled(target, store, scraper)
     assert _values(store, "a") == [(500, 1.0)]
 
 
+@IN_PROCESS_ONLY
 def test_openmetrics_answer_reads_seconds(target, store, scraper):
     target.serve(b"a_total 1 1.5\n# EOF\n",
                  ctype="application/openmetrics-text; version=1.0.0; charset=utf-8")
@@ -350,9 +384,9 @@ def test_openmetrics_answer_reads_seconds(target, store, scraper):
     assert _values(store, "a_total") == [(1_500, 1.0)]
 
 
-def test_series_collected_by_the_store_are_re_referenced(target, scraper):
+def test_series_collected_by_the_store_are_re_referenced(target, make_scraper):
     store = MemoryStore(retention_ms=10_000)
-    scraper = Scraper(store)
+    scraper = make_scraper(store)
     t = _target(target)
     target.serve(b"a 1\n")
     scraper.scrape(t, 1_000)
@@ -360,18 +394,16 @@ def test_series_collected_by_the_store_are_re_referenced(target, scraper):
     target.serve(b"a 2\n")
     assert scraper.scrape(t, 100_000).up
     assert _values(store, "a") == [(100_000, 2.0)]
-    scraper.close()
 
 
-def test_full_store_is_a_scrape_error(target):
+def test_full_store_is_a_scrape_error(target, make_scraper):
     store = MemoryStore(max_series=5)
-    scraper = Scraper(store)
+    scraper = make_scraper(store)
     t = _target(target)
     target.serve(b"a 1\n")
     assert scraper.scrape(t, 1_000).up  # a + up + duration + samples_scraped
     target.serve(b"a 1\nb 2\nc 3\n")
     result = scraper.scrape(t, 2_000)
-    scraper.close()
     assert not result.up and "store full" in result.error
     assert _up(store) == [1.0, 0.0]
     [_, (ts, v)] = _values(store, "a")
@@ -427,6 +459,7 @@ def test_a_hanging_target_does_not_stall_the_others(store, scraper):
             t.close()
 
 
+@IN_PROCESS_ONLY
 def test_scrape_never_raises_on_a_bad_url(store, scraper):
     result = scraper.scrape(ScrapeTarget("weird", "ftp://127.0.0.1:1"), 1_000)
     assert not result.up and result.error
@@ -445,6 +478,7 @@ def test_ingest_without_http(store):
     assert series.ts == [1_000, 2_000] and is_stale(series.vs[-1])
 
 
+@IN_PROCESS_ONLY
 def test_scrape_the_vllm_simulator(store, scraper):
     from sentinel.sim.server import start_sim
 

@@ -101,6 +101,9 @@ class ScrapeResult:
 
     `dropped` counts samples of the page that the store did not want (no
     rule reads them); `limit` names the limit a failed scrape broke.
+    `missed`: the scrape did not happen (its collect worker was lost, see
+    `sentinel.collect.workerpool`); it was counted as missed, and nothing
+    about the target was written.
     """
 
     target: ScrapeTarget
@@ -111,6 +114,7 @@ class ScrapeResult:
     error: str | None
     dropped: int = 0
     limit: str | None = None
+    missed: bool = False
 
 
 class ScrapeError(Exception):
@@ -179,11 +183,11 @@ class Scraper:
         try:
             text, openmetrics = await self._fetch(state)
         except (HTTPError, ScrapeError, UnicodeDecodeError, TimeoutError) as e:
-            error = _describe(e, target)
+            error = describe_error(e, target)
             return self._locked_finish(state, now_ms, start, "", False, error)
         except Exception as e:  # a bug, not the target: record it, keep the loop alive
             log.exception("scrape of %s failed unexpectedly", target.name)
-            return self._locked_finish(state, now_ms, start, "", False, _internal(e))
+            return self._locked_finish(state, now_ms, start, "", False, internal_error(e))
         return self._locked_finish(state, now_ms, start, text, openmetrics, None)
 
     def ingest(
@@ -212,7 +216,7 @@ class Scraper:
         limit = None
         if error is None:
             try:
-                _check_sample_limit(text, state.spec.sample_limit)
+                check_sample_limit(text, state.spec.sample_limit)
                 page = state.parse(text, openmetrics)
                 stale, dropped = state.store_page(page, now_ms)
                 samples = len(page.values)
@@ -223,10 +227,10 @@ class Scraper:
             except LimitError as e:
                 error, limit = str(e), e.limit
             except (ExpositionError, StoreFullError) as e:
-                error = _describe(e, state.spec)
+                error = describe_error(e, state.spec)
             except Exception as e:  # a bug, not the target: record it, keep the loop alive
                 log.exception("storing the page of %s failed unexpectedly", state.spec.name)
-                error = _internal(e)
+                error = internal_error(e)
         if error is not None:
             stale = state.mark_all_stale(now_ms)
         duration = self._clock() - start
@@ -266,6 +270,14 @@ class Scraper:
                 state.mark_all_stale(now_ms)
         return new
 
+    def target_state(self, target: ScrapeTarget, now_ms: int) -> _Target:
+        """The target's state (series, connection), new when its definition changed."""
+        return self._state(target, now_ms)
+
+    async def fetch(self, state: _Target) -> tuple[str, bool]:
+        """The page of a target (`target_state`): its text and whether it is OpenMetrics."""
+        return await self._fetch(state)
+
     async def _fetch(self, state: _Target) -> tuple[str, bool]:
         """The page text and whether it is OpenMetrics; raises on anything but a good 200."""
         target = state.spec
@@ -295,17 +307,17 @@ class Scraper:
         return conn, build_request(target.url, path, headers)
 
 
-def _check_sample_limit(text: str, limit: int) -> None:
+def check_sample_limit(text: str, limit: int) -> None:
     """Refuse a page with more than `limit` samples before parsing it (cheap: a line count)."""
     if limit and text.count("\n") > limit and (n := count_samples(text)) > limit:
         raise LimitError("sample_limit", f"sample_limit exceeded: {n} samples > limit {limit}")
 
 
-def _internal(e: Exception) -> str:
+def internal_error(e: Exception) -> str:
     return f"internal error: {type(e).__name__}: {e}"
 
 
-def _describe(e: Exception, target: ScrapeTarget) -> str:
+def describe_error(e: Exception, target: ScrapeTarget) -> str:
     """A one-line reason for a failed scrape, naming the kind of failure."""
     if isinstance(e, TimeoutError):
         return f"scrape timed out after {target.timeout_ms / 1000:g}s"

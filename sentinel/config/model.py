@@ -14,7 +14,7 @@ import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -184,6 +184,11 @@ class Config(Strict, ScrapeClientMixin):
     # Series the embedded store holds at most, all targets together; a scrape that
     # would add one past it fails ("store full", up stays as it was for that page).
     max_series: int = Field(DEFAULT_MAX_SERIES, ge=1)
+    # Processes that fetch, parse and filter the scrapes (sentinel/collect/workerpool.py):
+    # 1 scrapes inside the daemon's process; `auto` is one per core from 450 scrapes a
+    # second of the static targets on (2,250 targets at 5 s), else 1 (one process is
+    # cheaper below that). Needs a restart to change.
+    collect_workers: int | Literal["auto"] = "auto"
     targets: tuple[TargetConfig, ...] = ()
     # Targets found in the Kubernetes API and kept in sync (sentinel/collect/kubernetes_sd.py).
     kubernetes_sd: tuple[KubernetesSDConfig, ...] = ()
@@ -253,6 +258,13 @@ class Config(Strict, ScrapeClientMixin):
         # (systemd's StateDirectory, the image's volume), where the config's folder is
         # often read-only (/etc/sentinel, a ConfigMap).
         return resolve_sqlite_path(v, (info.context or {}).get("config_dir"))
+
+    @field_validator("collect_workers")
+    @classmethod
+    def _check_collect_workers(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= 256:
+            raise problem("must be `auto` or a number of processes from 1 to 256")
+        return v
 
     @field_validator("listen")
     @classmethod

@@ -22,6 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.collect.tlssettings import TLSSettings
+from sentinel.collect.workerpool import ProcessScraper, workers_for
 from sentinel.config import Config
 from sentinel.daemon import gcpolicy, heartbeat, systemd
 from sentinel.daemon.follow import ScrapeFollower, may_follow
@@ -201,7 +202,7 @@ class App:
         rules.ready = readiness.ready
         self._groups = groups
         self.pipeline = Pipeline(
-            store=store, scraper=Scraper(store, io=self.io), rules=rules, tracker=tracker,
+            store=store, scraper=self._collector(cfg, store), rules=rules, tracker=tracker,
             receivers=(), metrics=self.metrics, on_queued=self.notifier.kick,
             readiness=readiness, reconcile_pending=True,
         )
@@ -605,6 +606,19 @@ class App:
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
+
+    def _collector(self, cfg: Config, store: MemoryStore) -> Scraper | ProcessScraper:
+        """Scrapes in this process, or through `collect_workers` worker processes."""
+        assert self.io is not None
+        rate = sum(1000 / t.scrape_interval_ms for t in self.query.scraped_targets(cfg.targets)) \
+            if self.query is not None else 0.0
+        n = workers_for(cfg.collect_workers, rate)
+        if n <= 1:
+            return Scraper(store, io=self.io)
+        self.metrics.collect_workers.set(n)
+        log.info("scraping through %d collect worker processes", n)
+        return ProcessScraper(store, self.io, n, on_missed=self.missed.scrape_missed,
+                              on_restart=self.metrics.collect_worker_restarts.inc).start()
 
     async def _scrape_job(self, target: ScrapeTarget) -> None:
         """One scrape, on the I/O loop; never raises into the scheduler."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
+from sentinel.collect.workerpool import ProcessScraper
 from sentinel.daemon.malloc import trim
 from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.selfmetrics import SelfMetrics
@@ -42,7 +43,8 @@ class Pipeline:
     """The stages wired together; the App schedules its methods."""
 
     store: MemoryStore
-    scraper: Scraper
+    # In process, or through collect worker processes (`collect_workers`).
+    scraper: Scraper | ProcessScraper
     rules: RuleManager
     tracker: IncidentTracker
     receivers: Sequence[Receiver]
@@ -72,6 +74,8 @@ class Pipeline:
 
     def _count(self, result: ScrapeResult, now_ms: int) -> ScrapeResult:
         # The scraper logs a failure when its reason changes, not at every scrape.
+        if result.missed:  # counted as missed by the scraper: neither success nor failure
+            return result
         name = result.target.name
         if self.readiness is not None:
             self.readiness.scraped(name, result.up, now_ms)

@@ -35,6 +35,7 @@ RESTART_KEYS: tuple[str, ...] = (
     "database", "listen", "ha", "api", "query_backend", "kubernetes_sd", "diagnosis",
     "external_url", "evaluation_interval_ms", "retention_ms", "keep_all_series",
     "max_series", "alert_restore", "probe_interval_ms", "probe_canary_concurrency",
+    "collect_workers",
 )
 # Target keys read by the log, TPU and XLA-cache sources: a change rebuilds those sources.
 SOURCE_KEYS: tuple[str, ...] = ("logs", "tpu", "xla_cache_path")

@@ -65,6 +65,16 @@ class SelfMetrics:
         self.alerts = Gauge(
             "sentinel_alerts", "Active alerts by state.", ["state"], registry=r,
         )
+        # Collect workers (sentinel/collect/workerpool.py), when collect_workers > 1.
+        self.collect_workers = Gauge(
+            "sentinel_collect_workers",
+            "Collect worker processes configured (0: scrapes run in the daemon's process).",
+            registry=r,
+        )
+        self.collect_worker_restarts = Counter(
+            "sentinel_collect_worker_restarts_total",
+            "Collect worker processes that exited or hung and were restarted.", registry=r,
+        )
         self.series = Gauge(
             "sentinel_store_series", "Series held in the embedded store.", registry=r,
         )

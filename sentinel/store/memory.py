@@ -358,6 +358,11 @@ class MemoryStore:
             self._wanted = {}
             self.filter_version += 1
 
+    @property
+    def series_filter(self) -> SeriesFilter:
+        """The filter set last (`set_filter`); bumps `filter_version` when replaced."""
+        return self._filter
+
     def wants(self, labels: Labels) -> bool:
         """Whether a scraped series with these labels should be stored."""
         name = label_value(labels, METRIC_NAME)
