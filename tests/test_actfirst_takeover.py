@@ -144,7 +144,7 @@ def test_a_verified_fix_the_old_leader_could_not_record_pages_nobody_and_tells_c
     assert _outbox_count(pg, "oncall") == 0
     (told,) = [r.json() for r in loopback.accepted("/chat")]
     assert told["alerts"][0]["annotations"]["sentinel_outcome"] == "fixed"  # type: ignore[index]
-    assert get_incident(pg, incident).status == "resolved"
+    assert get_incident(pg, incident).incident.status == "resolved"
 
 
 def test_an_action_still_running_keeps_the_page_held(
@@ -153,3 +153,72 @@ def test_an_action_still_running_keeps_the_page_held(
     new.run_once()
     assert _hold(pg, incident) == HoldStatus.WAITING
     assert loopback.accepted() == []
+
+
+def test_an_outcome_this_daemon_is_still_telling_is_left_to_its_engine(
+        pg: Database, loopback: LoopbackReceiver) -> None:  # noqa: F811
+    """Between recording the outcome and deciding the hold the engine's run is not over
+    (lease.RUNNING): the round leaves it the hold, then decides it once it is over."""
+    from sentinel.respond.remediate.lease import RUNNING
+
+    _, new, incident = _hold_then_take_over(pg, loopback, AttemptStatus.FAILED, "exit 1", {})
+    with pg.session() as s:
+        attempt_id = s.scalar(select(RemediationAttempt.id))
+    assert attempt_id is not None
+    RUNNING.add(attempt_id)
+    try:
+        new.run_once()
+        assert _hold(pg, incident) == HoldStatus.WAITING
+    finally:
+        RUNNING.discard(attempt_id)
+    new.run_once()
+    assert _hold(pg, incident) == HoldStatus.PAGED
+    assert len(loopback.accepted("/page")) == 1
+
+
+def test_two_deciders_at_once_decide_a_hold_once(pg: Database) -> None:
+    """The engine's thread and the round (or two daemons) releasing together: the
+    second waits on the row, then finds it decided; one note, one reason on the page."""
+    import threading
+    import time
+
+    from sqlalchemy import text
+
+    from sentinel.respond.notify.outbox import Outbox
+
+    tracker = IncidentTracker(pg, outbox=Outbox(),
+                              act_first=lambda _: (GRACE, "policy restart acts"))
+    (n,) = tracker.process([crash()], T0)
+    assert _hold(pg, n.incident_id) == HoldStatus.WAITING
+    inside, go = threading.Event(), threading.Event()
+    results: dict[str, bool] = {}
+
+    def decide(name: str, hold_open: bool) -> None:
+        with pg.session() as s:
+            results[name] = actfirst.release(s, n.incident_id, ms_to_dt(T0 + S), name)
+            if hold_open:
+                inside.set()
+                go.wait(60)
+
+    first = threading.Thread(target=decide, args=("first", True))
+    first.start()
+    assert inside.wait(60)
+    second = threading.Thread(target=decide, args=("second", False))
+    second.start()
+    deadline = time.monotonic() + 60
+    # The event: the second decider waits on the row (or, unlocked, decides at once).
+    with pg.session() as s:
+        while second.is_alive() and not s.scalar(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")):
+            assert time.monotonic() < deadline, "the second decider neither waited nor ended"
+            time.sleep(0.02)  # poll interval, not a wait for an event
+    go.set()
+    first.join(60)
+    second.join(60)
+    assert results == {"first": True, "second": False}
+    notes = [e.message for e in get_incident(pg, n.incident_id).timeline
+             if e.message.startswith("paging now")]
+    assert notes == ["paging now: first"]
+    with pg.session() as s:
+        row = s.get(NotifyHold, n.incident_id)
+        assert row is not None and row.reason == "first"
