@@ -37,6 +37,7 @@ from sentinel.respond.notify.outbox import Outbox
 from sentinel.respond.notify.page import page_once
 from sentinel.respond.notify.routing import build_route
 from sentinel.respond.notify.sender import Delivery, RetryPolicy, Sender
+from sentinel.respond.remediate.lease import RUNNING
 
 log = logging.getLogger(__name__)
 
@@ -246,15 +247,25 @@ class Notifier:
             self._send_failure.ok()
 
     def _act_first_round(self, now_ms: int) -> bool:
-        """Held pages whose grace ran out go now; late model runbooks go as page updates.
+        """Held pages whose action's outcome is on record, or whose grace ran out, go now
+        (or, verified fixed, are dropped); late model runbooks go as page updates.
 
         Whether it released or queued anything (then dispatch and send again)."""
         with self._db.session() as s:
             updates = actfirst.updates(s, self._runbook, ms_to_dt(now_ms))
             for receiver, update in updates:
                 self.outbox.add_message(s, receiver, update, now_ms)
+            # An outcome whose hold nobody decided (HA: the leader that acted lost its
+            # lease before it could): decided here, at once, not at the grace's end.
+            outcomes = actfirst.outcomes(s, busy=RUNNING.__contains__)
+            for o in outcomes:
+                if not o.verified:
+                    actfirst.release(s, o.incident_id, ms_to_dt(now_ms), o.why)
             released = actfirst.expire(s, ms_to_dt(now_ms))
-        return bool(updates or released)
+        for o in outcomes:
+            if o.verified:  # ends the incident, drops the page, tells chat (each once)
+                self.recovered(o.incident_id, o.at_ms, o.why, o.data)
+        return bool(updates or released or outcomes)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

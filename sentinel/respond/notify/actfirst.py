@@ -18,7 +18,11 @@ A page that went out without the model's runbook gets it as one update message
 to the same group (`updates`), when the model's runbook is stored.
 
 Everything is in the database, so a restart during the grace neither loses the
-page (the intents wait, the deadline stands) nor sends it twice.
+page (the intents wait, the deadline stands) nor sends it twice. So does a change
+of HA leader: when the daemon that acted lost its lease between recording the
+action's outcome and deciding the hold (its write refused by the fence), the next
+leader decides it from the outcome on record (`outcomes`), at its next round.
+Deciding locks the row, so a hold is released or fixed once, whoever gets there.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +46,7 @@ from sentinel.incidents.models import (
     TimelineKind,
 )
 from sentinel.incidents.models_notify import HoldStatus, NotifyGroup, NotifyHold, NotifyIntent
+from sentinel.incidents.models_remediation import AttemptStatus, RemediationAttempt
 from sentinel.incidents.recovery import row_alert
 from sentinel.model import Alert, Notification, NotificationKind, labels_of
 from sentinel.respond.notify.codec import alert_from_json
@@ -77,8 +82,13 @@ def held_incidents(s: Session) -> list[int]:
 
 
 def waiting(s: Session, incident_id: int) -> NotifyHold | None:
-    """The incident's hold, if its page still waits."""
-    row = s.get(NotifyHold, incident_id)
+    """The incident's hold, locked until the transaction ends, if its page still waits.
+
+    Locked (PostgreSQL) and read afresh: two deciders at once (the engine's thread and
+    the act-first round, or two daemons) serialise here, and the second sees it decided.
+    """
+    row = s.scalars(select(NotifyHold).where(NotifyHold.incident_id == incident_id)
+                    .with_for_update().execution_options(populate_existing=True)).one_or_none()
     return row if row is not None and row.status == HoldStatus.WAITING else None
 
 
@@ -101,6 +111,55 @@ def expire(s: Session, now: datetime) -> list[int]:
     for incident_id in ids:
         release(s, incident_id, now, "not verified recovered within the act-first grace")
     return ids
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A held page's remediation attempt that has finished: what decides the hold."""
+
+    incident_id: int
+    attempt_id: int
+    verified: bool  # succeeded and verified recovered: fix; otherwise release
+    why: str  # the page's `sentinel_remediation`, or the recovery's words
+    at_ms: int  # when the attempt finished
+    data: dict[str, Any]  # for a verified one: what `Pager.recovered` is handed
+
+
+def outcomes(s: Session, busy: Callable[[int], bool] = lambda _: False) -> list[Outcome]:
+    """The waiting holds whose incident's last attempt has finished, with its outcome.
+
+    The daemon that ran the attempt decides the hold itself right after recording it;
+    `busy(attempt_id)` says it still may (its run is not over here), so it is left to
+    it. Any other finished attempt was the last leader's, or a run that ended without
+    deciding (its write refused by the fence, the daemon killed): its outcome decides.
+    """
+    out = []
+    for incident_id in held_incidents(s):
+        a = s.scalars(select(RemediationAttempt).where(
+            RemediationAttempt.incident_id == incident_id)
+            .order_by(RemediationAttempt.id.desc()).limit(1)).one_or_none()
+        if a is None or a.status == AttemptStatus.RUNNING or a.finished_at is None \
+                or busy(a.id):
+            continue
+        out.append(_outcome(a))
+    return out
+
+
+def _outcome(a: RemediationAttempt) -> Outcome:
+    """The engine's own words for the attempt's end (remediate/engine.py `execute`)."""
+    data = dict(a.data or {})
+    did = f"{a.action} (step {a.step + 1} of {a.policy})"
+    at_ms = dt_to_ms(a.finished_at) if a.finished_at is not None else 0
+    if a.status == AttemptStatus.SUCCEEDED and "recovered" in data:
+        return Outcome(a.incident_id, a.id, True,
+                       f"{a.action} on {a.target} {data['recovered']}", at_ms,
+                       {"attempt": a.id, "action": a.action, "target": a.target,
+                        "recovery_ms": a.recovery_ms, "step": a.step, "policy": a.policy})
+    if a.status == AttemptStatus.SUCCEEDED:
+        why = f"{did} ran; its recovery is not verified (verify: false): {a.detail}"
+    else:
+        why = f"{did} did not hold: {a.detail}"
+    return Outcome(a.incident_id, a.id, False, why, at_ms, {})
 
 
 def fix(s: Session, incident_id: int, now: datetime, why: str) -> bool:

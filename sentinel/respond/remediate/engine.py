@@ -228,19 +228,13 @@ class Engine:
         try:
             before, after = state.finish(self.db, p.attempt_id, ok, detail, self.now_ms(),
                                          self.limits, recovery_ms, data)
-        finally:  # unrecorded (not leader any more): the reaper fails it once its lease ran out
+        except BaseException:  # unrecorded (not leader any more): the reaper fails it
+            RUNNING.discard(p.attempt_id)  # once its lease ran out
+            raise
+        try:
+            self._tell_outcome(c, p, ok, detail, recovery_ms, data)
+        finally:  # until here the held page is this run's to decide (actfirst.outcomes)
             RUNNING.discard(p.attempt_id)
-        if ok and "recovered" in data:
-            # A crash is an event: its incident ends here, once the attempt is on record
-            # as succeeded, not when the alert's window lets go.
-            self._recovered(c, p, str(data["recovered"]), recovery_ms)
-        elif not ok:
-            self._not_fixed(c, Result(p.decision, ok, f"{spec.kind} (step {p.decision.step + 1} "
-                                      f"of {c.policy.name}) did not hold: {detail}"))
-        else:  # it ran, but nothing says serving came back (verify: false): page now
-            self._not_fixed(c, Result(p.decision, ok, f"{spec.kind} (step {p.decision.step + 1} "
-                                      f"of {c.policy.name}) ran; its recovery is not verified "
-                                      f"(verify: false): {detail}"))
         if self.metrics:
             self.metrics.actions.labels(spec.kind, "success" if ok else "failure").inc()
         if after.breaker_opened_ms is not None and before.breaker_opened_ms is None:
@@ -253,6 +247,22 @@ class Engine:
                 self._last[(c.incident_id, c.policy.name)] = Reason.BREAKER_OPEN
             self._page(c, GAVE_UP, Reason.BREAKER_OPEN, reason)
         return Result(p.decision, ok, detail, p.attempt_id)
+
+    def _tell_outcome(self, c: Candidate, p: Prepared, ok: bool, detail: str,
+                      recovery_ms: int | None, data: dict[str, object]) -> None:
+        """End the incident at a verified recovery, or let its held page go now."""
+        spec = c.policy.steps[p.decision.step]
+        if ok and "recovered" in data:
+            # A crash is an event: its incident ends here, once the attempt is on record
+            # as succeeded, not when the alert's window lets go.
+            self._recovered(c, p, str(data["recovered"]), recovery_ms)
+        elif not ok:
+            self._not_fixed(c, Result(p.decision, ok, f"{spec.kind} (step {p.decision.step + 1} "
+                                      f"of {c.policy.name}) did not hold: {detail}"))
+        else:  # it ran, but nothing says serving came back (verify: false): page now
+            self._not_fixed(c, Result(p.decision, ok, f"{spec.kind} (step {p.decision.step + 1} "
+                                      f"of {c.policy.name}) ran; its recovery is not verified "
+                                      f"(verify: false): {detail}"))
 
     def _act_and_verify(self, p: Prepared, check_recovery: bool, deadline_s: float
                         ) -> tuple[bool, str, int | None, dict[str, object]]:
