@@ -65,10 +65,11 @@ def write_setup(folder: Path, db_url: str, targets: dict[str, str], hook_url: st
         # the interval only paces retries and act-first releases, and each idle tick is a
         # few queries (200 ms made the notifier most of an idle daemon's CPU).
         "notify:", "  interval: 500ms",
-        # A held first page whose release the old leader failed (its lease gone the moment
-        # its command finished) is not released by the new leader: it waits out the grace
-        # (2 m by default, longer than a round's wait). Seen under load; reported, not
-        # fixed here. 15 s keeps act-first in play and such a page late, not missing.
+        # The new leader decides a hold the old one could not release (tests/
+        # test_actfirst_takeover.py). One gap remains: an old leader that parked an action
+        # for approval and died before paging leaves its hold to the grace (2 m by default,
+        # longer than a round's wait). 15 s keeps act-first in play and such a page late,
+        # not missing.
         "  act_first: {grace: 15s}",
         "  route: {receiver: oncall, group_by: [alertname, target], group_wait: 0s, "
         "group_interval: 0s, repeat_interval: 1h}",
