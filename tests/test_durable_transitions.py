@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from test_incidents_tracker import T0, alert, deliver, resolved
@@ -278,3 +279,32 @@ def test_a_running_remediator_reaps_a_dead_owner_within_one_lease(incident_db: D
                  "the attempt reaped once its lease ran out (by the reaper thread)")
     finally:
         remediator.stop(2)
+
+
+def test_a_job_that_keeps_failing_logs_one_traceback_and_counts_every_failure(
+        tmp_path: Path, caplog) -> None:
+    """The evidence job failed every 30 s of a PostgreSQL outage, a traceback each time."""
+    from sentinel.config import load_config
+    from sentinel.daemon.app import App
+
+    (tmp_path / "sentinel.yaml").write_text(
+        f"database: sqlite:///{tmp_path / 's.db'}\nlisten: 127.0.0.1:0\n"
+        "targets: [{name: a, url: 'http://127.0.0.1:9/'}]\n")
+    app = App(load_config(tmp_path / "sentinel.yaml"))
+    calls = []
+
+    def job() -> None:
+        calls.append(1)
+        if len(calls) <= 3:
+            raise ConnectionError("database is down")
+
+    run = app._guard("evidence", job)
+    caplog.set_level(logging.INFO, "sentinel.daemon.app")
+    for _ in range(4):
+        run()
+    records = [r for r in caplog.records if r.name == "sentinel.daemon.app"]
+    assert [r.exc_info is not None for r in records] == [True, False], \
+        [r.getMessage() for r in records]
+    assert "evidence job failed" in records[0].getMessage()
+    assert "recovered after 3 failures" in records[1].getMessage()
+    assert app.metrics.job_failures.labels("evidence")._value.get() == 3

@@ -735,7 +735,14 @@ class App:
         self.pipeline.housekeeping(int(self.clock() * 1000))
 
     def _guard(self, name: str, job: Callable[..., None]) -> Callable[..., None]:
-        """Wrap a job so nothing escapes into the scheduler unrecorded."""
+        """Wrap a job so nothing escapes into the scheduler unrecorded.
+
+        Each failure is counted; the log gets the first traceback of a run of failures
+        and then a summary a minute (a database down for a minute fails the evidence
+        job every 30 s: one traceback, not one per run).
+        """
+        quiet = QuietFailure(log, f"{name} job")
+
         def run(*args: object) -> None:
             if name in LEADER_JOBS and not self.acting():
                 return  # they write incidents: only the HA leader runs them
@@ -743,7 +750,9 @@ class App:
                 job(*args)
             except Exception:
                 self.metrics.job_failures.labels(name).inc()
-                log.exception("%s job failed", name)
+                quiet.failed()
+            else:
+                quiet.ok()
         return run
 
     # -- helpers -----------------------------------------------------------
