@@ -32,6 +32,7 @@ from sentinel.respond.notify import actfirst
 T0 = 1_795_255_205_000
 S = 1000
 GRACE = 60 * S
+LEASE_MS = 6000
 
 
 @pytest.fixture
@@ -75,8 +76,10 @@ def _hold_then_take_over(pg: Database, lb: LoopbackReceiver, status: AttemptStat
                          detail: str, data: dict[str, Any]
                          ) -> tuple[Notifier, Notifier, int]:
     """a holds the page, acts and records the outcome; b takes the lease before a releases."""
-    a = LeaderLease(pg, 1000, "test", "a")
-    b = LeaderLease(pg, 1000, "test", "b")
+    # 6 s leases: the fence ends a transaction idle for a third of a lease, and 333 ms
+    # (a 1 s lease) ran out inside the tracker's transaction beside six test workers.
+    a = LeaderLease(pg, LEASE_MS, "test", "a")
+    b = LeaderLease(pg, LEASE_MS, "test", "b")
     a._round()
     assert a.is_leader()
     old_db = FencedDatabase(pg, a.fence)
