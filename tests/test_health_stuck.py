@@ -177,7 +177,8 @@ def test_healthz_fails_while_the_notify_worker_is_blocked_and_recovers(
         body = first_bad.text
         silent = re.search(r"^notify: has not completed a run for (\d+\.\d+)s \(interval 1s\), "
                            r"since 20\d\d-\d\d-\d\dT", body, re.M)
-        assert silent and float(silent.group(1)) > 3.0, body
+        # Shown to a tenth of a second: 3.04 s reads "3.0s" (the daemon judged > 3.0).
+        assert silent and float(silent.group(1)) >= 3.0, body
         assert body.count("\n") == 2, f"only the notify worker is stuck: {body}"
         metrics = httpx.get(f"http://{host}:{port}/metrics").text
         last = re.search(r'^sentinel_worker_last_run_timestamp_seconds\{worker="notify"\} (\S+)',
