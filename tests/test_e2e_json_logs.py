@@ -9,6 +9,7 @@ log lines are part of what this test reads."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -29,8 +30,13 @@ def test_json_log_lines_tell_the_incident(tmp_path, sock_dir, sink) -> None:  # 
     proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(cfg),
                              "--log-format", "json"], stdout=subprocess.DEVNULL, stderr=err)
     try:
-        wait_for(lambda: "sentinel started" in (tmp_path / "stderr.log").read_text(), 60,
-                 "the daemon to start")
+        started = wait_for(lambda: re.search(r"sentinel started: .* listening on (\S+?)\"",
+                                             (tmp_path / "stderr.log").read_text()), 60,
+                           "the daemon to start")
+        # A file is joined at its end: a crash written before the first read is not news.
+        wait_for(lambda: re.search(r'^sentinel_log_source_up\{[^}]*source="file:[^"]+"[^}]*\} 1',
+                                   httpx.get(f"http://{started.group(1)}/metrics").text, re.M),
+                 60, "the log source to join the file")
         httpx.post(f"{sim.url}/sim/crash", json={"mode": "down"}).raise_for_status()
         wait_for(lambda: bodies_with_status(sink, "resolved"), 60, "the resolved page")
         wait_for(lambda: "resolved page to oncall sent" in (tmp_path / "stderr.log").read_text(),
