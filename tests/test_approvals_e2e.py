@@ -70,8 +70,12 @@ def test_approved_in_time_runs_once_and_is_verified(tmp_path, sock_dir, sink) ->
         assert _phases(rig, a["incident_id"])[:3] == ["awaiting_approval", "approval_approved",
                                                        "intent"]
         assert "verify" in _phases(rig, a["incident_id"])
-        done = httpx.get(f"{rig.url}/api/v1/approvals").json()["approvals"][0]
-        assert done["status"] == "done" and done["attempt_id"] == attempt.id
+        # The approval is marked done after the attempt's outcome is written (and the pager
+        # told): a moment later, so wait for it rather than read it once.
+        done = wait_for(lambda: (d := httpx.get(f"{rig.url}/api/v1/approvals").json()
+                                 ["approvals"][0])["status"] == "done" and d, 30,
+                        "the approval marked done")
+        assert done["attempt_id"] == attempt.id
         assert done["decided_by"] == "oncall-lead"
         # Still exactly one restart after the second approval.
         assert len([w for _, w in rig.sim.container.events if w == "POST start"]) == 1
