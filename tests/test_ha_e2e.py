@@ -182,7 +182,12 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
         total = sum(by_target.get(t, {}).values())
         assert done <= lines[t] <= total, (t, lines[t], by_target.get(t))
     assert sum(lines.values()) >= occurrences - abandoned
-    assert abandoned <= KILLS
+    # An action is abandoned only when its owner's lease ended: by a kill, or on a machine
+    # so starved (stress-ng beside six workers) that a live leader missed its renewals.
+    # Each lease that ended is an epoch; with no starvation there are KILLS of them.
+    lease_ends = max(epoch for _holder, epoch in dbr["leases"]) - 1
+    assert KILLS <= lease_ends
+    assert abandoned <= lease_ends, (abandoned, lease_ends)
     for _lease_s, eval_s in takeovers:
         assert eval_s <= LEASE_S + EVAL_S + 0.5, takeovers  # 0.5 s: polling /metrics, scheduling
 
