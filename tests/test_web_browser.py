@@ -16,6 +16,7 @@ from browser import (  # noqa: F401 (fixture)
     attr_of,
     browser,
     click,
+    gone,
     present,
     screenshot,
     settled,
@@ -133,11 +134,18 @@ def test_planted_markup_is_inert_in_the_browser(tmp_path: Path, browser) -> None
         # without a reload (and its planted markup stays text there too).
         b.get(f"http://{host}:{port}/")
         before = b.execute_script("return performance.timeOrigin")
+        link = b.find_element(By.CSS_SELECTOR, f"#incident-rows a[href='/incidents/{iid}']")
         newer, _ = plant(app.pipeline.tracker.db, "<b>late</b>")  # type: ignore[union-attr]
         wait_for(lambda: f"#{newer}" in text_of(b, By.ID, "incident-rows"), 30,
                  "the live update to show the new incident")
         assert b.execute_script("return performance.timeOrigin") == before  # no reload
         assert "<b>late</b>" in text_of(b, By.ID, "incident-rows")
+        assert not b.find_elements(By.CSS_SELECTOR, "main script, main img")
+        # The rows already shown were kept, not swapped: a link about to be clicked (or
+        # holding keyboard focus) is the same node after the update.
+        assert not gone(link)
+        assert [a.get_attribute("href").rsplit("/", 1)[1] for a in b.find_elements(
+            By.CSS_SELECTOR, "#incident-rows td:first-child a")][:2] == [str(newer), str(iid)]
     finally:
         app.stop(2)
 
