@@ -248,13 +248,18 @@ def test_health_and_canary_go_out_together_so_a_slow_server_costs_one_wait(sim):
     # round for two timeouts (20 s at the defaults): longer than the 15 s interval, so
     # the next probe was missed. Together, a round takes the longer of the two.
     runner = ProbeRunner(4)
-    t = ProbeTarget("gemma", sim.url, timeout_ms=5000)
+    t = ProbeTarget("gemma", sim.url, timeout_ms=60_000)  # generous: the machine is loaded
     try:
         runner.probe(t, 0)  # learns the model: the canary waits for /v1/models this once
         sim.set_state(latency_s=1.5)  # each answer waits 1.5 s before it goes out
         sim.chat_beside_health.clear()
+        # /health is held until the canary reaches the simulator (up to 30 s): sent
+        # together, it arrives while /health waits; one after the other it cannot (it is
+        # sent after that answer), and the count stays 0 after the wait.
+        sim.health_waits_for_chat_s = 30.0
         _, results, _ = runner.probe(t, 15_000)
     finally:
+        sim.health_waits_for_chat_s = 0.0
         runner.close()
     got = _by_probe(results)
     assert [r.probe for r in results] == [HEALTH, CANARY]
@@ -262,7 +267,8 @@ def test_health_and_canary_go_out_together_so_a_slow_server_costs_one_wait(sim):
     assert got[HEALTH].duration_s >= 1.5 and got[CANARY].ttft_s >= 1.5
     # Together: the canary was in flight while /health was answered (the simulator
     # counts it); one after the other it would be sent only after that answer. (A
-    # round-time bound here raced a loaded machine.)
+    # round-time bound here raced a loaded machine; so did reading the count at the
+    # end of a 1.5 s latency, before a starved canary had arrived.)
     assert list(sim.chat_beside_health) == [1]
 
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from api_helpers import WRITE_TOKEN
 from axe import axe_source, blocking, violations
-from browser import browser, screenshot  # noqa: F401 (fixture)
+from browser import browser, click, present, screenshot, type_into  # noqa: F401 (fixture)
 from fixtures_e2e import wait_for
 from sqlalchemy import update
 from test_api_security import _config, plant
@@ -78,18 +78,18 @@ def test_every_page_has_no_serious_accessibility_violation(
         b.get(f"{url}/incidents/{firing}")  # as a reader: no forms, a link to log in
         found["incident-reader"] = blocking(violations(b, source))
         b.get(f"{url}/login")
-        b.find_element(By.NAME, "token").send_keys(WRITE_TOKEN)
-        b.find_element(By.CSS_SELECTOR, "form button").click()
-        wait_for(lambda: "Incidents" in b.title, 10, "the list after logging in")
+        type_into(b, By.NAME, "token", WRITE_TOKEN)
+        click(b, By.CSS_SELECTOR, "form button")
+        wait_for(lambda: "Incidents" in b.title, 30, "the list after logging in")
         pages = {"list": "/", "incident-firing": f"/incidents/{firing}",
                  "incident-resolved": f"/incidents/{resolved}", "alerts": "/alerts",
                  "rules": "/rules", "targets": "/targets", "stats": "/stats",
                  "silences": "/silences"}
         for name, path in pages.items():
             b.get(url + path)
-            wait_for(lambda: b.find_elements(By.TAG_NAME, "main"), 10, f"the {name} page")
+            wait_for(lambda: present(b, By.TAG_NAME, "main"), 30, f"the {name} page")
             if name == "incident-firing":  # the silence form too, open
-                b.find_element(By.CSS_SELECTOR, "#silence-form summary").click()
+                click(b, By.CSS_SELECTOR, "#silence-form summary")
             found[name] = blocking(violations(b, source))
             if name == "incident-firing":
                 assert b.find_elements(By.CSS_SELECTOR, "#plot svg")

@@ -10,7 +10,17 @@ from pathlib import Path
 import httpx
 import pytest
 from api_helpers import READ_TOKEN, WRITE_TOKEN, auth
-from browser import browser, screenshot  # noqa: F401 (fixture)
+from browser import (  # noqa: F401 (fixture)
+    attr_of,
+    browser,
+    click,
+    gone,
+    loaded,
+    screenshot,
+    settled,
+    text_of,
+    type_into,
+)
 from fixtures_e2e import wait_for
 from sqlalchemy import select
 from test_api_security import _config, plant
@@ -36,27 +46,23 @@ def _start(tmp: Path, extra: str = "") -> tuple[App, str]:
 def _timeline(b) -> str:  # noqa: ANN001
     from selenium.webdriver.common.by import By
 
-    return b.find_element(By.ID, "timeline").text
+    return text_of(b, By.ID, "timeline")
 
 
 def _submit(b, button_id: str, iid: int, fragment: str = "timeline") -> None:  # noqa: ANN001
-    """Click a form's button and wait for the redirect back to the incident's timeline."""
+    """Click a form's button and wait for the redirect back to the incident's timeline,
+    loaded. While the old page is being replaced, chromedriver can answer any command on
+    its nodes with a stale element or an inspector error: both mean it is gone."""
     from selenium.webdriver.common.by import By
 
-    old = b.find_element(By.TAG_NAME, "html")
-    b.find_element(By.ID, button_id).click()
-    wait_for(lambda: not _attached(old) and b.current_url.endswith(
-        f"/incidents/{iid}#{fragment}"), 15, f"the page back after {button_id}")
+    old = settled(lambda: b.find_element(By.TAG_NAME, "html"), "the page")
 
-
-def _attached(element) -> bool:  # noqa: ANN001
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    try:
-        element.tag_name  # noqa: B018
-        return True
-    except StaleElementReferenceException:
-        return False
+    def press() -> None:
+        if not gone(old):  # clicked already if the page is on its way out: not twice
+            b.find_element(By.ID, button_id).click()
+    settled(press, f"clicking {button_id}")
+    wait_for(lambda: gone(old) and b.current_url.endswith(f"/incidents/{iid}#{fragment}")
+             and loaded(b), 30, f"the page back after {button_id}")
 
 
 def test_acts_from_the_incident_page_land_on_the_timeline(
@@ -71,54 +77,52 @@ def test_acts_from_the_incident_page_land_on_the_timeline(
         iid, aid = plant(app.pipeline.tracker.db, "-x")  # type: ignore[union-attr]
         b.get(f"{url}/incidents/{iid}")
         assert not b.find_elements(By.ID, "acknowledge")  # reading only: no forms
-        assert "Log in with a write token" in b.find_element(By.ID, "incident-actions").text
+        assert "Log in with a write token" in text_of(b, By.ID, "incident-actions")
         b.get(f"{url}/login")
-        b.find_element(By.NAME, "token").send_keys(WRITE_TOKEN)
-        b.find_element(By.CSS_SELECTOR, "form button").click()
-        wait_for(lambda: "Incidents" in b.title, 10, "the list after logging in")
+        type_into(b, By.NAME, "token", WRITE_TOKEN)
+        click(b, By.CSS_SELECTOR, "form button")
+        wait_for(lambda: "Incidents" in b.title, 30, "the list after logging in")
         b.get(f"{url}/incidents/{iid}")
-        assert "not acknowledged" in b.find_element(By.ID, "ack-state").text
+        assert "not acknowledged" in text_of(b, By.ID, "ack-state")
 
         _submit(b, "acknowledge", iid)
-        assert "acknowledged by lead" in b.find_element(By.ID, "ack-state").text
+        assert "acknowledged by lead" in text_of(b, By.ID, "ack-state")
         assert not b.find_elements(By.ID, "acknowledge")  # done once
         assert "acknowledged by lead: no more repeats or escalations" in _timeline(b)
 
-        b.find_element(By.ID, "owner-input").send_keys("Ada Lovelace")
+        type_into(b, By.ID, "owner-input", "Ada Lovelace")
         _submit(b, "assign", iid)
-        assert b.find_element(By.ID, "owner").text == "Ada Lovelace"
+        assert text_of(b, By.ID, "owner") == "Ada Lovelace"
         assert "owner set to Ada Lovelace by lead" in _timeline(b)
 
-        b.find_element(By.ID, "note-text").send_keys(f"restarted by hand {FLAG}")
+        type_into(b, By.ID, "note-text", f"restarted by hand {FLAG}")
         _submit(b, "add-note", iid)
         assert f"lead: restarted by hand {FLAG}" in _timeline(b)  # shown as text
         assert b.execute_script("return window.__xss") is None
         assert not b.find_elements(By.CSS_SELECTOR, "main script, main img")
 
-        b.find_element(By.CSS_SELECTOR, "#silence-form summary").click()
-        assert b.find_element(By.ID, "silence-matchers").get_attribute("value") == \
+        click(b, By.CSS_SELECTOR, "#silence-form summary")
+        assert attr_of(b, By.ID, "silence-matchers", "value") == \
             'alertname="Alert-x" target="t-x"'
-        b.find_element(By.ID, "silence-duration").clear()
-        b.find_element(By.ID, "silence-duration").send_keys("2h")
-        b.find_element(By.ID, "silence-comment").send_keys("looking into it")
+        type_into(b, By.ID, "silence-duration", "2h", clear=True)
+        type_into(b, By.ID, "silence-comment", "looking into it")
         _submit(b, "silence", iid)
         (s,) = httpx.get(f"{url}/api/v2/silences").json()
         assert s["comment"] == "looking into it" and s["createdBy"] == "lead"
-        row = b.find_element(By.CSS_SELECTOR, "#timeline tr.kind-silenced").text
+        row = text_of(b, By.CSS_SELECTOR, "#timeline tr.kind-silenced")
         assert f"silence {s['id']} by lead until" in row
         assert 'alertname="Alert-x" target="t-x"' in row
 
         _submit(b, f"approve-{aid}", iid, f"approval-{aid}")
         assert f"approval #{aid} approved by lead" in _timeline(b)
 
-        links = {a.text: a.get_attribute("href")
-                 for a in b.find_elements(By.CSS_SELECTOR, "#links a")}
+        links = settled(lambda: {a.text: a.get_attribute("href") for a in
+                                 b.find_elements(By.CSS_SELECTOR, "#links a")}, "the links")
         assert links["Grafana"].startswith("https://grafana.example/d/x?var-target=t-x&from=")
         assert "Prometheus graph" not in links  # the planted alert has no rule expression
         screenshot(b, "incident-acts")
         b.get(f"{url}/")  # the list says who has it
-        row = b.find_element(By.CSS_SELECTOR, f"a[href='/incidents/{iid}']").find_element(
-            By.XPATH, "./ancestor::tr").text
+        row = text_of(b, By.XPATH, f"//a[@href='/incidents/{iid}']/ancestor::tr")
         assert "ack lead" in row and "owner Ada Lovelace" in row
     finally:
         app.stop(2)

@@ -12,7 +12,17 @@ from pathlib import Path
 import httpx
 import pytest
 from api_helpers import WRITE_TOKEN, start_rig, wait_log_source
-from browser import browser, screenshot  # noqa: F401 (fixture)
+from browser import (  # noqa: F401 (fixture)
+    attr_of,
+    browser,
+    click,
+    gone,
+    present,
+    screenshot,
+    settled,
+    text_of,
+    type_into,
+)
 from fixtures_e2e import wait_for
 from test_api_security import XSS, _config, plant
 
@@ -31,7 +41,9 @@ def sock_dir() -> Iterator[Path]:
 def _text(b, css: str) -> str:  # noqa: ANN001
     from selenium.webdriver.common.by import By
 
-    return "\n".join(e.text for e in b.find_elements(By.CSS_SELECTOR, css))
+    # Read again if the list's live update swaps the rows while they are being read.
+    return settled(lambda: "\n".join(e.text for e in b.find_elements(By.CSS_SELECTOR, css)),
+                   f"reading {css}")
 
 
 def test_list_incident_plot_and_approve_from_the_page(tmp_path, sock_dir, sink,
@@ -46,23 +58,24 @@ def test_list_incident_plot_and_approve_from_the_page(tmp_path, sock_dir, sink,
         wait_for(lambda: httpx.get(f"{rig.url}/api/v1/approvals?status=pending")
                  .json()["approvals"], 15, "the action to be parked")
         b.get(f"{rig.url}/login")
-        b.find_element(By.NAME, "token").send_keys(WRITE_TOKEN)
-        b.find_element(By.CSS_SELECTOR, "form button").click()
-        wait_for(lambda: "Incidents" in b.title, 10, "the list after logging in")
+        type_into(b, By.NAME, "token", WRITE_TOKEN)
+        click(b, By.CSS_SELECTOR, "form button")
+        wait_for(lambda: "Incidents" in b.title, 30, "the list after logging in")
         assert "VLLMHBMOutOfMemory" in _text(b, "tbody")
         assert "open" in _text(b, "td.status-open")
         screenshot(b, "incident-list")
-        b.find_element(By.PARTIAL_LINK_TEXT, "VLLMHBMOutOfMemory").click()
-        wait_for(lambda: b.find_elements(By.ID, "timeline"), 10, "the incident page")
+        click(b, By.PARTIAL_LINK_TEXT, "VLLMHBMOutOfMemory")
+        wait_for(lambda: present(b, By.ID, "timeline"), 30, "the incident page")
         timeline = _text(b, "#timeline")
         assert "firing" in timeline and "awaiting approval" in timeline
-        polylines = b.find_elements(By.CSS_SELECTOR, "#plot svg polyline")
-        assert polylines, _text(b, "#plot")
+        points = settled(lambda: [p.get_attribute("points") for p in b.find_elements(
+            By.CSS_SELECTOR, "#plot svg polyline")], "the plot")
+        assert points, _text(b, "#plot")
         # The counter exists from the first matched line on: a few points so far.
-        assert len(polylines[0].get_attribute("points").split()) >= 2
+        assert len(points[0].split()) >= 2
         assert "hbm_oom" in _text(b, "#excerpt") or _text(b, "#excerpt")
         screenshot(b, "incident-awaiting-approval")
-        b.find_element(By.CSS_SELECTOR, "button.approve").click()
+        click(b, By.CSS_SELECTOR, "button.approve")
 
         def action_succeeded() -> bool:
             b.refresh()
@@ -84,7 +97,7 @@ def test_list_incident_plot_and_approve_from_the_page(tmp_path, sock_dir, sink,
         # On a phone-sized screen the incident page still reads.
         b.set_window_size(390, 844)
         b.get(f"{rig.url}/")
-        wait_for(lambda: b.find_elements(By.CSS_SELECTOR, "tbody tr"), 5, "the list")
+        wait_for(lambda: present(b, By.CSS_SELECTOR, "tbody tr"), 30, "the list")
         scroll_w = b.execute_script("return document.documentElement.scrollWidth")
         assert scroll_w <= 400, scroll_w
         screenshot(b, "incident-list-phone")
@@ -111,9 +124,8 @@ def test_planted_markup_is_inert_in_the_browser(tmp_path: Path, browser) -> None
             with pytest.raises(NoAlertPresentException):
                 b.switch_to.alert.text  # noqa: B018
             assert not b.find_elements(By.CSS_SELECTOR, "main script, main img")
-            assert '<script>document.title="pwned"</script>' in b.find_element(
-                By.TAG_NAME, "main").text
-        shown = b.find_element(By.TAG_NAME, "main").text
+            assert '<script>document.title="pwned"</script>' in text_of(b, By.TAG_NAME, "main")
+        shown = text_of(b, By.TAG_NAME, "main")
         for where in ("evil", "runbook", "line ", "description"):
             assert where in shown
         assert shown.count(XSS) >= 6
@@ -122,11 +134,18 @@ def test_planted_markup_is_inert_in_the_browser(tmp_path: Path, browser) -> None
         # without a reload (and its planted markup stays text there too).
         b.get(f"http://{host}:{port}/")
         before = b.execute_script("return performance.timeOrigin")
+        link = b.find_element(By.CSS_SELECTOR, f"#incident-rows a[href='/incidents/{iid}']")
         newer, _ = plant(app.pipeline.tracker.db, "<b>late</b>")  # type: ignore[union-attr]
-        wait_for(lambda: f"#{newer}" in b.find_element(By.ID, "incident-rows").text, 12,
+        wait_for(lambda: f"#{newer}" in text_of(b, By.ID, "incident-rows"), 30,
                  "the live update to show the new incident")
         assert b.execute_script("return performance.timeOrigin") == before  # no reload
-        assert "<b>late</b>" in b.find_element(By.ID, "incident-rows").text
+        assert "<b>late</b>" in text_of(b, By.ID, "incident-rows")
+        assert not b.find_elements(By.CSS_SELECTOR, "main script, main img")
+        # The rows already shown were kept, not swapped: a link about to be clicked (or
+        # holding keyboard focus) is the same node after the update.
+        assert not gone(link)
+        assert [a.get_attribute("href").rsplit("/", 1)[1] for a in b.find_elements(
+            By.CSS_SELECTOR, "#incident-rows td:first-child a")][:2] == [str(newer), str(iid)]
     finally:
         app.stop(2)
 
@@ -163,11 +182,11 @@ def test_markup_is_text_on_every_page(tmp_path: Path, browser) -> None:  # noqa:
         for path in ("/", f"/incidents/{iid}", "/stats", "/silences", "/targets", "/alerts",
                      "/rules"):
             b.get(url + path)
-            main = b.find_element(By.TAG_NAME, "main")
             assert b.execute_script("return window.__xss") is None, path
-            assert not main.find_elements(By.CSS_SELECTOR, "script, img"), path
+            assert not b.find_elements(By.CSS_SELECTOR, "main script, main img"), path
             if path != "/targets":  # no target carries the planted text
-                assert "<script>window.__xss=1</script>" in main.text, path
+                assert "<script>window.__xss=1</script>" in text_of(b, By.TAG_NAME, "main"), \
+                    path
             screenshot(b, "xss-" + (path.strip("/").replace("/", "-") or "list"))
     finally:
         app.stop(2)
@@ -227,13 +246,13 @@ def test_alerts_page_shows_a_pending_alerts_for_progress(
                             row.find_element(By.CLASS_NAME, "for-text").text)
         screenshot(b, "alerts-pending")
         b.get(f"{url}/alerts?state=firing")
-        assert "No pending or firing alerts match" in b.find_element(By.ID, "alerts").text
+        assert "No pending or firing alerts match" in text_of(b, By.ID, "alerts")
         b.get(f"{url}/rules")
-        text = b.find_element(By.TAG_NAME, "main").text
+        text = text_of(b, By.TAG_NAME, "main")
         assert "SlowBurn" in text and "Quiet" in text and "pending" in text and "ok" in text
         screenshot(b, "rules")
         b.get(url + '/rules?label=team%3D%22infra%22')
-        text = b.find_element(By.TAG_NAME, "main").text
+        text = text_of(b, By.TAG_NAME, "main")
         assert "SlowBurn" in text and "Quiet" not in text
     finally:
         app.stop(2)
@@ -254,20 +273,19 @@ def test_silence_from_the_incident_page(tmp_path: Path, browser) -> None:  # noq
         b.get(f"{url}/incidents/{iid}")
         assert not b.find_elements(By.ID, "silence-form")  # reading only: no form
         b.get(f"{url}/login")
-        b.find_element(By.NAME, "token").send_keys(WRITE_TOKEN)
-        b.find_element(By.CSS_SELECTOR, "form button").click()
-        wait_for(lambda: "Incidents" in b.title, 10, "the list after logging in")
+        type_into(b, By.NAME, "token", WRITE_TOKEN)
+        click(b, By.CSS_SELECTOR, "form button")
+        wait_for(lambda: "Incidents" in b.title, 30, "the list after logging in")
         b.get(f"{url}/incidents/{iid}")
-        b.find_element(By.CSS_SELECTOR, "#silence-form summary").click()
-        form = b.find_element(By.CSS_SELECTOR, "#silence-form form")
-        matchers = form.find_element(By.NAME, "matchers").get_attribute("value")
+        click(b, By.CSS_SELECTOR, "#silence-form summary")
+        form = "#silence-form form "
+        matchers = attr_of(b, By.CSS_SELECTOR, form + "[name=matchers]", "value")
         assert matchers == 'alertname="Alert-x" target="t-x"'
-        form.find_element(By.NAME, "duration").clear()
-        form.find_element(By.NAME, "duration").send_keys("2h")
-        form.find_element(By.NAME, "comment").send_keys("looking into it")
+        type_into(b, By.CSS_SELECTOR, form + "[name=duration]", "2h", clear=True)
+        type_into(b, By.CSS_SELECTOR, form + "[name=comment]", "looking into it")
         screenshot(b, "incident-silence-form")
-        form.find_element(By.ID, "silence").click()
-        wait_for(lambda: b.current_url.endswith(f"/incidents/{iid}#timeline"), 10,
+        click(b, By.ID, "silence")
+        wait_for(lambda: b.current_url.endswith(f"/incidents/{iid}#timeline"), 30,
                  "the redirect back to the incident")
         (s,) = httpx.get(f"{url}/api/v2/silences",
                          headers={"Authorization": f"Bearer {WRITE_TOKEN}"}).json()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from browser import browser, screenshot  # noqa: F401 (fixture)
+from browser import browser, present, screenshot, text_of  # noqa: F401 (fixture)
 from fixtures_e2e import wait_for
 
 from sentinel.config import load_config
@@ -90,7 +90,7 @@ def test_an_incident_resolved_an_hour_ago_keeps_its_plot(
                  "the series to be stored at opening")
         # While it fires: the stored series, and the newest seconds from the series store.
         browser.get(f"{url}/incidents/{iid}")
-        source = browser.find_element(By.ID, "plot-source").text
+        source = text_of(browser, By.ID, "plot-source")
         assert "Stored with the incident" in source and "latest from the series store" in source
         assert browser.find_elements(By.CSS_SELECTOR, "#plot figure.rule svg polyline")
         screenshot(browser, "incident-firing-stored")
@@ -124,7 +124,7 @@ def test_an_incident_resolved_an_hour_ago_keeps_its_plot(
         assert later["stored"]["final"] and later["stored"]["end"] == later["window"]["end"]
 
         browser.get(f"{url}/incidents/{iid}")
-        wait_for(lambda: browser.find_elements(By.ID, "plot"), 10, "the incident page")
+        wait_for(lambda: present(browser, By.ID, "plot"), 30, "the incident page")
         figure = browser.find_element(By.CSS_SELECTOR, "#plot figure.rule")
         lines = figure.find_elements(By.CSS_SELECTOR, "svg polyline")
         assert lines and len(lines[0].get_attribute("points").split()) >= 3
@@ -138,16 +138,16 @@ def test_an_incident_resolved_an_hour_ago_keeps_its_plot(
         hover = [t.get_attribute("textContent") for t in figure.find_elements(
             By.CSS_SELECTOR, "svg circle.pt title")]
         assert any(h.startswith('{target="tpu-a"} = 0.97 at ') for h in hover), hover[:3]
-        page = browser.find_element(By.ID, "plot").text
+        page = text_of(browser, By.ID, "plot")
         assert "tpu-b" not in page
-        assert "Stored with the incident" in browser.find_element(By.ID, "plot-source").text
+        assert "Stored with the incident" in text_of(browser, By.ID, "plot-source")
         # The diagnosis evidence series, also stored: tpu-a's only.
         assert browser.find_elements(By.CSS_SELECTOR, "#plot figure.evidence polyline")
         screenshot(browser, "incident-resolved-an-hour-ago")
         # tpu-b's incident shows tpu-b's series, never tpu-a's.
         other = _incident(url, "tpu-b")
         browser.get(f"{url}/incidents/{other['id']}")  # type: ignore[index]
-        assert "tpu-a" not in browser.find_element(By.ID, "plot").text
-        assert 'target="tpu-b"' in browser.find_element(By.ID, "plot").text
+        assert "tpu-a" not in text_of(browser, By.ID, "plot")
+        assert 'target="tpu-b"' in text_of(browser, By.ID, "plot")
     finally:
         app.stop(2)

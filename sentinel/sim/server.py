@@ -80,10 +80,16 @@ class SimServer:
         self.container: Any = None  # a sim.container.SimContainer, for crashes and restarts
         self.traffic = Traffic(self.metrics, lambda: self.state, config.engines)
         self.chat_now = 0
+        self.chat_started = 0
         self.chat_max_in_flight = 0
-        # Chat requests in flight as each /health answer went out: a client that sends
-        # its health check and canary together shows 1 here, one after the other 0.
+        self._chat_moved = threading.Condition(self._lock)
+        # Chat requests in flight at some moment while each /health request was being
+        # answered: a client that sends its health check and canary together shows 1 here,
+        # one after the other 0. Scheduling alone can delay a canary sent together past a
+        # short latency, so a test may hold /health (up to this long) until a chat request
+        # has arrived: then 1 is an event it waits for, not a race it may lose.
         self.chat_beside_health: deque[int] = deque(maxlen=KEPT_CHAT_REQUESTS)
+        self.health_waits_for_chat_s = 0.0
 
     @property
     def host(self) -> str:
@@ -139,9 +145,25 @@ class SimServer:
 
     def chat_in_flight(self, delta: int) -> None:
         """Count chat requests being answered; `chat_max_in_flight` keeps the peak."""
-        with self._lock:
+        with self._chat_moved:
             self.chat_now += delta
+            self.chat_started += max(delta, 0)
             self.chat_max_in_flight = max(self.chat_max_in_flight, self.chat_now)
+            self._chat_moved.notify_all()
+
+    def chat_mark(self) -> tuple[int, int]:
+        """(in flight, started so far): taken as a /health request arrives."""
+        with self._lock:
+            return self.chat_now, self.chat_started
+
+    def note_chat_beside_health(self, mark: tuple[int, int]) -> None:
+        """Count the chat requests that overlapped a /health request begun at `mark`
+        (in flight then, or started since), after holding for one if asked to."""
+        def overlapping() -> int:
+            return mark[0] + self.chat_started - mark[1]
+        with self._chat_moved:
+            self._chat_moved.wait_for(lambda: overlapping() > 0, self.health_waits_for_chat_s)
+            self.chat_beside_health.append(overlapping())
 
     def pick_engine(self) -> int:
         """The engine the next request lands on (round-robin, as DP load balancing spreads)."""
@@ -338,9 +360,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- vLLM API ---------------------------------------------------------
 
     def _health(self, state: SimState) -> None:
+        mark = self.sim.chat_mark()
         time.sleep(state.latency_s)
-        with self.sim._lock:
-            self.sim.chat_beside_health.append(self.sim.chat_now)
+        self.sim.note_chat_beside_health(mark)
         # vLLM answers 200 with an empty body, and 503 once the engine is dead.
         self._send(HTTPStatus.OK if state.healthy else HTTPStatus.SERVICE_UNAVAILABLE, b"", None)
 
