@@ -61,6 +61,7 @@ class FakePromAPI:
         self._answer = answer or self._scripted
         self._hold_s = hold_s
         self._lock = threading.Lock()
+        self._arrivals = threading.Condition(self._lock)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -71,6 +72,11 @@ class FakePromAPI:
         """(query, time) of every request, in order of arrival."""
         return [(r.form.get("query", [""])[0], r.form.get("time", [""])[0])
                 for r in list(self.requests)]
+
+    def wait_in_flight(self, n: int, timeout_s: float) -> bool:
+        """Until `n` requests have been in flight at once (False if not within timeout_s)."""
+        with self._arrivals:
+            return self._arrivals.wait_for(lambda: self.most_in_flight >= n, timeout_s)
 
     def stop(self) -> None:
         """Release held requests, then stop serving and close the socket."""
@@ -87,6 +93,7 @@ class FakePromAPI:
             self.requests.append(request)
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self._arrivals.notify_all()
         self.arrived.set()
         try:
             if self._hold_s is not None:

@@ -11,7 +11,6 @@ and an overrun names the slowest rule.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,12 +39,33 @@ def _one_sample_at_the_query_time(request: PromRequest) -> Answer:
     return ok("vector", [{"metric": {"target": "a"}, "value": [request.form["time"][0], "1"]}])
 
 
+def _latency(request: PromRequest) -> float:
+    # The backend's own latency (the scenario, not a wait of the test).
+    return 60 if request.form["query"][0].startswith("hang") else DELAY_S
+
+
 @pytest.fixture
 def prom(prom_api: Callable[..., FakePromAPI]) -> FakePromAPI:
     """Answers every instant query with one sample, `DELAY_S` late; `hang_*` until released."""
-    # The backend's own latency (the scenario, not a wait of the test).
-    return prom_api(answer=_one_sample_at_the_query_time, hold_s=lambda r: (
-        60 if r.form["query"][0].startswith("hang") else DELAY_S))
+    return prom_api(answer=_one_sample_at_the_query_time, hold_s=_latency)
+
+
+@pytest.fixture
+def crowded_prom(prom_api: Callable[..., FakePromAPI]) -> FakePromAPI:
+    """As `prom`, and the first SLOW queries are held until all of them are in flight.
+
+    A group running its rules one at a time would wait here until its deadline; one running
+    them at once shows it however late a loaded machine starts the pool's threads (with
+    only `DELAY_S` to overlap, six of eight were once in flight together beside stress-ng).
+    """
+    fake: FakePromAPI
+
+    def hold_s(request: PromRequest) -> float:
+        fake.wait_in_flight(SLOW, 30)
+        return _latency(request)
+
+    fake = prom_api(answer=_one_sample_at_the_query_time, hold_s=hold_s)
+    return fake
 
 
 RULES = "groups:\n- name: serving\n  interval: 2s\n  rules:\n" + "".join(
@@ -87,7 +107,8 @@ def firing(alerts: Any, name: str) -> list[Any]:
 
 
 def test_independent_rules_run_at_once_and_dependents_see_the_same_evaluation(
-        prom: FakePromAPI, tmp_path: Path) -> None:
+        crowded_prom: FakePromAPI, tmp_path: Path) -> None:
+    prom = crowded_prom
     mgr, store, _ = manager(tmp_path, prom.url)
     put(store, "sentinel_input", 21, 1_000)
     alerts = mgr.evaluate_group("serving", 1_000)
@@ -156,9 +177,7 @@ def test_own_rules_do_not_wait_for_pool_threads_a_hung_backend_holds(
     put(store, "sentinel_input", 5, 1_000)
     hung = threading.Thread(target=mgr.evaluate_group, args=("remote", 1_000), daemon=True)
     hung.start()
-    deadline = time.monotonic() + 30
-    while prom.in_flight < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)  # polling for the event: both pool threads wait on the backend
+    assert prom.wait_in_flight(2, 30), "both pool threads never waited on the backend"
     assert prom.in_flight == 2
     alerts = mgr.evaluate_group("own", 1_000)
     # Answered while both pool threads still wait on the backend (10 s client timeout):
