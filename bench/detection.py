@@ -48,7 +48,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import httpx  # noqa: E402
+import yaml  # noqa: E402
+from _alertmanager import Alertmanager, alertmanager_binary  # noqa: E402
 
 from sentinel.daemon.scrapejobs import slot_offset_ms  # noqa: E402
 from sentinel.demo.sink import WebhookSink  # noqa: E402
@@ -204,22 +205,15 @@ class PrometheusSide(Side):
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.alertmanager: Alertmanager | None = None
 
     def start(self, folder: Path, trigger: Trigger, rules: Path, hook: str) -> None:
         """Alertmanager first (Prometheus sends to it), then Prometheus."""
-        prom, am = shutil.which("prometheus"), (shutil.which("prometheus-alertmanager")
-                                               or shutil.which("alertmanager"))
-        if prom is None or am is None:
+        prom = shutil.which("prometheus")
+        if prom is None or alertmanager_binary() is None:
             raise SystemExit("needs Debian's prometheus and prometheus-alertmanager")
-        am_addr = f"127.0.0.1:{free_port()}"
-        (folder / "am.yml").write_text(
-            f"route: {ROUTE}\n"
-            f"receivers:\n  - name: pager\n    webhook_configs: [{{url: '{hook}'}}]\n")
-        self.procs.append(_spawn(
-            [am, f"--config.file={folder / 'am.yml'}", f"--storage.path={folder / 'am'}",
-             f"--web.listen-address={am_addr}", "--cluster.listen-address="],
-            folder / "am.log"))
-        _wait(lambda: _ready(f"http://{am_addr}/-/ready"), 30, "alertmanager ready")
+        self.alertmanager = Alertmanager(folder / "am", hook, yaml.safe_load(ROUTE))
+        am_addr = self.alertmanager.address
         (folder / "prometheus.yml").write_text(
             f"global: {{scrape_interval: {INTERVAL}, scrape_timeout: 900ms, "
             f"evaluation_interval: {INTERVAL}}}\n"
@@ -238,13 +232,9 @@ class PrometheusSide(Side):
         for proc in reversed(self.procs):
             _terminate(proc)
         self.procs = []
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+        if self.alertmanager is not None:
+            self.alertmanager.stop()
+            self.alertmanager = None
 
 
 def _wait(predicate: Callable[[], object], timeout_s: float, what: str) -> object:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -59,7 +58,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 import yaml  # noqa: E402
-from fixtures_prometheus import Prometheus, free_port  # noqa: E402
+from _alertmanager import Alertmanager  # noqa: E402
+from fixtures_prometheus import Prometheus  # noqa: E402
 
 from sentinel.config import load_config  # noqa: E402
 from sentinel.config.notify import default_inhibit_rules  # noqa: E402
@@ -157,43 +157,14 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-class Alertmanager:
-    """Debian's Alertmanager on loopback: the equivalent route, a `pager` webhook."""
-
-    def __init__(self, folder: Path, hook: str, route: dict[str, Any], inhibit: bool) -> None:
-        folder.mkdir()
-        config: dict[str, Any] = {
-            "route": route,
-            "receivers": [{"name": PAGER, "webhook_configs": [
-                {"url": hook, "send_resolved": True}]}],
-        }
-        if inhibit:  # Sentinel's shipped inhibitions, as they are (same matcher syntax)
-            config["inhibit_rules"] = [
-                {"source_matchers": list(r.source_matchers),
-                 "target_matchers": list(r.target_matchers), "equal": list(r.equal)}
-                for r in default_inhibit_rules()]
-        (folder / "am.yml").write_text(yaml.safe_dump(config))
-        binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-        if binary is None:
-            raise SystemExit("needs Alertmanager: apt-get install prometheus-alertmanager")
-        self.address = f"127.0.0.1:{free_port()}"
-        self.proc = subprocess.Popen(
-            [binary, f"--config.file={folder / 'am.yml'}", f"--storage.path={folder / 'data'}",
-             f"--web.listen-address={self.address}", "--cluster.listen-address="],
-            stdout=(folder / "am.log").open("wb"), stderr=subprocess.STDOUT)
-        _wait(lambda: _ready(f"http://{self.address}/-/ready"), 30, "alertmanager ready")
-
-    def stop(self) -> None:
-        """Terminate and wait."""
-        self.proc.terminate()
-        self.proc.wait(10)
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+def _alertmanager(folder: Path, hook: str, route: dict[str, Any], *, inhibit: bool
+                  ) -> Alertmanager:
+    """Alertmanager with the equivalent route; with `inhibit`, Sentinel's shipped
+    inhibitions as they are (same matcher syntax)."""
+    rules = [{"source_matchers": list(r.source_matchers),
+              "target_matchers": list(r.target_matchers), "equal": list(r.equal)}
+             for r in default_inhibit_rules()] if inhibit else None
+    return Alertmanager(folder, hook, route, rules)
 
 
 def _wait(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
@@ -257,9 +228,10 @@ class Run:
         sentinel = ":".join(map(str, app.status.address))
         bridge = Bridge(f"http://{sentinel}")
         self.stoppers.append(bridge.stop)
-        ams = [Alertmanager(self.folder / "am", self.sinks["am"].url, self.route, inhibit=False),
-               Alertmanager(self.folder / "am-inh", self.sinks["am-inh"].url, self.route,
-                            inhibit=True)]
+        ams = [_alertmanager(self.folder / "am", self.sinks["am"].url, self.route,
+                             inhibit=False),
+               _alertmanager(self.folder / "am-inh", self.sinks["am-inh"].url, self.route,
+                             inhibit=True)]
         self.stoppers += [am.stop for am in ams]
         (self.folder / "prom").mkdir()
         prom = Prometheus(self.folder / "prom", {})

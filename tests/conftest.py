@@ -27,7 +27,7 @@ import httpx._transports.default as _httpx_transports
 import pytest
 from httpx._config import create_ssl_context as _create_ssl_context
 
-pytest_plugins = ["fixtures_postgres", "fixtures_e2e", "notify_helpers"]
+pytest_plugins = ["fixtures_postgres", "fixtures_e2e", "fixtures_promapi", "notify_helpers"]
 
 # Bytecode caches on, also for the test workers and the daemons tests start: with
 # PYTHONDONTWRITEBYTECODE set (this machine sets it), each worker recompiled sentinel

@@ -10,24 +10,19 @@ is stored, the others are captured at the next start.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fixtures_promapi import Answer, FakePromAPI, PromRequest, vector
 from sqlalchemy import select
 
 from tests.fixtures_e2e import write_config
 
 DEADLINE_S = 60.0
-EMPTY = json.dumps({"status": "success",
-                    "data": {"resultType": "vector", "result": []}}).encode()
-WAITING = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
-    {"metric": {"target": "vllm-a"}, "value": [0, "3"]}]}}).encode()
 RULES = """groups:
   - name: remote
     interval: 5s
@@ -37,45 +32,17 @@ RULES = """groups:
 """
 
 
-class HeldProm:
-    """A Prometheus query API that holds requests while `gate` is closed, then answers empty."""
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.arrived = threading.Event()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                form = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                fake.arrived.set()
-                fake.gate.wait(DEADLINE_S)
-                body = WAITING if b"num_requests_waiting" in form else EMPTY
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.gate.set()
-        self.server.shutdown()
-        self.server.server_close()
+def _held_answer(request: PromRequest) -> Answer:
+    """Requests waiting on the rule's query, nothing for any other (the evidence series)."""
+    if "num_requests_waiting" in request.form.get("query", [""])[0]:
+        return vector(({"target": "vllm-a"}, 3))
+    return vector()
 
 
 @pytest.fixture
-def prom() -> Iterator[HeldProm]:
-    p = HeldProm()
-    yield p
-    p.stop()
+def prom(prom_api: Callable[..., FakePromAPI]) -> FakePromAPI:
+    """A query API that holds every request until `release` is set."""
+    return prom_api(answer=_held_answer, hold_s=lambda _: DEADLINE_S)
 
 
 def _wait(what: str, cond: Callable[[], bool]) -> None:
@@ -112,7 +79,7 @@ def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 @pytest.mark.integration
 def test_stop_during_a_remote_evidence_capture_keeps_the_client_until_the_job_ends(
-        tmp_path: Path, prom: HeldProm, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, prom: FakePromAPI, caplog: pytest.LogCaptureFixture) -> None:
     from sentinel.config import load_config
     from sentinel.daemon.app import App
     from sentinel.incidents.db import Database
@@ -134,12 +101,12 @@ def test_stop_during_a_remote_evidence_capture_keeps_the_client_until_the_job_en
         # Stop while the capture of the first incident waits on the backend: the
         # bounded wait for jobs ends before the job does.
         app.stop(timeout_s=0.1)
-        prom.gate.set()
+        prom.release.set()
         _jobs_ended(remote)
         with db.session() as s:
             stored = set(s.scalars(select(IncidentSeries.incident_id)))
     finally:
-        prom.gate.set()
+        prom.release.set()
         db.dispose()
     assert not _errors(caplog)
     assert not any("client has been closed" in r.getMessage() for r in caplog.records)
@@ -149,7 +116,7 @@ def test_stop_during_a_remote_evidence_capture_keeps_the_client_until_the_job_en
 
 @pytest.mark.integration
 def test_stop_during_a_remote_rule_evaluation_records_its_alerts(
-        tmp_path: Path, prom: HeldProm, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, prom: FakePromAPI, caplog: pytest.LogCaptureFixture) -> None:
     """A group's evaluation outlasting stop's wait (9.7 s at 5,000 targets, issue 40) ends
     with its query answered and its incident recorded, not a failure on a closed client.
 
@@ -172,12 +139,12 @@ def test_stop_during_a_remote_rule_evaluation_records_its_alerts(
         remote = app.query.remote if app.query is not None else None
         assert remote is not None
         app.stop(timeout_s=0.1)  # the evaluation waits on the backend past stop's wait
-        prom.gate.set()
+        prom.release.set()
         _jobs_ended(remote)
         with db.session() as s:
             opened = list(s.scalars(select(Incident.alertname)))
     finally:
-        prom.gate.set()
+        prom.release.set()
         db.dispose()
     assert not _errors(caplog)
     assert opened == ["VLLMRequestsWaiting"]  # the evaluation in flight was recorded

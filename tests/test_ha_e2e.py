@@ -65,6 +65,13 @@ def _decided(db: Database, n: int) -> bool:
     return len(rows) == TARGETS and all(total >= n and running == 0 for _, total, running in rows)
 
 
+def _resolved(db: Database) -> int:
+    """Incidents resolved so far."""
+    with db.session() as s:
+        return int(s.execute(text("SELECT count(*) FROM incidents WHERE status = 'resolved'"))
+                   .scalar() or 0)
+
+
 def _story(*daemons: Daemon) -> None:
     """On failure: each daemon's lease story and errors, for the CI log."""
     for d in daemons:
@@ -207,10 +214,14 @@ def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
         wait(lambda: sum(action_lines(out).values()) >= TARGETS, 120, "the first actions")
         for s in sims.values():  # the leader has work in hand when it stops
             s.set_state(kv_cache_usage=0.10)
-        time.sleep(0.9)  # a moment into the resolution: scraped, not yet all paged
+        # A moment into the resolution: the first evaluation that saw a resolved target has
+        # recorded it; its pages (and the other targets' resolutions) are not yet all out.
+        # An event, not a time: a loaded machine stretches scrapes and evaluations alike.
+        wait(lambda: _resolved(db) >= 1, 120, "the leader to record a first resolution")
         # Whichever leads now (a starved leader may have lost its lease already: stopping
         # the standby would show nothing).
         a, b = _leader(first, second)
+        at_stop = (_resolved(db), sum(_distinct(sink, "resolved").values()))
         a.signal(signal.SIGSTOP)
         t0 = time.monotonic()
         wait(b.leads, LEASE_S + EVAL_S + 30, "the standby to take over")
@@ -246,7 +257,8 @@ def test_a_stopped_leader_wakes_up_steps_down_and_neither_pages_nor_acts(
         b.stop()
     report = page_report(sink)
     redelivered = {k: n for k, n in report["deliveries"].items() if n > 1}
-    print(f"\nSIGSTOP: takeover after {took:.2f}s; leader stopped {stopped_for:.1f}s; "
+    print(f"\nSIGSTOP: when stopped, {at_stop[0]}/{TARGETS} resolved, {at_stop[1]} paged; "
+          f"takeover after {took:.2f}s; leader stopped {stopped_for:.1f}s; "
           f"after SIGCONT: pages {pages_after - pages_before}, actions "
           f"{lines_after - lines_before}, (events, incidents) {calm} -> {after}; "
           f"redelivered before SIGCONT {redelivered}")

@@ -6,7 +6,6 @@ exactly the calls discovery and the actions make against the fake API."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from fakes.kube_server import FakeKube, pod
+from fixtures_e2e import wait_for
 
 from sentinel.config import ConfigError, load_config
 
@@ -207,10 +207,12 @@ def test_the_role_grants_exactly_what_discovery_and_the_actions_call() -> None:
             "label_selector": "app=vllm", "port": "http"})
         assert len(discover_once(sd, 5000, 4000)) == 2
         from sentinel.collect.kubernetes_sd import KubernetesDiscovery  # one watch, too
-        seen = threading.Event()
-        d = KubernetesDiscovery(sd, lambda t: seen.set(), lambda n: None, interval_ms=5000,
+        d = KubernetesDiscovery(sd, lambda t: None, lambda n: None, interval_ms=5000,
                                 timeout_ms=4000).start()
-        seen.wait(10)
+        # Until the watch reached the API: the targets come from the list before it, and
+        # a stop in between (a loaded machine) ends the discovery before it watches.
+        wait_for(lambda: any("watch=true" in path for _, path, _ in list(api.requests)),
+                 60, "the discovery's watch")
         d.stop()
         api_cfg = {"api": {"api_server": api.url}}
         labels = {"namespace": "inference", "pod": "vllm-abc-1"}

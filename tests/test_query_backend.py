@@ -13,13 +13,14 @@ import base64
 import json
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from fixtures_promapi import FakePromAPI, ok
 
 from sentinel.config.load import ConfigError, load_config
 from sentinel.config.querybackend import QueryBackendConfig
@@ -33,59 +34,10 @@ from sentinel.rules.prometheus_api import BackendMetrics, PrometheusAPI, QueryBa
 from sentinel.store import MemoryStore
 
 
-class FakeProm:
-    """Answers POSTs from a script: a list of (status, body) popped per request (last repeats)."""
-
-    def __init__(self) -> None:
-        self.script: list[tuple[int, Any]] = []
-        self.requests: list[tuple[str, dict[str, list[str]], dict[str, str]]] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                n = int(self.headers.get("Content-Length", 0))
-                form = parse_qs(self.rfile.read(n).decode())
-                fake.requests.append((self.path, form, dict(self.headers)))
-                status, body = fake.script.pop(0) if len(fake.script) > 1 else fake.script[0]
-                data = json.dumps(body).encode() if not isinstance(body, bytes) else body
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:  # noqa: N802
-                path, _, query = self.path.partition("?")
-                fake.requests.append((path, parse_qs(query), dict(self.headers)))
-                status, body = fake.script.pop(0) if len(fake.script) > 1 else fake.script[0]
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def prom() -> Iterator[FakeProm]:
-    p = FakeProm()
-    yield p
-    p.stop()
-
-
-def ok(kind: str, result: Any) -> tuple[int, Any]:
-    return 200, {"status": "success", "data": {"resultType": kind, "result": result}}
+def prom(prom_api: Callable[..., FakePromAPI]) -> FakePromAPI:
+    """A query API answering from its `script`."""
+    return prom_api()
 
 
 def api(url: str, **kw: Any) -> PrometheusAPI:
@@ -94,7 +46,7 @@ def api(url: str, **kw: Any) -> PrometheusAPI:
     return PrometheusAPI(cfg, BackendMetrics(), sleep=lambda s: None)
 
 
-def test_vector_scalar_and_special_floats_convert_to_the_engine_types(prom: FakeProm) -> None:
+def test_vector_scalar_and_special_floats_convert_to_the_engine_types(prom: FakePromAPI) -> None:
     prom.script = [ok("vector", [
         {"metric": {"__name__": "up", "target": "a"}, "value": [1700000000.5, "1"]},
         {"metric": {"target": "b"}, "value": [1700000000.5, "NaN"]},
@@ -119,7 +71,7 @@ def test_vector_scalar_and_special_floats_convert_to_the_engine_types(prom: Fake
         api(prom.url).query('"hi"', 1_700_000_000_000)
 
 
-def test_query_range_returns_series_with_sample_timestamps(prom: FakeProm) -> None:
+def test_query_range_returns_series_with_sample_timestamps(prom: FakePromAPI) -> None:
     prom.script = [ok("matrix", [{"metric": {"target": "a"},
                                   "values": [[1700000000, "1"], [1700000015, "+Inf"]]}])]
     (series,) = api(prom.url).query_range("x", 1_700_000_000_000, 1_700_000_015_000, 15_000)
@@ -128,7 +80,7 @@ def test_query_range_returns_series_with_sample_timestamps(prom: FakeProm) -> No
     assert prom.requests[0][1]["step"] == ["15.000"]
 
 
-def test_5xx_and_429_are_retried_then_answered(prom: FakeProm) -> None:
+def test_5xx_and_429_are_retried_then_answered(prom: FakePromAPI) -> None:
     a = api(prom.url)
     prom.script = [(503, {"status": "error", "errorType": "timeout", "error": "x"}),
                    (429, b"slow down"), ok("vector", [])]
@@ -139,7 +91,7 @@ def test_5xx_and_429_are_retried_then_answered(prom: FakeProm) -> None:
 
 
 @pytest.mark.parametrize("status", [400, 422])
-def test_a_bad_query_is_permanent_at_once(prom: FakeProm, status: int) -> None:
+def test_a_bad_query_is_permanent_at_once(prom: FakePromAPI, status: int) -> None:
     a = api(prom.url)
     a.metrics.up.set(0)  # as after an outage
     prom.script = [(status, {"status": "error", "errorType": "bad_data",
@@ -163,7 +115,7 @@ def test_no_backend_fails_within_the_budget_and_later_queries_of_that_evaluation
         a.query("other", 5_000)
 
 
-def test_credentials_travel_in_headers_and_never_in_errors(prom: FakeProm, tmp_path: Path
+def test_credentials_travel_in_headers_and_never_in_errors(prom: FakePromAPI, tmp_path: Path
                                                            ) -> None:
     (tmp_path / "token").write_text("s3cr3t-token\n")
     (tmp_path / "pw").write_text("hunter22\n")
@@ -258,7 +210,7 @@ def test_a_failing_backend_keeps_alerts_and_reports_err(tmp_path: Path) -> None:
     assert resolved.resolved_at_ms == 62_000  # resolves only when the backend says so
 
 
-def test_evidence_comes_from_query_range_around_the_onset(prom: FakeProm) -> None:
+def test_evidence_comes_from_query_range_around_the_onset(prom: FakePromAPI) -> None:
     from sentinel.respond.diagnose.gather import SERIES_NAMES
     from sentinel.respond.diagnose.gather_remote import remote_series
 
@@ -306,7 +258,7 @@ def test_rule_health_is_on_metrics_and_an_error_is_logged_once(
 
 
 def test_google_credentials_get_a_token_from_the_token_uri_and_send_it(
-        prom: FakeProm, tmp_path: Path) -> None:
+        prom: FakePromAPI, tmp_path: Path) -> None:
     """Managed Service for Prometheus: a service-account key; its token from a local token_uri."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
@@ -351,7 +303,7 @@ def test_google_credentials_get_a_token_from_the_token_uri_and_send_it(
         server.server_close()
 
 
-def test_get_puts_the_parameters_in_the_url(prom: FakeProm) -> None:
+def test_get_puts_the_parameters_in_the_url(prom: FakePromAPI) -> None:
     prom.script = [ok("scalar", [1, "1"])]
     assert api(prom.url, method="GET").query("vector(1)", 1_000) == 1.0
     path, params, _ = prom.requests[0]

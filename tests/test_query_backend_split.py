@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-import pytest
+from fixtures_e2e import wait_for
+from fixtures_http import http
 from fixtures_prometheus import Prometheus, prometheus_binary
 
 from sentinel.config.querybackend import QueryBackendConfig
@@ -158,7 +158,7 @@ def test_the_probe_half_fires_against_the_real_prometheus(tmp_path: Path) -> Non
         # The whole expression in Prometheus alone (the old routing) never fires.
         assert routed.remote.query(rule.expr, now) == []
         # Traffic: the backend half (`unless` it has traffic) holds the probe half back.
-        httpx.post(f"{sim.url}/sim/state", json={"load_rps": 20}, timeout=5).raise_for_status()
+        http.post(f"{sim.url}/sim/state", json={"load_rps": 20}, timeout=5).raise_for_status()
         wait_for_prometheus(prom, 'rate(vllm:time_to_first_token_seconds_count{target="t0"}'
                                   '[5m]) > 0')
         now = int(time.time() * 1000)
@@ -171,10 +171,9 @@ def test_the_probe_half_fires_against_the_real_prometheus(tmp_path: Path) -> Non
 
 def wait_for_prometheus(prom: Prometheus, expr: str, timeout_s: float = 60) -> None:
     """Until Prometheus answers `expr` with a sample (the scrapes it needs have landed)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        r = httpx.post(f"{prom.url}/api/v1/query", data={"query": expr}, timeout=10)
-        if r.json()["data"]["result"]:
-            return
-        time.sleep(0.2)
-    pytest.fail(f"prometheus never answered {expr} within {timeout_s} s")
+
+    def answered() -> bool:
+        r = http.post(f"{prom.url}/api/v1/query", data={"query": expr}, timeout=10)
+        return bool(r.json()["data"]["result"])
+
+    wait_for(answered, timeout_s, f"prometheus to answer {expr}")

@@ -10,16 +10,13 @@ and an overrun names the slowest rule.
 
 from __future__ import annotations
 
-import json
 import threading
-import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 import pytest
+from fixtures_promapi import Answer, FakePromAPI, PromRequest, ok
 from prometheus_client import CollectorRegistry
 
 from sentinel.config.querybackend import QueryBackendConfig
@@ -38,59 +35,37 @@ DELAY_S = 0.5
 SLOW = 8
 
 
-class SlowProm:
-    """Answers every instant query with one sample, `DELAY_S` late; `hang_*` until released."""
+def _one_sample_at_the_query_time(request: PromRequest) -> Answer:
+    return ok("vector", [{"metric": {"target": "a"}, "value": [request.form["time"][0], "1"]}])
 
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.asked: list[tuple[str, str]] = []  # (expr, time) of every query
-        self.in_flight = 0
-        self.most_in_flight = 0
-        lock = threading.Lock()
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
-                expr = form["query"][0]
-                with lock:
-                    fake.asked.append((expr, form["time"][0]))
-                    fake.in_flight += 1
-                    fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
-                # The backend's own latency (the scenario, not a wait of the test).
-                fake.release.wait(60 if expr.startswith("hang") else DELAY_S)
-                with lock:
-                    fake.in_flight -= 1
-                body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
-                    {"metric": {"target": "a"}, "value": [form["time"][0], "1"]}]}}).encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass  # the client gave up at its deadline
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+def _latency(request: PromRequest) -> float:
+    # The backend's own latency (the scenario, not a wait of the test).
+    return 60 if request.form["query"][0].startswith("hang") else DELAY_S
 
 
 @pytest.fixture
-def prom() -> Iterator[SlowProm]:
-    p = SlowProm()
-    yield p
-    p.stop()
+def prom(prom_api: Callable[..., FakePromAPI]) -> FakePromAPI:
+    """Answers every instant query with one sample, `DELAY_S` late; `hang_*` until released."""
+    return prom_api(answer=_one_sample_at_the_query_time, hold_s=_latency)
+
+
+@pytest.fixture
+def crowded_prom(prom_api: Callable[..., FakePromAPI]) -> FakePromAPI:
+    """As `prom`, and the first SLOW queries are held until all of them are in flight.
+
+    A group running its rules one at a time would wait here until its deadline; one running
+    them at once shows it however late a loaded machine starts the pool's threads (with
+    only `DELAY_S` to overlap, six of eight were once in flight together beside stress-ng).
+    """
+    fake: FakePromAPI
+
+    def hold_s(request: PromRequest) -> float:
+        fake.wait_in_flight(SLOW, 30)
+        return _latency(request)
+
+    fake = prom_api(answer=_one_sample_at_the_query_time, hold_s=hold_s)
+    return fake
 
 
 RULES = "groups:\n- name: serving\n  interval: 2s\n  rules:\n" + "".join(
@@ -132,7 +107,8 @@ def firing(alerts: Any, name: str) -> list[Any]:
 
 
 def test_independent_rules_run_at_once_and_dependents_see_the_same_evaluation(
-        prom: SlowProm, tmp_path: Path) -> None:
+        crowded_prom: FakePromAPI, tmp_path: Path) -> None:
+    prom = crowded_prom
     mgr, store, _ = manager(tmp_path, prom.url)
     put(store, "sentinel_input", 21, 1_000)
     alerts = mgr.evaluate_group("serving", 1_000)
@@ -171,7 +147,7 @@ def recorded(store: MemoryStore, name: str) -> list[tuple[int, float]]:
 
 
 def test_a_query_past_the_interval_ends_at_the_deadline_and_the_others_still_answer(
-        prom: SlowProm, tmp_path: Path) -> None:
+        prom: FakePromAPI, tmp_path: Path) -> None:
     rules = ("groups:\n- name: g\n  interval: 2s\n  rules:\n"
              "  - alert: Hangs\n    expr: hang_metric > 0\n"
              "  - alert: Answers\n    expr: slow_metric > 0\n")
@@ -187,7 +163,7 @@ def test_a_query_past_the_interval_ends_at_the_deadline_and_the_others_still_ans
 
 
 def test_own_rules_do_not_wait_for_pool_threads_a_hung_backend_holds(
-        prom: SlowProm, tmp_path: Path) -> None:
+        prom: FakePromAPI, tmp_path: Path) -> None:
     """At 5,000 targets the backend's queries ran to their deadline on every pool thread,
     and groups of Sentinel's own rules, queued behind them, missed their iterations."""
     rules = ("groups:\n- name: remote\n  interval: 60s\n  rules:\n"
@@ -201,9 +177,7 @@ def test_own_rules_do_not_wait_for_pool_threads_a_hung_backend_holds(
     put(store, "sentinel_input", 5, 1_000)
     hung = threading.Thread(target=mgr.evaluate_group, args=("remote", 1_000), daemon=True)
     hung.start()
-    deadline = time.monotonic() + 30
-    while prom.in_flight < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)  # polling for the event: both pool threads wait on the backend
+    assert prom.wait_in_flight(2, 30), "both pool threads never waited on the backend"
     assert prom.in_flight == 2
     alerts = mgr.evaluate_group("own", 1_000)
     # Answered while both pool threads still wait on the backend (10 s client timeout):
