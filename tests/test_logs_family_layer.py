@@ -175,3 +175,51 @@ def test_source_lines_of_a_traceback_are_not_statements(line: str) -> None:
 
 def test_vllm_collective_rpc_is_not_a_collective() -> None:
     assert families.family_of("RuntimeError: collective_rpc failed in step", "") is None
+
+
+@pytest.mark.parametrize("line", [
+    # a client printing the server's refusal on one plain line, in wordings no single
+    # sentence of the signature file spells: the window's name next to the verb
+    "openai.BadRequestError: Error code: 400 - {'message': \"request of 9000 tokens exceeds"
+    " the model's context window (8192)\", 'code': 400}",
+    "2026-11-27 10:00:00 WARN client: upstream said: Context length exceeded (9000 > 8192)",
+    "error: prompt too long (9000 tokens, max 8192)",
+    "retrying in 2 s: input of 9000 tokens is longer than the maximum sequence length",
+    '{"error": {"code": "context_length_exceeded", "message": "shorten the request"}}',
+    "Exception: Requested tokens (9000) exceeded context limit of 8192",
+])
+def test_a_context_length_refusal_on_a_plain_line_is_named(sigs: SignatureSet, line: str) -> None:
+    assert [e.category for e in events(sigs, line)] == ["context_length_exceeded"]
+
+
+def test_a_v0_engine_death_after_serving_is_not_a_start_up_failure(sigs: SignatureSet) -> None:
+    # v0's client: the heartbeat loop finds the engine process gone while requests run
+    text = "\n".join([
+        "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)",
+        'INFO:     10.0.0.1:5000 - "POST /v1/completions HTTP/1.1" 200 OK',
+        "INFO 11-27 10:00:00 engine.py:267] Added request cmpl-1.",
+        "ERROR 11-27 10:00:09 client.py:282] RuntimeError('Engine process (pid 4242) died.')",
+        "ERROR 11-27 10:00:09 client.py:282] NoneType: None",
+        "CRITICAL 11-27 10:00:10 launcher.py:99] MQLLMEngine is already dead, terminating"
+        " server process",
+        "INFO:     Shutting down",
+    ])
+    assert [e.category for e in events(sigs, text)] == ["engine_dead"]
+
+
+def test_a_v0_engine_failing_in_from_engine_args_is_a_start_up_failure(
+        sigs: SignatureSet) -> None:
+    # an exception no signature knows, raised while v0 built its engine
+    text = "\n".join([
+        "ERROR 11-27 10:00:00 engine.py:387] Frobnicator rejected tensor 12",
+        "ERROR 11-27 10:00:00 engine.py:387] Traceback (most recent call last):",
+        'ERROR 11-27 10:00:00 engine.py:387]   File "/v/engine/multiprocessing/engine.py",'
+        " line 378, in run_mp_engine",
+        "ERROR 11-27 10:00:00 engine.py:387]     engine = MQLLMEngine.from_engine_args("
+        "engine_args=engine_args,",
+        'ERROR 11-27 10:00:00 engine.py:387]   File "/v/engine/multiprocessing/engine.py",'
+        " line 121, in from_engine_args",
+        "ERROR 11-27 10:00:00 engine.py:387]     return cls(ipc_path=ipc_path,",
+        "ERROR 11-27 10:00:00 engine.py:387] KeyError: 'frobnicator'",
+    ])
+    assert [e.category for e in events(sigs, text)] == ["startup_failure"]
