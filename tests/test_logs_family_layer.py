@@ -48,6 +48,9 @@ P = "(EngineCore_DP0 pid=41) ERROR 11-27 10:00:00 [core.py:900]"
     ("RuntimeError: the GPU allocator could not allocate 2.00 GiB for the batch",
      "cuda_oom"),
     ("xla.RuntimeError: RESOURCE_EXHAUSTED: slab of 512M refused on chip 3", "hbm_oom"),
+    # Habana's bridge names its device-memory module, not the device
+    ("RuntimeError: FATAL ERROR :: MODULE:PT_DEVMEM could not allocate the graph's "
+     "workspace", "cuda_oom"),
     # host memory refused
     ("RuntimeError: the loader ran out of host memory while pinning weights",
      "startup_failure"),
