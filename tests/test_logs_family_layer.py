@@ -79,37 +79,10 @@ def test_memory_words_without_a_device_word_stay_unnamed(sigs: SignatureSet) -> 
     assert [e.signature for e in found] == ["unclassified_crash"]
 
 
-def test_a_timeout_in_the_engine_loop_is_a_hang(sigs: SignatureSet) -> None:
-    # the engine core's own log of the exception it dies on (no engine-dead line yet)
-    text = "\n".join([
-        f"{P} Traceback (most recent call last):",
-        f'{P}   File "/v/engine/core.py", line 700, in run_busy_loop',
-        f"{P}     self._step()",
-        f'{P}   File "/v/executor/ipc.py", line 30, in wait_reply',
-        f"{P}     raise TimeoutError",
-        f"{P} TimeoutError",
-    ])
-    found = events(sigs, text)
-    assert [(e.category, e.signature) for e in found] == [("engine_dead", "engine_hang_watchdog")]
-
-
 def test_a_timeout_outside_the_engine_is_not_named_a_hang(sigs: SignatureSet) -> None:
     found = events(sigs, bare_traceback("TimeoutError: webhook did not answer",
                                         ("notify", "post")))
     assert [e.signature for e in found] == ["unclassified_crash"]
-
-
-def test_a_timeout_while_starting_stays_a_start_up_failure(sigs: SignatureSet) -> None:
-    text = "\n".join([
-        f"{P} EngineCore failed to start.",
-        f"{P} Traceback (most recent call last):",
-        f'{P}   File "/v/engine/core.py", line 500, in __init__',
-        f"{P}     self.model_executor = executor_class(vllm_config)",
-        f'{P}   File "/v/executor/ipc.py", line 30, in wait_reply',
-        f"{P}     raise TimeoutError('workers did not report in time')",
-        f"{P} TimeoutError: workers did not report in time",
-    ])
-    assert [e.category for e in events(sigs, text)] == ["startup_failure"]
 
 
 def test_the_earliest_cause_names_the_event_not_the_symptoms_after_it(sigs: SignatureSet) -> None:
@@ -128,19 +101,6 @@ def test_the_earliest_cause_names_the_event_not_the_symptoms_after_it(sigs: Sign
     assert [(e.category, e.signature) for e in found] == [("startup_failure", "model_load_failed")]
     assert found[0].line_no == 1  # the cause's line
     assert any("ShardCannotStart" in line for line in found[0].excerpt)  # symptoms kept
-
-
-def test_a_device_oom_before_the_engine_death_names_it(sigs: SignatureSet) -> None:
-    text = "\n".join([
-        f"{P} Traceback (most recent call last):",
-        f'{P}   File "/v/worker/runner.py", line 80, in execute_model',
-        f"{P}     out = self.model(x)",
-        f"{P} RuntimeError: device 0 allocator: not enough memory for 1.5 GiB",
-        "(APIServer pid=1) ERROR 11-27 10:00:01 [async_llm.py:400] AsyncLLM output_handler failed.",
-        "(APIServer pid=1) ERROR 11-27 10:00:01 [async_llm.py:400] vllm.v1.engine.exceptions."
-        "EngineDeadError: EngineCore encountered an issue.",
-    ])
-    assert [e.category for e in events(sigs, text)] == ["cuda_oom"]
 
 
 def test_the_layer_never_creates_an_event(sigs: SignatureSet) -> None:
@@ -195,9 +155,37 @@ def test_a_context_length_refusal_on_a_plain_line_is_named(sigs: SignatureSet, l
     assert [e.category for e in events(sigs, line)] == ["context_length_exceeded"]
 
 
-def test_a_v0_engine_death_after_serving_is_not_a_start_up_failure(sigs: SignatureSet) -> None:
-    # v0's client: the heartbeat loop finds the engine process gone while requests run
-    text = "\n".join([
+V0 = "ERROR 11-27 10:00:00 engine.py:387]"
+API = "(APIServer pid=1) ERROR 11-27 10:00:01 [async_llm.py:400]"
+
+
+@pytest.mark.parametrize(("lines", "expected"), [  # category, or category/signature
+    pytest.param([  # the engine core's own log of the exception it dies on (no engine-dead yet)
+        f"{P} Traceback (most recent call last):",
+        f'{P}   File "/v/engine/core.py", line 700, in run_busy_loop',
+        f"{P}     self._step()",
+        f'{P}   File "/v/executor/ipc.py", line 30, in wait_reply',
+        f"{P}     raise TimeoutError",
+        f"{P} TimeoutError",
+    ], "engine_dead/engine_hang_watchdog", id="a timeout in the engine loop is a hang"),
+    pytest.param([
+        f"{P} EngineCore failed to start.",
+        f"{P} Traceback (most recent call last):",
+        f'{P}   File "/v/engine/core.py", line 500, in __init__',
+        f"{P}     self.model_executor = executor_class(vllm_config)",
+        f'{P}   File "/v/executor/ipc.py", line 30, in wait_reply',
+        f"{P}     raise TimeoutError('workers did not report in time')",
+        f"{P} TimeoutError: workers did not report in time",
+    ], "startup_failure", id="a timeout while starting stays a start-up failure"),
+    pytest.param([
+        f"{P} Traceback (most recent call last):",
+        f'{P}   File "/v/worker/runner.py", line 80, in execute_model',
+        f"{P}     out = self.model(x)",
+        f"{P} RuntimeError: device 0 allocator: not enough memory for 1.5 GiB",
+        f"{API} AsyncLLM output_handler failed.",
+        f"{API} vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+    ], "cuda_oom", id="a device OOM before the engine death names it"),
+    pytest.param([  # v0's client: the heartbeat loop finds the engine process gone while serving
         "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)",
         'INFO:     10.0.0.1:5000 - "POST /v1/completions HTTP/1.1" 200 OK',
         "INFO 11-27 10:00:00 engine.py:267] Added request cmpl-1.",
@@ -206,23 +194,19 @@ def test_a_v0_engine_death_after_serving_is_not_a_start_up_failure(sigs: Signatu
         "CRITICAL 11-27 10:00:10 launcher.py:99] MQLLMEngine is already dead, terminating"
         " server process",
         "INFO:     Shutting down",
-    ])
-    assert [e.category for e in events(sigs, text)] == ["engine_dead"]
-
-
-def test_a_v0_engine_failing_in_from_engine_args_is_a_start_up_failure(
-        sigs: SignatureSet) -> None:
-    # an exception no signature knows, raised while v0 built its engine
-    text = "\n".join([
-        "ERROR 11-27 10:00:00 engine.py:387] Frobnicator rejected tensor 12",
-        "ERROR 11-27 10:00:00 engine.py:387] Traceback (most recent call last):",
-        'ERROR 11-27 10:00:00 engine.py:387]   File "/v/engine/multiprocessing/engine.py",'
-        " line 378, in run_mp_engine",
-        "ERROR 11-27 10:00:00 engine.py:387]     engine = MQLLMEngine.from_engine_args("
-        "engine_args=engine_args,",
-        'ERROR 11-27 10:00:00 engine.py:387]   File "/v/engine/multiprocessing/engine.py",'
-        " line 121, in from_engine_args",
-        "ERROR 11-27 10:00:00 engine.py:387]     return cls(ipc_path=ipc_path,",
-        "ERROR 11-27 10:00:00 engine.py:387] KeyError: 'frobnicator'",
-    ])
-    assert [e.category for e in events(sigs, text)] == ["startup_failure"]
+    ], "engine_dead", id="a v0 engine death after serving is not a start-up failure"),
+    pytest.param([  # an exception no signature knows, raised while v0 built its engine
+        f"{V0} Frobnicator rejected tensor 12",
+        f"{V0} Traceback (most recent call last):",
+        f'{V0}   File "/v/engine/multiprocessing/engine.py", line 378, in run_mp_engine',
+        f"{V0}     engine = MQLLMEngine.from_engine_args(engine_args=engine_args,",
+        f'{V0}   File "/v/engine/multiprocessing/engine.py", line 121, in from_engine_args',
+        f"{V0}     return cls(ipc_path=ipc_path,",
+        f"{V0} KeyError: 'frobnicator'",
+    ], "startup_failure", id="a v0 engine failing in from_engine_args is a start-up failure"),
+])
+def test_one_excerpt_one_event_named_by_where_and_what_failed(
+        sigs: SignatureSet, lines: list[str], expected: str) -> None:
+    found = events(sigs, "\n".join(lines))
+    named = [f"{e.category}/{e.signature}" if "/" in expected else e.category for e in found]
+    assert named == [expected]
