@@ -155,6 +155,20 @@ def test_a_context_length_refusal_on_a_plain_line_is_named(sigs: SignatureSet, l
     assert [e.category for e in events(sigs, line)] == ["context_length_exceeded"]
 
 
+@pytest.mark.parametrize("line", [
+    # configuration checks and tokenizer hints that name the window without a refusal
+    "ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (4096).",
+    "Token indices sequence length is longer than the specified maximum sequence length"
+    " for this model (564 > 512). Running this sequence through the model will result in"
+    " indexing errors",
+    "WARNING 11-27 10:00:00 [config.py:1] max_num_batched_tokens (8192) exceeds"
+    " max_num_seqs * max_model_len (4096). This may lead to unexpected behavior.",
+])
+def test_the_window_named_without_a_refusal_is_not_a_context_length_event(
+        sigs: SignatureSet, line: str) -> None:
+    assert [e.category for e in events(sigs, line)] != ["context_length_exceeded"]
+
+
 V0 = "ERROR 11-27 10:00:00 engine.py:387]"
 API = "(APIServer pid=1) ERROR 11-27 10:00:01 [async_llm.py:400]"
 
