@@ -164,6 +164,18 @@ def test_a_context_length_refusal_on_a_plain_line_is_named(sigs: SignatureSet, l
     "WARNING 11-27 10:00:00 [config.py:1] max_num_batched_tokens (8192) exceeds"
     " max_num_seqs * max_model_len (4096). This may lead to unexpected behavior.",
 ])
+@pytest.mark.parametrize("line", [
+    # the NCCL watchdog's lines, each on its own: an excerpt cut short keeps only some
+    "Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
+    ":565 (most recent call first):",
+    "[rank3]:[E1206 18:44:12 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 3] Exception (either an"
+    " error or timeout) detected by watchdog at work: 7753",
+])
+def test_the_collective_watchdog_is_known_by_any_of_its_first_lines(
+        sigs: SignatureSet, line: str) -> None:
+    assert [e.category for e in events(sigs, line)] == ["interconnect_failure"]
+
+
 def test_the_window_named_without_a_refusal_is_not_a_context_length_event(
         sigs: SignatureSet, line: str) -> None:
     assert [e.category for e in events(sigs, line)] != ["context_length_exceeded"]
