@@ -156,15 +156,6 @@ def test_a_context_length_refusal_on_a_plain_line_is_named(sigs: SignatureSet, l
 
 
 @pytest.mark.parametrize("line", [
-    # configuration checks and tokenizer hints that name the window without a refusal
-    "ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (4096).",
-    "Token indices sequence length is longer than the specified maximum sequence length"
-    " for this model (564 > 512). Running this sequence through the model will result in"
-    " indexing errors",
-    "WARNING 11-27 10:00:00 [config.py:1] max_num_batched_tokens (8192) exceeds"
-    " max_num_seqs * max_model_len (4096). This may lead to unexpected behavior.",
-])
-@pytest.mark.parametrize("line", [
     # the NCCL watchdog's lines, each on its own: an excerpt cut short keeps only some
     "Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
     ":565 (most recent call first):",
@@ -176,6 +167,15 @@ def test_the_collective_watchdog_is_known_by_any_of_its_first_lines(
     assert [e.category for e in events(sigs, line)] == ["interconnect_failure"]
 
 
+@pytest.mark.parametrize("line", [
+    # configuration checks and tokenizer hints that name the window without a refusal
+    "ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (4096).",
+    "Token indices sequence length is longer than the specified maximum sequence length"
+    " for this model (564 > 512). Running this sequence through the model will result in"
+    " indexing errors",
+    "WARNING 11-27 10:00:00 [config.py:1] max_num_batched_tokens (8192) exceeds"
+    " max_num_seqs * max_model_len (4096). This may lead to unexpected behavior.",
+])
 def test_the_window_named_without_a_refusal_is_not_a_context_length_event(
         sigs: SignatureSet, line: str) -> None:
     assert [e.category for e in events(sigs, line)] != ["context_length_exceeded"]
