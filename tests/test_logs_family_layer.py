@@ -236,3 +236,25 @@ def test_one_excerpt_one_event_named_by_where_and_what_failed(
     found = events(sigs, "\n".join(lines))
     named = [f"{e.category}/{e.signature}" if "/" in expected else e.category for e in found]
     assert named == [expected]
+
+
+@pytest.mark.parametrize(("line", "category"), [
+    # plain lines of known families in wordings their signatures name by the stable part
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: TPU backend error: out of"
+     " memory allocating 2147483648 bytes", "hbm_oom"),
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory in memory"
+     " space vmem. Used 32.42M of 16.00M vmem.", "compile_failure"),
+    ("I1127 10:00:00 health.go:1] XidCriticalError: Xid=48 on Device=GPU-1234, the device"
+     " will go unhealthy.", "other"),
+    ("Failed to initialize NVML: Driver/library version mismatch", "startup_failure"),
+    ("[ERROR] HCCL(4242,python):2026-11-27-10:00:00 [hccl.cc:1] EI0006: Getting socket"
+     " times out.", "interconnect_failure"),
+    ("RuntimeError: synStatus=8 [Device not found] Device acquire failed.", "startup_failure"),
+    ("[PT_BRIDGE][error] graph.cpp: 599Graph compile failed. synStatus=synStatus 26 [Generic"
+     " failure]. compile", "compile_failure"),
+    ("RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for"
+     " size::234881024 (224)MB", "cuda_oom"),
+])
+def test_a_known_family_in_another_wording_on_a_plain_line(
+        sigs: SignatureSet, line: str, category: str) -> None:
+    assert [e.category for e in events(sigs, line)] == [category]
