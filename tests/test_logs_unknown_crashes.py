@@ -370,3 +370,26 @@ def test_an_engine_core_traceback_logged_on_its_way_out_then_silence_is_a_crash(
     # The same logged traceback in the API server (a request's handler caught it) is not.
     api = [x.replace(E, "(APIServer pid=1) ERROR 10-20 03:20:50 [serving.py:1] ") for x in lines]
     assert classify(sigs, api, 1000) == []
+
+
+@pytest.mark.parametrize(("record", "crash"), [
+    # logger.exception() through a plain formatter: the record's line, then the bare traceback
+    ("ERROR [hermes_tool_parser.py:110] Error in extracting tool call from response.", False),
+    ("WARNING 11-27 10:00:00 [cache.py:5] could not refresh the index; keeping the old one",
+     False),
+    # ... unless the record says the process is going down, or is CRITICAL, or the
+    # process is the engine core, whose loop does not carry on after logging one
+    ("ERROR 11-27 10:00:00 [server.py:9] Fatal error in the request loop, exiting", True),
+    ("CRITICAL 11-27 10:00:00 [server.py:9] Unrecoverable state", True),
+    ("(EngineCore_DP0 pid=5) ERROR 11-27 10:00:00 [core.py:9] Unexpected state in step", True),
+    # no record before it: Python's default hook printed it, the program ended
+    ("INFO 11-27 10:00:00 [server.py:9] request 7 started", True),
+])
+def test_a_traceback_logged_without_line_prefixes_is_judged_by_its_record(
+        sigs: SignatureSet, record: str, crash: bool) -> None:
+    lines = [record, "Traceback (most recent call last):",
+             '  File "/srv/app/parse.py", line 88, in extract',
+             "    json.loads(text)",
+             "json.decoder.JSONDecodeError: Extra data: line 3 column 1 (char 527)"]
+    got = [e.signature for e in classify(sigs, lines, 10)]
+    assert got == (["unclassified_crash"] if crash else [])

@@ -50,6 +50,7 @@ _MEMORY = (r"(?i:out of memory|OutOfMemory|\bOOM\b|failed to allocate|allocation
            r"insufficient memory|memory exhausted|exceeds? (?:the )?(?:available )?memory|"
            r"ALLOC_FAILED|MemoryAllocation|RESOURCE_EXHAUSTED)")
 _DEVICE_WORDS = (r"(?:CUDA|cuda|GPU|gpu|HIP|hip[A-Z]|ROCm|rocm|NPU|npu|HPU|hpu|VRAM|vram|"
+                 r"PT_DEVMEM|[Hh]abana|Gaudi|synDevice|"
                  r"[Dd]evice|cuBLAS|CUBLAS|cudnn|CUDNN|torch\.OutOfMemoryError|"
                  r"torch\.cuda\.OutOfMemoryError|OutOfMemoryError\()")
 

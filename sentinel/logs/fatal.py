@@ -143,6 +143,11 @@ def by_shape(header: str, before: str, exception: str, process: str | None = Non
     if _SURVIVABLE_CONTEXT.search(before) or _SURVIVABLE_CONTEXT.search(prefix):
         return False
     level = level_of(prefix) if prefix else None
+    if level is None and not prefix and level_of(before) in ("ERROR", "WARNING"):
+        # logger.exception() without a per-line formatter: the record's message line
+        # (with its level) and then the traceback, unprefixed. The record decides.
+        prefix, level = before, level_of(before)
+        process = process if process is not None else process_of(before)
     if level is None:
         return True  # printed by Python's default hook: the exception ended the program
     if level in ("CRITICAL", "FATAL"):
