@@ -45,9 +45,12 @@ TUNED_ACCURACY = 0.97
 # The issue asks 90 % on the held-out split. Measured (README.md beside the
 # corpus): 67 of 78 (85.9 %) before the family layer; with 22 files frozen
 # before it (batch 3) and the layer built on the tuned part, measured once:
-# 92 of 100 (92.0 %), batch 3 alone 19 of 22. The floor guards that figure.
+# 92 of 100 (92.0 %), batch 3 alone 19 of 22. Batch 4 (29 crash files from
+# 2025-26 threads, frozen before the next family round), measured once after it:
+# 21 of 29 (72.4 %; the same 21 with the code before the round), the whole split
+# 116 of 129 (89.9 %). The floor guards that figure; 90 % is not met.
 HELD_OUT_ACCURACY = 0.90
-HELD_OUT_FLOOR = 0.92
+HELD_OUT_FLOOR = 0.89
 
 
 def read(path: Path) -> tuple[dict[str, str], list[str]]:
@@ -125,6 +128,8 @@ def test_the_held_out_split_stays_at_its_measured_floor(sigs: SignatureSet) -> N
     assert share >= HELD_OUT_FLOOR, f"{share:.1%}: {misses}"
 
 
+@pytest.mark.xfail(strict=True, reason="issue 34 is open: fresh held-out batch 4 scored "
+                   "21 of 29, the split 89.9 % (tests/data/logs/corpus/README.md)")
 def test_the_held_out_split_names_at_least_90_percent_of_crashes(sigs: SignatureSet) -> None:
     share, misses = accuracy(sigs, HELD_CRASHES)
     assert share >= HELD_OUT_ACCURACY, f"{share:.1%}: {misses}"
