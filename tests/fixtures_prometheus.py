@@ -7,6 +7,7 @@ PostgreSQL and promtool tests do).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -32,6 +33,39 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def start_listening(argv: list[str], log: Path, timeout_s: float = 60
+                    ) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a Prometheus-family binary (prometheus, alertmanager) whose `argv` says
+    `--web.listen-address=127.0.0.1:0`, and read the port it bound back from its
+    `msg="Listening on" address=...` log line (info level): its URL, once it answers
+    /-/ready. A port picked free here and handed over could be taken by another worker's
+    process before the binary binds it. Its output goes to `log`, not to a pipe."""
+    offset = log.stat().st_size if log.exists() else 0
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    url = None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{argv[0]} exited: {log.read_text(errors='replace')[-2000:]}")
+        if url is None:
+            with log.open("rb") as f:
+                f.seek(offset)
+                m = re.search(rb'msg="Listening on" address=127\.0\.0\.1:(\d+)', f.read())
+            url = f"http://127.0.0.1:{int(m.group(1))}" if m else None
+        if url is not None:
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    return proc, url
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait(10)
+    raise RuntimeError(f"{argv[0]} not ready in {timeout_s:.0f} s: "
+                       f"{log.read_text(errors='replace')[-2000:]}")
 
 
 class Prometheus:
