@@ -75,8 +75,8 @@ class Prometheus:
                  rule_files: tuple[str, ...] = ()) -> None:
         self.binary = prometheus_binary()
         self.work = work
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = 0  # the first start listens on port 0; restarts keep the port it bound
+        self.url = ""  # known once started
         statics = "".join(
             f"      - {{targets: ['{addr}'], labels: {{target: '{name}'}}}}\n"
             for name, addr in targets.items())
@@ -91,23 +91,12 @@ class Prometheus:
 
     def start(self) -> Prometheus:
         """Start (or restart on the same data dir and port) and wait until it is ready."""
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, f"--config.file={self.work / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={self.work / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("prometheus did not become ready in 30 s")
+        self.proc, self.url = start_listening(
+            [self.binary, f"--config.file={self.work / 'prometheus.yml'}",
+             f"--storage.tsdb.path={self.work / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=info"], self.log)
+        self.port = int(self.url.rsplit(":", 1)[1])
+        return self
 
     def pause(self) -> None:
         """SIGSTOP: the socket still accepts connections, nothing answers (a hung backend)."""
