@@ -807,15 +807,16 @@ def test_kill_9_during_a_warm_restart_does_not_jam_the_next_target(
     a, b = fleet.sims["tpu-a"].container, fleet.sims["tpu-b"].container
     try:
         daemon.start()
-        wait_for(lambda: "sentinel started" in daemon.text(), 60, "the daemon to start")
-        time.sleep(1.5)  # the log sources joined their files
+        wait_for(lambda: _joined(daemon, fleet, "tpu-a"), 60, "tpu-a's log source to join")
         _HTTP.post(f"{fleet.sims['tpu-a'].url}/sim/crash", json={"mode": "down"})
         # Killed while tpu-a's warm restart is loading (after stop and start, before serving).
         wait_for(lambda: a.times("POST start"), 15, "tpu-a's restart")
         assert daemon.signal(signal.SIGKILL) == -signal.SIGKILL
         daemon.start()
         wait_for(lambda: daemon.text().count("sentinel started") == 2, 60, "the restart")
-        time.sleep(1.5)
+        # The restarted daemon's log source joined tpu-b's file at its end: a crash line
+        # written before would not be news to it.
+        wait_for(lambda: _joined(daemon, fleet, "tpu-b"), 60, "tpu-b's log source to join")
         _HTTP.post(f"{fleet.sims['tpu-b'].url}/sim/crash", json={"mode": "down"})
         # tpu-b's crash is remediated within one lease period plus its step time (the
         # detection budget, crash line → restart request, is 2 s).
@@ -840,6 +841,12 @@ def test_kill_9_during_a_warm_restart_does_not_jam_the_next_target(
         fleet.stop()
 
 
+def _joined(daemon: Daemon, fleet: _Fleet, target: str) -> bool:
+    """The running daemon's log source follows `target`'s file (its /metrics says so)."""
+    labels = f'{{source="file:{fleet.logs[target]}",target="{target}"}}'
+    return daemon.metric("sentinel_log_source_up", labels) == 1
+
+
 def test_one_oom_that_takes_the_target_down_is_restarted_once(
         tmp_path: Path, sock_dir: Path, slow_sink: SlowSink) -> None:
     from sentinel.config import load_config
@@ -855,16 +862,19 @@ def test_one_oom_that_takes_the_target_down_is_restarted_once(
         log = fleet.logs["tpu-a"]
         wait_for(lambda: app.metrics.registry.get_sample_value(
             "sentinel_log_source_up", {"target": "tpu-a", "source": f"file:{log}"}) == 1,
-            5, "the log source to join the file")
+            60, "the log source to join the file")
         _HTTP.post(f"{fleet.sims['tpu-a'].url}/sim/crash", json={"mode": "down"})
-        wait_for(lambda: container.times("serving"), 15, "the restarted server to serve")
+        wait_for(lambda: container.times("serving"), 60, "the restarted server to serve")
         db = app.pipeline.tracker.db
 
         def all_resolved() -> bool:
             found = queries.list_incidents(db)
             return bool(found) and all(i.status == "resolved" for i in found)
-        wait_for(all_resolved, 15, "every incident to resolve")
-        time.sleep(3)  # later evaluations: still nothing more
+        wait_for(all_resolved, 60, "every incident to resolve")
+        # Later evaluations, counted (a loaded machine stretches seconds): still nothing more.
+        evaluations = app.metrics.evaluations.labels("crashes")
+        more = evaluations._value.get() + 15  # 3 s of 200 ms evaluations
+        wait_for(lambda: evaluations._value.get() >= more, 120, "15 more evaluations")
         assert len(container.times("POST stop")) == 1, container.events
         (attempt,) = state.attempts(db)
         assert attempt.status == "succeeded"
