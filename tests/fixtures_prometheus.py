@@ -7,6 +7,7 @@ PostgreSQL and promtool tests do).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -34,6 +35,39 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start_listening(argv: list[str], log: Path, timeout_s: float = 60
+                    ) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a Prometheus-family binary (prometheus, alertmanager) whose `argv` says
+    `--web.listen-address=127.0.0.1:0`, and read the port it bound back from its
+    `msg="Listening on" address=...` log line (info level): its URL, once it answers
+    /-/ready. A port picked free here and handed over could be taken by another worker's
+    process before the binary binds it. Its output goes to `log`, not to a pipe."""
+    offset = log.stat().st_size if log.exists() else 0
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    url = None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{argv[0]} exited: {log.read_text(errors='replace')[-2000:]}")
+        if url is None:
+            with log.open("rb") as f:
+                f.seek(offset)
+                m = re.search(rb'msg="Listening on" address=127\.0\.0\.1:(\d+)', f.read())
+            url = f"http://127.0.0.1:{int(m.group(1))}" if m else None
+        if url is not None:
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    return proc, url
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait(10)
+    raise RuntimeError(f"{argv[0]} not ready in {timeout_s:.0f} s: "
+                       f"{log.read_text(errors='replace')[-2000:]}")
+
+
 class Prometheus:
     """One Prometheus process scraping `targets` (name → host:port) every `interval`."""
 
@@ -41,8 +75,8 @@ class Prometheus:
                  rule_files: tuple[str, ...] = ()) -> None:
         self.binary = prometheus_binary()
         self.work = work
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = 0  # the first start listens on port 0; restarts keep the port it bound
+        self.url = ""  # known once started
         statics = "".join(
             f"      - {{targets: ['{addr}'], labels: {{target: '{name}'}}}}\n"
             for name, addr in targets.items())
@@ -57,23 +91,12 @@ class Prometheus:
 
     def start(self) -> Prometheus:
         """Start (or restart on the same data dir and port) and wait until it is ready."""
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, f"--config.file={self.work / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={self.work / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("prometheus did not become ready in 30 s")
+        self.proc, self.url = start_listening(
+            [self.binary, f"--config.file={self.work / 'prometheus.yml'}",
+             f"--storage.tsdb.path={self.work / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=info"], self.log)
+        self.port = int(self.url.rsplit(":", 1)[1])
+        return self
 
     def pause(self) -> None:
         """SIGSTOP: the socket still accepts connections, nothing answers (a hung backend)."""

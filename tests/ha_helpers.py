@@ -87,16 +87,22 @@ def write_setup(folder: Path, db_url: str, targets: dict[str, str], hook_url: st
 class Daemon:
     """One `sentinel run` subprocess with its own listen port; restartable after a kill."""
 
-    def __init__(self, folder: Path, name: str, port: int | None = None) -> None:
+    def __init__(self, folder: Path, name: str, port: int | None = None,
+                 config: Path | None = None) -> None:
         """`port=0`: listen on a port the daemon picks, read back from its log at each start
         (a port picked free here can be taken by another program during a start that a
         loaded machine stretches to 20-30 s: "address already in use", the daemon gone).
-        Default: one free port picked now and kept across restarts."""
+        Default: one free port picked now and kept across restarts.
+        `config`: a config file of the caller's own instead of base.yaml; it must listen on
+        port 0 (`listen: 127.0.0.1:0`), the port is read back from the log."""
         self.folder, self.name = folder, name
-        self.config = folder / f"{name}.yaml"
-        self._fixed = free_port() if port is None else port
-        self.config.write_text((folder / "base.yaml").read_text()
-                               + f"listen: 127.0.0.1:{self._fixed}\n")
+        if config is not None:
+            self.config, self._fixed = config, 0
+        else:
+            self.config = folder / f"{name}.yaml"
+            self._fixed = free_port() if port is None else port
+            self.config.write_text((folder / "base.yaml").read_text()
+                                   + f"listen: 127.0.0.1:{self._fixed}\n")
         self.log = folder / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._port: int | None = self._fixed or None

@@ -19,17 +19,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import httpx
 import pytest
 from fixtures_e2e import wait_for, write_config
 from fixtures_http import http
+from fixtures_prometheus import start_listening
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
@@ -60,12 +58,6 @@ def _am_binary() -> str:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class RealAlertmanager:
     """Debian's Alertmanager on loopback, routing everything at once to a webhook sink."""
 
@@ -76,20 +68,11 @@ class RealAlertmanager:
             "group_interval: 1s, repeat_interval: 1h}\n"
             f"receivers: [{{name: hook, webhook_configs: [{{url: '{hook_url}', "
             "send_resolved: true}]}]\n")
-        self.url = f"http://127.0.0.1:{_free_port()}"
-        self.proc = subprocess.Popen(
+        # Port 0, read back from its log once it is ready (start_listening).
+        self.proc, self.url = start_listening(
             [_am_binary(), f"--config.file={folder / 'am.yml'}",
-             f"--storage.path={folder / 'am-data'}",
-             f"--web.listen-address={self.url.removeprefix('http://')}",
-             "--cluster.listen-address="],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def ready(self) -> bool:
-        assert self.proc.poll() is None, "alertmanager exited"
-        try:
-            return http.get(f"{self.url}/-/ready", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
+             f"--storage.path={folder / 'am-data'}", "--web.listen-address=127.0.0.1:0",
+             "--cluster.listen-address="], folder / "alertmanager.log")
 
     def active(self) -> list[dict]:
         """The alerts Alertmanager holds as not resolved (its API leaves resolved ones out)."""
@@ -172,7 +155,6 @@ def _stays_firing_then_resolves(tmp_path: Path, sim, am_hook: WebhookSink,  # no
     am = RealAlertmanager(tmp_path, resolve_timeout, am_hook.url)
     app = None
     try:
-        wait_for(am.ready, 60, "alertmanager ready")
         sim.set_state(num_requests_waiting=10)
         app = _start(tmp_path, sim, am, f"{int(resend_s)}s", pace)
         wait_for(am.active, 60, "the alert to reach Alertmanager")

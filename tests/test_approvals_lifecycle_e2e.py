@@ -114,6 +114,12 @@ def _approvals(url: str, status: str | None = None) -> list[dict]:
         return []
 
 
+def _url(d: Daemon) -> str:
+    """The base URL of this start of `d`, once its log says where it listens."""
+    wait_for(lambda: d.port, 60, "the daemon to log the port it listens on")
+    return f"http://127.0.0.1:{d.port}"
+
+
 def _pending(url: str, not_ids: tuple[int, ...] = ()) -> dict:
     return wait_for(lambda: next((a for a in _approvals(url, "pending")
                                   if a["id"] not in not_ids), None),
@@ -190,8 +196,8 @@ def test_kill_9_during_an_approved_action_abandons_the_approval_and_parks_again(
     _setup(tmp_path, sim.url, sink.url, attempts=2)
     mode = tmp_path / "mode"
     mode.write_text("hang")
-    d = Daemon(tmp_path, "d").start()
-    url = f"http://127.0.0.1:{d.port}"
+    d = Daemon(tmp_path, "d", port=0).start()  # port 0: read back from its log at each start
+    url = _url(d)
     try:
         sim.set_state(kv_cache_usage=0.93)
         first = _pending(url)
@@ -201,6 +207,7 @@ def test_kill_9_during_an_approved_action_abandons_the_approval_and_parks_again(
         d.kill9()
         mode.write_text("ok")
         d.start()
+        url = _url(d)
         second = _pending(url, (first["id"],))
         was = _status(url, first["id"])
         assert was["status"] == "done" and was["detail"].startswith("abandoned"), was

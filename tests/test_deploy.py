@@ -136,27 +136,27 @@ def test_run_rejects_a_bad_listen_address(tmp_path: Path) -> None:
 
 
 def test_run_listens_where_listen_says(tmp_path: Path) -> None:
-    import socket
-    import time
-
     import httpx
+    from fixtures_e2e import wait_for
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, SENTINEL_LISTEN=f"127.0.0.1:{port}")
-    proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run"], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    from sentinel.config.model import DEFAULT_LISTEN
+
+    # Port 0, not a port picked free here (another worker's process could take it during
+    # a slow start): the port the daemon logs it bound proves SENTINEL_LISTEN was read (the
+    # default listens on a fixed port). Its log to a file, not to a pipe nobody reads.
+    env = dict(os.environ, SENTINEL_LISTEN="127.0.0.1:0")
+    log = tmp_path / "daemon.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run"], cwd=tmp_path,
+                                env=env, stdout=subprocess.DEVNULL, stderr=err)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.communicate()[1]
-                assert time.monotonic() < deadline, "nothing listens on SENTINEL_LISTEN"
-                time.sleep(0.2)
+        def listening() -> int:
+            assert proc.poll() is None, log.read_text()
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text())
+            return int(m.group(1)) if m else 0
+        port = wait_for(listening, 60, "the daemon to log where it listens")
+        assert f"127.0.0.1:{port}" != DEFAULT_LISTEN, "SENTINEL_LISTEN was not read"
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert re.search(r"^process_resident_memory_bytes \S+$", metrics, re.M)
         # Where the CPU goes: the I/O loop's thread by its name.

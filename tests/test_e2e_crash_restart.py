@@ -105,7 +105,7 @@ def test_a_restart_does_not_resolve_a_firing_crash_alert(tmp_path: Path, sink, s
     sim = start_sim()
     db = tmp_path / "sentinel.db"
     log = _setup(tmp_path, f"sqlite:///{db}", sim.url, sink.url, ha=False)
-    d = Daemon(tmp_path, "one").start()
+    d = Daemon(tmp_path, "one", port=0).start()
     try:
         crashed_at = _crash(log, d)
         wait(lambda: _statuses(sink), 60, "the firing page")
@@ -125,9 +125,9 @@ def test_a_failover_does_not_resolve_a_firing_crash_alert(tmp_path: Path, sink,
                                                           fresh_postgres_url: str) -> None:
     sim = start_sim()
     log = _setup(tmp_path, fresh_postgres_url, sim.url, sink.url, ha=True)
-    a = Daemon(tmp_path, "a").start()
+    a = Daemon(tmp_path, "a", port=0).start()
     wait(a.leads, 180, "the first daemon to lead", step=METRICS_POLL_S)
-    b = Daemon(tmp_path, "b").start()
+    b = Daemon(tmp_path, "b", port=0).start()
     try:
         wait(lambda: "ha: standby" in b.readyz(), 180, "the second daemon to stand by",
              step=METRICS_POLL_S)

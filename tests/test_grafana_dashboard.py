@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import promql_parser
 import pytest
-from fixtures_e2e import write_config
+from fixtures_e2e import wait_for, write_config
+from ha_helpers import Daemon
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "sentinel.json"
@@ -44,21 +42,14 @@ def test_every_metric_is_exposed_by_the_daemon(tmp_path: Path) -> None:
     with cfg.open("a") as f:  # a policy, so the remediation metrics are registered too
         f.write("remediation:\n  command_allowlist: [/bin/true]\n  policies:\n"
                 "    - {name: p, alerts: [Watchdog], steps: [{command: {argv: [/bin/true]}}]}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(cfg)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # Its log to a file, the port read back from it (ha_helpers.Daemon): a pipe read line by
+    # line never times out when the daemon is slow to start, and fills up once not read.
+    daemon = Daemon(tmp_path, "daemon", config=cfg).start()
     try:
-        port = None
-        deadline = time.monotonic() + 30
-        assert proc.stderr is not None
-        while port is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            found = re.search(r"listening on [\d.]+:(\d+)", line)
-            port = int(found.group(1)) if found else None
-        assert port, "the daemon did not say where it listens"
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        wait_for(lambda: daemon.port, 60, "the daemon to say where it listens")
+        text = httpx.get(f"http://127.0.0.1:{daemon.port}/metrics", timeout=5).text
     finally:
-        proc.terminate()
-        proc.wait(15)
+        daemon.stop()
     declared = _declared(text)
     wanted = {m for e in _exprs() for m in NAME.findall(e)}
     # A counter is declared without `_total`, a histogram without `_bucket`.

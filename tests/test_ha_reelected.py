@@ -23,7 +23,8 @@ pytestmark = pytest.mark.integration
 def test_a_leader_that_lost_its_term_takes_the_next_and_acts(tmp_path, fresh_postgres_url,
                                                                sim, sink):
     write_setup(tmp_path, fresh_postgres_url, {"t0": sim.url}, sink.url)
-    config = Daemon(tmp_path, "a").config  # the config file only; the App runs in-process
+    # The config file only (listening on port 0); the App runs in-process.
+    config = Daemon(tmp_path, "a", port=0).config
     app = App(load_config(config))
     app.start()
     try:

@@ -18,7 +18,7 @@ import pytest
 from api_helpers import READ_TOKEN, WRITE_TOKEN
 from fixtures_e2e import wait_for, write_config
 from fixtures_http import http
-from fixtures_prometheus import free_port
+from ha_helpers import Daemon
 
 from sentinel.promql.engine import Engine
 from sentinel.promql.limits import QueryLimitError
@@ -93,19 +93,19 @@ def _polled(proc: subprocess.Popen[str]) -> tuple[float, int, str]:
 
 @pytest.mark.heavy
 def test_hostile_queries_in_parallel_never_stall_the_daemon(tmp_path: Path, sim) -> None:
-    port = free_port()
-    cfg = write_config(tmp_path, [("gemma", sim.url)], None, RULES, scrape_interval="500ms",
-                       listen=f"127.0.0.1:{port}")
+    cfg = write_config(tmp_path, [("gemma", sim.url)], None, RULES, scrape_interval="500ms")
     with cfg.open("a") as f:
         f.write(f"api:\n  tokens:\n    - {{name: viewer, role: read, token: {READ_TOKEN}}}\n"
                 f"    - {{name: lead, role: write, token: {WRITE_TOKEN}}}\n")
-    base = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "daemon.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(cfg)],
-                            stdout=log, stderr=subprocess.STDOUT)
+    # Port 0, read back from the log: a port picked free here could be taken meanwhile.
+    daemon = Daemon(tmp_path, "daemon", config=cfg).start()
+    assert daemon.proc is not None
+    proc = daemon.proc
     poller: subprocess.Popen[str] | None = None
     try:
-        wait_for(lambda: _answers(f"{base}/healthz"), 120, "the daemon")
+        wait_for(lambda: daemon.port and _answers(f"http://127.0.0.1:{daemon.port}/healthz"),
+                 120, "the daemon")
+        base = f"http://127.0.0.1:{daemon.port}"
         wait_for(lambda: "vllm:num_requests_waiting" in _query(base, "vllm:num_requests_waiting"),
                  20, "scraped series")
         rss_before, missed_before = _rss_kib(proc.pid), _missed(base)
@@ -140,9 +140,7 @@ def test_hostile_queries_in_parallel_never_stall_the_daemon(tmp_path: Path, sim)
     finally:
         if poller is not None and poller.poll() is None:
             poller.kill()
-        proc.terminate()
-        proc.wait(15)
-        log.close()
+        daemon.stop()
 
 
 def by_name_status(answers: list[tuple[str, tuple[int, str]]], name: str) -> set[int]:

@@ -8,8 +8,6 @@ costs the daemon no memory (RSS read from /proc of the daemon process).
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ import httpx
 import pytest
 from api_helpers import READ_TOKEN, WRITE_TOKEN
 from fixtures_e2e import wait_for
-from fixtures_prometheus import free_port
+from ha_helpers import Daemon
 
 from sentinel.api.guard import MAX_BODY_BYTES, HostPolicy, host_of
 from sentinel.config import load_config
@@ -114,13 +112,14 @@ def _rss_kib(pid: int) -> int:
 
 
 def test_200_mb_login_is_413_and_costs_no_memory(tmp_path: Path) -> None:
-    port = free_port()
-    cfg = _config(tmp_path, listen=f"127.0.0.1:{port}")
-    log = (tmp_path / "daemon.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(cfg)],
-                            stdout=log, stderr=subprocess.STDOUT)
+    # Port 0, read back from the log: a port picked free here could be taken meanwhile.
+    daemon = Daemon(tmp_path, "daemon", config=_config(tmp_path)).start()
+    assert daemon.proc is not None
+    proc = daemon.proc
     try:
-        wait_for(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), 30, "the daemon")
+        wait_for(lambda: daemon.port and _ok(f"http://127.0.0.1:{daemon.port}/healthz"), 60,
+                 "the daemon")
+        port = daemon.port
         before = _rss_kib(proc.pid)
         for chunked in (False, True):
             status = _send_big_login(port, 200 << 20, chunked)
@@ -129,9 +128,7 @@ def test_200_mb_login_is_413_and_costs_no_memory(tmp_path: Path) -> None:
         assert growth_mb < 20, growth_mb
         assert _ok(f"http://127.0.0.1:{port}/healthz")
     finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
+        daemon.stop()
 
 
 def _send_big_login(port: int, size: int, chunked: bool) -> int | None:

@@ -10,13 +10,13 @@ import hashlib
 import hmac
 import logging
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from fixtures_prometheus import start_listening
 from notify_helpers import LoopbackReceiver
 from secret_check import assert_no_secret_leak
 
@@ -146,28 +146,13 @@ def test_every_receiver_keeps_its_secrets(loopback: LoopbackReceiver,
 def alertmanager(tmp_path: Path) -> Iterator[str]:
     if AM is None:
         pytest.skip("prometheus-alertmanager not installed")
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     (tmp_path / "am.yml").write_text("route: {receiver: none}\nreceivers: [{name: none}]\n")
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
+    # Port 0, read back from its log once it is ready (start_listening).
+    proc, url = start_listening(
         [AM, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--web.listen-address=127.0.0.1:0", "--cluster.listen-address="],
+        tmp_path / "alertmanager.log")
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, "alertmanager exited"
-            assert time.monotonic() < deadline, "alertmanager not ready in 15s"
-            time.sleep(0.05)
         yield url
     finally:
         proc.terminate()

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fixtures_e2e import wait_for, write_config
-from fixtures_prometheus import free_port
+from ha_helpers import Daemon
 from test_rules_promtool import promtool
 
 from sentinel.promql import compile as compile_mod
@@ -111,15 +111,16 @@ def test_run_refuses_the_file_with_a_position_and_no_traceback(tmp_path: Path, s
 
 @pytest.mark.integration
 def test_sighup_with_a_panicking_file_keeps_the_daemon(tmp_path: Path, sim) -> None:
-    port = free_port()
     good = "groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: up > 1\n"
-    cfg = write_config(tmp_path, [("gemma", sim.url)], None, good, listen=f"127.0.0.1:{port}")
-    log = (tmp_path / "daemon.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(cfg)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/healthz"
+    cfg = write_config(tmp_path, [("gemma", sim.url)], None, good)
+    # Port 0, read back from the log: a port picked free here could be taken meanwhile.
+    daemon = Daemon(tmp_path, "daemon", config=cfg).start()
+    assert daemon.proc is not None
+    proc = daemon.proc
     try:
-        wait_for(lambda: _status(url) == 200, 20, "the daemon to serve /healthz")
+        wait_for(lambda: daemon.port and _status(f"http://127.0.0.1:{daemon.port}/healthz")
+                 == 200, 60, "the daemon to serve /healthz")
+        url = f"http://127.0.0.1:{daemon.port}/healthz"
         _rule_file(tmp_path, "up @ -1 > 0")
         proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "reload refused" in (tmp_path / "daemon.log").read_text(), 30,
@@ -129,9 +130,7 @@ def test_sighup_with_a_panicking_file_keeps_the_daemon(tmp_path: Path, sim) -> N
         text = (tmp_path / "daemon.log").read_text()
         assert "negative @ timestamp" in text and "panicked" not in text
     finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
+        daemon.stop()
 
 
 def _status(url: str) -> int | None:

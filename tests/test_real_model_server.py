@@ -14,7 +14,7 @@ and fails under CI=true.
 from __future__ import annotations
 
 import os
-import socket
+import re
 import subprocess
 import sys
 import time
@@ -47,33 +47,35 @@ def _require() -> str:
     return str(assemble())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     model = _require()
-    port = _free_port()
-    # Its log goes to a file: llama.cpp writes ~140 KB while loading, which would fill
-    # a pipe nobody reads and stop the server.
+    # Port 0, read back from uvicorn's "Uvicorn running on" line: a port picked free here
+    # could be taken by another worker's process during the model's load. Its log goes
+    # to a file: llama.cpp writes ~140 KB while loading, which would fill a pipe nobody
+    # reads and stop the server.
     log_path = tmp_path_factory.mktemp("llama") / "server.log"
     log_file = log_path.open("wb")
     # n_ctx 8192: the server's /v1/models says no context length, so Sentinel assumes
     # 8192 (FALLBACK_MAX_MODEL_LEN) and fits its prompt to that.
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "8192", "--n_threads", "2"],
+         "--port", "0", "--n_ctx", "8192", "--n_threads", "2"],
         stdout=log_file, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url = ""
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 err = log_path.read_text(errors="replace")[-2000:]
                 pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {err}")
+            if not url:
+                m = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)",
+                              log_path.read_text(errors="replace"))
+                url = m.group(1) if m else ""
+                if not url:
+                    time.sleep(0.5)
+                    continue
             try:
                 if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
                     break

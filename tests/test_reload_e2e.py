@@ -11,9 +11,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_e2e import wait_for
+from ha_helpers import Daemon as HaDaemon
 
 from sentinel.demo import WebhookSink
 from sentinel.sim.server import start_sim
@@ -43,10 +41,10 @@ def _rules(*rules: tuple[str, str]) -> str:
                           for name, expr in rules)
 
 
-def _config(folder: Path, port: int, target: tuple[str, str], hook: str, rules: str) -> str:
+def _config(folder: Path, target: tuple[str, str], hook: str, rules: str) -> str:
     return "\n".join([
         f"database: sqlite:///{folder / 'sentinel.db'}",
-        f"listen: 127.0.0.1:{port}",
+        "listen: 127.0.0.1:0",  # the port is read back from the log (ha_helpers.Daemon)
         f"rule_files: [{rules}]",
         "evaluation_interval: 200ms",
         "probe_interval: 0s",
@@ -67,21 +65,20 @@ def _config(folder: Path, port: int, target: tuple[str, str], hook: str, rules: 
     ]) + "\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Daemon:
-    """A `sentinel run` subprocess, its port and its log."""
+    """A `sentinel run` subprocess, its port and its log: ha_helpers.Daemon, which listens on
+    port 0 and reads the port back from the log (a port picked free here and handed over
+    could be taken by another worker's process during a slow start)."""
 
-    def __init__(self, config: Path, port: int, log: Path) -> None:
-        self.port = port
-        self.log_path = log
-        self._log = log.open("w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(config)],
-                                     stdout=subprocess.DEVNULL, stderr=self._log)
+    def __init__(self, config: Path, log: Path) -> None:
+        self._daemon = HaDaemon(log.parent, log.stem, config=config).start()
+        assert self._daemon.proc is not None
+        self.proc = self._daemon.proc
+        self.log_path = self._daemon.log
+
+    @property
+    def port(self) -> int:
+        return self._daemon.port
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -121,13 +118,7 @@ class Daemon:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        self._log.close()
+        self._daemon.stop()
 
 
 @pytest.fixture
@@ -171,11 +162,10 @@ def _scrapes(d: Daemon, target: str) -> float:
 def daemon(tmp_path: Path, sims, sinks) -> Iterator[tuple[Daemon, Path]]:
     """The daemon on config v1: target alpha, receiver → sink A, rule OldRule."""
     sim_a, _ = sims
-    port = _free_port()
     (tmp_path / "rules1.yaml").write_text(_rules(("OldRule", "up == 1")))
     cfg = tmp_path / "sentinel.yaml"
-    cfg.write_text(_config(tmp_path, port, ("alpha", sim_a.url), sinks[0].url, "rules1.yaml"))
-    d = Daemon(cfg, port, tmp_path / "sentinel.log")
+    cfg.write_text(_config(tmp_path, ("alpha", sim_a.url), sinks[0].url, "rules1.yaml"))
+    d = Daemon(cfg, tmp_path / "sentinel.log")
     try:
         wait_for(lambda: _fired(sinks[0], "OldRule", "alpha"), WAIT_S, "OldRule's page at A")
         yield d, cfg
@@ -183,11 +173,11 @@ def daemon(tmp_path: Path, sims, sinks) -> Iterator[tuple[Daemon, Path]]:
         d.stop()
 
 
-def _v2(tmp_path: Path, port: int, sims: tuple, hook: str) -> str:
+def _v2(tmp_path: Path, sims: tuple, hook: str) -> str:
     """Config v2: target beta (not alpha), receiver → `hook`, rules NewRule and Backlog."""
     (tmp_path / "rules2.yaml").write_text(_rules(
         ("NewRule", "up == 1"), ("Backlog", "vllm:num_requests_waiting > 50")))
-    return _config(tmp_path, port, ("beta", sims[1].url), hook, "rules2.yaml")
+    return _config(tmp_path, ("beta", sims[1].url), hook, "rules2.yaml")
 
 
 def test_reload_swaps_target_receiver_and_rule_at_once_and_bad_files_change_nothing(
@@ -205,7 +195,7 @@ def _sighup_applies_all_three(tmp_path: Path, d: Daemon, cfg: Path, sims: tuple,
     assert d.metric("sentinel_config_last_reload_successful") == 1.0
     started = d.metric("sentinel_config_last_reload_success_timestamp_seconds")
     assert started
-    cfg.write_text(_v2(tmp_path, d.port, sims, sink_b.url))
+    cfg.write_text(_v2(tmp_path, sims, sink_b.url))
     d.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: (d.metric("sentinel_config_last_reload_success_timestamp_seconds") or 0)
              > started, WAIT_S, "the reload's success timestamp to advance")

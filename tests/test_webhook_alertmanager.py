@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 import queue
 import shutil
-import socket
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
+from fixtures_prometheus import start_listening
 
 from sentinel.model import Alert, AlertState, Notification, NotificationKind, labels_of
 from sentinel.respond.notify.payload import alertmanager_payload
@@ -31,12 +29,6 @@ pytestmark = [pytest.mark.integration,
 
 T0 = 1_714_564_800_000  # 2024-05-01T12:00:00Z
 GENERATOR = "http://sentinel:9465/incidents/42"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -64,22 +56,12 @@ def alertmanager(tmp_path: Path, hook: tuple[str, queue.Queue[dict]]) -> Iterato
     (tmp_path / "am.yml").write_text(
         "route: {receiver: hook, group_by: [alertname], group_wait: 0s}\n"
         f"receivers: [{{name: hook, webhook_configs: [{{url: '{hook[0]}'}}]}}]\n")
-    url = f"http://127.0.0.1:{_free_port()}"
-    proc = subprocess.Popen(
+    # Port 0, read back from its log once it is ready (start_listening).
+    proc, url = start_listening(
         [str(AM), f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'data'}",
-         f"--web.listen-address={url.removeprefix('http://')}", "--cluster.listen-address="],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--web.listen-address=127.0.0.1:0", "--cluster.listen-address="],
+        tmp_path / "alertmanager.log")
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, "alertmanager exited"
-            assert time.monotonic() < deadline, "alertmanager not ready in 15s"
-            time.sleep(0.05)
         yield url
     finally:
         proc.terminate()
