@@ -112,9 +112,9 @@ def test_hostile_queries_in_parallel_never_stall_the_daemon(tmp_path: Path, sim)
         quiet, _, _ = _polled(_poll(f"{base}/healthz", 15))  # as long as the loud window
         missed_quiet = _missed(base) - missed_before  # a loaded machine misses some anyway
         missed_before += missed_quiet
-        # 1 s on an idle machine; on one too loaded to answer in 1 s even when quiet,
-        # 4x its slowest quiet answer (a stall, as before, is a failure: minutes).
-        bound = max(1.0, 4 * quiet)
+        # A stall, as before the limits, is minutes. The bound only has to tell that
+        # apart from a loaded machine's slow answers: 5 s, or 8x the slowest quiet one.
+        bound = max(5.0, 8 * quiet)
         poller = _poll(f"{base}/healthz", 20)
         answers = []
         with ThreadPoolExecutor(5) as pool:
