@@ -258,3 +258,50 @@ def test_one_excerpt_one_event_named_by_where_and_what_failed(
 def test_a_known_family_in_another_wording_on_a_plain_line(
         sigs: SignatureSet, line: str, category: str) -> None:
     assert [e.category for e in events(sigs, line)] == [category]
+
+
+@pytest.mark.parametrize(("line", "category"), [
+    # the orchestrator's view of a server that never came up: one rule, a start-up failure
+    ("pod/llm-7f9c-x2x   0/1   CrashLoopBackOff   7 (41s ago)   19m", "startup_failure"),
+    ("  Warning  BackOff  3m (x40 over 19m)  kubelet  Back-off restarting failed container"
+     " server in pod llm-7f9c-x2x_default(1234)", "startup_failure"),
+    ("  Normal   Killing  9m  kubelet  Container server failed startup probe, will be"
+     " restarted", "startup_failure"),
+    # a device allocation failing while loading is the device's OOM, whatever names it
+    ("llama_model_load: error loading model: unable to allocate ROCm1 buffer", "cuda_oom"),
+    ("Error: 500 Internal Server Error: llama runner process has terminated: error loading"
+     " model: unable to allocate Vulkan0 buffer", "cuda_oom"),
+    ("CUDA Error: out of memory at /src/csrc/cumem_allocator.cpp:91", "cuda_oom"),
+    # ... but a host-side buffer is host memory (a start-up failure), not the device's
+    ("llama_model_load: error loading model: unable to allocate CUDA_Host buffer",
+     "startup_failure"),
+    # NCCL's InfiniBand transport in the IB verbs' own words
+    ("host:1:9 [3] transport/net_ib.cc:180 NCCL WARN NET/IB : mlx5_4:1 async fatal event on"
+     " QP (0x55aa): local access violation work queue error", "interconnect_failure"),
+    ("host:1:9 [3] transport/net_ib.cc:2451 NCCL WARN NET/IB : Got completion from peer"
+     " 10.0.0.7<4242> with status=12 opcode=1 len=0 vendor err 129 (Recv)",
+     "interconnect_failure"),
+    ("host:1:9 [3] misc/ibvwrap.cc:100 NCCL WARN Call to ibv_modify_qp failed with error"
+     " Connection timed out", "interconnect_failure"),
+    # UCX under MPI or a KV-cache connector
+    ("[1764237600.1] [host:42:0] ucp_worker.c:1 UCX  ERROR   peer failure on endpoint"
+     " 0x7f: UCS_ERR_ENDPOINT_TIMEOUT", "interconnect_failure"),
+])
+def test_families_the_last_held_out_batch_named_by_their_stable_words(
+        sigs: SignatureSet, line: str, category: str) -> None:
+    assert [e.category for e in events(sigs, line)] == [category]
+
+
+@pytest.mark.parametrize("line", [
+    # the kubelet waiting for a server that is still loading: not a crash by itself
+    '  Warning  Unhealthy  2m (x12 over 4m)  kubelet  Readiness probe failed: Get'
+    ' "http://10.1.2.3:8000/health": dial tcp 10.1.2.3:8000: connect: connection refused',
+    '  Warning  Unhealthy  2m (x12 over 4m)  kubelet  Startup probe failed: Get'
+    ' "http://10.1.2.3:8000/health": dial tcp 10.1.2.3:8000: connect: connection refused',
+    # NCCL choosing its IB devices, ggml sizing its device buffers
+    "node1:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB"
+    " eth0:10.0.0.1<0>",
+    "llm_load_tensors:      CUDA0 buffer size = 16192.69 MiB",
+])
+def test_the_same_families_healthy_words_raise_nothing(sigs: SignatureSet, line: str) -> None:
+    assert events(sigs, line) == []
