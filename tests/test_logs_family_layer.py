@@ -305,3 +305,20 @@ def test_families_the_last_held_out_batch_named_by_their_stable_words(
 ])
 def test_the_same_families_healthy_words_raise_nothing(sigs: SignatureSet, line: str) -> None:
     assert events(sigs, line) == []
+
+
+@pytest.mark.parametrize(("exception", "frames", "category"), [
+    # an empty or cut-off model file is a load failure, raised where the config is read ...
+    ("json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+     ("get_config", "get_config_dict", "_dict_from_json_file", "loads"), "startup_failure"),
+    ("Exception: expected value at line 1 column 1",
+     ("get_tokenizer", "from_pretrained", "from_file"), "startup_failure"),
+    ("_pickle.UnpicklingError: invalid load key, '<'.",
+     ("load_weights", "load_state_dict"), "startup_failure"),
+    # ... the same words anywhere else stay the catch-all's
+    ("json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+     ("serve", "handle_request", "loads"), "other"),
+])
+def test_an_unreadable_model_file_is_a_load_failure_only_while_loading(
+        sigs: SignatureSet, exception: str, frames: tuple[str, ...], category: str) -> None:
+    assert [e.category for e in events(sigs, bare_traceback(exception, frames))] == [category]

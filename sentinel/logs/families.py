@@ -107,6 +107,20 @@ FAMILIES: tuple[Family, ...] = (
            where=re.compile(r"(?i:load_model|from_pretrained|get_config|hf_hub_download|"
                             r"snapshot_download|load_weights|get_model|model_loader|"
                             r"get_tokenizer|cached_file|download|init_device)")),
+    # A model file that is there but unreadable (empty, truncated, not the format
+    # its name says: a zero-byte config.json, a cut-off download), raised while loading
+    Family("model_corrupt", "model_load_failed",
+           re.compile(r"JSONDecodeError|(?i:expect(?:ing|ed) value|EOF while parsing|"
+                      r"unexpected end of (?:file|data|json)|unexpected EOF|"
+                      r"HeaderTooLarge|MetadataIncompleteBuffer|InvalidHeader|"
+                      r"deserializ\w* (?:the )?header|UnpicklingError|invalid load key|"
+                      r"PytorchStreamReader failed|not a zip file|central directory|"
+                      r"truncated|corrupt)"),
+           where=re.compile(r"(?i:load_model|from_pretrained|get_config|_dict_from_json_file|"
+                            r"configuration_utils|tokenization_utils|from_file|safe_open|"
+                            r"load_state_dict|load_weights|get_model|model_loader|"
+                            r"get_tokenizer|cached_file|hf_hub_download|snapshot_download|"
+                            r"gguf)")),
     # The engine stopped making progress: a timeout or watchdog in its own loop
     Family("engine_hang", "engine_hang_watchdog",
            re.compile(r"TimeoutError|(?i:timed out|time out|timeout|watchdog|heartbeat|"
