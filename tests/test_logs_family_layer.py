@@ -322,3 +322,17 @@ def test_the_same_families_healthy_words_raise_nothing(sigs: SignatureSet, line:
 def test_an_unreadable_model_file_is_a_load_failure_only_while_loading(
         sigs: SignatureSet, exception: str, frames: tuple[str, ...], category: str) -> None:
     assert [e.category for e in events(sigs, bare_traceback(exception, frames))] == [category]
+
+
+@pytest.mark.parametrize(("line", "category"), [
+    # a wrapper or supervisor giving up on a server that never answered
+    ("2026-11-27 10:00:00.000 [Error] (Supervisor) sglang-server failed to start within"
+     " timeout", "startup_failure"),
+    ("Error: timed out waiting for the model server to become ready", "startup_failure"),
+    ("launcher: backend did not become healthy after 600s", "startup_failure"),
+    # ... while waiting for it is only waiting
+    ("Waiting for vllm-server to be ready (timeout: 600s)...", None),
+])
+def test_a_server_that_never_became_ready_is_a_start_up_failure(
+        sigs: SignatureSet, line: str, category: str | None) -> None:
+    assert [e.category for e in events(sigs, line)] == ([category] if category else [])
