@@ -336,3 +336,34 @@ def test_an_unreadable_model_file_is_a_load_failure_only_while_loading(
 def test_a_server_that_never_became_ready_is_a_start_up_failure(
         sigs: SignatureSet, line: str, category: str | None) -> None:
     assert [e.category for e in events(sigs, line)] == ([category] if category else [])
+
+
+@pytest.mark.parametrize(("line", "category"), [
+    # device memory refused in the driver API's, NCCL's and the CUDA libraries' words
+    ("RuntimeError: CUDA driver error: out of memory", "cuda_oom"),
+    ("host:1:9 [3] include/alloc.h:100 NCCL WARN Cuda failure 2 'out of memory'", "cuda_oom"),
+    ("RuntimeError: CUDA error: CUDNN_STATUS_ALLOC_FAILED", "cuda_oom"),
+    # host memory refused by torch's CPU allocator
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough"
+     " memory: you tried to allocate 1234 bytes.", "startup_failure"),
+    # collectives: a remote rank gone, torch elastic's rendezvous
+    ("ncclRemoteError: A call failed possibly due to a network error or a remote process"
+     " exiting prematurely.", "interconnect_failure"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to"
+     " the C10d store has failed.", "interconnect_failure"),
+])
+def test_allocator_and_collective_words_of_other_layers(
+        sigs: SignatureSet, line: str, category: str) -> None:
+    assert [e.category for e in events(sigs, line)] == [category]
+
+
+@pytest.mark.parametrize(("exception", "category"), [
+    # the layer's vocabulary for the same families, in wordings no signature has
+    ("RuntimeError: RendezvousTimeout while waiting for 2 nodes", "interconnect_failure"),
+    ("RuntimeError: RDMA write to rank 3 failed with status 12", "interconnect_failure"),
+    ("RuntimeError: CPUAllocator refused 8 GiB for the pinned staging buffer",
+     "startup_failure"),
+])
+def test_the_layer_knows_rendezvous_rdma_and_the_cpu_allocator(
+        sigs: SignatureSet, exception: str, category: str) -> None:
+    assert [e.category for e in events(sigs, bare_traceback(exception))] == [category]

@@ -66,7 +66,7 @@ FAMILIES: tuple[Family, ...] = (
     # Host memory refused outright (Python's MemoryError, ENOMEM, system RAM)
     Family("host_memory", "host_memory_exhausted",
            re.compile(r"\bMemoryError\b|(?i:system memory|host memory|\bRAM\b|ENOMEM|"
-                      r"Cannot allocate memory|bad_alloc)")),
+                      r"Cannot allocate memory|bad_alloc)|DefaultCPUAllocator|CPUAllocator")),
     # A request longer than the model's window: context/tokens/window + exceed/too long
     Family("context_window", "vllm_context_length_exceeded",
            re.compile(r"(?i:context(?: window| length| size| limit)?|\btokens?\b|prompt|"
@@ -81,7 +81,8 @@ FAMILIES: tuple[Family, ...] = (
            re.compile(r"NCCL|nccl[A-Z]|HCCL|[Hh]ccl|RCCL|[Gg]loo\b|\bMPI_|\bMPI\b|oneCCL|"
                       r"(?i:collective(?!_rpc)|all_?reduce|all_?gather|reduce_scatter|all_to_all|"
                       r"broadcast)|ProcessGroup|DistBackendError|DistNetworkError|"
-                      r"DistStoreError|TCPStore|c10d|rendezvous|ibv_|InfiniBand|NVLink")),
+                      r"DistStoreError|TCPStore|c10d|(?i:rendezvous)|ibv_|InfiniBand|NVLink|"
+                      r"NET/IB|IBV_WC_|\bUCX\b|UCS_ERR_|\bRDMA\b|RoCE")),
     # Kernel and graph compilation (Triton, Inductor, Dynamo, XLA, MLIR)
     Family("compilation", "xla_compile_failed",
            re.compile(r"(?i:compil(?:e|ation|er)\b.{0,60}(?:error|fail)|"
