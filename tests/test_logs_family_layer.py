@@ -258,3 +258,112 @@ def test_one_excerpt_one_event_named_by_where_and_what_failed(
 def test_a_known_family_in_another_wording_on_a_plain_line(
         sigs: SignatureSet, line: str, category: str) -> None:
     assert [e.category for e in events(sigs, line)] == [category]
+
+
+@pytest.mark.parametrize(("line", "category"), [
+    # the orchestrator's view of a server that never came up: one rule, a start-up failure
+    ("pod/llm-7f9c-x2x   0/1   CrashLoopBackOff   7 (41s ago)   19m", "startup_failure"),
+    ("  Warning  BackOff  3m (x40 over 19m)  kubelet  Back-off restarting failed container"
+     " server in pod llm-7f9c-x2x_default(1234)", "startup_failure"),
+    ("  Normal   Killing  9m  kubelet  Container server failed startup probe, will be"
+     " restarted", "startup_failure"),
+    # a device allocation failing while loading is the device's OOM, whatever names it
+    ("llama_model_load: error loading model: unable to allocate ROCm1 buffer", "cuda_oom"),
+    ("Error: 500 Internal Server Error: llama runner process has terminated: error loading"
+     " model: unable to allocate Vulkan0 buffer", "cuda_oom"),
+    ("CUDA Error: out of memory at /src/csrc/cumem_allocator.cpp:91", "cuda_oom"),
+    # ... but a host-side buffer is host memory (a start-up failure), not the device's
+    ("llama_model_load: error loading model: unable to allocate CUDA_Host buffer",
+     "startup_failure"),
+    # NCCL's InfiniBand transport in the IB verbs' own words
+    ("host:1:9 [3] transport/net_ib.cc:180 NCCL WARN NET/IB : mlx5_4:1 async fatal event on"
+     " QP (0x55aa): local access violation work queue error", "interconnect_failure"),
+    ("host:1:9 [3] transport/net_ib.cc:2451 NCCL WARN NET/IB : Got completion from peer"
+     " 10.0.0.7<4242> with status=12 opcode=1 len=0 vendor err 129 (Recv)",
+     "interconnect_failure"),
+    ("host:1:9 [3] misc/ibvwrap.cc:100 NCCL WARN Call to ibv_modify_qp failed with error"
+     " Connection timed out", "interconnect_failure"),
+    # UCX under MPI or a KV-cache connector
+    ("[1764237600.1] [host:42:0] ucp_worker.c:1 UCX  ERROR   peer failure on endpoint"
+     " 0x7f: UCS_ERR_ENDPOINT_TIMEOUT", "interconnect_failure"),
+])
+def test_families_the_last_held_out_batch_named_by_their_stable_words(
+        sigs: SignatureSet, line: str, category: str) -> None:
+    assert [e.category for e in events(sigs, line)] == [category]
+
+
+@pytest.mark.parametrize("line", [
+    # the kubelet waiting for a server that is still loading: not a crash by itself
+    '  Warning  Unhealthy  2m (x12 over 4m)  kubelet  Readiness probe failed: Get'
+    ' "http://10.1.2.3:8000/health": dial tcp 10.1.2.3:8000: connect: connection refused',
+    '  Warning  Unhealthy  2m (x12 over 4m)  kubelet  Startup probe failed: Get'
+    ' "http://10.1.2.3:8000/health": dial tcp 10.1.2.3:8000: connect: connection refused',
+    # NCCL choosing its IB devices, ggml sizing its device buffers
+    "node1:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB"
+    " eth0:10.0.0.1<0>",
+    "llm_load_tensors:      CUDA0 buffer size = 16192.69 MiB",
+])
+def test_the_same_families_healthy_words_raise_nothing(sigs: SignatureSet, line: str) -> None:
+    assert events(sigs, line) == []
+
+
+@pytest.mark.parametrize(("exception", "frames", "category"), [
+    # an empty or cut-off model file is a load failure, raised where the config is read ...
+    ("json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+     ("get_config", "get_config_dict", "_dict_from_json_file", "loads"), "startup_failure"),
+    ("Exception: expected value at line 1 column 1",
+     ("get_tokenizer", "from_pretrained", "from_file"), "startup_failure"),
+    ("_pickle.UnpicklingError: invalid load key, '<'.",
+     ("load_weights", "load_state_dict"), "startup_failure"),
+    # ... the same words anywhere else stay the catch-all's
+    ("json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+     ("serve", "handle_request", "loads"), "other"),
+])
+def test_an_unreadable_model_file_is_a_load_failure_only_while_loading(
+        sigs: SignatureSet, exception: str, frames: tuple[str, ...], category: str) -> None:
+    assert [e.category for e in events(sigs, bare_traceback(exception, frames))] == [category]
+
+
+@pytest.mark.parametrize(("line", "category"), [
+    # a wrapper or supervisor giving up on a server that never answered
+    ("2026-11-27 10:00:00.000 [Error] (Supervisor) sglang-server failed to start within"
+     " timeout", "startup_failure"),
+    ("Error: timed out waiting for the model server to become ready", "startup_failure"),
+    ("launcher: backend did not become healthy after 600s", "startup_failure"),
+    # ... while waiting for it is only waiting
+    ("Waiting for vllm-server to be ready (timeout: 600s)...", None),
+])
+def test_a_server_that_never_became_ready_is_a_start_up_failure(
+        sigs: SignatureSet, line: str, category: str | None) -> None:
+    assert [e.category for e in events(sigs, line)] == ([category] if category else [])
+
+
+@pytest.mark.parametrize(("line", "category"), [
+    # device memory refused in the driver API's, NCCL's and the CUDA libraries' words
+    ("RuntimeError: CUDA driver error: out of memory", "cuda_oom"),
+    ("host:1:9 [3] include/alloc.h:100 NCCL WARN Cuda failure 2 'out of memory'", "cuda_oom"),
+    ("RuntimeError: CUDA error: CUDNN_STATUS_ALLOC_FAILED", "cuda_oom"),
+    # host memory refused by torch's CPU allocator
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough"
+     " memory: you tried to allocate 1234 bytes.", "startup_failure"),
+    # collectives: a remote rank gone, torch elastic's rendezvous
+    ("ncclRemoteError: A call failed possibly due to a network error or a remote process"
+     " exiting prematurely.", "interconnect_failure"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to"
+     " the C10d store has failed.", "interconnect_failure"),
+])
+def test_allocator_and_collective_words_of_other_layers(
+        sigs: SignatureSet, line: str, category: str) -> None:
+    assert [e.category for e in events(sigs, line)] == [category]
+
+
+@pytest.mark.parametrize(("exception", "category"), [
+    # the layer's vocabulary for the same families, in wordings no signature has
+    ("RuntimeError: RendezvousTimeout while waiting for 2 nodes", "interconnect_failure"),
+    ("RuntimeError: RDMA write to rank 3 failed with status 12", "interconnect_failure"),
+    ("RuntimeError: CPUAllocator refused 8 GiB for the pinned staging buffer",
+     "startup_failure"),
+])
+def test_the_layer_knows_rendezvous_rdma_and_the_cpu_allocator(
+        sigs: SignatureSet, exception: str, category: str) -> None:
+    assert [e.category for e in events(sigs, bare_traceback(exception))] == [category]

@@ -66,7 +66,7 @@ FAMILIES: tuple[Family, ...] = (
     # Host memory refused outright (Python's MemoryError, ENOMEM, system RAM)
     Family("host_memory", "host_memory_exhausted",
            re.compile(r"\bMemoryError\b|(?i:system memory|host memory|\bRAM\b|ENOMEM|"
-                      r"Cannot allocate memory|bad_alloc)")),
+                      r"Cannot allocate memory|bad_alloc)|DefaultCPUAllocator|CPUAllocator")),
     # A request longer than the model's window: context/tokens/window + exceed/too long
     Family("context_window", "vllm_context_length_exceeded",
            re.compile(r"(?i:context(?: window| length| size| limit)?|\btokens?\b|prompt|"
@@ -81,7 +81,8 @@ FAMILIES: tuple[Family, ...] = (
            re.compile(r"NCCL|nccl[A-Z]|HCCL|[Hh]ccl|RCCL|[Gg]loo\b|\bMPI_|\bMPI\b|oneCCL|"
                       r"(?i:collective(?!_rpc)|all_?reduce|all_?gather|reduce_scatter|all_to_all|"
                       r"broadcast)|ProcessGroup|DistBackendError|DistNetworkError|"
-                      r"DistStoreError|TCPStore|c10d|rendezvous|ibv_|InfiniBand|NVLink")),
+                      r"DistStoreError|TCPStore|c10d|(?i:rendezvous)|ibv_|InfiniBand|NVLink|"
+                      r"NET/IB|IBV_WC_|\bUCX\b|UCS_ERR_|\bRDMA\b|RoCE")),
     # Kernel and graph compilation (Triton, Inductor, Dynamo, XLA, MLIR)
     Family("compilation", "xla_compile_failed",
            re.compile(r"(?i:compil(?:e|ation|er)\b.{0,60}(?:error|fail)|"
@@ -107,6 +108,20 @@ FAMILIES: tuple[Family, ...] = (
            where=re.compile(r"(?i:load_model|from_pretrained|get_config|hf_hub_download|"
                             r"snapshot_download|load_weights|get_model|model_loader|"
                             r"get_tokenizer|cached_file|download|init_device)")),
+    # A model file that is there but unreadable (empty, truncated, not the format
+    # its name says: a zero-byte config.json, a cut-off download), raised while loading
+    Family("model_corrupt", "model_load_failed",
+           re.compile(r"JSONDecodeError|(?i:expect(?:ing|ed) value|EOF while parsing|"
+                      r"unexpected end of (?:file|data|json)|unexpected EOF|"
+                      r"HeaderTooLarge|MetadataIncompleteBuffer|InvalidHeader|"
+                      r"deserializ\w* (?:the )?header|UnpicklingError|invalid load key|"
+                      r"PytorchStreamReader failed|not a zip file|central directory|"
+                      r"truncated|corrupt)"),
+           where=re.compile(r"(?i:load_model|from_pretrained|get_config|_dict_from_json_file|"
+                            r"configuration_utils|tokenization_utils|from_file|safe_open|"
+                            r"load_state_dict|load_weights|get_model|model_loader|"
+                            r"get_tokenizer|cached_file|hf_hub_download|snapshot_download|"
+                            r"gguf)")),
     # The engine stopped making progress: a timeout or watchdog in its own loop
     Family("engine_hang", "engine_hang_watchdog",
            re.compile(r"TimeoutError|(?i:timed out|time out|timeout|watchdog|heartbeat|"
