@@ -48,9 +48,11 @@ TUNED_ACCURACY = 0.97
 # 92 of 100 (92.0 %), batch 3 alone 19 of 22. Batch 4 (29 crash files from
 # 2025-26 threads, frozen before the next family round), measured once after it:
 # 21 of 29 (72.4 %; the same 21 with the code before the round), the whole split
-# 116 of 129 (89.9 %). The floor guards that figure; 90 % is not met.
+# 116 of 129 (89.9 %). Batch 5 (33 crash files), frozen before the next round,
+# measured once after it: 22 of 33 (66.7 %), the split 142 of 162 (87.7 %), and
+# one of its 12 healthy files flagged. The floor guards that figure; 90 % is not met.
 HELD_OUT_ACCURACY = 0.90
-HELD_OUT_FLOOR = 0.89
+HELD_OUT_FLOOR = 0.87
 
 
 def read(path: Path) -> tuple[dict[str, str], list[str]]:
@@ -128,8 +130,9 @@ def test_the_held_out_split_stays_at_its_measured_floor(sigs: SignatureSet) -> N
     assert share >= HELD_OUT_FLOOR, f"{share:.1%}: {misses}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 34 is open: fresh held-out batch 4 scored "
-                   "21 of 29, the split 89.9 % (tests/data/logs/corpus/README.md)")
+@pytest.mark.xfail(strict=True, reason="issue 34 is open: fresh held-out batches 4 and 5 "
+                   "scored 21 of 29 and 22 of 33, the split 87.7 % "
+                   "(tests/data/logs/corpus/README.md)")
 def test_the_held_out_split_names_at_least_90_percent_of_crashes(sigs: SignatureSet) -> None:
     share, misses = accuracy(sigs, HELD_CRASHES)
     assert share >= HELD_OUT_ACCURACY, f"{share:.1%}: {misses}"
@@ -141,7 +144,22 @@ def test_batching_does_not_change_the_answer(sigs: SignatureSet, path: Path) -> 
     assert classify(sigs, lines, batch=1) == classify(sigs, lines)
 
 
-@pytest.mark.parametrize("path", HEALTHY + HELD_HEALTHY, ids=lambda p: p.stem)
+# Held-out healthy files flagged when measured: they stay (nobody tunes on them)
+# and stay known failures until family work on the tuned part clears them.
+FLAGGED_HELD_HEALTHY = {
+    "vllm_13437_ray_sigterm_received_at_exit":
+        "batch 5: absl's '*** SIGTERM received' dump of a Ray worker at normal exit "
+        "is named native_crash (issue 34 is open)",
+}
+
+
+def _healthy_param(path: Path) -> object:
+    reason = FLAGGED_HELD_HEALTHY.get(path.stem)
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(path, marks=marks, id=path.stem)
+
+
+@pytest.mark.parametrize("path", [_healthy_param(p) for p in HEALTHY + HELD_HEALTHY])
 def test_no_healthy_or_tricky_log_produces_an_event(sigs: SignatureSet, path: Path) -> None:
     _, lines = read(path)
     events = classify(sigs, lines)
