@@ -116,6 +116,9 @@ _INT32 = 2**31 - 1
 _EPOCH = 2**30  # clock bases are multiples of this (~12.4 days), so they are shared
 _BASES: dict[int, int] = {}
 _TRIM = 15  # most entries trimmed per append (see _Clock.trim)
+# Series a reader summarises per hold of the data lock (`summarize_apply`): ~2 ms of
+# appends held off at most, against a lock round trip per series.
+_CHUNK = 256
 
 
 def _base_for(t_ms: int) -> int:
@@ -549,6 +552,41 @@ class MemoryStore:
                 out.append(summary)
         return out
 
+    def summarize_apply(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int,
+                        func: Callable[..., float | None], arg: object
+                        ) -> list[tuple[Labels, float]]:
+        """`(labels, func(count, t_first, v_first, t_last, v_last, corrections, arg))` of each
+        series `summarize` would summarise, in the same order, leaving out None values.
+
+        What rate() and friends read, in one pass: no `Summary` is built, the
+        lock is taken once per CHUNK series instead of once per series (a
+        reader holds the writers off for a few milliseconds at most), and the
+        range's clock positions are searched once per clock, not per series:
+        at fleet size the histogram rules read ~30 bucket series a target, all
+        on the target's one clock (`Clock`), and the two searches per series
+        were a third of what their rate() cost.
+        """
+        out: list[tuple[Labels, float]] = []
+        data = self._data
+        buffers = self._matching(matchers)
+        for at in range(0, len(buffers), _CHUNK):
+            spans: dict[int, tuple[int, int]] = {}  # id(clock) -> its positions in range
+            with data:  # clocks change between chunks (appends): searched afresh per chunk
+                for buf in buffers[at:at + _CHUNK]:
+                    clock = buf.clock
+                    found = spans.get(id(clock))
+                    if found is None:
+                        ts, base = clock.ts, clock.base
+                        found = spans[id(clock)] = (bisect_left(ts, start_ms - base),
+                                                    bisect_right(ts, end_ms - base))
+                    summary = _summary_in(buf, found[0], found[1], start_ms, end_ms)
+                    if summary is None:
+                        continue
+                    value = func(*summary, arg)
+                    if value is not None:
+                        out.append((buf.labels, value))
+        return out
+
     def newest_sums(self, name: str, by: str, start_ms: int, end_ms: int) -> dict[str, float]:
         """`sum by (by) (name)` at `end_ms` with a lookback back to `start_ms`, as a dict.
 
@@ -651,6 +689,44 @@ def _summary(buf: _Buffer, start_ms: int, end_ms: int) -> Summary | None:
             start = buf.start
             corrections = [vs[n - start - 1] for n in drops[a:b]]
     return Summary(buf.labels, hi - lo, t0, vs[lo + d], t1, vs[hi - 1 + d], corrections)
+
+
+def _summary_in(buf: _Buffer, c_lo: int, c_hi: int, start_ms: int, end_ms: int
+                ) -> tuple[int, int, float, int, float, Sequence[float]] | None:
+    """`_summary`'s fields but the labels, given the clock positions [c_lo, c_hi) of the
+    range over the whole clock (searched once for every series on it): what
+    `_Buffer.span` finds by searching the series' own part of the clock."""
+    clock = buf.clock
+    gone = clock.gone
+    start = buf.start
+    p_lo = (start if start > gone else gone) - gone
+    p_hi = start + len(buf.vs) - gone
+    if p_lo >= p_hi:
+        return None
+    # bisect over [p_lo, p_hi) is the whole clock's answer clamped into that part.
+    lo = c_lo if c_lo > p_lo else p_lo
+    if lo > p_hi:
+        lo = p_hi
+    hi = c_hi if c_hi > lo else lo
+    if hi > p_hi:
+        hi = p_hi
+    if lo >= hi:
+        return None
+    d = gone - start
+    stale = buf.stale_ts
+    if stale and bisect_right(stale, end_ms) > bisect_left(stale, start_ms):
+        s = _walk(buf, lo, hi, d)  # a marker in the range: the long way
+        return None if s is None else (s.count, s.t_first, s.v_first, s.t_last, s.v_last,
+                                       s.corrections)
+    ts, base, vs = clock.ts, clock.base, buf.vs
+    corrections: Sequence[float] = ()
+    drops = buf.reset_at
+    if drops:
+        a, b = bisect_right(drops, gone + lo), bisect_left(drops, gone + hi)
+        if a < b:
+            corrections = [vs[n - start - 1] for n in drops[a:b]]
+    return (hi - lo, base + ts[lo], vs[lo + d], base + ts[hi - 1], vs[hi - 1 + d],
+            corrections)
 
 
 def _walk(buf: _Buffer, lo: int, hi: int, d: int) -> Summary | None:
