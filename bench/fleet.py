@@ -374,7 +374,8 @@ def rss_mb(pid: int) -> float:
 
 def metrics(port: int) -> dict[str, float]:
     """A /metrics page as {series text: value} (comments skipped)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+    # A starved daemon at 5,000 targets serves its large page slowly: wait for it.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as r:
         text = r.read().decode()
     out = {}
     for line in text.splitlines():
