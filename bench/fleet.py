@@ -420,7 +420,7 @@ def group_stats(system: str, m0: dict[str, float], m1: dict[str, float]
     for g in done:
         out[g] = {"done": done[g], "missed": missed.get(g, 0.0)}
     if system == "sentinel":
-        for name, key in (("sentinel_rule_group_overruns", "overran"),
+        for name, key in (("sentinel_rule_group_overruns_total", "overran"),
                           ("sentinel_rule_group_duration_seconds_sum", "sum_s"),
                           ("sentinel_rule_group_duration_seconds_count", "count")):
             for g, v in each(name).items():

@@ -639,17 +639,23 @@ class MemoryStore:
             buffers = list(self._refs.values())
         # A chunk at a time: selectors (`_matching`) and new series wait for one chunk,
         # not for the whole walk (~0.4 s at 5,000 targets, every housekeeping run).
+        # The data lock too, once a chunk (a few ms of appends held off), and each clock
+        # trimmed once: a target's ~100 series share one.
         for at in range(0, len(buffers), _GC_CHUNK):
-            with self._lock:
+            with self._lock, self._data:
+                trimmed: set[int] = set()
                 for buf in buffers[at:at + _GC_CHUNK]:
                     if self._refs.get(buf.labels) is not buf:
                         continue  # removed since the list was taken
-                    with self._data:
-                        buf.clock.trim(cutoff)
+                    clock = buf.clock
+                    if id(clock) not in trimmed:
+                        clock.trim(cutoff)
+                        trimmed.add(id(clock))
+                    if buf.start < clock.gone or buf.stale_ts or buf.reset_at:
                         buf.trim()
-                        if buf.end() > buf.clock.gone:
-                            continue
-                        buf.clock = _COLLECTED  # appends to it now fail: callers take a new ref
+                    if buf.end() > clock.gone:
+                        continue
+                    buf.clock = _COLLECTED  # appends to it now fail: callers take a new ref
                     del self._refs[buf.labels]
                     del self._by_name[label_value(buf.labels, METRIC_NAME)][buf]
                     removed += 1
