@@ -374,7 +374,8 @@ def rss_mb(pid: int) -> float:
 
 def metrics(port: int) -> dict[str, float]:
     """A /metrics page as {series text: value} (comments skipped)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+    # A starved daemon at 5,000 targets serves its large page slowly: wait for it.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as r:
         text = r.read().decode()
     out = {}
     for line in text.splitlines():
@@ -390,6 +391,58 @@ def metrics(port: int) -> dict[str, float]:
 def total(m: dict[str, float], name: str) -> float:
     """Sum of every series of a metric name."""
     return sum(v for k, v in m.items() if k == name or k.startswith(name + "{"))
+
+
+_GROUP = re.compile(r'(?:group|rule_group)="([^"]*)"')
+_LE = re.compile(r'le="([^"]*)"')
+
+
+def group_stats(system: str, m0: dict[str, float], m1: dict[str, float]
+                ) -> dict[str, dict[str, float]]:
+    """Per rule group, between two /metrics readings: evaluations done, missed (could not
+    start on time), overran (took longer than the interval: the next one could not start),
+    the mean duration and the largest duration bucket reached (Sentinel's histogram;
+    Prometheus: its last duration)."""
+    names = NAMES[system]
+    out: dict[str, dict[str, float]] = {}
+
+    def each(prefix: str) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for k in m1:
+            if k.startswith(prefix + "{"):
+                g = _GROUP.search(k)
+                if g:
+                    name = g.group(1).rsplit(";", 1)[-1]  # Prometheus: file;group
+                    found[name] = found.get(name, 0.0) + m1[k] - m0.get(k, 0.0)
+        return found
+
+    done, missed = each(names[0]), each(names[1])
+    for g in done:
+        out[g] = {"done": done[g], "missed": missed.get(g, 0.0)}
+    if system == "sentinel":
+        for name, key in (("sentinel_rule_group_overruns_total", "overran"),
+                          ("sentinel_rule_group_duration_seconds_sum", "sum_s"),
+                          ("sentinel_rule_group_duration_seconds_count", "count")):
+            for g, v in each(name).items():
+                out.setdefault(g, {})[key] = v
+        for k, v in m1.items():  # the largest bucket an evaluation of the window reached
+            if k.startswith("sentinel_rule_group_duration_seconds_bucket{"):
+                g, le = _GROUP.search(k), _LE.search(k)
+                if not g or not le or le.group(1) == "+Inf":
+                    continue
+                stats = out.setdefault(g.group(1), {})
+                below = v - m0.get(k, 0.0)  # evaluations at or under this bound
+                if below < stats.get("count", 0.0):
+                    stats["max_over_s"] = max(stats.get("max_over_s", 0.0), float(le.group(1)))
+    else:
+        for g, v in each("prometheus_rule_group_last_duration_seconds").items():
+            out.setdefault(g, {})["last_s"] = v + 0.0
+        for k, v in m1.items():
+            if k.startswith("prometheus_rule_group_last_duration_seconds{"):
+                g = _GROUP.search(k)
+                if g:
+                    out.setdefault(g.group(1).rsplit(";", 1)[-1], {})["last_s"] = v
+    return out
 
 
 def free_port() -> int:
@@ -425,6 +478,9 @@ class Result:
     tracebacks: int = 0
     first_traceback: str = ""
     profile: list[tuple[str, float]] = field(default_factory=list)
+    # Per rule group, over the window (group_stats): evaluations done, missed, overran,
+    # mean and largest duration (the histogram's bucket), as the system reports them.
+    groups_detail: dict[str, dict[str, float]] = field(default_factory=dict)
     probe_requests: dict[str, int] = field(default_factory=dict)  # in the window, by kind
 
 
@@ -523,6 +579,7 @@ def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
         res.evals_done = total(m1, names[0]) - total(m0, names[0])
         res.evals_expected = res.groups * res.window_s / 5
         res.evals_missed = total(m1, names[1]) - total(m0, names[1])
+        res.groups_detail = group_stats(system, m0, m1)
         if names[2]:
             res.scrapes_missed = total(m1, names[2]) - total(m0, names[2])
         res.scrapes_reported = total(m1, names[3]) - total(m0, names[3])
@@ -622,6 +679,7 @@ def report(results: list[Result]) -> None:
                  if r.system == "sentinel" else ""))
         print(f"rule group evaluations: {r.evals_done:g} of {r.evals_expected:.0f} expected "
               f"({per_min:.1f} per group per minute of 12), missed counter +{r.evals_missed:g}")
+        report_groups(r)
         print(f"RSS MB every 10 s: {r.rss_mb}")
         print(f"SIGTERM: exited in {r.stop_s:.1f} s, {r.tracebacks} tracebacks in the log")
         if r.first_traceback:
@@ -639,6 +697,36 @@ def report(results: list[Result]) -> None:
               f"RSS {s.rss_mb[-1] / max(1e-9, p.rss_mb[-1]):.2f}, "
               f"start-up CPU {s.startup_cpu_s / max(1e-9, p.startup_cpu_s):.2f}; "
               f"scrapes done {done[0]:.1f} % vs {done[1]:.1f} %")
+
+
+def report_groups(r: Result) -> None:
+    """Evaluations on time of each rule group, and the slowest group's duration.
+
+    On time: started at its run time (not missed) and done within the interval
+    (not overran, so the next one could start). Expected: the window over 5 s.
+    """
+    if not r.groups_detail:
+        return
+    expected = r.window_s / 5
+    on_time_all = 0.0
+    for g, s in sorted(r.groups_detail.items()):
+        done, overran = s.get("done", 0.0), s.get("overran", 0.0)
+        # Follow-up evaluations (daemon/follow.py, small fleets) add to `done`: not counted.
+        on_time = min(max(0.0, done - overran), round(expected))
+        on_time_all += on_time
+        mean = s["sum_s"] / s["count"] if s.get("count") else s.get("last_s", 0.0)
+        over = (f", some over {s['max_over_s']:g} s" if s.get("max_over_s")
+                else "")
+        print(f"  group {g}: {on_time:g} on time of {expected:.0f} expected "
+              f"(done {done:g}, missed +{s.get('missed', 0.0):g}, overran +{overran:g}); "
+              f"{'mean' if s.get('count') else 'last'} {mean:.3f} s{over}")
+    slowest = max(r.groups_detail.items(), key=lambda kv: (
+        kv[1]["sum_s"] / kv[1]["count"] if kv[1].get("count") else kv[1].get("last_s", 0.0)))
+    s = slowest[1]
+    mean = s["sum_s"] / s["count"] if s.get("count") else s.get("last_s", 0.0)
+    print(f"evaluations on time: {on_time_all:g} of {expected * len(r.groups_detail):.0f}; "
+          f"slowest group {slowest[0]}: {mean:.3f} s a run"
+          + (f" (some over {s['max_over_s']:g} s)" if s.get("max_over_s") else ""))
 
 
 def report_probes(results: list[Result]) -> None:

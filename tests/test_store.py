@@ -53,6 +53,35 @@ def test_retention_bounds_memory_and_gc_drops_empty_series():
     assert store.series_count() == 1
 
 
+def test_gc_lets_readers_in_between_chunks_of_series():
+    # At fleet size gc walks ~500,000 series; while it held the series table's lock
+    # for the whole walk every selector of every rule group waited for it.
+    store = MemoryStore(retention_ms=10_000)
+    for i in range(10_000):
+        store.add(_labels("x", i=str(i)), 0 if i % 2 else 50_000, 1.0)
+    inner, holds, seen, reading = store._lock, [], [], []
+
+    class Counting:
+        def __enter__(self):
+            inner.acquire()
+            if not reading:
+                holds.append(1)
+
+        def __exit__(self, *exc):
+            inner.release()
+            if not reading:  # a reader between two holds sees a consistent table
+                reading.append(1)
+                seen.append(len(store.select([Matcher("__name__", "=", "x")], 0, 10**6)))
+                reading.clear()
+
+    store._lock = Counting()
+    assert store.gc(55_000) == 5_000
+    assert len(holds) >= 3  # the list, more than one chunk, the label pairs
+    assert seen[0] == 10_000 and seen[-1] == 5_000
+    store._lock = inner
+    assert store.series_count() == 5_000
+
+
 def test_series_limit_and_stale_markers():
     store = MemoryStore(max_series=1)
     store.add(_labels("x"), 1, STALE_NAN)

@@ -253,3 +253,53 @@ def test_series_sharing_a_clock_read_as_series_alone(seed: int) -> None:
     assert checked > 300
     # The times are held once per clock: 3 clocks instead of 24 series' worth.
     assert shared.sample_bytes() < alone.sample_bytes()
+
+
+def _summary_tuple(s: object) -> tuple[object, ...]:
+    return (s.labels, s.count, s.t_first, struct.pack("<d", s.v_first),  # type: ignore[attr-defined]
+            s.t_last, struct.pack("<d", s.v_last), [struct.pack("<d", c) for c in s.corrections])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_pass_summaries_on_shared_clocks_match_the_per_series_ones(seed: int) -> None:
+    # summarize_apply searches the range once per clock (a target's series share one)
+    # and holds the lock per chunk of series: series that joined the clock late, left
+    # it (staleness markers), were absent for a while or trimmed must read the same
+    # as summarize's own search of each series' part of the clock. More series than a
+    # chunk, so the clocks are searched again across chunk boundaries.
+    rng = random.Random(seed)
+    store = MemoryStore(retention_ms=rng.choice([60_000, 10**9]))
+    clocks = [Clock() for _ in range(5)]
+    refs = [(store.ref(labels_of({"__name__": "m", "k": str(k), "target": f"t{k % 5}"}),
+                       clocks[k % 5]), k % 5) for k in range(300)]
+    values = [float(rng.randint(0, 50)) for _ in refs]
+    t = 1_700_000_000_000 if seed % 2 else 0
+    for _ in range(120):
+        t += rng.choice([1000, 5000, 5000, 15000])
+        for c in range(5):
+            page = [(i, ref) for i, (ref, cc) in enumerate(refs) if cc == c
+                    and (rng.random() < 0.9 or i % 7)]  # some series skip a scrape
+            vs = []
+            for i, _ in page:
+                r = rng.random()
+                values[i] = 0.0 if r < 0.05 else STALE_NAN if r < 0.08 else values[i] + r
+                vs.append(values[i])
+            store.append_at(t + c, [ref for _, ref in page], vs)
+    calls: list[tuple[object, ...]] = []
+
+    def record(count: int, t0: int, v0: float, t1: int, v1: float,
+               corrections: Sequence[float], arg: object) -> float | None:
+        calls.append((count, t0, struct.pack("<d", v0), t1, struct.pack("<d", v1),
+                      [struct.pack("<d", c) for c in corrections]))
+        return None if count % 5 == 0 else float(count)  # None: left out
+
+    for _ in range(40):
+        at = rng.randint(t - 700_000, t + 30_000)
+        span = rng.choice([10_000, 60_000, 300_000])
+        matchers = [M("__name__", "=", "m")] + (
+            [M("target", "=~", "t[12]")] if rng.random() < 0.3 else [])
+        calls.clear()
+        got = store.summarize_apply(matchers, at - span, at, record, None)
+        want = store.summarize(matchers, at - span, at)
+        assert [c for c in calls] == [_summary_tuple(s)[1:] for s in want]
+        assert got == [(s.labels, float(s.count)) for s in want if s.count % 5]

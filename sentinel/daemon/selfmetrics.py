@@ -56,7 +56,7 @@ class SelfMetrics:
         self.evaluation_seconds = Histogram(
             "sentinel_rule_group_duration_seconds", "Time to evaluate a rule group and record it.",
             ["group"], registry=r,
-            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.notifications = Counter(
             "sentinel_notifications_total", "Notifications by receiver and outcome.",

@@ -76,9 +76,11 @@ def signature(labels: Labels, matching: Matching) -> Labels:
     """The labels two samples must share to match (`on` or `ignoring`)."""
     if matching.on:
         names = set(matching.labels)
-        return tuple(kv for kv in labels if kv[0] in names)
+        return tuple([kv for kv in labels if kv[0] in names])
+    if not matching.labels:  # a plain `or`/`and`/`unless`: all labels but the name
+        return drop_name(labels)
     names = {METRIC_NAME, *matching.labels}
-    return tuple(kv for kv in labels if kv[0] not in names)
+    return tuple([kv for kv in labels if kv[0] not in names])
 
 
 def set_op(op: str, lhs: Vector, rhs: Vector, matching: Matching) -> Vector:

@@ -11,7 +11,7 @@ from sentinel.promql import functions as fn
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.mathfuncs import DATE, date_value
-from sentinel.promql.rangefuncs import RANGE_FUNCTIONS, SUMMARY_FUNCTIONS, Window
+from sentinel.promql.rangefuncs import RANGE_FUNCTIONS, SUMMARY_FUNCTIONS, SummaryFunc, Window
 from sentinel.store.memory import Summary
 
 
@@ -55,6 +55,11 @@ class Evaluator(Protocol):
 
     def summaries(self, e: n.MatrixSelector) -> list[Summary] | None:
         """Summaries of a range selector's series, or None when the store has none."""
+        ...
+
+    def summary_values(self, e: n.MatrixSelector, func: SummaryFunc, window: Window
+                       ) -> list[tuple[Labels, float]] | None:
+        """`func` of each series' summary, or None when the store has no summaries."""
         ...
 
     def base_ms(self, at: n.At) -> int:
@@ -141,6 +146,13 @@ def _range_call(ev: Evaluator, e: n.Call) -> Vector:
     keep_name = e.func == "last_over_time"
     quick = SUMMARY_FUNCTIONS.get(e.func)
     if quick is not None and isinstance(sel, n.MatrixSelector):
+        # One pass in the store: its summary of each series fed straight to the function.
+        values = ev.summary_values(sel, quick, window)
+        if values is not None:
+            if keep_name:
+                return [InstantSample(labels, v) for labels, v in values]
+            drop = fn.drop_name
+            return [InstantSample(drop(labels), v) for labels, v in values]
         summaries = ev.summaries(sel)
         if summaries is not None:
             # First/last sample, count and counter drops come from the store's

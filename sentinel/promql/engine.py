@@ -32,6 +32,7 @@ from sentinel.promql.calls import RangeSeries, check_unique, evaluate_call
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.limits import MAX_POINTS, QUERY_TIMEOUT_S, Budget
+from sentinel.promql.rangefuncs import SummaryFunc, Window
 from sentinel.promql.stepcache import StepCache
 from sentinel.store.memory import Matcher, Series, Summary
 
@@ -252,6 +253,19 @@ class _Evaluator:
             return None
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
         found: list[Summary] = summarize(e.selector.matchers, end - e.range_ms, end)
+        self.budget.charge(len(found))
+        return found
+
+    def summary_values(self, e: n.MatrixSelector, func: SummaryFunc, window: Window
+                       ) -> list[tuple[Labels, float]] | None:
+        """`func` of each series' summary (MemoryStore.summarize_apply), None when the store
+        has no such method."""
+        apply = getattr(self.store, "summarize_apply", None)
+        if apply is None:
+            return None
+        end = self.base_ms(e.selector.at) - e.selector.offset_ms
+        found: list[tuple[Labels, float]] = apply(e.selector.matchers, end - e.range_ms, end,
+                                                  func, window)
         self.budget.charge(len(found))
         return found
 

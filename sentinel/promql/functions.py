@@ -188,13 +188,18 @@ def _parse_bound(text: str) -> float | None:
 def histogram_quantile(q: float, vec: Vector) -> Vector:
     """φ-quantile of classic histograms: series grouped by all labels but `le`."""
     groups: dict[Labels, tuple[Labels, list[tuple[float, float]]]] = {}
+    bounds: dict[str, float | None] = {}  # a fleet's histograms share a few `le` values
     for s in vec:
-        bound = _parse_bound(label_value(s.labels, "le"))
+        le = label_value(s.labels, "le")
+        if le in bounds:
+            bound = bounds[le]
+        else:
+            bound = bounds[le] = _parse_bound(le)
         if bound is None:
             continue
         # The metric name stays in the key so two histograms with the same
         # labels are not merged (prometheus#9910), though it leaves the output.
-        key = tuple(kv for kv in s.labels if kv[0] != "le")
+        key = tuple([kv for kv in s.labels if kv[0] != "le"])
         group = groups.get(key)
         if group is None:
             out_labels = tuple(kv for kv in key if kv[0] != METRIC_NAME)

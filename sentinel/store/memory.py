@@ -116,6 +116,10 @@ _INT32 = 2**31 - 1
 _EPOCH = 2**30  # clock bases are multiples of this (~12.4 days), so they are shared
 _BASES: dict[int, int] = {}
 _TRIM = 15  # most entries trimmed per append (see _Clock.trim)
+# Series a reader summarises per hold of the data lock (`summarize_apply`): ~2 ms of
+# appends held off at most, against a lock round trip per series.
+_CHUNK = 256
+_GC_CHUNK = 4096  # series `gc` walks per hold of the series table's lock
 
 
 def _base_for(t_ms: int) -> int:
@@ -549,6 +553,41 @@ class MemoryStore:
                 out.append(summary)
         return out
 
+    def summarize_apply(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int,
+                        func: Callable[..., float | None], arg: object
+                        ) -> list[tuple[Labels, float]]:
+        """`(labels, func(count, t_first, v_first, t_last, v_last, corrections, arg))` of each
+        series `summarize` would summarise, in the same order, leaving out None values.
+
+        What rate() and friends read, in one pass: no `Summary` is built, the
+        lock is taken once per CHUNK series instead of once per series (a
+        reader holds the writers off for a few milliseconds at most), and the
+        range's clock positions are searched once per clock, not per series:
+        at fleet size the histogram rules read ~30 bucket series a target, all
+        on the target's one clock (`Clock`), and the two searches per series
+        were a third of what their rate() cost.
+        """
+        out: list[tuple[Labels, float]] = []
+        data = self._data
+        buffers = self._matching(matchers)
+        for at in range(0, len(buffers), _CHUNK):
+            spans: dict[int, tuple[int, int]] = {}  # id(clock) -> its positions in range
+            with data:  # clocks change between chunks (appends): searched afresh per chunk
+                for buf in buffers[at:at + _CHUNK]:
+                    clock = buf.clock
+                    found = spans.get(id(clock))
+                    if found is None:
+                        ts, base = clock.ts, clock.base
+                        found = spans[id(clock)] = (bisect_left(ts, start_ms - base),
+                                                    bisect_right(ts, end_ms - base))
+                    summary = _summary_in(buf, found[0], found[1], start_ms, end_ms)
+                    if summary is None:
+                        continue
+                    value = func(*summary, arg)
+                    if value is not None:
+                        out.append((buf.labels, value))
+        return out
+
     def newest_sums(self, name: str, by: str, start_ms: int, end_ms: int) -> dict[str, float]:
         """`sum by (by) (name)` at `end_ms` with a lookback back to `start_ms`, as a dict.
 
@@ -597,17 +636,31 @@ class MemoryStore:
         cutoff = now_ms - self.retention_ms
         removed = 0
         with self._lock:
-            for buf in list(self._refs.values()):
-                with self._data:
-                    buf.clock.trim(cutoff)
-                    buf.trim()
-                    if buf.end() > buf.clock.gone:
+            buffers = list(self._refs.values())
+        # A chunk at a time: selectors (`_matching`) and new series wait for one chunk,
+        # not for the whole walk (~0.4 s at 5,000 targets, every housekeeping run).
+        # The data lock too, once a chunk (a few ms of appends held off), and each clock
+        # trimmed once: a target's ~100 series share one.
+        for at in range(0, len(buffers), _GC_CHUNK):
+            with self._lock, self._data:
+                trimmed: set[int] = set()
+                for buf in buffers[at:at + _GC_CHUNK]:
+                    if self._refs.get(buf.labels) is not buf:
+                        continue  # removed since the list was taken
+                    clock = buf.clock
+                    if id(clock) not in trimmed:
+                        clock.trim(cutoff)
+                        trimmed.add(id(clock))
+                    if buf.start < clock.gone or buf.stale_ts or buf.reset_at:
+                        buf.trim()
+                    if buf.end() > clock.gone:
                         continue
                     buf.clock = _COLLECTED  # appends to it now fail: callers take a new ref
-                del self._refs[buf.labels]
-                del self._by_name[label_value(buf.labels, METRIC_NAME)][buf]
-                removed += 1
-                self._version += 1
+                    del self._refs[buf.labels]
+                    del self._by_name[label_value(buf.labels, METRIC_NAME)][buf]
+                    removed += 1
+                    self._version += 1
+        with self._lock:
             if removed and len(self._pairs) > 2 * len(self._refs) + 10_000:
                 self._pairs = {kv: kv for b in self._refs.values() for kv in b.labels}
         return removed
@@ -651,6 +704,44 @@ def _summary(buf: _Buffer, start_ms: int, end_ms: int) -> Summary | None:
             start = buf.start
             corrections = [vs[n - start - 1] for n in drops[a:b]]
     return Summary(buf.labels, hi - lo, t0, vs[lo + d], t1, vs[hi - 1 + d], corrections)
+
+
+def _summary_in(buf: _Buffer, c_lo: int, c_hi: int, start_ms: int, end_ms: int
+                ) -> tuple[int, int, float, int, float, Sequence[float]] | None:
+    """`_summary`'s fields but the labels, given the clock positions [c_lo, c_hi) of the
+    range over the whole clock (searched once for every series on it): what
+    `_Buffer.span` finds by searching the series' own part of the clock."""
+    clock = buf.clock
+    gone = clock.gone
+    start = buf.start
+    p_lo = (start if start > gone else gone) - gone
+    p_hi = start + len(buf.vs) - gone
+    if p_lo >= p_hi:
+        return None
+    # bisect over [p_lo, p_hi) is the whole clock's answer clamped into that part.
+    lo = c_lo if c_lo > p_lo else p_lo
+    if lo > p_hi:
+        lo = p_hi
+    hi = c_hi if c_hi > lo else lo
+    if hi > p_hi:
+        hi = p_hi
+    if lo >= hi:
+        return None
+    d = gone - start
+    stale = buf.stale_ts
+    if stale and bisect_right(stale, end_ms) > bisect_left(stale, start_ms):
+        s = _walk(buf, lo, hi, d)  # a marker in the range: the long way
+        return None if s is None else (s.count, s.t_first, s.v_first, s.t_last, s.v_last,
+                                       s.corrections)
+    ts, base, vs = clock.ts, clock.base, buf.vs
+    corrections: Sequence[float] = ()
+    drops = buf.reset_at
+    if drops:
+        a, b = bisect_right(drops, gone + lo), bisect_left(drops, gone + hi)
+        if a < b:
+            corrections = [vs[n - start - 1] for n in drops[a:b]]
+    return (hi - lo, base + ts[lo], vs[lo + d], base + ts[hi - 1], vs[hi - 1 + d],
+            corrections)
 
 
 def _walk(buf: _Buffer, lo: int, hi: int, d: int) -> Summary | None:
