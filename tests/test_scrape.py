@@ -410,6 +410,20 @@ def test_full_store_is_a_scrape_error(target, make_scraper):
     assert ts == 2_000 and is_stale(v)
 
 
+def test_a_full_store_still_records_every_targets_health(target, make_scraper):
+    """The series cap stops a page's series, not `up`: a target first scraped once
+    the store is full still shows up (1) and down (0), so it cannot go down unseen."""
+    store = MemoryStore(max_series=5)
+    scraper = make_scraper(store)
+    target.serve(b"a 1\nb 2\n")  # 2 series + 3 health series: the store is full
+    assert scraper.scrape(_target(target), 1_000).up
+    late = _target(target, name="late")
+    result = scraper.scrape(late, 2_000)
+    assert not result.up and "store full" in result.error
+    assert _up(store, "late") == [0.0]
+    assert [v for _, v in _values(store, "scrape_samples_scraped", target="late")] == [0.0]
+
+
 def test_duplicate_series_keep_the_first_sample(target, store, scraper, caplog):
     target.serve(b'a 1\nb 2\na 3\nc{x="1",y="2"} 4\nc{y="2",x="1"} 5\n')
     result = scraper.scrape(_target(target), 1_000)

@@ -23,7 +23,7 @@ import threading
 
 from sentinel.collect.exposition import Page, SeriesCache
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, label_value, labels_of
-from sentinel.store.memory import Clock, MemoryStore, SeriesRef, StoreFullError
+from sentinel.store.memory import Clock, MemoryStore, SeriesRef
 
 log = logging.getLogger(__name__)
 
@@ -197,13 +197,14 @@ class TargetSeries:
         return len(self.reports)
 
     def report(self, now_ms: int, up: bool, duration_s: float, samples: int) -> None:
-        """Write `up`, `scrape_duration_seconds`, `scrape_samples_scraped`."""
+        """Write `up`, `scrape_duration_seconds`, `scrape_samples_scraped`.
+
+        Past the store's series cap too (three series a target): a full store
+        must still tell which targets are up.
+        """
         values = (1.0 if up else 0.0, duration_s, float(samples))
-        try:
-            for labels, value in zip(self.reports.values(), values, strict=True):
-                self.store.add(labels, now_ms, value)
-        except StoreFullError as e:
-            log.warning("cannot record scrape health of %s: %s", self.base.get("target"), e)
+        for labels, value in zip(self.reports.values(), values, strict=True):
+            self.store.add(labels, now_ms, value, capped=False)
 
 
 def with_target_labels(scraped: Labels, target_labels: dict[str, str]) -> Labels:

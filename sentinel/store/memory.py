@@ -375,12 +375,16 @@ class MemoryStore:
             self._wanted[name] = hit = self._filter.wants_name(name)
         return hit
 
-    def ref(self, labels: Labels, clock: Clock | None = None) -> SeriesRef:
+    def ref(self, labels: Labels, clock: Clock | None = None, *,
+            capped: bool = True) -> SeriesRef:
         """A stable reference for a label set, creating the series if new.
 
         A new series keeps its times on `clock` (shared with the other series
         written at the same times, see `Clock`), or on a clock of its own. An
-        existing series keeps the clock it was created with.
+        existing series keeps the clock it was created with. `capped=False`
+        creates it past `max_series`: for a target's own health series (`up`),
+        which a full store must still hold, or a target added later could go
+        down unseen.
         """
         ref = self._refs.get(labels)
         if ref is not None:
@@ -389,7 +393,7 @@ class MemoryStore:
             ref = self._refs.get(labels)
             if ref is not None:
                 return ref
-            if len(self._refs) >= self.max_series:
+            if capped and len(self._refs) >= self.max_series:
                 raise StoreFullError(f"series limit {self.max_series} reached")
             pairs = self._pairs
             labels = tuple([pairs.setdefault(kv, kv) for kv in labels])
@@ -464,10 +468,10 @@ class MemoryStore:
         if buf.start < clock.gone:
             buf.trim(_TRIM)
 
-    def add(self, labels: Labels, t_ms: int, value: float) -> None:
-        """Append one sample by label set."""
-        if not self.append(self.ref(labels), t_ms, value):
-            self.append(self.ref(labels), t_ms, value)
+    def add(self, labels: Labels, t_ms: int, value: float, *, capped: bool = True) -> None:
+        """Append one sample by label set (`capped`: see `ref`)."""
+        if not self.append(self.ref(labels, capped=capped), t_ms, value):
+            self.append(self.ref(labels, capped=capped), t_ms, value)
 
     def _matching(self, matchers: Sequence[Matcher]) -> list[_Buffer]:
         """Buffers whose labels satisfy all matchers, in creation order."""
