@@ -367,3 +367,25 @@ def test_allocator_and_collective_words_of_other_layers(
 def test_the_layer_knows_rendezvous_rdma_and_the_cpu_allocator(
         sigs: SignatureSet, exception: str, category: str) -> None:
     assert [e.category for e in events(sigs, bare_traceback(exception))] == [category]
+
+
+# --- November 2026, tuned batch 6: the design where fresh batches showed it could not hold
+
+
+@pytest.mark.parametrize(("signal", "category"), [
+    ("SIGTERM", None), ("SIGINT", None),  # a request to stop: the process is being stopped
+    ("SIGSEGV", "other"), ("SIGABRT", "other"), ("SIGBUS", "other"), ("SIGILL", "other"),
+    ("SIGFPE", "other"),
+])
+def test_a_stack_dump_on_a_stop_request_is_not_a_crash(
+        sigs: SignatureSet, signal: str, category: str | None) -> None:
+    """absl dumps a stack for every signal it handles; only a fault's signal is a crash."""
+    got = events(sigs, f"""
+(RayWorkerWrapper pid=7) INFO 11-27 10:00:00 [worker.py:1] finished 12 prompts
+*** {signal} received at time=1764230400 on cpu 3 ***
+PC: @     0x7f0000001234  (unknown)  pthread_cond_wait@@GLIBC_2.3.2
+    @     0x7f0000005678  (unknown)  (unknown)
+[2026-11-27 10:00:00,001 E 7 7] logging.cc:440: *** {signal} received at time=1764230400 ***
+[2026-11-27 10:00:00,001 E 7 7] logging.cc:440: PC: @     0x7f0000001234  (unknown)  (unknown)
+""")
+    assert [e.category for e in got][:1] == ([category] if category else [])
