@@ -389,3 +389,41 @@ PC: @     0x7f0000001234  (unknown)  pthread_cond_wait@@GLIBC_2.3.2
 [2026-11-27 10:00:00,001 E 7 7] logging.cc:440: PC: @     0x7f0000001234  (unknown)  (unknown)
 """)
     assert [e.category for e in got][:1] == ([category] if category else [])
+
+
+DEATHS = (  # every server's words for its engine dying (the symptom)
+    "(APIServer pid=9) ERROR 11-27 10:00:09 [async_llm.py:1] AsyncLLM output_handler failed.",
+    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
+    "trace (above) for the root cause.",
+    "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has errored already.",
+    "[2026-11-27 10:00:09] Received sigquit from a child process. It usually means the child "
+    "failed.",
+    "[2026-11-27 10:00:09 TP0] DetokenizerManager hit an exception: see the scheduler",
+    "2026-11-27T10:00:09.000000Z ERROR text_generation_launcher: Shard 0 crashed",
+)
+FILLER = "\n".join(f"[2026-11-27 10:00:0{i % 10}] INFO: decode batch {i}, #running-req: 4"
+                   for i in range(12))
+
+
+@pytest.mark.parametrize("death", DEATHS)
+def test_a_cause_printed_well_before_the_death_names_it(sigs: SignatureSet, death: str) -> None:
+    """A peer's socket timing out (a warning, no error word) twelve lines before the death."""
+    got = events(sigs, f"""
+[rank1]:[W1127 10:00:00.1 socket.cpp:485] [c10d] socket to node-0:2000 timed out after 1800000ms
+{FILLER}
+{death}
+""")
+    assert [e.category for e in got][:1] == ["interconnect_failure"]
+    assert "timed out after" in got[0].excerpt[0]  # the cause is shown in the excerpt
+
+
+@pytest.mark.parametrize("death", DEATHS)
+def test_a_cause_printed_well_after_the_death_names_it(sigs: SignatureSet, death: str) -> None:
+    """Servers print a child's death before its traceback is flushed: the cause still wins."""
+    got = events(sigs, f"""
+{death}
+{FILLER}
+[2026-11-27 10:00:09 TP0] RuntimeError: CUDA error: an illegal memory access was encountered
+""")
+    assert [(e.category, e.signature) for e in got][:1] == [("other", "cuda_fatal_error")]
+    assert len(got) == 1
