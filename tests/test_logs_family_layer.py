@@ -427,3 +427,74 @@ def test_a_cause_printed_well_after_the_death_names_it(sigs: SignatureSet, death
 """)
     assert [(e.category, e.signature) for e in got][:1] == [("other", "cuda_fatal_error")]
     assert len(got) == 1
+
+
+@pytest.mark.parametrize(("text", "category"), [
+    # a serving stack's terminal start-up line, without any cause printed
+    ("RuntimeError: API server process failed to start. See the stack trace above.",
+     "startup_failure"),
+    ("ERROR:    Application startup failed. Exiting.", "startup_failure"),
+    ("2026-11-27T10:00:00Z ERROR text_generation_launcher: Shard 1 failed to initialize",
+     "startup_failure"),
+    ("ray.serve.exceptions.RayServeException: Deployment 'llm' failed to deploy",
+     "startup_failure"),
+    ("(ServeController pid=3) WARNING: Deployment 'llm' in application 'default' is "
+     "DEPLOY_FAILED", "startup_failure"),
+    # a record at the level that means the process is going down
+    ("(APIServer pid=1) CRITICAL 11-27 10:00:00 [launcher.py:1] the frobnicator gave up",
+     "other"),
+    ("CRITICAL:root:the frobnicator gave up", "other"),
+    ('time=2026-11-27T10:00:00Z level=FATAL msg="frobnicator gave up"', "other"),
+    # ggml's abort with its location, whatever the message after it
+    ("/src/llama.cpp/ggml/src/ggml-cuda/mmq.cu:212: fatal error", "other"),
+    # TGI's router losing its shard
+    ("2026-11-27T10:00:00Z ERROR text_generation_router_v3::client: backends/v3/src/client/"
+     "mod.rs:45: Server error: transport error", "engine_dead"),
+    # HCCL's API calls and status names, init included
+    ("[ERROR] HCCL(77): hcclCommInitRootInfo failed, return HCCL_E_TIMEOUT",
+     "interconnect_failure"),
+    # ROCm's device missing at start-up, even when the runner then aborts
+    ("rocBLAS error: Could not initialize Tensile host: No devices found\nAborted (core dumped)",
+     "startup_failure"),
+])
+def test_a_terminal_line_of_the_serving_stack_opens_an_event(
+        sigs: SignatureSet, text: str, category: str) -> None:
+    got = events(sigs, text)
+    assert [e.category for e in got][:1] == [category]
+
+
+def test_a_traceback_through_precompilation_is_a_start_up_failure(sigs: SignatureSet) -> None:
+    frames = ("run_engine", "_precompile_backbone", "compile_step")
+    got = events(sigs, bare_traceback("FrobnicateError: shape 4096 refused", frames))
+    assert [e.category for e in got] == ["startup_failure"]
+
+
+RUNNER_DIES = ('time=2026-11-27T10:00:09Z level=ERROR source=server.go:449 msg="llama runner '
+               'terminated" error="exit status 2"\n'
+               'Error: llama runner process has terminated: exit status 2')
+
+
+@pytest.mark.parametrize(("before", "category"), [
+    # still loading: the death is a start-up failure
+    ('time=2026-11-27T10:00:01Z level=INFO source=server.go:600 msg="waiting for llama runner '
+     'to start responding"\nllama_model_load: loading tensors', "startup_failure"),
+    # the runner had started and answered: the death is the engine's
+    ('time=2026-11-27T10:00:01Z level=INFO source=server.go:630 msg="llama runner started in '
+     '3.2 seconds"\n[GIN] 2026/11/27 - 10:00:05 | 200 |  1.2s |  127.0.0.1 | POST "/api/chat"',
+     "engine_dead"),
+    ("", "engine_dead"),  # nothing says: the death stays a death
+])
+def test_a_death_while_the_model_loads_is_a_start_up_failure(
+        sigs: SignatureSet, before: str, category: str) -> None:
+    got = events(sigs, f"{before}\n{RUNNER_DIES}")
+    assert [e.category for e in got][:1] == [category]
+
+
+def test_a_handled_error_record_stays_silent(sigs: SignatureSet) -> None:
+    """An ERROR the process survives is not a terminal line (only CRITICAL/FATAL are)."""
+    got = events(sigs, """
+(APIServer pid=1) ERROR 11-27 10:00:00 [serving_chat.py:1] Error in preprocessing prompt inputs
+(APIServer pid=1) INFO:     127.0.0.1:50000 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request
+(APIServer pid=1) INFO:     127.0.0.1:50002 - "POST /v1/chat/completions HTTP/1.1" 200 OK
+""")
+    assert got == []

@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sentinel.logs import families, fatal
+from sentinel.logs import families, fatal, phase
 from sentinel.logs.bytelines import ByteLines, may_hold_long_line
 from sentinel.logs.signatures import TRACEBACK, Signature, SignatureSet
 from sentinel.logs.tracebacks import TracebackTracker
@@ -51,6 +51,8 @@ MAX_EXCERPT_CHARS = 65_536
 MAX_GROUP_LINES = 5_000  # a group this long is closed regardless (a runaway traceback)
 _TRACEBACK_AFTER = 3  # context after a traceback that matched nothing yet
 CATCH_ALL = "unclassified_crash"
+START_FAILED = "engine_start_failed"  # what a death while loading is named (phase.py)
+HANG = "engine_hang_watchdog"  # a hang keeps its name in either phase
 SYMPTOM_PRIORITY = 25  # hits at or below this (engine dead, catch-all) are symptoms of a cause
 GENERIC_PRIORITY = 30  # hits at or below this (and the catch-all) may be renamed by family
 MAX_STATEMENTS = 400  # statements and frames kept per group for the family layer
@@ -485,7 +487,7 @@ class Classifier:
         texts = [before[i] for i in ahead] + [text for text, _, _ in group.statements]
         found = families.find(texts, " ".join(group.where))
         if found is None or (found.family.symptom and sig is not self._catch_all):
-            return sig, best.entry, best.line_no, 0
+            return self._by_phase(group, best), best.entry, best.line_no, 0
         named = self.signatures.by_name(found.family.signature)
         if named is None or named is sig:
             return sig, best.entry, best.line_no, 0
@@ -496,6 +498,20 @@ class Classifier:
         entry, first = group.first if group.first is not None else (best.entry, None)
         back = len(before) - ahead[found.index]
         return named, entry, None if first is None else first - back, back
+
+    def _by_phase(self, group: _Group, best: _Hit) -> Signature:
+        """An engine's death while the server was still loading is a start-up failure.
+
+        Only a death (category engine_dead, a symptom) with no cause is asked;
+        the lines before the group and its own first lines say the phase
+        (`phase.py`). The engine-hang watchdog keeps its name.
+        """
+        sig = best.signature
+        if sig.category != "engine_dead" or sig.priority > SYMPTOM_PRIORITY \
+                or sig.name == HANG or not phase.loading([*group.before, *group.head]):
+            return sig
+        start = self.signatures.by_name(START_FAILED)
+        return start if start is not None else sig
 
     def _naming_hit(self, group: _Group) -> _Hit:
         """The hit that names the event: the root cause, not its symptoms.
