@@ -280,13 +280,19 @@ class Classifier:
         A traceback whose fate is still undecided waits, on a quiet stream,
         until `fatal.SETTLE_MS` after the batch that brought its last line
         (`now_ms` and that batch's time are both Sentinel's clock);
-        then (and at the end of the stream) its shape decides.
+        then (and at the end of the stream) its shape decides. A group of
+        symptoms only (an engine's death) waits as long for its cause.
         """
         group = self._group
+        waiting = group is not None and (
+            (not group.hits and group.tb_header is not None) or group.symptoms_only())
+        if group is not None and waiting and now_ms is not None \
+                and self._last_line_ms is not None \
+                and now_ms - self._last_line_ms < fatal.SETTLE_MS:
+            # an undecided traceback, or a death whose cause may still be on its way
+            # (servers print a child's death before its traceback is flushed)
+            return []
         if group is not None and not group.hits and group.tb_header is not None:
-            if now_ms is not None and self._last_line_ms is not None \
-                    and now_ms - self._last_line_ms < fatal.SETTLE_MS:
-                return []
             self._decide_by_shape(group, ended=True)
         return self._close()
 
