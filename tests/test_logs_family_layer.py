@@ -498,3 +498,15 @@ def test_a_handled_error_record_stays_silent(sigs: SignatureSet) -> None:
 (APIServer pid=1) INFO:     127.0.0.1:50002 - "POST /v1/chat/completions HTTP/1.1" 200 OK
 """)
     assert got == []
+
+
+@pytest.mark.parametrize("cause", [
+    "[rank0]:[W1127 10:00:00 TCPStore.cpp:1] [c10d] recv from node-0:29500: Connection "
+    "reset by peer",
+    "[rank3]:[W1127 10:00:00 socket.cpp:1] [c10d] The client socket to node-0:29500 was "
+    "closed by the remote peer",
+])
+def test_a_peer_lost_in_a_warning_is_the_cause_of_a_later_death(
+        sigs: SignatureSet, cause: str) -> None:
+    got = events(sigs, f"{cause}\n{FILLER}\n{DEATHS[3]}")
+    assert [e.category for e in got][:1] == ["interconnect_failure"]
