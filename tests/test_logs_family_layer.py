@@ -453,6 +453,17 @@ def test_a_cause_printed_well_after_the_death_names_it(sigs: SignatureSet, death
     # HCCL's API calls and status names, init included
     ("[ERROR] HCCL(77): hcclCommInitRootInfo failed, return HCCL_E_TIMEOUT",
      "interconnect_failure"),
+    ("[ERROR] 2026-11-27-10:00:00 HCCL init of the communicator failed: timed out",
+     "interconnect_failure"),
+    # a start-up line the family layer then names by its words: a compilation failed
+    ("ERROR 11-27 10:00:00 [tpu_runner.py:1] Precompilation failed for num_tokens=128",
+     "compile_failure"),
+    ("ERROR 11-27 10:00:00 [launcher.py:1] Failed to start the engine, giving up",
+     "startup_failure"),
+    # TGI's launcher printing a dead shard's stderr: while shards were starting, start-up
+    ("2026-11-27T10:00:00Z  INFO shard-manager: text_generation_launcher: Waiting for shard to be "
+     "ready... rank=0\n2026-11-27T10:00:05Z ERROR shard-manager: text_generation_launcher: Shard "
+     "complete standard error output:", "startup_failure"),
     # ROCm's device missing at start-up, even when the runner then aborts
     ("rocBLAS error: Could not initialize Tensile host: No devices found\nAborted (core dumped)",
      "startup_failure"),
