@@ -440,6 +440,9 @@ def test_a_cause_printed_well_after_the_death_names_it(sigs: SignatureSet, death
      "startup_failure"),
     ("(ServeController pid=3) WARNING: Deployment 'llm' in application 'default' is "
      "DEPLOY_FAILED", "startup_failure"),
+    ("Deploying app 'default' failed with exception:", "startup_failure"),
+    ("Error: Unable to connect to the Python model shards: transport error: Connection refused "
+     "(os error 111)", "startup_failure"),
     # a record at the level that means the process is going down
     ("(APIServer pid=1) CRITICAL 11-27 10:00:00 [launcher.py:1] the frobnicator gave up",
      "other"),
