@@ -367,3 +367,160 @@ def test_allocator_and_collective_words_of_other_layers(
 def test_the_layer_knows_rendezvous_rdma_and_the_cpu_allocator(
         sigs: SignatureSet, exception: str, category: str) -> None:
     assert [e.category for e in events(sigs, bare_traceback(exception))] == [category]
+
+
+# --- November 2026, tuned batch 6: the design where fresh batches showed it could not hold
+
+
+@pytest.mark.parametrize(("signal", "category"), [
+    ("SIGTERM", None), ("SIGINT", None),  # a request to stop: the process is being stopped
+    ("SIGSEGV", "other"), ("SIGABRT", "other"), ("SIGBUS", "other"), ("SIGILL", "other"),
+    ("SIGFPE", "other"),
+])
+def test_a_stack_dump_on_a_stop_request_is_not_a_crash(
+        sigs: SignatureSet, signal: str, category: str | None) -> None:
+    """absl dumps a stack for every signal it handles; only a fault's signal is a crash."""
+    got = events(sigs, f"""
+(RayWorkerWrapper pid=7) INFO 11-27 10:00:00 [worker.py:1] finished 12 prompts
+*** {signal} received at time=1764230400 on cpu 3 ***
+PC: @     0x7f0000001234  (unknown)  pthread_cond_wait@@GLIBC_2.3.2
+    @     0x7f0000005678  (unknown)  (unknown)
+[2026-11-27 10:00:00,001 E 7 7] logging.cc:440: *** {signal} received at time=1764230400 ***
+[2026-11-27 10:00:00,001 E 7 7] logging.cc:440: PC: @     0x7f0000001234  (unknown)  (unknown)
+""")
+    assert [e.category for e in got][:1] == ([category] if category else [])
+
+
+DEATHS = (  # every server's words for its engine dying (the symptom)
+    "(APIServer pid=9) ERROR 11-27 10:00:09 [async_llm.py:1] AsyncLLM output_handler failed.",
+    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack "
+    "trace (above) for the root cause.",
+    "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has errored already.",
+    "[2026-11-27 10:00:09] Received sigquit from a child process. It usually means the child "
+    "failed.",
+    "[2026-11-27 10:00:09 TP0] DetokenizerManager hit an exception: see the scheduler",
+    "2026-11-27T10:00:09.000000Z ERROR text_generation_launcher: Shard 0 crashed",
+)
+FILLER = "\n".join(f"[2026-11-27 10:00:0{i % 10}] INFO: decode batch {i}, #running-req: 4"
+                   for i in range(12))
+
+
+@pytest.mark.parametrize("death", DEATHS)
+def test_a_cause_printed_well_before_the_death_names_it(sigs: SignatureSet, death: str) -> None:
+    """A peer's socket timing out (a warning, no error word) twelve lines before the death."""
+    got = events(sigs, f"""
+[rank1]:[W1127 10:00:00.1 socket.cpp:485] [c10d] socket to node-0:2000 timed out after 1800000ms
+{FILLER}
+{death}
+""")
+    assert [e.category for e in got][:1] == ["interconnect_failure"]
+    assert "timed out after" in got[0].excerpt[0]  # the cause is shown in the excerpt
+
+
+@pytest.mark.parametrize("death", DEATHS)
+def test_a_cause_printed_well_after_the_death_names_it(sigs: SignatureSet, death: str) -> None:
+    """Servers print a child's death before its traceback is flushed: the cause still wins."""
+    got = events(sigs, f"""
+{death}
+{FILLER}
+[2026-11-27 10:00:09 TP0] RuntimeError: CUDA error: an illegal memory access was encountered
+""")
+    assert [(e.category, e.signature) for e in got][:1] == [("other", "cuda_fatal_error")]
+    assert len(got) == 1
+
+
+@pytest.mark.parametrize(("text", "category"), [
+    # a serving stack's terminal start-up line, without any cause printed
+    ("RuntimeError: API server process failed to start. See the stack trace above.",
+     "startup_failure"),
+    ("ERROR:    Application startup failed. Exiting.", "startup_failure"),
+    ("2026-11-27T10:00:00Z ERROR text_generation_launcher: Shard 1 failed to initialize",
+     "startup_failure"),
+    ("ray.serve.exceptions.RayServeException: Deployment 'llm' failed to deploy",
+     "startup_failure"),
+    ("(ServeController pid=3) WARNING: Deployment 'llm' in application 'default' is "
+     "DEPLOY_FAILED", "startup_failure"),
+    ("Deploying app 'default' failed with exception:", "startup_failure"),
+    ("Error: Unable to connect to the Python model shards: transport error: Connection refused "
+     "(os error 111)", "startup_failure"),
+    # a record at the level that means the process is going down
+    ("(APIServer pid=1) CRITICAL 11-27 10:00:00 [launcher.py:1] the frobnicator gave up",
+     "other"),
+    ("CRITICAL:root:the frobnicator gave up", "other"),
+    ('time=2026-11-27T10:00:00Z level=FATAL msg="frobnicator gave up"', "other"),
+    # ggml's abort with its location, whatever the message after it
+    ("/src/llama.cpp/ggml/src/ggml-cuda/mmq.cu:212: fatal error", "other"),
+    # TGI's router losing its shard
+    ("2026-11-27T10:00:00Z ERROR text_generation_router_v3::client: backends/v3/src/client/"
+     "mod.rs:45: Server error: transport error", "engine_dead"),
+    # HCCL's API calls and status names, init included
+    ("[ERROR] HCCL(77): hcclCommInitRootInfo failed, return HCCL_E_TIMEOUT",
+     "interconnect_failure"),
+    ("[ERROR] 2026-11-27-10:00:00 HCCL init of the communicator failed: timed out",
+     "interconnect_failure"),
+    # a start-up line the family layer then names by its words: a compilation failed
+    ("ERROR 11-27 10:00:00 [tpu_runner.py:1] Precompilation failed for num_tokens=128",
+     "compile_failure"),
+    ("ERROR 11-27 10:00:00 [launcher.py:1] Failed to start the engine, giving up",
+     "startup_failure"),
+    # TGI's launcher printing a dead shard's stderr: while shards were starting, start-up
+    ("2026-11-27T10:00:00Z  INFO shard-manager: text_generation_launcher: Waiting for shard to be "
+     "ready... rank=0\n2026-11-27T10:00:05Z ERROR shard-manager: text_generation_launcher: Shard "
+     "complete standard error output:", "startup_failure"),
+    # ROCm's device missing at start-up, even when the runner then aborts
+    ("rocBLAS error: Could not initialize Tensile host: No devices found\nAborted (core dumped)",
+     "startup_failure"),
+])
+def test_a_terminal_line_of_the_serving_stack_opens_an_event(
+        sigs: SignatureSet, text: str, category: str) -> None:
+    got = events(sigs, text)
+    assert [e.category for e in got][:1] == [category]
+
+
+def test_a_traceback_through_precompilation_is_a_start_up_failure(sigs: SignatureSet) -> None:
+    frames = ("run_engine", "_precompile_backbone", "compile_step")
+    got = events(sigs, bare_traceback("FrobnicateError: shape 4096 refused", frames))
+    assert [e.category for e in got] == ["startup_failure"]
+
+
+RUNNER_DIES = ('time=2026-11-27T10:00:09Z level=ERROR source=server.go:449 msg="llama runner '
+               'terminated" error="exit status 2"\n'
+               'Error: llama runner process has terminated: exit status 2')
+
+
+@pytest.mark.parametrize(("before", "category"), [
+    # still loading: the death is a start-up failure
+    ('time=2026-11-27T10:00:01Z level=INFO source=server.go:600 msg="waiting for llama runner '
+     'to start responding"\nllama_model_load: loading tensors', "startup_failure"),
+    # the runner had started and answered: the death is the engine's
+    ('time=2026-11-27T10:00:01Z level=INFO source=server.go:630 msg="llama runner started in '
+     '3.2 seconds"\n[GIN] 2026/11/27 - 10:00:05 | 200 |  1.2s |  127.0.0.1 | POST "/api/chat"',
+     "engine_dead"),
+    ("", "engine_dead"),  # nothing says: the death stays a death
+])
+def test_a_death_while_the_model_loads_is_a_start_up_failure(
+        sigs: SignatureSet, before: str, category: str) -> None:
+    got = events(sigs, f"{before}\n{RUNNER_DIES}")
+    assert [e.category for e in got][:1] == [category]
+
+
+def test_a_handled_error_record_stays_silent(sigs: SignatureSet) -> None:
+    """An ERROR the process survives is not a terminal line (only CRITICAL/FATAL are)."""
+    got = events(sigs, """
+(APIServer pid=1) ERROR 11-27 10:00:00 [serving_chat.py:1] Error in preprocessing prompt inputs
+(APIServer pid=1) INFO:     127.0.0.1:50000 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request
+(APIServer pid=1) INFO:     127.0.0.1:50002 - "POST /v1/chat/completions HTTP/1.1" 200 OK
+""")
+    assert got == []
+
+
+@pytest.mark.parametrize("cause", [
+    "[rank0]:[W1127 10:00:00 TCPStore.cpp:1] [c10d] recv from node-0:29500: Connection "
+    "reset by peer",
+    "[rank3]:[W1127 10:00:00 socket.cpp:1] [c10d] The client socket to node-0:29500 was "
+    "closed by the remote peer",
+])
+def test_a_peer_lost_in_a_warning_is_the_cause_of_a_later_death(
+        sigs: SignatureSet, cause: str) -> None:
+    got = events(sigs, f"{cause}\n{FILLER}\n{DEATHS[3]}")
+    assert [e.category for e in got][:1] == ["interconnect_failure"]

@@ -393,3 +393,25 @@ def test_a_traceback_logged_without_line_prefixes_is_judged_by_its_record(
              "json.decoder.JSONDecodeError: Extra data: line 3 column 1 (char 527)"]
     got = [e.signature for e in classify(sigs, lines, 10)]
     assert got == (["unclassified_crash"] if crash else [])
+
+
+def test_a_death_waits_on_a_quiet_stream_for_its_cause(sigs: SignatureSet) -> None:
+    """SGLang prints its child's death before the scheduler's traceback is flushed.
+
+    Followed live, the death's lines come in one poll and the cause in the next:
+    a quiet poll in between must not close the event under the symptom's name;
+    after SETTLE_MS of silence it closes (as a death when no cause came).
+    """
+    death = "[2026-11-27 10:00:09] Received sigquit from a child process. It usually means..."
+    cause = "[2026-11-27 10:00:09 TP0] RuntimeError: CUDA error: an illegal memory access"
+    c = Classifier(sigs)
+    assert c.feed_many([LogEntry("t", "s", 0, death, 1)], now_ms=0) == []
+    assert c.feed_many([], now_ms=300) + c.flush(now_ms=300) == []
+    assert c.feed_many([LogEntry("t", "s", 400, cause, 2)], now_ms=400) == []
+    events = c.flush(now_ms=400 + SETTLE_MS)
+    assert [(e.category, e.signature) for e in events] == [("other", "cuda_fatal_error")]
+    # no cause at all: the death alone is reported once the settle time has passed
+    c = Classifier(sigs)
+    assert c.feed_many([LogEntry("t", "s", 0, death, 1)], now_ms=0) == []
+    assert c.flush(now_ms=SETTLE_MS // 2) == []
+    assert [e.category for e in c.flush(now_ms=SETTLE_MS)] == ["engine_dead"]

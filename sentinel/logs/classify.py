@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sentinel.logs import families, fatal
+from sentinel.logs import families, fatal, phase
 from sentinel.logs.bytelines import ByteLines, may_hold_long_line
 from sentinel.logs.signatures import TRACEBACK, Signature, SignatureSet
 from sentinel.logs.tracebacks import TracebackTracker
@@ -51,9 +51,18 @@ MAX_EXCERPT_CHARS = 65_536
 MAX_GROUP_LINES = 5_000  # a group this long is closed regardless (a runaway traceback)
 _TRACEBACK_AFTER = 3  # context after a traceback that matched nothing yet
 CATCH_ALL = "unclassified_crash"
+START_FAILED = "engine_start_failed"  # what a death while loading is named (phase.py)
+HANG = "engine_hang_watchdog"  # a hang keeps its name in either phase
 SYMPTOM_PRIORITY = 25  # hits at or below this (engine dead, catch-all) are symptoms of a cause
 GENERIC_PRIORITY = 30  # hits at or below this (and the catch-all) may be renamed by family
 MAX_STATEMENTS = 400  # statements and frames kept per group for the family layer
+# Root cause over symptom, both ways round. A group holding only symptoms (an
+# engine's or scheduler's death) waits this many lines for its cause to join
+# (servers print a child's death before, after or between its traceback's
+# lines), and the family layer reads this many lines before the group for a
+# cause printed ahead of it (c10d's socket timing out, then the scheduler dying).
+SYMPTOM_WAIT = 30
+FAMILY_LOOKBACK = 30
 # Used when a signature file defines no `unclassified_crash` of its own.
 DEFAULT_CATCH_ALL = Signature(
     name=CATCH_ALL, category="other", severity="critical",
@@ -139,13 +148,19 @@ class _Group:
     def hit(self, signature: Signature, entry: LogEntry, line_no: int | None) -> None:
         if all(h.signature is not signature for h in self.hits):  # each signature once
             self.hits.append(_Hit(signature, entry, line_no))
-        self.after_left = max(self.after_left, signature.context_after)
+        self.after_left = max(self.after_left, self.window())
+
+    def symptoms_only(self) -> bool:
+        """Every hit is a symptom (engine dead) and no cause has been seen yet."""
+        return bool(self.hits) and self.cause is None and all(
+            h.signature.priority <= SYMPTOM_PRIORITY and not h.cause for h in self.hits)
 
     def window(self) -> int:
         """Context-after lines owed once the matched lines end."""
         if not self.hits:
             return _TRACEBACK_AFTER
-        return max(h.signature.context_after for h in self.hits)
+        after = max(h.signature.context_after for h in self.hits)
+        return max(after, SYMPTOM_WAIT) if self.symptoms_only() else after
 
 
 class Classifier:
@@ -158,7 +173,7 @@ class Classifier:
         self.max_line_chars = max_line_chars
         self.max_excerpt_lines = max_excerpt_lines
         self.max_excerpt_chars = max_excerpt_chars
-        self._ring: deque[str] = deque(maxlen=max(signatures.max_before, 1))
+        self._ring: deque[str] = deque(maxlen=max(signatures.max_before, FAMILY_LOOKBACK, 1))
         self._group: _Group | None = None
         self._lines = 0
         self._truncated = 0
@@ -265,13 +280,19 @@ class Classifier:
         A traceback whose fate is still undecided waits, on a quiet stream,
         until `fatal.SETTLE_MS` after the batch that brought its last line
         (`now_ms` and that batch's time are both Sentinel's clock);
-        then (and at the end of the stream) its shape decides.
+        then (and at the end of the stream) its shape decides. A group of
+        symptoms only (an engine's death) waits as long for its cause.
         """
         group = self._group
+        waiting = group is not None and (
+            (not group.hits and group.tb_header is not None) or group.symptoms_only())
+        if group is not None and waiting and now_ms is not None \
+                and self._last_line_ms is not None \
+                and now_ms - self._last_line_ms < fatal.SETTLE_MS:
+            # an undecided traceback, or a death whose cause may still be on its way
+            # (servers print a child's death before its traceback is flushed)
+            return []
         if group is not None and not group.hits and group.tb_header is not None:
-            if now_ms is not None and self._last_line_ms is not None \
-                    and now_ms - self._last_line_ms < fatal.SETTLE_MS:
-                return []
             self._decide_by_shape(group, ended=True)
         return self._close()
 
@@ -440,8 +461,9 @@ class Classifier:
             return []
         best = self._naming_hit(group)
         sig = best.signature
-        before = group.before[-sig.context_before:] if sig.context_before else []
-        sig, entry, line_no = self._by_family(group, best, before)
+        sig, entry, line_no, back = self._by_family(group, best)
+        keep = max(best.signature.context_before, back)  # a cause further back is shown too
+        before = group.before[-keep:] if keep else []
         body = group.head + ([f"… [{group.omitted} lines omitted] …"] if group.omitted else [])
         body += list(group.tail)
         self._events += 1
@@ -451,33 +473,51 @@ class Classifier:
             line_no=line_no, excerpt=self._cap(before + body), runbook=sig.runbook,
         )]
 
-    def _by_family(self, group: _Group, best: _Hit,
-                   before: list[str]) -> tuple[Signature, LogEntry, int | None]:
+    def _by_family(self, group: _Group,
+                   best: _Hit) -> tuple[Signature, LogEntry, int | None, int]:
         """Rename a generically named event after the family of its first cause.
 
         Only the catch-all and the generic symptoms (engine dead, engine or
         shard failed to start: priority at most GENERIC_PRIORITY) are renamed;
         the engine-hang family renames only the catch-all (a timeout while
-        starting is a start-up failure). See `families.py`.
+        starting is a start-up failure). See `families.py`. The lines before
+        the group are read as far back as the ring holds (FAMILY_LOOKBACK):
+        the last value says how many of them the excerpt must show (0: only
+        the signature's own context).
         """
         sig = best.signature
         if sig.priority > GENERIC_PRIORITY and sig is not self._catch_all:
-            return sig, best.entry, best.line_no
+            return sig, best.entry, best.line_no, 0
+        before = group.before
         ahead = [i for i, b in enumerate(before) if families.is_error_line(b)]
         texts = [before[i] for i in ahead] + [text for text, _, _ in group.statements]
         found = families.find(texts, " ".join(group.where))
         if found is None or (found.family.symptom and sig is not self._catch_all):
-            return sig, best.entry, best.line_no
+            return self._by_phase(group, best), best.entry, best.line_no, 0
         named = self.signatures.by_name(found.family.signature)
         if named is None or named is sig:
-            return sig, best.entry, best.line_no
+            return sig, best.entry, best.line_no, 0
         if found.index >= len(ahead):
             _, entry, line_no = group.statements[found.index - len(ahead)]
-            return named, entry, line_no
-        # a context line before the group: counted back from the group's first line
+            return named, entry, line_no, 0
+        # a line before the group: counted back from the group's first line
         entry, first = group.first if group.first is not None else (best.entry, None)
         back = len(before) - ahead[found.index]
-        return named, entry, None if first is None else first - back
+        return named, entry, None if first is None else first - back, back
+
+    def _by_phase(self, group: _Group, best: _Hit) -> Signature:
+        """An engine's death while the server was still loading is a start-up failure.
+
+        Only a death (category engine_dead, a symptom) with no cause is asked;
+        the lines before the group and its own first lines say the phase
+        (`phase.py`). The engine-hang watchdog keeps its name.
+        """
+        sig = best.signature
+        if sig.category != "engine_dead" or sig.priority > SYMPTOM_PRIORITY \
+                or sig.name == HANG or not phase.loading([*group.before, *group.head]):
+            return sig
+        start = self.signatures.by_name(START_FAILED)
+        return start if start is not None else sig
 
     def _naming_hit(self, group: _Group) -> _Hit:
         """The hit that names the event: the root cause, not its symptoms.

@@ -133,8 +133,13 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 _FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
-# A line outside a traceback that reports an error (a level word or the words of one).
-_ERROR_LINE = re.compile(r"(?i:error|fail|fatal|exception|critical|abort|panic)|\b[EF]\d{4} ")
+# A line outside a traceback that reports an error (a level word or the words of one),
+# or trouble with a peer that a library logs only as a warning: c10d's store socket
+# "timed out after 1800000ms", a refused or reset connection. Such a line is often
+# the root cause of the engine death printed after it, and carries no error word.
+_ERROR_LINE = re.compile(r"(?i:error|fail|fatal|exception|critical|abort|panic|timed out|"
+                         r"connection refused|connection reset|reset by peer|unreachable|"
+                         r"closed by (?:the )?(?:remote )?peer)|\b[EF]\d{4} ")
 # Source lines and caret markers of a traceback whose header the group did not
 # see (the message, after a `[file:line]`, `|` or no prefix, is indented).
 _SOURCE_LINE = re.compile(r"(?:^|[\]|] )\s{2,}\S|^\s*\^+\s*$|\]\s+\^+\s*$")
