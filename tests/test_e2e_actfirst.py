@@ -213,7 +213,9 @@ def test_a_refused_restart_pages_once_at_the_refusal_then_updates_the_runbook(
                        and e.data.get("reason") == "cold_cache")
         late_s = arrived + offset - dt_to_ms(refusal.at) / 1000
         print(f"page received {late_s * 1000:.0f} ms after the audited refusal")
-        assert late_s >= 0, late_s
+        # At the refusal, not when the act-first grace (1 m) ends: ~0.1 s quiet, 1.3 s
+        # once beside stress-ng; half the grace tells the two apart on any machine.
+        assert 0 <= late_s < 30, late_s
 
         # The model's runbook comes after the page: an update of the same page.
         ((_, update),) = wait_for(lambda: _pages(sink, "update"), 60, "the runbook update")
@@ -223,11 +225,8 @@ def test_a_refused_restart_pages_once_at_the_refusal_then_updates_the_runbook(
         assert updated["annotations"]["sentinel_remediation"] == ann["sentinel_remediation"]
         assert len(_pages(sink)) == 1 and list(chat.received) == []
         detail = _crash_incident(app)
-        runbook = next(e for e in detail.timeline
-                       if e.kind == "runbook" and e.data.get("source") == "model")
-        # Paged at the refusal, not once the runbook was written (the model fixture
-        # answers 2 s after it is asked; a wall-clock bound on the page raced the load).
-        assert arrived + offset < dt_to_ms(runbook.at) / 1000, (arrived + offset, runbook.at)
+        assert any(e.kind == "runbook" and e.data.get("source") == "model"
+                   for e in detail.timeline)
         assert any("sent as an update to oncall" in e.message for e in detail.timeline)
     finally:
         _stop(app, sim, sock)
