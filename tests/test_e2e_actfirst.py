@@ -52,7 +52,7 @@ groups:
         annotations: {{summary: "TPU HBM exhausted on {{{{ $labels.target }}}}"}}
       - alert: VLLMTargetDown
         expr: up == 0
-        for: 1s
+        for: 3s  # shipped: 30s. 1 s let a failed scrape beat the crash line on a busy machine
         labels: {{severity: critical}}
       - alert: VLLMHealthCheckFailing
         expr: max by (target) (sentinel_probe_success{{probe="health"}}) == 0
