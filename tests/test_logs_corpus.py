@@ -144,18 +144,7 @@ def test_batching_does_not_change_the_answer(sigs: SignatureSet, path: Path) -> 
     assert classify(sigs, lines, batch=1) == classify(sigs, lines)
 
 
-# Held-out healthy files flagged when measured: they stay (nobody tunes on them)
-# and stay known failures until family work on the tuned part clears them.
-FLAGGED_HELD_HEALTHY: dict[str, str] = {}  # file stem: why (none since batch 6's round)
-
-
-def _healthy_param(path: Path) -> object:
-    reason = FLAGGED_HELD_HEALTHY.get(path.stem)
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(path, marks=marks, id=path.stem)
-
-
-@pytest.mark.parametrize("path", [_healthy_param(p) for p in HEALTHY + HELD_HEALTHY])
+@pytest.mark.parametrize("path", HEALTHY + HELD_HEALTHY, ids=lambda p: p.stem)
 def test_no_healthy_or_tricky_log_produces_an_event(sigs: SignatureSet, path: Path) -> None:
     _, lines = read(path)
     events = classify(sigs, lines)
