@@ -1,7 +1,7 @@
 """Rule evaluation and store memory at fleet size, without the network.
 
 Run: `python bench/ruleeval.py --targets 1000 [--minutes 6] [--rounds 3] [--probes]
-[--gc held|daemon|python] [--parse-once]` (`--targets 5000 --parse-once` for the
+[--gc held|daemon|python] [--parse-once] [--no-fused]` (`--targets 5000 --parse-once` for the
 fleet size of issue 40 in a few minutes).
 
 Fills a MemoryStore through the scrape path's own series code (the real
@@ -14,6 +14,10 @@ evaluation of all rules (best of --rounds) and of each rule group, the
 store's series and samples, and the Python heap the store holds
 (tracemalloc), so a change to the store or the engine can be measured in
 seconds instead of a fleet run.
+
+`--no-fused` evaluates every rule the general way, without the one-pass
+aggregations of range functions (sentinel/promql/fused.py): run both to see
+what they save.
 
 `--gc` says how the cyclic collector runs during the evaluations: `held`
 (the default) as in the daemon, off for each pass (`gcpolicy.evaluation_hold`);
@@ -38,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from sentinel.collect.probe import ProbeResult, ProbeTarget, samples_of  # noqa: E402
 from sentinel.collect.scrapeseries import SharedSeries, TargetSeries  # noqa: E402
 from sentinel.daemon import gcpolicy  # noqa: E402
+from sentinel.promql import fused  # noqa: E402
 from sentinel.promql.engine import Engine, max_lookback_ms  # noqa: E402
 from sentinel.rules.loader import load_rule_files  # noqa: E402
 from sentinel.rules.needs import needed_series  # noqa: E402
@@ -73,7 +78,11 @@ def main() -> None:
     ap.add_argument("--gc", choices=("held", "daemon", "python"), default="held",
                     help="the collector during evaluations: held off as in the daemon "
                          "(default), the daemon's thresholds only, or Python's defaults")
+    ap.add_argument("--no-fused", action="store_true",
+                    help="evaluate without the one-pass aggregations of range functions "
+                         "(sentinel/promql/fused.py), to compare")
     args = ap.parse_args()
+    fused.ENABLED = not args.no_fused
     groups = load_rule_files(RULES)
     rules = [r for g in groups for r in g.rules]
     reach = max(max_lookback_ms(r.query) for r in rules)
@@ -126,7 +135,7 @@ def main() -> None:
           f"({heap / max(1, store.series_count()):.0f} B a series)")
     print(f"ingest: {1e6 * fill_s / (len(texts) * args.targets):.0f} µs CPU a scrape")
     print(f"one evaluation of all {len(rules)} rules: {best:.3f} CPU s (best of {args.rounds}, "
-          f"collector: {args.gc})")
+          f"collector: {args.gc}, fused: {'no' if args.no_fused else 'yes'})")
     print("per group (each must fit its 5 s interval with the CPU the daemon's main process "
           "has left after ingest):")
     for name, s in sorted(per_group.items(), key=lambda kv: -kv[1]):

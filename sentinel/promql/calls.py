@@ -8,6 +8,7 @@ from typing import Protocol
 
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql import functions as fn
+from sentinel.promql import fused
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.mathfuncs import DATE, date_value
@@ -183,6 +184,10 @@ def _timestamp(ev: Evaluator, arg: n.Expr) -> Vector:
 
 
 def _instant_call(ev: Evaluator, e: n.Call) -> Vector:
+    if e.func == "histogram_quantile" and fused.ENABLED:
+        quick = fused.histogram_quantile(ev, e)
+        if quick is not None:
+            return quick
     args = [ev.eval(a) for a in e.args]
     name = e.func
     vec = args[0]

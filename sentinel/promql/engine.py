@@ -25,6 +25,7 @@ from typing import Protocol
 
 from sentinel.model import InstantSample, Labels, Vector, is_stale
 from sentinel.promql import functions as fn
+from sentinel.promql import fused
 from sentinel.promql import nodes as n
 from sentinel.promql.aggregate import aggregate
 from sentinel.promql.binary import scalar_op, set_op, vector_scalar, vector_vector
@@ -307,6 +308,10 @@ class _Evaluator:
         return check_unique(vec)
 
     def aggregate(self, e: n.Aggregate) -> Vector:
+        if fused.ENABLED:
+            quick = fused.aggregate(self, e)
+            if quick is not None:
+                return quick
         param: float | str | None = None
         if e.param is not None:
             p = self.eval(e.param)

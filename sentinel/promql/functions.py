@@ -178,7 +178,8 @@ def label_join(vec: Vector, dst: str, sep: str, *srcs: str) -> Vector:
     return out
 
 
-def _parse_bound(text: str) -> float | None:
+def parse_bound(text: str) -> float | None:
+    """A bucket's `le` as a float, None when it is not one (Go's ParseFloat refuses "_")."""
     try:
         return float(text) if "_" not in text else None
     except ValueError:
@@ -194,7 +195,7 @@ def histogram_quantile(q: float, vec: Vector) -> Vector:
         if le in bounds:
             bound = bounds[le]
         else:
-            bound = bounds[le] = _parse_bound(le)
+            bound = bounds[le] = parse_bound(le)
         if bound is None:
             continue
         # The metric name stays in the key so two histograms with the same

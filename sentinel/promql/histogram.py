@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 
 from sentinel.promql import floatops as f
+
+_BOUND = itemgetter(0)
 
 
 def _nan_first(v: float) -> tuple[bool, float]:
@@ -42,7 +45,7 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
         return -f.INF
     if q > 1:
         return f.INF
-    buckets = sorted(buckets, key=lambda b: b[0])
+    buckets = sorted(buckets, key=_BOUND)  # by bound alone: equal bounds keep their order
     if not math.isinf(buckets[-1][0]) or buckets[-1][0] < 0:
         return f.NAN
     merged: list[list[float]] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from sentinel.promql import floatops as f
 from sentinel.promql.histogram import quantile
@@ -74,7 +75,8 @@ def extrapolate(count: int, t_first: int, v_first: float, t_last: int, v_last: f
     interval += to_end if to_end < threshold else avg_step / 2
     factor = interval / sampled
     if is_rate:
-        factor = f.div(factor, w.range_ms / 1000)
+        seconds = w.range_ms / 1000
+        factor = factor / seconds if seconds else f.div(factor, seconds)
     return result * factor
 
 
@@ -279,11 +281,10 @@ def _double_exponential_smoothing(ts: Sequence[int], vs: Sequence[float], w: Win
 SummaryFunc = Callable[[int, int, float, int, float, Sequence[float], Window], "float | None"]
 
 SUMMARY_FUNCTIONS: dict[str, SummaryFunc] = {
-    "rate": lambda n, t0, v0, t1, v1, c, w: extrapolate(n, t0, v0, t1, v1, c, w, True, True),
-    "increase": lambda n, t0, v0, t1, v1, c, w: extrapolate(n, t0, v0, t1, v1, c, w,
-                                                            True, False),
-    "delta": lambda n, t0, v0, t1, v1, c, w: extrapolate(n, t0, v0, t1, v1, c, w,
-                                                         False, False),
+    # partial, not a lambda: one Python call a series where the store feeds thousands.
+    "rate": partial(extrapolate, is_counter=True, is_rate=True),
+    "increase": partial(extrapolate, is_counter=True, is_rate=False),
+    "delta": partial(extrapolate, is_counter=False, is_rate=False),
     "count_over_time": lambda n, t0, v0, t1, v1, c, w: float(n),
     "last_over_time": lambda n, t0, v0, t1, v1, c, w: v1,
     "present_over_time": lambda n, t0, v0, t1, v1, c, w: 1.0,

@@ -575,16 +575,28 @@ class MemoryStore:
         data = self._data
         buffers = self._matching(matchers)
         for at in range(0, len(buffers), _CHUNK):
-            spans: dict[int, tuple[int, int]] = {}  # id(clock) -> its positions in range
+            # clock (hashed by identity) -> its positions in range, their number, and
+            # the first and last time
+            spans: dict[Clock, tuple[int, int, int, int, int]] = {}
             with data:  # clocks change between chunks (appends): searched afresh per chunk
                 for buf in buffers[at:at + _CHUNK]:
                     clock = buf.clock
-                    found = spans.get(id(clock))
+                    found = spans.get(clock)
                     if found is None:
-                        ts, base = clock.ts, clock.base
-                        found = spans[id(clock)] = (bisect_left(ts, start_ms - base),
-                                                    bisect_right(ts, end_ms - base))
-                    summary = _summary_in(buf, found[0], found[1], start_ms, end_ms)
+                        found = spans[clock] = _clock_span(clock, start_ms, end_ms)
+                    c_lo, c_hi, count, t_first, t_last = found
+                    vs = buf.vs
+                    d = clock.gone - buf.start
+                    if (count and d + c_lo >= 0 and d + c_hi <= len(vs)
+                            and not buf.stale_ts and not buf.reset_at):
+                        # The common case, without a call: the series holds a value at
+                        # every time of the range, and has no marker and no drop at all.
+                        value = func(count, t_first, vs[c_lo + d], t_last, vs[c_hi - 1 + d],
+                                     (), arg)
+                        if value is not None:
+                            out.append((buf.labels, value))
+                        continue
+                    summary = _summary_in(buf, c_lo, c_hi, start_ms, end_ms)
                     if summary is None:
                         continue
                     value = func(*summary, arg)
@@ -708,6 +720,16 @@ def _summary(buf: _Buffer, start_ms: int, end_ms: int) -> Summary | None:
             start = buf.start
             corrections = [vs[n - start - 1] for n in drops[a:b]]
     return Summary(buf.labels, hi - lo, t0, vs[lo + d], t1, vs[hi - 1 + d], corrections)
+
+
+def _clock_span(clock: Clock, start_ms: int, end_ms: int) -> tuple[int, int, int, int, int]:
+    """The clock's positions [lo, hi) in the range, their number, and the first and last
+    time (0 when none)."""
+    ts, base = clock.ts, clock.base
+    lo, hi = bisect_left(ts, start_ms - base), bisect_right(ts, end_ms - base)
+    if lo >= hi:
+        return lo, hi, 0, 0, 0
+    return lo, hi, hi - lo, base + ts[lo], base + ts[hi - 1]
 
 
 def _summary_in(buf: _Buffer, c_lo: int, c_hi: int, start_ms: int, end_ms: int
