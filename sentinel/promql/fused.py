@@ -31,7 +31,6 @@ from sentinel.promql.functions import drop_name, parse_bound
 from sentinel.promql.histogram import bucket_quantile
 from sentinel.promql.rangefuncs import SUMMARY_FUNCTIONS, SummaryFunc, Window
 
-
 # Off only to compare with the general path (tests, bench/ruleeval.py --no-fused).
 ENABLED = True
 _FOLDS = ("sum", "min", "max", "count", "group")
