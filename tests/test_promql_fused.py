@@ -36,6 +36,8 @@ QUERIES = [
     "group by (model) (last_over_time(reqs_total[2m]))",
     "sum(rate(reqs_total[5m]) or rate(lat_bucket[5m]))",
     "sum by (target) (present_over_time(lat_bucket[30s]))",
+    "max_over_time(sum by (target) (rate(reqs_total[1m]))[3m:30s])",
+    "sum by (target) (rate(reqs_total[2m] @ 1700000300))",
 ]
 # Not of the fused form: these must be left to the general path (and still agree).
 GENERAL_ONLY = [
