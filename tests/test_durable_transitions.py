@@ -150,12 +150,16 @@ def test_restored_alert_is_not_resolved_by_absence_until_its_target_answered() -
 # -- leases ----------------------------------------------------------------------------
 
 
-def _claim(db: Database, target: str, owner: str, lease_ms: int, now: int) -> int:
+def _claim(db: Database, target: str, owner: str, lease_ms: int, now: int,
+           acting: bool = True) -> int:
+    """A claimed attempt; `acting`: its action has begun (the owner died mid-action)."""
     incident = open_incident(db, target)
     c = state.Claim(incident, target, "restart", 3)
     decision, attempt = state.claim(db, c, lambda *_: _allow(), now, "docker_restart", False,
                                     {}, owner, lease_ms)
     assert attempt is not None
+    if acting:
+        state.mark_acting(db, attempt, now)
     return attempt
 
 

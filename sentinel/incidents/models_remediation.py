@@ -41,6 +41,9 @@ class RemediationAttempt(Base):
     manual: Mapped[bool] = mapped_column(Boolean)
     status: Mapped[str] = mapped_column(String(16))
     requested_at: Mapped[datetime]
+    # Written (fenced, by the leader) just before the action runs: an attempt without it
+    # never acted, and is withdrawn rather than failed when reaped (migration 0015).
+    acting_at: Mapped[datetime | None]
     acted_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     recovery_ms: Mapped[int | None] = mapped_column(Integer)

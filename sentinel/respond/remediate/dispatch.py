@@ -89,6 +89,10 @@ class Remediator:
             return []
         self._reap_failure.ok()
         for r in reaped:
+            if r.withdrawn:
+                log.warning("remediation attempt #%d on %s withdrawn before acting: %s",
+                            r.attempt_id, r.target, r.why)
+                continue
             log.warning("remediation attempt #%d on %s abandoned: %s", r.attempt_id, r.target,
                         r.why)
             if self.engine.metrics is not None:

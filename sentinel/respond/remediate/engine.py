@@ -219,6 +219,13 @@ class Engine:
             with Heartbeat(self.db, p.attempt_id, self.config.lease_ms, self.now_ms):
                 ok, detail, recovery_ms, data = self._act_and_verify(
                     p, spec.verify, spec.verify_deadline_ms / 1000)
+        except state.NotActing as exc:  # nothing ran: withdrawn, not failed
+            log.warning("remediation attempt %d not run: %s", p.attempt_id, exc)
+            RUNNING.discard(p.attempt_id)
+            if not state.withdraw_unstarted(self.db, p.attempt_id, self.now_ms(), str(exc)):
+                log.info("attempt %d is withdrawn by a reaper once its lease runs out",
+                         p.attempt_id)
+            return Result(p.decision, None, f"not run: {exc}", p.attempt_id)
         except Exception as exc:  # an action bug must still close its attempt
             log.exception("remediation attempt %d raised", p.attempt_id)
             ok, detail, recovery_ms, data = False, f"action raised {type(exc).__name__}", None, {}
@@ -268,7 +275,8 @@ class Engine:
                         ) -> tuple[bool, str, int | None, dict[str, object]]:
         c = p.candidate
         if not self.may_act():
-            raise RuntimeError(f"not acting on attempt {p.attempt_id}: no longer the leader")
+            raise state.NotActing(f"not acting on attempt {p.attempt_id}: no longer the leader")
+        state.mark_acting(self.db, p.attempt_id, self.now_ms())  # fenced: raises NotActing
         outcome = p.action.run(p.ctx)
         state.mark_acted(self.db, p.attempt_id, self.now_ms())
         state.record(self.db, c.incident_id, self.now_ms(),

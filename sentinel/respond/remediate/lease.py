@@ -5,10 +5,13 @@ time in clock ticks from /proc, so a recycled pid is not mistaken for the
 owner) and `lease_until`. While the action runs, a `Heartbeat` renews the
 lease every third of a lease period; every daemon's reaper fails
 running attempts whose lease ran out, or whose owner on this host is gone
-(then at once, without waiting for the lease). A reaped attempt is a failed
-attempt: the target's failures in a row, backoff and breaker count it (as
-`finish` would), its hour budget already counted it when it was claimed,
-and its concurrency slot is free. So the slot of a dead owner is free within
+(then at once, without waiting for the lease). A reaped attempt that never
+began to act (no `acting_at`: its owner lost the lead or died between the
+claim and the action) is withdrawn: nothing ran, so nothing is counted, and
+the guards decide again. Any other reaped attempt is a failed attempt: the
+target's failures in a row, backoff and breaker count it (as `finish`
+would), its hour budget already counted it when it was claimed, and its
+concurrency slot is free. So the slot of a dead owner is free within
 one lease period, while the daemon runs, not only at its next start (issue 10).
 
 An owner's own attempts are left alone while this process still runs them
@@ -35,7 +38,7 @@ from sentinel.incidents.db import Database
 from sentinel.incidents.models_remediation import AttemptStatus, RemediationAttempt
 from sentinel.quietlog import QuietFailure
 from sentinel.respond.remediate.guards import Limits, after_outcome
-from sentinel.respond.remediate.state import _state_of, _target_row, add_event
+from sentinel.respond.remediate.state import _state_of, _target_row, add_event, withdraw
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,7 @@ class Reaped:
     target: str
     owner: str
     why: str
+    withdrawn: bool = False  # it never acted: removed, not counted as a failure
 
 
 class RunningAttempts:
@@ -168,6 +172,10 @@ def reap(db: Database, owner: str, now_ms: int, limits: Limits) -> list[Reaped]:
                     continue
                 why = (f"its owner {r.owner} is gone" if gone
                        else f"its owner {r.owner} stopped renewing its lease")
+            if r.acting_at is None:  # nothing ran: the guards decide again
+                withdraw(s, r, now_ms, why)
+                out.append(Reaped(r.id, r.incident_id, r.target, r.owner, why, withdrawn=True))
+                continue
             r.status, r.finished_at, r.lease_until = AttemptStatus.FAILED, now, None
             r.detail = f"abandoned: {why}; outcome unknown"
             target = _target_row(s, r.target, now)

@@ -199,6 +199,62 @@ def claim(db: Database, c: Claim, decide: Decide, now_ms: int, action: str,
         return decision, attempt.id
 
 
+class NotActing(Exception):
+    """The attempt must not act: this Sentinel no longer leads, or the attempt was reaped."""
+
+
+def mark_acting(db: Database, attempt_id: int, now_ms: int) -> None:
+    """Record that the action starts now, or raise `NotActing`.
+
+    The write is fenced like every other (HA: only the leader's lands), so an
+    action runs only after its attempt says so on record; an attempt reaped
+    without it never acted and is withdrawn, not counted as failed (`withdraw`).
+    """
+    try:
+        with db.session() as s:
+            attempt = s.get(RemediationAttempt, attempt_id)
+            if attempt is None or attempt.status != AttemptStatus.RUNNING:
+                raise NotActing(f"attempt {attempt_id} was reaped before it acted")
+            attempt.acting_at = ms_to_dt(now_ms)
+    except NotActing:
+        raise
+    except Exception as e:  # NotLeader from the fence, or the database away
+        raise NotActing(f"attempt {attempt_id} not started: {e}") from e
+
+
+def withdraw(s: Session, attempt: RemediationAttempt, now_ms: int, why: str) -> None:
+    """Remove a running attempt that never acted, in the caller's transaction.
+
+    Nothing ran, so nothing is counted: no failure in a row, no step of the
+    ladder used, no hour budget spent; the target's last attempt goes back to
+    the one before (cooldowns), and the guards decide again at the next
+    offer. The intent stays on the incident's timeline, with this withdrawal.
+    """
+    s.delete(attempt)
+    s.flush()
+    row = _target_row(s, attempt.target, ms_to_dt(now_ms))
+    row.last_attempt_at = s.scalar(select(func.max(RemediationAttempt.requested_at)).where(
+        RemediationAttempt.target == attempt.target))
+    add_event(s, attempt.incident_id, now_ms,
+              f"attempt #{attempt.id} withdrawn before acting: {why}; the guards decide again",
+              {"phase": "withdrawn", "attempt": attempt.id, "action": attempt.action,
+               "target": attempt.target, "policy": attempt.policy, "step": attempt.step})
+
+
+def withdraw_unstarted(db: Database, attempt_id: int, now_ms: int, why: str) -> bool:
+    """`withdraw` the attempt if it is still running and never began to act; False when
+    that cannot be written now (not the leader, the database away): a reaper will."""
+    try:
+        with db.session() as s:
+            attempt = s.get(RemediationAttempt, attempt_id)
+            if attempt is not None and attempt.status == AttemptStatus.RUNNING \
+                    and attempt.acting_at is None:
+                withdraw(s, attempt, now_ms, why)
+        return True
+    except Exception:  # noqa: BLE001 - NotLeader, or the database away
+        return False
+
+
 def mark_acted(db: Database, attempt_id: int, now_ms: int) -> None:
     """The side effect returned (before verification)."""
     with db.session() as s:
@@ -254,6 +310,9 @@ def abandon_stale(db: Database, now_ms: int, older_than_ms: int) -> int:
             RemediationAttempt.status == AttemptStatus.RUNNING.value,
             RemediationAttempt.requested_at < cutoff)).all()
         for r in rows:
+            if r.acting_at is None:
+                withdraw(s, r, now_ms, "Sentinel stopped before the action started")
+                continue
             r.status, r.finished_at, r.lease_until = AttemptStatus.FAILED, ms_to_dt(now_ms), None
             r.detail = "abandoned: Sentinel stopped before the outcome was known"
             add_event(s, r.incident_id, now_ms, f"attempt #{r.id} abandoned: {r.detail}",
