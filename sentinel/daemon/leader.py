@@ -333,10 +333,16 @@ class LeaderLease:
     @contextmanager
     def _statement(self) -> Iterator[Session]:
         # Never wait on a lock for longer than a third of the lease: the deadline rules.
+        # Nor hold one: a leader stopped between its renewal's UPDATE and the COMMIT kept
+        # the row locked, and the standby's takeover waited 31 s (a stress pass) until
+        # something else ended that session; the server now ends it after a third of a lease.
+        third_ms = int(self.lease_s * 1000 / 3)
         with self.db.session() as s:
             if self._shared:
-                s.execute(text(f"SET LOCAL lock_timeout = {int(self.lease_s * 1000 / 3)}"))
-                s.execute(text(f"SET LOCAL statement_timeout = {int(self.lease_s * 1000 / 3)}"))
+                s.execute(text(f"SET LOCAL lock_timeout = {third_ms}"))
+                s.execute(text(f"SET LOCAL statement_timeout = {third_ms}"))
+                s.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = "
+                               f"{max(200, third_ms)}"))
             yield s
 
     def _lost(self, st: Leadership, why: str) -> None:
