@@ -50,15 +50,22 @@ def _fix_policy(tmp_path: Path) -> tuple[RemediationConfig, Path]:
     return cfg, ran
 
 
-def test_a_leader_that_lost_the_lead_before_acting_runs_nothing_and_counts_nothing(
-        incident_db: Database, tmp_path: Path) -> None:
+def _claimed(db: Database, tmp_path: Path
+             ) -> tuple[Engine, Clock, RemediationConfig, Path, int, Prepared]:
+    """An engine on Sentinel's clock, an open incident on tpu-a, and its claimed attempt."""
     cfg, ran = _fix_policy(tmp_path)
     clock = Clock(T0)
-    engine = Engine(cfg, {"tpu-a": TargetInfo("tpu-a", "http://127.0.0.1:9")}, incident_db,
-                    Pages(), clock=clock)
-    incident = open_incident(incident_db, "tpu-a")
+    engine = Engine(cfg, {"tpu-a": TargetInfo("tpu-a", "http://127.0.0.1:9")}, db, Pages(),
+                    clock=clock)
+    incident = open_incident(db, "tpu-a")
     prepared = engine.prepare(candidate(cfg, incident))
     assert isinstance(prepared, Prepared)
+    return engine, clock, cfg, ran, incident, prepared
+
+
+def test_a_leader_that_lost_the_lead_before_acting_runs_nothing_and_counts_nothing(
+        incident_db: Database, tmp_path: Path) -> None:
+    engine, clock, cfg, ran, incident, prepared = _claimed(incident_db, tmp_path)
     engine.may_act = lambda: False  # the lease was lost between the claim and the action
     result = engine.execute(prepared)
     assert result.ok is None and "not run" in result.detail
@@ -80,13 +87,7 @@ def test_a_fenced_start_leaves_the_attempt_to_the_reaper_which_withdraws_it(
         incident_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The leader check passed, but the lease was taken before `acting_at` was written: the
     fence refuses that write, so nothing runs, and nothing can be recorded either."""
-    cfg, ran = _fix_policy(tmp_path)
-    clock = Clock(T0)
-    engine = Engine(cfg, {"tpu-a": TargetInfo("tpu-a", "http://127.0.0.1:9")}, incident_db,
-                    Pages(), clock=clock)
-    incident = open_incident(incident_db, "tpu-a")
-    prepared = engine.prepare(candidate(cfg, incident))
-    assert isinstance(prepared, Prepared)
+    engine, clock, cfg, ran, incident, prepared = _claimed(incident_db, tmp_path)
 
     def fenced():  # noqa: ANN202
         raise NotLeader("another Sentinel holds the lease")

@@ -534,9 +534,13 @@ class MemoryStore:
         In the order the series were created; no sample is copied out but that one
         (`_Buffer.newest`).
         """
+        return self._newest_of(self._matching(matchers), start_ms, end_ms)
+
+    def _newest_of(self, buffers: Sequence[_Buffer], start_ms: int,
+                   end_ms: int) -> list[tuple[Labels, int, float]]:
+        """(labels, time, value) of each buffer's newest non-stale sample in the range."""
         out = []
         data = self._data
-        buffers = self._matching(matchers)
         for at in range(0, len(buffers), _CHUNK):
             with data:  # once a chunk: see _CHUNK
                 found = [(buf.labels, buf.newest(start_ms, end_ms))
@@ -627,19 +631,9 @@ class MemoryStore:
             found = self._by_name.get(name)
             buffers = list(found) if found else []
         sums: dict[str, float] = {}
-        data = self._data
-        for at in range(0, len(buffers), _CHUNK):
-            with data:  # once a chunk: see _CHUNK
-                newests = [(buf.labels, buf.newest(start_ms, end_ms))
-                           for buf in buffers[at:at + _CHUNK]]
-            for labels, newest in newests:
-                if newest is None:
-                    continue
-                value = newest[1]
-                if value != value and is_stale(value):
-                    continue
-                key = label_value(labels, by)
-                sums[key] = sums.get(key, 0.0) + value
+        for labels, _, value in self._newest_of(buffers, start_ms, end_ms):
+            key = label_value(labels, by)
+            sums[key] = sums.get(key, 0.0) + value
         return sums
 
     def has_live(self, name: str, start_ms: int, end_ms: int) -> bool:
