@@ -152,6 +152,17 @@ def snapshot(alerts: list[Any]) -> list[tuple[Any, ...]]:
                    a.active_at_ms, a.fired_at_ms, a.resolved_at_ms) for a in alerts)
 
 
+def rounded(snap: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The snapshot with each value to 12 significant digits. The pack's recorded series
+    were computed live, and a scrape can land between its first rule (which says which
+    scrape the evaluation saw) and the rate rule: the rate then covers one scrape more
+    than the replay feeds. The simulator's counters grow linearly, so the two windows
+    give the same rate up to the last bits of the float (1279.9999999999998 against
+    1280.0, seen once beside stress-ng). A window that changes what fires still fails."""
+    return [(rule, labels, state, repr(float(f"{float(value):.12g}")), *rest)
+            for rule, labels, state, value, *rest in snap]
+
+
 def test_remote_backend_gives_the_same_alerts_at_the_same_evaluation(
         tmp_path: Path, sims: dict[str, SimServer]) -> None:
     prometheus_binary()
@@ -204,6 +215,8 @@ def test_remote_backend_gives_the_same_alerts_at_the_same_evaluation(
                                else t)
                 a = snapshot(embedded.evaluate_group(name, t))
                 b = snapshot(remote.evaluate_group(name, t))
+                if name == "vllm-recording":
+                    a, b = rounded(a), rounded(b)
                 assert a == b, (f"evaluation {step} at {t}, group {name}",
                                  [(s.rule, s.last_error) for s in remote.rule_health()])
                 embedded.acknowledge(embedded.active_alerts())
