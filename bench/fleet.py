@@ -56,14 +56,22 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "tests" / "data" / "vllm_metrics.txt"
 RULE_FILES = [ROOT / "rules" / "vllm.yaml", ROOT / "rules" / "sentinel.yaml"]
 VARIANTS = 8
+STEADY_VARIANTS = 128
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _SAMPLE = re.compile(r"^([^#\s][^ ]*(?:\{[^}]*\})?) ([0-9.e+-]+)$", re.M)
 
 
 # -- the targets ----------------------------------------------------------------------
 
-def page_variants(n: int = VARIANTS, firing: bool = False) -> list[tuple[bytes, bytes]]:
-    """(plain, gzip) bodies of the page; in variant k the counters have grown by k.
+# Counters a healthy server's traffic does not move: with them growing at every scrape,
+# VLLMRequestErrorsHigh would go pending on every target of a steady fleet.
+_FAILURES = re.compile(r'finished_reason="(?:abort|error)"|^vllm:num_preemptions')
+
+
+def page_variants(n: int = VARIANTS, firing: bool = False,
+                  healthy: bool = False) -> list[tuple[bytes, bytes]]:
+    """(plain, gzip) bodies of the page; in variant k the counters have grown by k
+    (with `healthy`, all but the failure counters).
 
     A healthy fleet by default: no request waits, so no shipped alert fires.
     With `firing`, the page's 3 waiting requests stay and the shipped
@@ -77,7 +85,8 @@ def page_variants(n: int = VARIANTS, firing: bool = False) -> list[tuple[bytes, 
     for k in range(n):
         def bump(m: re.Match[str], k: int = k) -> str:
             head = m.group(1).split("{", 1)[0]
-            if not head.endswith(("_total", "_count", "_sum", "_bucket")):
+            if not head.endswith(("_total", "_count", "_sum", "_bucket")) or (
+                    healthy and _FAILURES.search(m.group(1))):
                 return m.group(0)
             return f"{m.group(1)} {float(m.group(2)) + k:g}"
         body = _SAMPLE.sub(bump, text).encode()
@@ -111,13 +120,13 @@ class _Target(asyncio.Protocol):
 
 
 class _Fleet:
-    def __init__(self, pages: list[tuple[bytes, bytes]], traffic: str = "mixed",
-                 ttft_s: float | None = None) -> None:
+    def __init__(self, pages: list[tuple[bytes, bytes]], traffic: str = "steady",
+                 ttft_s: float | None = None, firing: bool = False) -> None:
         self.pages = pages
         self.counts: list[int] = []
         self.n = 0
         self.probes = _ProbeAnswers(_TTFT_S if ttft_s is None else ttft_s)
-        self.traffic = _Traffic(traffic, pages)
+        self.traffic = _Traffic(traffic, pages, firing)
 
     def answer(self, t: _Target, head: bytes) -> None:
         self.counts[t.i] += 1
@@ -224,9 +233,12 @@ def _write(t: _Target, data: bytes) -> None:
 class _Traffic:
     """Which page a scrape gets, by `--traffic`.
 
-    - mixed (the default, as before): variant `n % 8` by the fleet's request
-      count, so a target's counters go up and down between scrapes (to the
-      probes' heartbeat, tokens flow at some probes and not at others);
+    - steady (the default): a target's counters only grow, as a real
+      server's do: its k-th scrape ever gets variant k (counters up by k), up
+      to the last of STEADY_VARIANTS (then they hold; 640 s at 5 s);
+    - mixed (the default until 2026-11): variant `n % 8` by the fleet's
+      request count, so a target's counters drop several times a window,
+      which no real server does (every rate then walks its counter resets);
     - busy: the same, but `vllm:generation_tokens_total` grows at every
       scrape of the target (a gzip member of its own per answer), so the
       heartbeat sees tokens flowing and the canaries are skipped;
@@ -236,9 +248,13 @@ class _Traffic:
 
     GEN = re.compile(rb"^vllm:generation_tokens_total\{[^}]*\} \S+\n", re.M)
 
-    def __init__(self, mode: str, pages: list[tuple[bytes, bytes]]) -> None:
+    def __init__(self, mode: str, pages: list[tuple[bytes, bytes]],
+                 firing: bool = False) -> None:
         self.mode = mode
         self.pages = pages
+        self.served: dict[int, int] = {}  # scrapes of each target, never reset
+        if mode == "steady":
+            self.pages = page_variants(STEADY_VARIANTS, firing, healthy=True)
         if mode == "idle":
             text = re.sub(rb"^(vllm:num_requests_(?:running|waiting)\{[^}]*\}) \S+$",
                           rb"\1 0.0", pages[0][0], flags=re.M)
@@ -257,6 +273,9 @@ class _Traffic:
         """(plain, gzip) body for the request `n` of the fleet, the `scrapes`-th of `port`."""
         if self.mode == "idle":
             return self.idle
+        if self.mode == "steady":
+            k = self.served[port] = self.served.get(port, -1) + 1
+            return self.pages[min(k, len(self.pages) - 1)]
         if self.mode == "busy":
             head, zhead, name, tail, ztail = self.split[n % len(self.split)]
             line = b"%s %d\n" % (name, 1_000_000 + 50 * scrapes)  # ~10 tokens/s
@@ -265,9 +284,9 @@ class _Traffic:
         return self.pages[n % len(self.pages)]
 
 
-async def _serve(n: int, firing: bool, traffic: str = "mixed",
+async def _serve(n: int, firing: bool, traffic: str = "steady",
                  ttft_s: float | None = None) -> None:
-    fleet = _Fleet(page_variants(firing=firing), traffic, ttft_s)
+    fleet = _Fleet(page_variants(firing=firing), traffic, ttft_s, firing)
     loop = asyncio.get_running_loop()
     ports = []
     for i in range(n):
@@ -291,7 +310,7 @@ async def _serve(n: int, firing: bool, traffic: str = "mixed",
     await asyncio.Event().wait()
 
 
-def serve_main(n: int, firing: bool = False, traffic: str = "mixed",
+def serve_main(n: int, firing: bool = False, traffic: str = "steady",
                ttft_s: float | None = None) -> None:
     """The helper process: serve until killed."""
     _raise_fd_limit()
@@ -306,7 +325,7 @@ def serve_main(n: int, firing: bool = False, traffic: str = "mixed",
 class FleetProcess:
     """The helper process serving the targets, and its request counters."""
 
-    def __init__(self, n: int, firing: bool = False, traffic: str = "mixed",
+    def __init__(self, n: int, firing: bool = False, traffic: str = "steady",
                  ttft_s: float | None = None, cpus: set[int] | None = None) -> None:
         cmd = [sys.executable, __file__, "--serve", str(n), "--traffic", traffic] + (
             ["--firing"] if firing else []) + (
@@ -771,9 +790,11 @@ def main() -> None:
                     help="Sentinel with probes at the default interval; both: off and on, "
                          "alternating, --repeat pairs (measure with --systems sentinel)")
     ap.add_argument("--repeat", type=int, default=1, help="pairs of runs with --probes both")
-    ap.add_argument("--traffic", choices=("mixed", "busy", "idle"), default="mixed",
-                    help="the targets' token counters: mixed (as before), busy (growing: "
-                         "canaries skipped), idle (still: canaries sent)")
+    ap.add_argument("--traffic", choices=("steady", "mixed", "busy", "idle"), default="steady",
+                    help="the targets' counters: steady (only grow, as a real server's), "
+                         "mixed (drop several times a window: the default until 2026-11), "
+                         "busy (mixed, but tokens always flow: canaries skipped), "
+                         "idle (still: canaries sent)")
     ap.add_argument("--canary-cap", type=int, default=0,
                     help="probe_canary_concurrency (default: Sentinel's)")
     ap.add_argument("--canary-ttft", type=float, default=None, metavar="SECONDS",
