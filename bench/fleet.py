@@ -5,7 +5,9 @@ sets Sentinel's `collect_workers`, `--pairs N` interleaves N Sentinel/Prometheus
 CPU and RSS are the measured process's plus its children's (the collect workers).
 
 One helper process serves a real vLLM /metrics page (tests/data/vllm_metrics.txt,
-42 KB, in 8 variants whose values move) on N loopback ports: keep-alive,
+42 KB) on N loopback ports, its counters growing at every scrape of a target as a
+healthy server's do (`--traffic steady`; `mixed`, the default until 2026-11, cycles
+8 variants, so every counter drops several times a window): keep-alive,
 gzip when asked, and it counts the requests each port answers, so "scrapes
 done" is measured the same way for both systems. Then, one after the other,
 with the same targets, scrape interval (5 s), evaluation interval (5 s) and
@@ -323,31 +325,50 @@ def serve_main(n: int, firing: bool = False, traffic: str = "steady",
 
 
 class FleetProcess:
-    """The helper process serving the targets, and its request counters."""
+    """The helper processes serving the targets (one per `per_helper` targets, so each
+    stays under the file-descriptor limit), and their request counters."""
 
     def __init__(self, n: int, firing: bool = False, traffic: str = "steady",
-                 ttft_s: float | None = None, cpus: set[int] | None = None) -> None:
-        cmd = [sys.executable, __file__, "--serve", str(n), "--traffic", traffic] + (
-            ["--firing"] if firing else []) + (
-            ["--canary-ttft", str(ttft_s)] if ttft_s is not None else [])
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
-                                     preexec_fn=functools.partial(_prepare, cpus))
-        assert self.proc.stdout is not None
-        info = json.loads(self.proc.stdout.readline())
-        self.control = info["control"]
-        self.ports: list[int] = info["ports"]
+                 ttft_s: float | None = None, cpus: set[int] | None = None,
+                 per_helper: int = 5000) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+        self.controls: list[int] = []
+        self.ports: list[int] = []
+        for first in range(0, n, per_helper):
+            cmd = [sys.executable, __file__, "--serve", str(min(per_helper, n - first)),
+                   "--traffic", traffic] + (["--firing"] if firing else []) + (
+                ["--canary-ttft", str(ttft_s)] if ttft_s is not None else [])
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                    preexec_fn=functools.partial(_prepare, cpus))
+            self.procs.append(proc)
+            assert proc.stdout is not None
+            info = json.loads(proc.stdout.readline())
+            self.controls.append(info["control"])
+            self.ports += info["ports"]
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
 
     def counts(self, reset: bool = False) -> dict:
         """{"total": scrapes answered, "hit": ports scraped at least once (since a reset),
-        "probes": {kind: probe requests answered (since a reset)}}."""
-        with socket.create_connection(("127.0.0.1", self.control), timeout=10) as s:
-            s.sendall(b"reset\n" if reset else b"count\n")
-            return json.loads(s.makefile().readline())
+        "probes": {kind: probe requests answered (since a reset)}}, over every helper."""
+        out: dict = {"total": 0, "hit": 0, "probes": Counter()}
+        for control in self.controls:
+            with socket.create_connection(("127.0.0.1", control), timeout=10) as s:
+                s.sendall(b"reset\n" if reset else b"count\n")
+                one = json.loads(s.makefile().readline())
+            out["total"] += one["total"]
+            out["hit"] += one["hit"]
+            out["probes"].update(one["probes"])
+        out["probes"] = dict(out["probes"])
+        return out
 
     def stop(self) -> None:
-        """Kill the helper (by its pid)."""
-        self.proc.kill()
-        self.proc.wait(10)
+        """Kill the helpers (by their pids)."""
+        for proc in self.procs:
+            proc.kill()
+            proc.wait(10)
 
 
 # -- measuring a process --------------------------------------------------------------
@@ -675,8 +696,17 @@ def pin_plan(pin: bool) -> tuple[set[int] | None, set[int] | None]:
     return {cpus[0]}, set(cpus[1:])
 
 
-def _raise_fd_limit() -> None:
+def _raise_fd_limit(want: int = 65536) -> None:
+    """The soft limit up to the hard one, and both to `want` where allowed (root): the
+    helper of a 5,000-target remote bench holds 5,000 listeners, Prometheus's 5,000
+    scrape connections and ~10,000 of the probes', past a hard limit of 20,000."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+            return
+        except (ValueError, OSError):
+            pass
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 

@@ -18,7 +18,9 @@ Once every target has been scraped and every group evaluated once, for
   the interval), the missed and overrun counters, and the durations of the
   window's evaluations (each read once from
   `sentinel_rule_group_last_duration_seconds` when the group's evaluation
-  counter moved): median, 95th percentile, max;
+  counter moved): median, 95th percentile, max; and its rules that failed
+  (`sentinel_rule_evaluation_failures_total`: a query that failed or ran past
+  its deadline, 0.8 of the interval);
 - the queries Sentinel sent the backend, their errors and mean latency;
 - CPU seconds per second and RSS of Sentinel and of Prometheus, and the
   scrapes Prometheus did vs expected (counted by the targets).
@@ -40,7 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+import httpx  # noqa: E402
 from fleet import (  # noqa: E402
     RULE_FILES,
     FleetProcess,
@@ -53,6 +57,8 @@ from fleet import (  # noqa: E402
     rss_mb,
     total,
 )
+
+from sentinel.rules.loader import load_rule_files  # noqa: E402
 
 INTERVAL_S = 5
 
@@ -130,7 +136,9 @@ def watch(listen: int, seconds: float) -> tuple[dict[str, Group], dict[str, floa
 
 def run(targets: int, seconds: float, probes: bool, work: Path) -> None:
     """Start the fleet, Prometheus and Sentinel; measure; print the report."""
-    fleet = FleetProcess(targets)
+    # 2,500 targets a helper: with the probes' ~2 sockets a target beside Prometheus's
+    # scrapes, one helper would pass a hard descriptor limit of 20,000.
+    fleet = FleetProcess(targets, per_helper=2500)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         prom_port, listen = free_port(), free_port()
@@ -162,16 +170,20 @@ def run(targets: int, seconds: float, probes: bool, work: Path) -> None:
             raise SystemExit(f"Sentinel exited or never evaluated every group; see {log.name}")
         time.sleep(INTERVAL_S)  # past start-up: every group on its schedule
         f0, s0, p0 = fleet.counts(), cpu_s(sentinel.pid), cpu_s(prom.pid)
-        h0 = cpu_s(fleet.proc.pid)
+        h0 = sum(map(cpu_s, fleet.pids))
         groups, m0, m1, window = watch(listen, seconds)
         f1, s1, p1 = fleet.counts(), cpu_s(sentinel.pid), cpu_s(prom.pid)
-        helper = (cpu_s(fleet.proc.pid) - h0) / window
+        helper = (sum(map(cpu_s, fleet.pids)) - h0) / window
         report(targets, probes, groups, m0, m1, window,
                (s1 - s0) / window, (p1 - p0) / window, rss_mb(sentinel.pid), rss_mb(prom.pid),
                f1["total"] - f0["total"], log.name)
         # A helper near 1.0 serves as fast as it can: missed scrapes are then the fleet's.
         print(f"fleet helper: {helper:.3f} CPU-s/s; load average {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} CPUs")
+        sentinel.send_signal(signal.SIGTERM)
+        sentinel.wait(30)
+        slowest = max(groups.values(), key=lambda g: statistics.median(g.durations or [0]))
+        alone(backend, slowest.name)
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)
@@ -183,6 +195,23 @@ def run(targets: int, seconds: float, probes: bool, work: Path) -> None:
         fleet.stop()
 
 
+def alone(backend: str, group: str) -> None:
+    """Each rule of `group` queried once, one at a time, with Sentinel stopped: how long
+    the backend itself takes, against the query deadline (0.8 of the interval)."""
+    rules = [r for g in load_rule_files([str(p) for p in RULE_FILES if p.exists()])
+             if g.name == group for r in g.rules]
+    print(f"{group}'s queries alone, Sentinel stopped (deadline {0.8 * INTERVAL_S:g} s):")
+    for rule in rules:
+        began = time.monotonic()
+        try:
+            httpx.post(f"{backend}/api/v1/query", data={"query": rule.expr, "timeout": "60s"},
+                       timeout=65).raise_for_status()
+            outcome = ""
+        except httpx.HTTPError as e:
+            outcome = f" ({type(e).__name__})"
+        print(f"  {rule.name:32} {time.monotonic() - began:6.3f} s{outcome}")
+
+
 def report(targets: int, probes: bool, groups: dict[str, Group], m0: dict[str, float],
            m1: dict[str, float], window: float, sentinel_cpu: float, prom_cpu: float,
            sentinel_rss: float, prom_rss: float, scrapes: int, log: str) -> None:
@@ -191,7 +220,9 @@ def report(targets: int, probes: bool, groups: dict[str, Group], m0: dict[str, f
     print(f"\n== remote backend: {targets} targets, {window:.0f} s window, "
           f"{INTERVAL_S} s intervals, probes {'on' if probes else 'off'}")
     print(f"{'group':24} {'evals':>9} {'on time':>8} {'missed':>6} {'overrun':>7} "
-          f"{'median s':>8} {'p95 s':>6} {'max s':>6}")
+          f"{'median s':>8} {'p95 s':>6} {'max s':>6} {'rules failed':>12}")
+    name = "sentinel_rule_evaluation_failures_total"  # a rule's query ran out or failed
+    before, after = _per_group(m0, name), _per_group(m1, name)
     on_time_all = done_all = 0.0
     for g in sorted(groups.values(), key=lambda g: g.name):
         d = sorted(g.durations)
@@ -204,7 +235,8 @@ def report(targets: int, probes: bool, groups: dict[str, Group], m0: dict[str, f
         print(f"{g.name:24} {g.done:4g}/{expected:<4.0f} {on_time:4g}/{len(d) + g.missed:<3g} "
               f"{g.missed:6g} {g.overruns:7g} "
               f"{statistics.median(d) if d else float('nan'):8.3f} {p95:6.3f} "
-              f"{max(d) if d else float('nan'):6.3f}")
+              f"{max(d) if d else float('nan'):6.3f} "
+              f"{after.get(g.name, 0) - before.get(g.name, 0):12g}")
     print(f"evaluations on time: {on_time_all:g} of {done_all:g} "
           f"({100 * on_time_all / max(1, done_all):.1f} %)")
     q = total(m1, "sentinel_query_backend_queries_total") - total(
