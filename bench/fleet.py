@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import functools
 import gzip
 import json
@@ -679,8 +680,14 @@ def _wait(predicate, timeout_s: float) -> bool:  # noqa: ANN001
 
 
 def _prepare(cpus: set[int] | None) -> None:
-    """In a child, before it runs: the fleet's descriptor limit, and its CPUs when pinned."""
+    """In a child, before it runs: the fleet's descriptor limit, its CPUs when pinned, and
+    death with the bench (a bench killed by a signal runs no `finally`: a Prometheus left
+    scraping 5,000 ports took 40 % of a core and 8 GB under the next runs)."""
     _raise_fd_limit()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: kill leftovers by hand
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
 
