@@ -18,7 +18,6 @@ import glob
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -26,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixtures_ports import free_port
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -40,12 +40,6 @@ def _pg_bindir() -> Path | None:
         if (Path(d) / "initdb").is_file() and (Path(d) / "pg_ctl").is_file():
             return Path(d)
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:
@@ -84,7 +78,7 @@ class _Cluster:
               "--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}",
               "-E", "UTF8", "--locale=C", "--no-sync"])
         for attempt in range(3):
-            self.port = _free_port()
+            self.port = free_port()
             opts = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
                     "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
             try:

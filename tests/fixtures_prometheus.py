@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -27,12 +26,6 @@ def prometheus_binary() -> str:
             pytest.fail("prometheus is required in CI (Debian package prometheus)")
         pytest.skip("prometheus not installed (apt-get install prometheus)")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_listening(argv: list[str], log: Path, timeout_s: float = 60

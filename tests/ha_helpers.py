@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures_ports import free_port
 from sqlalchemy import text
 
 from sentinel.incidents.db import Database
@@ -35,12 +35,6 @@ groups:
 SCRIPT = """#!/bin/sh
 echo "$1 $(date +%s.%N)" >> "OUT"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_setup(folder: Path, db_url: str, targets: dict[str, str], hook_url: str) -> Path:

@@ -27,6 +27,7 @@ import httpx
 import pytest
 from fixtures_e2e import wait_for
 from fixtures_http import http
+from fixtures_ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,12 +46,6 @@ def test_the_page_has_the_steps_the_test_follows() -> None:
     assert "file" in kinds and "until" in kinds and kinds.count("run") >= 3
     config = next(body for kind, body in steps() if kind == "file sentinel.yaml")
     assert "rule_files" not in config, "the tutorial relies on the bundled rules by default"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _port_open(port: int) -> bool:
@@ -85,8 +80,8 @@ class _Output:
 
 
 def test_first_server_tutorial_gets_an_incident_and_a_webhook(tmp_path: Path) -> None:
-    ports = {"8000": str(_free_port()), "5001": str(_free_port())}
-    listen = _free_port()
+    ports = {"8000": str(free_port()), "5001": str(free_port())}
+    listen = free_port()
     env = {**os.environ, "SENTINEL_LISTEN": f"127.0.0.1:{listen}"}
 
     def literal(text: str) -> str:
@@ -104,11 +99,13 @@ def test_first_server_tutorial_gets_an_incident_and_a_webhook(tmp_path: Path) ->
                                       capture_output=True, text=True, timeout=60)
                 assert done.returncode == 0, (text, done.stdout, done.stderr)
             elif kind == "background":
-                proc = subprocess.Popen(shlex.split(text), cwd=tmp_path, env=env, text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                err = tmp_path / f"background-{len(procs)}.stderr"
+                with err.open("w") as err_file:
+                    proc = subprocess.Popen(shlex.split(text), cwd=tmp_path, env=env,
+                                            text=True, stdout=subprocess.PIPE, stderr=err_file)
                 procs.append(proc)
                 outputs.append(_Output(proc))
-                _wait_ready(text, ports, listen)
+                _wait_ready(text, ports, listen, proc, err)
             elif kind.startswith("until "):
                 # The page is watched first (reading the receiver's output costs nothing);
                 # the incident is on record before its page is sent, so the command then
@@ -150,13 +147,21 @@ def _with_status(receiver: _Output, status: str) -> list[dict]:
     return [b for b in receiver.bodies() if b.get("status") == status]
 
 
-def _wait_ready(command: str, ports: dict[str, str], listen: int) -> None:
-    """Wait until a background step serves: its port, or the daemon's /readyz."""
+def _wait_ready(command: str, ports: dict[str, str], listen: int,
+                proc: subprocess.Popen[str], err: Path) -> None:
+    """Wait until a background step serves: its port, or the daemon's /readyz. A step
+    that exits fails the test at once, with its standard error."""
+    def alive() -> None:
+        if proc.poll() is not None:
+            raise AssertionError(f"`{command.strip()}` exited {proc.returncode}: "
+                                 f"{err.read_text(errors='replace')[-2000:]}")
+
     if command.startswith("sentinel run"):
-        wait_for(lambda: _ready(listen), 180, "sentinel run's /readyz")
+        wait_for(lambda: alive() or _ready(listen), 180, "sentinel run's /readyz")
         return
     port = next(int(p) for p in ports.values() if p in command)
-    wait_for(lambda: _port_open(port), 120, f"port {port} of `{command.splitlines()[0]}`")
+    wait_for(lambda: alive() or _port_open(port), 120,
+             f"port {port} of `{command.splitlines()[0]}`")
 
 
 def _ready(port: int) -> bool:
