@@ -209,12 +209,19 @@ def test_two_deciders_at_once_decide_a_hold_once(pg: Database) -> None:
     second = threading.Thread(target=decide, args=("second", False))
     second.start()
     deadline = time.monotonic() + 60
+
+    def waiting_on_a_lock() -> bool:
+        # A transaction of its own each time: pg_stat_activity is a snapshot taken at a
+        # transaction's first read and kept to its end, so polls in one transaction that
+        # began before the second decider blocked never saw it block (beside stress-ng).
+        with pg.session() as s:
+            return bool(s.scalar(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")))
+
     # The event: the second decider waits on the row (or, unlocked, decides at once).
-    with pg.session() as s:
-        while second.is_alive() and not s.scalar(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")):
-            assert time.monotonic() < deadline, "the second decider neither waited nor ended"
-            time.sleep(0.02)  # poll interval, not a wait for an event
+    while second.is_alive() and not waiting_on_a_lock():
+        assert time.monotonic() < deadline, "the second decider neither waited nor ended"
+        time.sleep(0.02)  # poll interval, not a wait for an event
     go.set()
     first.join(60)
     second.join(60)
