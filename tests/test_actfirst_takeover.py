@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fixtures_e2e import wait_for
 from notify_helpers import LoopbackReceiver, loopback  # noqa: F401
 from sqlalchemy import func, select
 
@@ -183,7 +184,6 @@ def test_two_deciders_at_once_decide_a_hold_once(pg: Database) -> None:
     """The engine's thread and the round (or two daemons) releasing together: the
     second waits on the row, then finds it decided; one note, one reason on the page."""
     import threading
-    import time
 
     from sqlalchemy import text
 
@@ -208,8 +208,6 @@ def test_two_deciders_at_once_decide_a_hold_once(pg: Database) -> None:
     assert inside.wait(60)
     second = threading.Thread(target=decide, args=("second", False))
     second.start()
-    deadline = time.monotonic() + 60
-
     def waiting_on_a_lock() -> bool:
         # A transaction of its own each time: pg_stat_activity is a snapshot taken at a
         # transaction's first read and kept to its end, so polls in one transaction that
@@ -219,9 +217,8 @@ def test_two_deciders_at_once_decide_a_hold_once(pg: Database) -> None:
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")))
 
     # The event: the second decider waits on the row (or, unlocked, decides at once).
-    while second.is_alive() and not waiting_on_a_lock():
-        assert time.monotonic() < deadline, "the second decider neither waited nor ended"
-        time.sleep(0.02)  # poll interval, not a wait for an event
+    wait_for(lambda: not second.is_alive() or waiting_on_a_lock(), 60,
+             "the second decider to wait on the row or end")
     go.set()
     first.join(60)
     second.join(60)
