@@ -153,6 +153,55 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
     ]
 
 
+def _all_params(request: Request) -> tuple[dict[str, str], list[str]]:
+    """URL and (POST) form parameters, and every `match[]` of both, as Prometheus reads them."""
+    pairs = list(request.query_params.multi_items())
+    if request.method == "POST" and request.headers.get("content-type", "").startswith(
+            "application/x-www-form-urlencoded"):
+        import anyio.from_thread
+
+        body = anyio.from_thread.run(request.body)
+        if len(body) > MAX_BODY:
+            raise ApiError(413, f"body larger than {MAX_BODY} bytes")
+        try:
+            pairs += parse_qsl(body.decode(), keep_blank_values=True)
+        except (UnicodeDecodeError, ValueError):
+            raise ApiError(400, "body is not a URL-encoded form") from None
+    return dict(pairs), [v for k, v in pairs if k == "match[]"]
+
+
+def data_source_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
+    """Prometheus's read API beyond instant queries, for Grafana and promtool
+    (sentinel/api/datasource.py); reads, with /api/v1/query's auth and limits."""
+    from sentinel.api.datasource import DataSource
+    from sentinel.api.federate import CONTENT_TYPE
+
+    source = DataSource(service)
+    both = ("GET", "POST")
+
+    def r(path: str, fn: Callable[[Request], Any], methods: tuple[str, ...] = ("GET",)
+          ) -> Route:
+        return Route(path, _endpoint(auth, False, lambda q, p: fn(q)), methods=list(methods))
+
+    def with_matches(fn: Callable[[dict[str, str], list[str]], Any]) -> Callable[[Request], Any]:
+        return lambda q: fn(*_all_params(q))
+
+    def federate(q: Request) -> Response:
+        return Response(source.federate(q.query_params.getlist("match[]")),
+                        media_type=CONTENT_TYPE)
+
+    return [
+        r("/api/v1/query_range", lambda q: source.query_range(_all_params(q)[0]), both),
+        r("/api/v1/series", with_matches(source.series), both),
+        r("/api/v1/labels", with_matches(source.labels), both),
+        r("/api/v1/label/{name}/values", lambda q: source.label_values(
+            str(q.path_params["name"]), *_all_params(q))),
+        r("/api/v1/metadata", lambda q: source.metadata(_all_params(q)[0])),
+        r("/api/v1/status/buildinfo", lambda q: source.buildinfo()),
+        r("/federate", federate),
+    ]
+
+
 def reload_route(auth: Auth, reload: Callable[[], Any]) -> Route:
     """POST /-/reload, as Prometheus's: the whole configuration, with a write token.
 

@@ -12,7 +12,7 @@ from starlette.routing import BaseRoute, Route
 from sentinel.api.auth import Auth, is_loopback
 from sentinel.api.guard import AsgiApp, HostPolicy, RequestGuard
 from sentinel.api.mcp_server import LocalBackend, McpGate, build_server
-from sentinel.api.routes import api_routes, reload_route
+from sentinel.api.routes import api_routes, data_source_routes, reload_route
 from sentinel.api.service import ApiService
 from sentinel.config.api import ApiConfig
 from sentinel.web.routes import web_routes
@@ -57,7 +57,8 @@ def build_surfaces(service: ApiService, api: ApiConfig, host: str,
         async with manager.run():
             yield
 
-    routes: list[BaseRoute] = [*api_routes(service, auth), *web_routes(service, auth),
+    routes: list[BaseRoute] = [*api_routes(service, auth), *data_source_routes(service, auth),
+                               *web_routes(service, auth),
                                Route("/mcp", gate)]
     if reload is not None:
         routes.append(reload_route(auth, reload))
