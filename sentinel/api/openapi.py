@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sentinel.api.annotations import PARAMS as ANNOTATION_PARAMS
 from sentinel.api.history import FILTERS
 from sentinel.api.stats import PARAMS as STATS_PARAMS
 
@@ -27,6 +28,10 @@ _GROUP = {"type": "object", "required": [
                    "time_to_recovery_ms": _SUMMARY, "time_to_resolve_ms": _SUMMARY,
                    "pages_sent": {"type": "integer"}}}
 SCHEMAS: dict[str, Any] = {
+    "Annotations": {"type": "array", "items": {"type": "object", "required": [
+        "id", "time", "timeEnd", "title", "text", "tags"], "properties": {
+        "id": {"type": "integer"}, "time": {"type": "integer"}, "timeEnd": {"type": "integer"},
+        "title": {"type": "string"}, "text": {"type": "string"}, "tags": {"type": "string"}}}},
     "Error": {"type": "object", "required": ["status", "error"], "properties": {
         "status": {"const": "error"}, "error": {"type": "string"},
         "param": {"type": "string"}}},
@@ -109,6 +114,8 @@ _DESCRIPTIONS = {
     "until": "opened before", "limit": "1–500, default 50",
     "cursor": "next_cursor of the previous page", "by": "alertname, target or category",
     "query": "PromQL expression", "time": "evaluation time (default now)",
+    "from": "epoch ms (Grafana's ${__from}); default to - 6h",
+    "to": "epoch ms (Grafana's ${__to}); default now",
 }
 
 
@@ -179,6 +186,10 @@ def openapi_document() -> dict[str, Any]:
         "/api/v1/stats": {"get": _op("Counts and times to detect, recover, resolve", "Stats",
                                      STATS_PARAMS)},
         "/api/v1/targets": {"get": _op("Each target's health now", "Targets")},
+        "/api/v1/annotations": {"get": _op(
+            "Incidents overlapping [from, to] (epoch ms) as Grafana annotations (Infinity "
+            "data source): a JSON array of time, timeEnd, title, text, tags", "Annotations",
+            ANNOTATION_PARAMS)},
         "/api/v1/alerts": {"get": _op("Pending and firing alerts with their `for` progress "
                                       "(Prometheus's shape)", "Alerts", ("state", "label"))},
         "/api/v1/rules": {"get": _op("Every rule with its state, health, last evaluation and "

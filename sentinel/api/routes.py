@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from sentinel.api.annotations import incident_annotations
 from sentinel.api.auth import SESSION_COOKIE, Auth, Principal
 from sentinel.api.errors import ApiError
 from sentinel.api.openapi import openapi_document
@@ -129,6 +130,9 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
           lambda q, p: service.request_diagnosis(_id(q), p, "api"), ("POST",), write=True),
         r("/api/v1/incidents/{id}/evidence", lambda q, p: service.evidence(_id(q))),
         r("/api/v1/stats", lambda q, p: service.stats(params(q))),
+        # Incidents as Grafana annotations (Infinity data source): a JSON array.
+        r("/api/v1/annotations", lambda q, p: JSONResponse(
+            incident_annotations(service.db, params(q), service.now_ms()))),
         r("/api/v1/targets", lambda q, p: service.target_health()),
         r("/api/v1/alerts", lambda q, p: service.alerts(
             params(q), q.query_params.getlist("label"))),
