@@ -43,8 +43,9 @@ def test_shipped_rules_pass_promtool_check() -> None:
     assert f"SUCCESS: {rules} rules found" in res.stdout
 
 
-def test_shipped_rule_tests_pass_promtool_and_sentinel() -> None:
-    path = REPO / "rules" / "vllm_test.yaml"
+@pytest.mark.parametrize("name", ["vllm_test.yaml", "slo/serving_test.yaml"])
+def test_shipped_rule_tests_pass_promtool_and_sentinel(name: str) -> None:
+    path = REPO / "rules" / name
     res = promtool("test", "rules", str(path))
     assert res.returncode == 0, res.stdout + res.stderr
     rc, out = sentinel_test(path)
@@ -137,3 +138,16 @@ def test_deliberately_failing_files_fail_both(tmp_path: Path, case: str) -> None
     # Sentinel's report names the same failure as promtool's (first line of it).
     first = [ln for ln in res.stderr.splitlines() if ln.strip() and "FAILED" not in ln][0]
     assert first.split(", err:")[0].strip() in out
+
+
+def test_the_slo_rules_are_shipped_but_not_loaded_by_default() -> None:
+    """rules/slo/ is outside the bundled glob (rules/*.yaml): its 3-day windows would make
+    the embedded store keep every series for 3 days (docs/reference/rules.md)."""
+    import glob
+
+    from sentinel.config.model import bundled_rule_glob
+
+    loaded = {Path(p).resolve() for p in glob.glob(bundled_rule_glob())}
+    assert (REPO / "rules" / "vllm.yaml").resolve() in loaded
+    assert (REPO / "rules" / "slo" / "serving.yaml").resolve() not in loaded
+    assert (REPO / "rules" / "slo" / "serving.yaml").is_file()
