@@ -140,7 +140,8 @@ def closed_api() -> Iterator[str]:
 @pytest.mark.parametrize("path", ["/api/v1/query_range?query=up&start=1&end=2&step=1",
                                   "/api/v1/series?match[]=up", "/api/v1/labels",
                                   "/api/v1/label/target/values", "/api/v1/metadata",
-                                  "/api/v1/status/buildinfo", "/federate?match[]=up"])
+                                  "/api/v1/status/buildinfo", "/federate?match[]=up",
+                                  "/api/v1/query_exemplars?query=up"])
 def test_reads_need_a_token_where_the_listener_is_not_loopback(closed_api: str,
                                                                path: str) -> None:
     assert httpx.get(closed_api + path, timeout=30).status_code == 401

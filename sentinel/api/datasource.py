@@ -122,6 +122,18 @@ class DataSource:
         return pd.success({m: [{"type": "unknown", "help": "", "unit": ""}] for m in kept},
                           warnings)
 
+    def exemplars(self, params: pd.Params) -> dict[str, Any]:
+        """GET|POST /api/v1/query_exemplars: none, ever (the scrape keeps no exemplars); the
+        query is still checked, so a wrong one is an error as in Prometheus."""
+        expr = params.get("query")
+        if not expr:
+            raise bad_param("query", "required")
+        try:
+            pd.check_range_expr(expr)
+        except PromQLError as exc:
+            return pd.promql_error(exc)
+        return pd.success([], [])
+
     def buildinfo(self) -> dict[str, Any]:
         """GET /api/v1/status/buildinfo: the Prometheus version whose API and PromQL are spoken."""
         info = build_info()

@@ -202,6 +202,7 @@ def data_source_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
             str(q.path_params["name"]), *_all_params(q))),
         r("/api/v1/metadata", lambda q: source.metadata(_all_params(q)[0])),
         r("/api/v1/status/buildinfo", lambda q: source.buildinfo()),
+        r("/api/v1/query_exemplars", lambda q: source.exemplars(_all_params(q)[0]), both),
         r("/federate", federate),
     ]
 
