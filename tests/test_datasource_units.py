@@ -28,6 +28,7 @@ from sentinel.incidents.convert import dt_to_ms
 from sentinel.incidents.models import Incident
 from sentinel.model import STALE_NAN, labels_of
 from sentinel.promql.engine import Engine
+from sentinel.promql.errors import PromQLError
 from sentinel.promql.floatops import format_float
 from sentinel.promql.limits import QueryLimitError
 
@@ -79,6 +80,16 @@ def test_range_parameters_are_refused_as_prometheus_refuses_them() -> None:
         with pytest.raises(ApiError) as caught:
             promdata.range_steps(ok | bad, 0)
         assert caught.value.param == param, bad
+
+
+def test_start_and_end_are_pinned_to_the_range_outside_strings() -> None:
+    pin = promdata.pin_query_times
+    assert pin("up @ start() + up @end ( )", 1_500, 90_000) == "up @ 1.500 + up @ 90.000"
+    text = 'label_replace(up @ start(), "a", "@ end()", "", "") # @ start()'
+    assert pin(text, 0, 5) == 'label_replace(up @ 0.000, "a", "@ end()", "", "") # @ start()'
+    promdata.check_range_expr(pin(text, 0, 5))
+    with pytest.raises(PromQLError):
+        promdata.check_range_expr(text)
 
 
 def test_the_federate_page_is_the_text_format_sorted_with_timestamps() -> None:

@@ -51,6 +51,7 @@ class DataSource:
             raise ApiError(503, "no series store in this process (ask the daemon)")
         engine = getattr(query_fn, "__self__", None)
         timeout = float(getattr(engine, "timeout_s", QUERY_TIMEOUT_S))
+        expr = pd.pin_query_times(expr, start, end)
         try:
             pd.check_range_expr(expr)  # before a child: what the text or parser refuses
             result = self._run(lambda: pd.evaluate_range(query_fn, expr, start, end, step,

@@ -18,6 +18,7 @@ are exactly the instant query's at each step.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -86,15 +87,36 @@ def _step_ms(raw: str) -> int:
 def check_range_expr(expr: str) -> n.Expr:
     """The compiled expression of a range query (PromQLError as /api/v1/query raises it).
 
-    `@ start()` and `@ end()` are refused: the engine's instant query reads both as its
-    own time, where a range query's are the range's ends.
+    Call it with `pin_query_times`'s text: an `@ start()` or `@ end()` left in it (one
+    the rewrite could not see) is refused, since the engine's instant query reads both as
+    its own time, where a range query's are the range's ends.
     """
     check_expr_text(expr)
     node = compile_expr(expr)
     if _uses_query_time(node):
-        raise PromQLError("@ start() and @ end() are not supported in range queries yet: "
+        raise PromQLError("@ start() and @ end() could not be resolved in this range query: "
                           "write the range's start or end time after @", None)
     return node
+
+
+# String literals and comments, blanked before looking for `@ start()` / `@ end()`.
+_NOT_CODE = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|`[^`]*`|#[^\n]*')
+_AT_QUERY = re.compile(r"@\s*(start|end)\s*\(\s*\)")
+
+
+def pin_query_times(expr: str, start_ms: int, end_ms: int) -> str:
+    """The expression with `@ start()` and `@ end()` written as the range's start and end.
+
+    In a range query they are the range's ends (the same at every step), where
+    the instant query each step runs would read them as the step's own time.
+    """
+    masked = _NOT_CODE.sub(lambda m: " " * len(m.group(0)), expr)
+    parts, last = [], 0
+    for m in _AT_QUERY.finditer(masked):
+        ms = start_ms if m.group(1) == "start" else end_ms
+        parts += [expr[last:m.start()], f"@ {ms // 1000}.{ms % 1000:03d}"]
+        last = m.end()
+    return "".join(parts) + expr[last:]
 
 
 def _uses_query_time(node: Any) -> bool:

@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from sentinel.api.annotations import incident_annotations
 from sentinel.api.auth import SESSION_COOKIE, Auth, Principal
 from sentinel.api.errors import ApiError
 from sentinel.api.openapi import openapi_document
@@ -131,8 +130,7 @@ def api_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         r("/api/v1/incidents/{id}/evidence", lambda q, p: service.evidence(_id(q))),
         r("/api/v1/stats", lambda q, p: service.stats(params(q))),
         # Incidents as Grafana annotations (Infinity data source): a JSON array.
-        r("/api/v1/annotations", lambda q, p: JSONResponse(
-            incident_annotations(service.db, params(q), service.now_ms()))),
+        r("/api/v1/annotations", lambda q, p: JSONResponse(service.annotations(params(q)))),
         r("/api/v1/targets", lambda q, p: service.target_health()),
         r("/api/v1/alerts", lambda q, p: service.alerts(
             params(q), q.query_params.getlist("label"))),

@@ -114,6 +114,12 @@ class ApiService:
             return pool.run(lambda: extend(query_fn, spec, stored, start, end, settings))
         return live
 
+    def annotations(self, params: Mapping[str, str]) -> list[dict[str, Any]]:
+        """GET /api/v1/annotations: incidents overlapping from..to, for Grafana (Infinity)."""
+        from sentinel.api.annotations import incident_annotations
+
+        return incident_annotations(self.db, params, self.now_ms())
+
     def stats(self, params: Mapping[str, str]) -> dict[str, Any]:
         """GET /api/v1/stats."""
         return stats.stats(self.db, params, self.now_ms())
