@@ -20,6 +20,7 @@ from sentinel.api.annotations import incident_annotations
 from sentinel.api.auth import Auth
 from sentinel.api.errors import ApiError
 from sentinel.api.federate import exposition
+from sentinel.api.querypool import QueryPool
 from sentinel.api.routes import data_source_routes
 from sentinel.api.service import ApiService
 from sentinel.config.api import TokenConfig
@@ -159,6 +160,50 @@ def test_reads_need_a_token_where_the_listener_is_not_loopback(closed_api: str,
     ok = httpx.get(closed_api + path, timeout=30,
                    headers={"Authorization": "Bearer read-token-0123456789abcdef"})
     assert ok.status_code == 200, ok.text
+
+
+STORE_READS = ["/api/v1/query_range?query=up&start=1&end=2&step=1", "/api/v1/series?match[]=up",
+               "/api/v1/labels", "/api/v1/label/target/values", "/api/v1/metadata",
+               "/federate?match[]=up"]
+
+
+def _serve(service: ApiService) -> tuple[StatusServer, str]:
+    server = StatusServer("127.0.0.1", 0, CollectorRegistry(), lambda: None,
+                          data_source_routes(service, Auth([], reads_open=True)))
+    server.start()
+    return server, f"http://127.0.0.1:{server.address[1]}"
+
+
+@pytest.mark.parametrize("path", STORE_READS)
+def test_every_store_read_takes_a_slot_of_the_query_pool(path: str) -> None:
+    """With no slot free (max_concurrent_queries reached), each answers 503 at once."""
+    server, url = _serve(ApiService(None, query_fn=ENGINE.query,  # type: ignore[arg-type]
+                                    pool=QueryPool(max_concurrent=0)))
+    try:
+        r = httpx.get(url + path, timeout=30)
+        assert r.status_code == 503 and "max_concurrent_queries" in r.json()["error"], r.text
+    finally:
+        server.stop()
+
+
+def test_with_a_remote_backend_range_queries_work_and_store_reads_say_where_to_look() -> None:
+    asked: list[tuple[str, int]] = []
+
+    def remote(expr: str, at: int) -> float:
+        asked.append((expr, at))
+        return 1.0
+
+    server, url = _serve(ApiService(None, query_fn=remote))  # type: ignore[arg-type]
+    try:
+        body = httpx.get(url + STORE_READS[0], timeout=30).json()
+        assert body["data"] == {"resultType": "matrix", "result": [
+            {"metric": {}, "values": [[1.0, "1"], [2.0, "1"]]}]}
+        assert asked == [("up", 1000), ("up", 2000)]
+        for path in STORE_READS[1:]:
+            r = httpx.get(url + path, timeout=30)
+            assert r.status_code == 503 and "query backend" in r.json()["error"], path
+    finally:
+        server.stop()
 
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
