@@ -135,6 +135,20 @@ def test_series_and_labels_take_match_from_a_posted_form_as_promtool_sends_it() 
         api.stop()
 
 
+def test_series_come_sorted_by_labels_whatever_order_the_store_made_them() -> None:
+    store = store_of({})
+    for labels in sorted(SAMPLES, reverse=True):  # the store keeps creation order
+        for t, v in SAMPLES[labels][:3]:
+            store.add(labels, t, v)
+    api = serve_store(store, lambda: T0 + POINTS * STEP_MS)
+    try:
+        got = httpx.get(f"{api.url}/api/v1/series", params={"match[]": '{job="vllm"}'},
+                        timeout=30).json()["data"]
+        assert [tuple(sorted(m.items())) for m in got] == sorted(SAMPLES)
+    finally:
+        api.stop()
+
+
 @pytest.fixture
 def closed_api() -> Iterator[str]:
     service = ApiService(None, query_fn=ENGINE.query)  # type: ignore[arg-type]

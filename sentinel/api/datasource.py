@@ -66,7 +66,9 @@ class DataSource:
         start, end = pd.time_window(params, self.service.now_ms())
         limit = pd.limit_param(params)
         store = self._store()
-        found = self._run(lambda: pd.matching_labels(store, groups, start, end)[:limit + 1])
+        # Sorted by labels, as Prometheus's merged series sets come out, then cut.
+        found = self._run(lambda: sorted(pd.matching_labels(store, groups, start, end))[
+            :limit + 1])
         kept, warnings = pd.truncated(found, limit)
         return pd.success([dict(labels) for labels in kept], warnings)
 
