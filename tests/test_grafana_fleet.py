@@ -139,3 +139,7 @@ def test_every_fleet_query_returns_data_through_sentinel(
     row = next(r for r in rows if r["alertname"] == "DashboardTestIncident")
     assert all(row.get(c) is not None for c in columns)
     assert "sim-a" in row["tags"].split(",")
+    # The documented alternative without the Infinity plugin: a Prometheus annotation query.
+    now = time.time()
+    assert _has_data(url, 'ALERTS{alertstate="firing", alertname="DashboardTestIncident"}',
+                     now - 300, now)
