@@ -304,7 +304,7 @@ class Run:
                           for n, s in self.servers.items()],
             {PAGER: self.sinks["s-pager"].url, CHAT: self.sinks["s-chat"].url},
             model_url=self.model.url, docker_socket=str(self.folder / "docker.sock"),
-            restart=["crash-fixed", "crash-refused"], rules=rules,
+            restart=list(POLICY), rules=rules,
             probe="{interval: 2s, timeout: 5s}", route=self.route)
         app = App(load_config(path))
         app.start()
