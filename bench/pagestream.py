@@ -501,7 +501,8 @@ def main() -> None:
     p.add_argument("--warm-up", type=float, default=20.0,
                    help="seconds of healthy history before the failures")
     p.add_argument("--group-by", default="alertname,target",
-                   help="the route's group_by on both sides (e.g. target)")
+                   help="group_by of Sentinel's and the AM columns' route (e.g. target); "
+                        "the plain column keeps Alertmanager's default")
     p.add_argument("--keep", action="store_true", help="keep the working folder")
     args = p.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="snt-pages-"))  # short: a unix socket lives there
