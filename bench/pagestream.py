@@ -1,7 +1,8 @@
 """Pages and notifications per failure: Sentinel against Prometheus + Alertmanager.
 
 The same failures, at the same time, on the same simulated vLLM servers, watched
-by both stacks with the same shipped rules (rules/vllm.yaml, rules/sentinel.yaml):
+by Sentinel and by Prometheus stacks with the same shipped rules (rules/vllm.yaml,
+rules/sentinel.yaml):
 
     crash-fixed    HBM OOM in the log; the XLA cache is warm: Sentinel's policy restarts
                    it through the simulator's Docker socket (Prometheus sees the same restart)
@@ -17,23 +18,40 @@ by both stacks with the same shipped rules (rules/vllm.yaml, rules/sentinel.yaml
 
 Time is compressed: every `for` and range selector of rules/vllm.yaml is divided by
 --scale (default 4) on both sides, and so are the failures' durations (2 min of down is
-30 s). Both stacks route alike: everything to a `pager` webhook, grouped by alertname and
-target, sent at once (group_wait 0s, group_interval 1s, repeat_interval 4h). Sentinel adds
-what it ships: its inhibitions and, where this build has it, act-first
-(`notify.act_first: {grace: 2m, receiver: chat}`). Alertmanager runs twice, from the one
-Prometheus: as configured by default (no inhibitions), and with Sentinel's shipped
-inhibit rules copied in.
+30 s). Four columns:
 
-What Prometheus reads: the simulators' /metrics directly (as `up` and `vllm:*`), and
-Sentinel's evidence, the series a Prometheus stack would get from mtail and
-blackbox_exporter (`sentinel_log_signature_matches_total`, `sentinel_probe_success`,
+    Sentinel       what it ships: its route (everything to a `pager` webhook, grouped by
+                   alertname and target, sent at once: group_wait 0s, group_interval 1s,
+                   repeat_interval 4h), its inhibitions and, where this build has it,
+                   act-first (`notify.act_first: {grace: 2m, receiver: chat}`)
+    AM             Prometheus + Alertmanager with Sentinel's route and no inhibitions,
+                   Prometheus reading Sentinel's evidence through a bridge (below)
+    AM+inh         the same Prometheus, a second Alertmanager with Sentinel's shipped
+                   inhibit rules copied in
+    plain          what a new user of a plain Prometheus stack gets: a Prometheus of its
+                   own with the same (scaled) rule files, scraping only the simulators'
+                   /metrics (`up` and `vllm:*`), no bridge; an Alertmanager with its default
+                   route, only the receiver set to a pager webhook. Alertmanager's defaults
+                   are NOT time-compressed: one group for every alert (no group_by), sent
+                   30 s after its first alert (group_wait), then at most every 5 min
+                   (group_interval), repeated every 4 h; so in a run of a few minutes it
+                   sends once or twice, and the rules that read Sentinel's evidence (the
+                   crash signatures, the health probe) never fire there.
+
+What the AM columns' Prometheus reads: the simulators' /metrics directly (as `up` and
+`vllm:*`), and Sentinel's evidence, the series a Prometheus stack would get from mtail
+and blackbox_exporter (`sentinel_log_signature_matches_total`, `sentinel_probe_success`,
 `sentinel_probe_ttft_seconds`), from a bridge that serves Sentinel's instant-query
 answers (/api/v1/query) as an exposition page; and Sentinel's own /metrics (for
-rules/sentinel.yaml). So both stacks judge the same evidence.
+rules/sentinel.yaml). So those stacks judge the same evidence as Sentinel.
 
 Counted at the webhooks (sentinel/demo/tally.py): a page is a firing message in a new
 group; an update, a firing message to a group already paged; resolved, a resolved
-message; chat, a message to the chat receiver.
+message; chat, a message to the chat receiver. Against what the bench knows (each
+server's failure, polled from t0 every 0.1 s: down, failing /health, or sick):
+a false resolve is a resolved message to the pager naming a server still failing; silent,
+a server whose failure was open (on a server no restart policy covers, or not over
+within act-first's 2-min grace) that no message to the pager named.
 
     python bench/pagestream.py [--scale 4] [--keep]
 """
@@ -74,7 +92,15 @@ from sentinel.demo.config import (  # noqa: E402
 )
 from sentinel.demo.rules import scaled_rules, self_alerts  # noqa: E402
 from sentinel.demo.sink import WebhookSink  # noqa: E402
-from sentinel.demo.tally import APART, OTHER, Counts, table, tally  # noqa: E402
+from sentinel.demo.tally import (  # noqa: E402
+    APART,
+    OTHER,
+    Counts,
+    false_resolves,
+    silent,
+    table,
+    tally,
+)
 from sentinel.paths import bundled_dir  # noqa: E402
 from sentinel.sim.crashable import serve_docker, start_crashable  # noqa: E402
 from sentinel.sim.server import SimServer, start_sim  # noqa: E402
@@ -83,6 +109,13 @@ POLL_S = 0.25
 EVIDENCE = ("sentinel_log_signature_matches_total", "sentinel_probe_success",
             "sentinel_probe_ttft_seconds")
 DOWN_S, SICK_S, CRASH_WINDOW_S = 120, 480, 300  # production seconds, divided by --scale
+GRACE_S = 120  # act-first's grace in the demo config (2m, not scaled)
+FAILURE_POLL_S = 0.1
+# Alertmanager's default route: group_by none (one group), group_wait 30s, group_interval 5m,
+# repeat_interval 4h; not scaled, as a new user gets them.
+PLAIN_ROUTE = {"receiver": PAGER}
+AM_GROUP_WAIT_S, AM_GROUP_INTERVAL_S = 30, 300
+POLICY = ("crash-fixed", "crash-refused")  # the targets a restart policy covers
 SCENARIOS = ("crash-fixed", "crash-refused", "crash-down", "down", "two sick servers")
 SICK = {"kv_cache_usage": 0.97, "num_requests_waiting": 8, "num_requests_running": 16,
         "ttft_s": 2.5, "load_rps": 5}
@@ -157,6 +190,51 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+class Failures:
+    """When each server was failing (down, failing /health, or sick), polled from start().
+
+    Sentinel restarts crash-fixed when it chooses, so the bench reads the simulators'
+    state rather than its own script; a span's end is late by at most FAILURE_POLL_S.
+    """
+
+    def __init__(self, servers: dict[str, SimServer]) -> None:
+        self.servers = servers
+        self.spans: dict[str, list[tuple[float, float | None]]] = {n: [] for n in servers}
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        """Poll in a thread until stop()."""
+        threading.Thread(target=self._poll, daemon=True).start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for name, server in self.servers.items():
+                st, spans = server.state, self.spans[name]
+                failing = st.down or not st.healthy or st.kv_cache_usage >= SICK["kv_cache_usage"]
+                if failing and (not spans or spans[-1][1] is not None):
+                    spans.append((now, None))
+                elif not failing and spans and spans[-1][1] is None:
+                    spans[-1] = (spans[-1][0], now)
+            self._stop.wait(FAILURE_POLL_S)
+
+    def stop(self) -> None:
+        """Stop polling."""
+        self._stop.set()
+
+    def open_since(self) -> dict[str, float]:
+        """Servers whose failure a person had to hear of → when it began: every failure on
+        a server no restart policy covers; on one it covers, a failure not over within
+        act-first's grace."""
+        out = {}
+        for name, spans in self.spans.items():
+            for start, end in spans:
+                if name not in POLICY or end is None or end - start > GRACE_S:
+                    out[name] = start
+                    break
+        return out
+
+
 def _alertmanager(folder: Path, hook: str, route: dict[str, Any], *, inhibit: bool
                   ) -> Alertmanager:
     """Alertmanager with the equivalent route; with `inhibit`, Sentinel's shipped
@@ -177,8 +255,10 @@ def _wait(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
 
 
 def _prometheus_config(prom: Prometheus, rules: list[Path], servers: dict[str, SimServer],
-                       bridge: Bridge, sentinel: str, alertmanagers: list[str]) -> None:
-    """Overwrite the fixture's config with ours (scrapes, rules, alertmanagers) before start."""
+                       bridge: Bridge | None, sentinel: str | None, alertmanagers: list[str]
+                       ) -> None:
+    """Overwrite the fixture's config with ours (scrapes, rules, alertmanagers) before start;
+    without `bridge` and `sentinel`, the simulators' /metrics only (the plain column)."""
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms",
                    "evaluation_interval": "1s"},
@@ -188,12 +268,14 @@ def _prometheus_config(prom: Prometheus, rules: list[Path], servers: dict[str, S
             {"job_name": "vllm", "static_configs": [
                 {"targets": [s.url.removeprefix("http://")],
                  "labels": {"target": name, "cluster": "demo"}} for name, s in servers.items()]},
+        ],
+    }
+    if bridge is not None and sentinel is not None:
+        config["scrape_configs"] += [
             {"job_name": "sentinel-evidence", "honor_labels": True,
              "static_configs": [{"targets": [bridge.address]}]},
             {"job_name": "sentinel", "scrape_interval": "2s", "scrape_timeout": "2s",
-             "static_configs": [{"targets": [sentinel]}]},
-        ],
-    }
+             "static_configs": [{"targets": [sentinel]}]}]
     (prom.work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
@@ -202,24 +284,27 @@ class Run:
 
     def __init__(self, folder: Path, scale: int, route: dict[str, Any]) -> None:
         self.folder, self.scale, self.route = folder, scale, route
-        self.sinks = {k: WebhookSink().start() for k in ("s-pager", "s-chat", "am", "am-inh")}
+        self.sinks = {k: WebhookSink().start()
+                      for k in ("s-pager", "s-chat", "am", "am-inh", "plain")}
         self.crashed = {name: start_crashable(folder, name, warm=name != "crash-refused")
                         for name in ("crash-fixed", "crash-refused", "crash-down")}
         self.plain = {name: start_sim() for name in ("down", "sick-a", "sick-b")}
         self.servers = {**{n: c.sim for n, c in self.crashed.items()}, **self.plain}
         self.model = start_sim()
+        self.failures = Failures(self.servers)
         self.docker = serve_docker(str(folder / "docker.sock"), list(self.crashed.values()))
         self.stoppers: list[Callable[[], None]] = []
 
     def start(self) -> App:
-        """Sentinel, the bridge, two Alertmanagers and Prometheus, all watching the servers."""
+        """Sentinel, the bridge, two Alertmanagers and their Prometheus, and the plain
+        Prometheus + Alertmanager, all watching the servers."""
         rules = scaled_rules(self.folder / "vllm.yaml", self.scale)
         path = write_demo_config(
             self.folder, [DemoTarget(n, s.url, self.crashed[n].log if n in self.crashed else None)
                           for n, s in self.servers.items()],
             {PAGER: self.sinks["s-pager"].url, CHAT: self.sinks["s-chat"].url},
             model_url=self.model.url, docker_socket=str(self.folder / "docker.sock"),
-            restart=["crash-fixed", "crash-refused"], rules=rules,
+            restart=list(POLICY), rules=rules,
             probe="{interval: 2s, timeout: 5s}", route=self.route)
         app = App(load_config(path))
         app.start()
@@ -239,7 +324,19 @@ class Run:
                            bridge, sentinel, [am.address for am in ams])
         prom.start()
         self.stoppers.append(prom.stop)
+        self._start_plain(rules)
         return app
+
+    def _start_plain(self, rules: Path) -> None:
+        """The plain column: Alertmanager's default route, a Prometheus without the bridge."""
+        am = Alertmanager(self.folder / "am-plain", self.sinks["plain"].url, PLAIN_ROUTE)
+        self.stoppers.append(am.stop)
+        (self.folder / "prom-plain").mkdir()
+        prom = Prometheus(self.folder / "prom-plain", {})
+        _prometheus_config(prom, [rules, bundled_dir("rules") / "sentinel.yaml"], self.servers,
+                           None, None, [am.address])
+        prom.start()
+        self.stoppers.append(prom.stop)
 
     def script(self, app: App, warm_up_s: float) -> float:
         """Warm up, then every failure at t0, and their ends on the scaled clock; returns t0."""
@@ -251,6 +348,8 @@ class Run:
         time.sleep(warm_up_s)  # both stacks hold some healthy history before the failures
         t0 = time.monotonic()
         say(t0, "failures begin")
+        self.failures.start()
+        self.stoppers.append(self.failures.stop)
         for c in self.crashed.values():
             c.crash()
         self.plain["down"].set_state(down=True)
@@ -294,37 +393,81 @@ def say(t0: float, text: str) -> None:
     print(f"[{time.monotonic() - t0:6.1f}s] {text}", flush=True)
 
 
+COLUMNS = (("Sentinel", "s-pager"), ("AM", "am"), ("AM+inh", "am-inh"), ("plain", "plain"))
+SCENARIO_OF = {"crash-fixed": "crash-fixed", "crash-refused": "crash-refused",
+               "crash-down": "crash-down", "down": "down", "sick-a": "two sick servers",
+               "sick-b": "two sick servers"}
+
+
 def report(run: Run, t0: float) -> None:
-    """The side-by-side table, and which alerts paged on each side."""
-    scenario_of = {"crash-fixed": "crash-fixed", "crash-refused": "crash-refused",
-                   "crash-down": "crash-down", "down": "down", "sick-a": "two sick servers",
-                   "sick-b": "two sick servers"}
+    """The table (per scenario and column), the failures as the bench saw them, and which
+    alerts paged in each column."""
     own = self_alerts()
-    sides = {"sentinel": tally({PAGER: run.sinks["s-pager"].received,
-                                CHAT: run.sinks["s-chat"].received}, PAGER, scenario_of, own),
-             "am": tally({PAGER: run.sinks["am"].received}, PAGER, scenario_of, own),
-             "am-inh": tally({PAGER: run.sinks["am-inh"].received}, PAGER, scenario_of, own)}
-    rows = []
+    spans, open_since = run.failures.spans, run.failures.open_since()
+    rows: list[tuple[object, ...]] = []
+    figures = {}
+    for label, sink in COLUMNS:
+        pager = run.sinks[sink].received
+        chat = {CHAT: run.sinks["s-chat"].received} if sink == "s-pager" else {}
+        figures[label] = (tally({PAGER: pager, **chat}, PAGER, SCENARIO_OF, own),
+                          false_resolves(pager, spans, SCENARIO_OF, own),
+                          silent(pager, open_since, SCENARIO_OF, own))
     for scenario in [*SCENARIOS, APART, OTHER]:
-        s, a, i = (sides[k].get(scenario, Counts()) for k in ("sentinel", "am", "am-inh"))
-        if scenario in (APART, OTHER) and s == a == i == Counts():
-            continue
-        rows.append((scenario, s.pages, s.updates, s.resolved, s.notifications,
-                     a.pages, a.updates, a.resolved, i.pages, i.updates, i.resolved))
+        for label, _ in COLUMNS:
+            counts, wrong, quiet = figures[label]
+            c = counts.get(scenario, Counts())
+            scored = scenario not in (APART, OTHER)
+            if scored or c != Counts():
+                rows.append((scenario, label, c.pages, c.updates, c.resolved,
+                             c.notifications if label == "Sentinel" else "-",
+                             len(wrong.get(scenario, [])) if scored else "-",
+                             quiet.get(scenario, 0) if scored else "-"))
     print()
-    print("Pages and notifications per scenario (S = Sentinel, AM = Prometheus + Alertmanager, "
-          "AM+inh = the same with Sentinel's inhibit rules):")
-    print(table(("scenario", "S pages", "S updates", "S resolved", "S chat", "AM pages",
-                 "AM updates", "AM resolved", "AM+inh pages", "AM+inh updates",
-                 "AM+inh resolved"), rows))
+    print("What reached people per scenario (Sentinel; AM = Prometheus + Alertmanager with "
+          "Sentinel's route, reading Sentinel's evidence through the bridge; AM+inh = the "
+          "same with Sentinel's inhibit rules; plain = Prometheus + Alertmanager's default "
+          "route, no bridge):")
+    print(table(("scenario", "column", "pages", "updates", "resolved", "chat",
+                 "false resolve", "silent"), rows))
     print()
     print(f"{APART}: Sentinel's self-monitoring (rules/sentinel.yaml: {', '.join(sorted(own))}),"
-          " which a loaded machine sets off on both sides alike.")
+          " which a loaded machine sets off.")
+    _failures_seen(spans, open_since, t0)
+    for label, (_, wrong, _) in figures.items():
+        for scenario, times in sorted(wrong.items()):
+            print(f"  false resolve  {label:<8} {scenario:<16} "
+                  f"{', '.join(f'+{t - t0:.1f}s' for t in times)}")
+    _plain_note(run.sinks["plain"], t0)
     print()
     print("What paged, and when (seconds after the failures began; self-monitoring left out):")
-    for key, sink in (("Sentinel", "s-pager"), ("AM", "am"), ("AM+inh", "am-inh")):
-        for scenario, pages in _paged(run.sinks[sink], scenario_of, t0, own):
-            print(f"  {key:<8} {scenario:<16} {', '.join(pages)}")
+    for label, sink in COLUMNS:
+        for scenario, pages in _paged(run.sinks[sink], SCENARIO_OF, t0, own):
+            print(f"  {label:<8} {scenario:<16} {', '.join(pages)}")
+
+
+def _failures_seen(spans: dict[str, list[tuple[float, float | None]]],
+                   open_since: dict[str, float], t0: float) -> None:
+    print("Failures as the bench saw them (false resolve: a resolved message naming a server "
+          "inside a span; silent: an open one that no message to the pager named):")
+    for name, found in spans.items():
+        text = ", ".join(f"+{a - t0:.1f}-" + (f"+{b - t0:.1f} s" if b is not None else "end")
+                         for a, b in found) or "none"
+        print(f"  {name:<14} {text}{'' if name in open_since else ' (not open)'}")
+
+
+def _plain_note(sink: WebhookSink, t0: float) -> None:
+    times = [t - t0 for t, _, _ in sink.received]
+    now = time.monotonic() - t0
+    print(f"plain: Alertmanager's defaults, not time-compressed (group_wait {AM_GROUP_WAIT_S}s,"
+          f" group_interval {AM_GROUP_INTERVAL_S // 60}m, repeat_interval 4h, one group for "
+          "every alert): what a new user gets. It counts a page for each scenario the one "
+          "group first names; a pager would open one incident for them all.")
+    if times:
+        print(f"  its messages at {', '.join(f'+{t:.1f}s' for t in times)}; the next could not "
+              f"come before +{times[-1] + AM_GROUP_INTERVAL_S:.0f}s, this run ended at "
+              f"+{now:.0f}s")
+    else:
+        print(f"  no message in this run (ended at +{now:.0f}s)")
 
 
 def _paged(sink: WebhookSink, scenario_of: dict[str, str], t0: float, own: frozenset[str]
@@ -341,8 +484,9 @@ def _paged(sink: WebhookSink, scenario_of: dict[str, str], t0: float, own: froze
             if a["labels"].get("alertname") in own:
                 continue
             scenario = scenario_of.get(a["labels"].get("target", ""), OTHER)
+            status = "" if a.get("status", "firing") == "firing" else f" ({a['status']})"
             out.setdefault(scenario, []).append(
-                f"{a['labels'].get('alertname', '?')} +{t - t0:.1f}s")
+                f"{a['labels'].get('alertname', '?')} +{t - t0:.1f}s{status}")
     return sorted(out.items())
 
 
@@ -357,7 +501,8 @@ def main() -> None:
     p.add_argument("--warm-up", type=float, default=20.0,
                    help="seconds of healthy history before the failures")
     p.add_argument("--group-by", default="alertname,target",
-                   help="the route's group_by on both sides (e.g. target)")
+                   help="group_by of Sentinel's and the AM columns' route (e.g. target); "
+                        "the plain column keeps Alertmanager's default")
     p.add_argument("--keep", action="store_true", help="keep the working folder")
     args = p.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="snt-pages-"))  # short: a unix socket lives there
@@ -368,7 +513,8 @@ def main() -> None:
     try:
         app = run.start()
         t0 = run.script(app, args.warm_up)
-        time.sleep(3)  # the last resolved messages leave both stacks
+        time.sleep(3)  # the last resolved messages leave every stack
+        run.failures.stop()
         report(run, t0)
     finally:
         run.stop()

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from sentinel.demo.tally import APART, OTHER, Counts, table, tally, targets_of
+from sentinel.demo.tally import (
+    APART,
+    OTHER,
+    Counts,
+    false_resolves,
+    silent,
+    table,
+    tally,
+    targets_of,
+)
 
 
 def _msg(status: str, group: str, *targets: str) -> dict:
@@ -59,3 +68,34 @@ def test_alerts_set_apart_count_on_their_own_row() -> None:
 def test_an_update_message_is_an_update_even_in_a_group_not_seen_paging() -> None:
     counts = tally({"pager": [(0.0, _msg("update", "g7", "a"), {})]}, "pager", {"a": "one"})
     assert counts == {"one": Counts(updates=1)}
+
+
+def test_a_resolve_is_false_only_while_a_target_it_names_is_failing() -> None:
+    spans = {"a": [(10.0, 40.0)], "b": [(10.0, None)]}
+    pager = [(5.0, _msg("resolved", "g", "a"), {}),     # before the failure: not false
+             (20.0, _msg("resolved", "g", "a"), {}),    # during: false
+             (40.0, _msg("resolved", "g", "a"), {}),    # the instant it serves again: not
+             (20.0, _msg("firing", "g", "a"), {}),      # not a resolve
+             (99.0, _msg("resolved", "g", "a", "b"), {})]  # b never came back: false
+    assert false_resolves(pager, spans, {"a": "one", "b": "two"}) == {"one": [20.0],
+                                                                      "two": [99.0]}
+
+
+def test_a_false_resolve_counts_once_a_message_and_not_for_self_monitoring() -> None:
+    key = {"Idempotency-Key": "k"}
+    own = {"status": "resolved", "groupKey": "s", "alerts": [
+        {"labels": {"alertname": "SentinelMissedScrapes", "target": "a"}}]}
+    pager = [(1.0, _msg("resolved", "g", "a", "a2"), key), (2.0, _msg("resolved", "g", "a"), key),
+             (3.0, own, {})]
+    counts = false_resolves(pager, {"a": [(0.0, None)], "a2": [(0.0, None)]},
+                            {"a": "one", "a2": "one"}, apart={"SentinelMissedScrapes"})
+    assert counts == {"one": [1.0]}
+
+
+def test_an_open_failure_no_message_named_is_silent() -> None:
+    pager = [(1.0, _msg("firing", "g", "a"), {}),      # before b's failure began
+             (5.0, _msg("update", "g", "c"), {}),      # an update names c: told
+             (6.0, _msg("resolved", "g", "b"), {})]    # a resolve tells nobody of a failure
+    counts = silent(pager, {"a": 0.0, "b": 2.0, "c": 2.0, "d": 2.0},
+                    {"a": "one", "b": "two", "c": "two", "d": "two"})
+    assert counts == {"two": 2}

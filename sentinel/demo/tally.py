@@ -13,6 +13,14 @@ got, never what Sentinel says it sent. Per receiver:
 
 A message belongs to the scenario of each target it names (every `target`
 label in it); a redelivery with the same Idempotency-Key counts once.
+
+Against what the bench knows happened (when each target was failing), two
+invariants of issue 48 are visible from outside:
+
+- a **false resolve**: a resolved message to the pager that named a target
+  while that target was still failing (`false_resolves`);
+- a **silent** failure: a target whose failure was open (a person had to hear
+  of it) that no message to the pager named, but a resolved one (`silent`).
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from typing import Any
 OTHER = "(no scenario)"
 APART = "(set apart)"  # a row of its own: alerts the caller names as not the failures'
 Received = Sequence[tuple[float, dict[str, Any], dict[str, str]]]  # WebhookSink.received
+# target → its failures as (start, end) on the sinks' clock; end None: failing to the end
+Spans = Mapping[str, Sequence[tuple[float, float | None]]]
 
 
 @dataclass
@@ -46,13 +56,7 @@ def tally(received: Mapping[str, Received], pager: str, scenario_of: Mapping[str
     counts: dict[str, Counts] = {}
     for receiver, messages in received.items():
         paged: set[tuple[str, str]] = set()
-        seen: set[str] = set()
-        for _, body, headers in list(messages):
-            key = {k.lower(): v for k, v in headers.items()}.get("idempotency-key")
-            if key is not None:
-                if key in seen:
-                    continue
-                seen.add(key)
+        for _, body, _ in _once(messages):
             scenarios = [APART] if _only(body, apart) else _scenarios(body, scenario_of)
             for scenario in scenarios:
                 c = counts.setdefault(scenario, Counts())
@@ -67,6 +71,53 @@ def tally(received: Mapping[str, Received], pager: str, scenario_of: Mapping[str
                     paged.add((scenario, str(body.get("groupKey"))))
                     c.pages += 1
     return counts
+
+
+def false_resolves(pager: Received, spans: Spans, scenario_of: Mapping[str, str],
+                   apart: Collection[str] = ()) -> dict[str, list[float]]:
+    """Per scenario, when each resolved message to the pager that named one of its targets
+    while that target was failing (`spans`) arrived; once a message and scenario."""
+    found: dict[str, list[float]] = {}
+    for t, body, _ in _once(pager):
+        if body.get("status") != "resolved" or _only(body, apart):
+            continue
+        for scenario in sorted({scenario_of.get(target, OTHER) for target in targets_of(body)
+                                if _failing(spans.get(target, ()), t)}):
+            found.setdefault(scenario, []).append(t)
+    return found
+
+
+def silent(pager: Received, open_since: Mapping[str, float], scenario_of: Mapping[str, str],
+           apart: Collection[str] = ()) -> dict[str, int]:
+    """Per scenario, its targets with an open failure (`open_since`: target → when the
+    failure began) that no message to the pager named from then on, but a resolved one."""
+    told: set[str] = set()
+    for t, body, _ in _once(pager):
+        if body.get("status") != "resolved" and not _only(body, apart):
+            told |= {x for x in targets_of(body) if x in open_since and t >= open_since[x]}
+    found: dict[str, int] = {}
+    for target in sorted(set(open_since) - told):
+        scenario = scenario_of.get(target, OTHER)
+        found[scenario] = found.get(scenario, 0) + 1
+    return found
+
+
+def _failing(spans: Sequence[tuple[float, float | None]], t: float) -> bool:
+    return any(start <= t and (end is None or t < end) for start, end in spans)
+
+
+def _once(messages: Received) -> list[tuple[float, dict[str, Any], dict[str, str]]]:
+    """The messages, a redelivery (same Idempotency-Key) left out."""
+    seen: set[str] = set()
+    out = []
+    for t, body, headers in list(messages):
+        key = {k.lower(): v for k, v in headers.items()}.get("idempotency-key")
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append((t, body, headers))
+    return out
 
 
 def _only(body: dict[str, Any], names: Collection[str]) -> bool:
