@@ -19,6 +19,7 @@ from typing import Any
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from sentinel.collect.accelerators import Accelerators
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.collect.tlssettings import TLSSettings
@@ -216,6 +217,8 @@ class App:
         else:
             self._takeover = self._takeover_for(self.lease.holder)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
+        self.pipeline.accelerators = Accelerators.from_targets(cfg.targets)
+        self.sources.learn_accelerators(self.pipeline.accelerators)
         self.probes = ProbeJobs(cfg, store, self.metrics.registry, self._now_ms,
                                 self.io)
         self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
@@ -379,8 +382,10 @@ class App:
         assert self.sources is not None and self._db is not None
         self.sources.unschedule(self._scheduler)
         self.sources.close()
+        self.pipeline.accelerators = Accelerators.from_targets(new.targets)
         self.sources = SourceJobs(new, self.pipeline.store, self._db, self.metrics,
                                   self._now_ms)
+        self.sources.learn_accelerators(self.pipeline.accelerators)
         self.sources.schedule(self._scheduler, self._guard, _now_dt())
 
     def _swap_remediation(self, new: Config) -> None:
@@ -525,7 +530,8 @@ class App:
         if self.pipeline.remediator is not None:
             engine = self.pipeline.remediator.engine  # copy-on-write: readers see a whole map
             engine.targets = {**engine.targets, target.name: TargetInfo(
-                target.name, target.url, target.xla_cache_path, labels=dict(target.labels))}
+                target.name, target.url, target.xla_cache_path, labels=dict(target.labels),
+                accelerator=target.accelerator)}
 
     def _remove_target(self, name: str) -> None:
         """Stop scraping a target that went away; its series end with staleness markers."""

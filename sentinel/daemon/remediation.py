@@ -64,8 +64,8 @@ class DaemonRemediation:
         engine = build_engine(self.config, db, self.pager, self.metrics, self.clock)
         engine.external_url = self.config.external_url
         engine.may_act = self.may_act
-        found = {t.name: TargetInfo(t.name, t.url, t.xla_cache_path, labels=dict(t.labels))
-                 for t in discovered}
+        found = {t.name: TargetInfo(t.name, t.url, t.xla_cache_path, labels=dict(t.labels),
+                                    accelerator=t.accelerator) for t in discovered}
         if found:
             engine.targets = {**found, **engine.targets}
         remediator = Remediator(engine).start()

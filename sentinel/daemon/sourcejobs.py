@@ -46,6 +46,11 @@ class SourceJobs:
         self.xla_watches = build_xla_cache_watches(config)
         self.restore_signatures()
 
+    def learn_accelerators(self, accelerators: object) -> None:
+        """Log polls tell `accelerators` (collect/accelerators.py) what vLLM says it runs on."""
+        if self.watch is not None:
+            self.watch.accelerators = accelerators
+
     def restore_signatures(self) -> None:
         """Rebuild the signature counters from the events on record (start, HA takeover).
 

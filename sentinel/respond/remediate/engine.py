@@ -21,7 +21,7 @@ from typing import Protocol
 
 from sentinel.config.remediation import PolicyConfig, RemediationConfig
 from sentinel.incidents.db import Database
-from sentinel.respond.remediate import state
+from sentinel.respond.remediate import costguard, state
 from sentinel.respond.remediate.actions import ACTIONS
 from sentinel.respond.remediate.base import Action, ActionContext, TargetInfo
 from sentinel.respond.remediate.guards import Decision, Limits, Reason, Request, decide
@@ -167,6 +167,11 @@ class Engine:
             refused = Decision(False, check.reason, decision.step, check.summary)
             self._refused(c, refused, manual, spec.kind, check.data)
             return Result(refused)
+        check, too_slow = costguard.gate(self.db, self.config, c.policy, c.target, spec.kind,
+                                         decision.step, check)
+        if too_slow is not None:
+            self._refused(c, too_slow, manual, spec.kind, check.data)
+            return Result(too_slow)
         if decision.reason is Reason.DRY_RUN:
             self._note(c, decision, f"dry run: would {check.summary}", manual,
                        {"action": spec.kind, "plan": check.summary, **check.data})
