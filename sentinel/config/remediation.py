@@ -23,6 +23,11 @@ remediation:
     expect:                   # until a target has restarted: per accelerator, warm and cold
       tpu: {warm: 1m, cold: 25m}    # XLA graphs cached (VLLM_XLA_CACHE_PATH) or compiled again
       gpu: {warm: 3m, cold: 10m}    # torch.compile cache and local weights, or not
+  verdicts:                   # did it work? (verdicts.py)
+    after: 24h                # fixed: the same failure not back on the target by then
+    throughput_ratio: 0.8     # ... and its token throughput at least this share of before
+    demote_runs: 5            # a step whose last 5 verdicts...
+    demote_not_fixed: 3       # ...hold 3 not fixed is demoted to approval: required
   policies:
     - name: restart-crashed-vllm
       alerts: [VLLMHBMOutOfMemory, VLLMTargetDown]
@@ -162,6 +167,21 @@ class RestartCostConfig(Strict):
         return v
 
 
+class VerdictConfig(Strict):
+    """When a remediation's verdict is due, what counts as fixed, when a step is demoted."""
+
+    after_ms: PositiveDuration = Field(86_400_000, alias="after")
+    throughput_ratio: float = Field(0.8, ge=0, le=1)
+    demote_runs: int = Field(5, ge=1, le=100)
+    demote_not_fixed: int = Field(3, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _within(self) -> VerdictConfig:
+        if self.demote_not_fixed > self.demote_runs:
+            raise problem("demote_not_fixed cannot exceed demote_runs", "demote_not_fixed")
+        return self
+
+
 class StepConfig(Strict):
     """One rung of a policy's ladder: exactly one action, its deadlines and attempts."""
 
@@ -299,6 +319,7 @@ class RemediationConfig(Strict):
     # and at most this long before the action started (one crash, one action).
     correlation_window_ms: Duration = Field(300_000, alias="correlation_window")
     restart_cost: RestartCostConfig = RestartCostConfig.model_validate({})
+    verdicts: VerdictConfig = VerdictConfig.model_validate({})
 
     @field_validator("command_allowlist")
     @classmethod

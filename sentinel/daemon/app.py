@@ -62,6 +62,7 @@ from sentinel.respond.diagnose.gather import (
     store_series,
 )
 from sentinel.respond.diagnose.worker import DiagnosisWorker
+from sentinel.respond.remediate import throughput
 from sentinel.respond.remediate.actfirst_grace import act_first
 from sentinel.respond.remediate.approval_runner import ApprovalRunner
 from sentinel.respond.remediate.pager import NotifyPager
@@ -189,6 +190,8 @@ class App:
                             default_interval_ms=cfg.evaluation_interval_ms,
                             external_url=cfg.external_url, store=store)
         self.query.attach(rules, groups)
+        if self.remediation is not None:
+            self.remediation.throughput = throughput.from_backend(self.query.backend)
         from sentinel.daemon.rulehealth import RuleHealthCollector
 
         # The pipeline's manager, not this one: an HA takeover replaces it (daemon/takeover.py).
