@@ -213,3 +213,78 @@ def test_a_fix_that_holds_is_fixed_and_nothing_changes(incident_db: Database, wa
     assert note.data["verdict"] == "fixed"
     # The next crash (two days on) is acted on as before.
     assert isinstance(rig.crash(T0 + 48 * H), Prepared)
+
+
+# -- the daemon: API, metric, page, CLI ------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_verdicts_and_promotion_through_the_api_the_page_the_metric_and_the_cli(
+        tmp_path: Path, sock_dir: Path, sink, capsys) -> None:
+    import httpx
+    from api_helpers import READ_TOKEN, WRITE_TOKEN, auth, start_rig, wait_log_source
+    from fixtures_e2e import wait_for
+
+    from sentinel.cli import main
+    from sentinel.incidents.models_remediation import RemediationStep
+    from sentinel.respond.remediate.verdict_job import demoted_step
+
+    rig = start_rig(tmp_path, sock_dir, sink.url, tokens=True)
+    try:
+        wait_log_source(rig)
+        rig.crash()
+        db = rig.app.pipeline.tracker.db
+        (attempt,) = wait_for(lambda: [a for a in state.attempts(db) if a.status != "running"],
+                              60, "the restart to finish")
+        assert attempt.status == "succeeded"
+        remediator = rig.app.pipeline.remediator
+        assert remediator.judge() == []  # the daemon's own clock: not due for 24 h
+        # Sentinel's clock a day on: the job judges what is due then.
+        later = dt_ms(attempt.finished_at) + 24 * H + 1
+        (judged,) = remediator.verdicts.run(later)
+        assert judged.verdict is Verdict.FIXED
+        metrics = httpx.get(f"{rig.url}/metrics").text
+        assert 'sentinel_remediation_verdicts_total{action="docker_restart",' \
+               'policy="restart-on-hbm-oom",verdict="fixed"} 1.0' in metrics
+        body = httpx.get(f"{rig.url}/api/v1/remediation/verdicts",
+                         params={"until": str(later / 1000 + 1)}).json()
+        (row,) = body["by_policy"]
+        assert (row["fixed"], row["recurred"], row["fixed_share"]) == (1, 0, 1.0)
+
+        with db.session() as s:  # a step demoted earlier (how is test_a_crash_that_keeps...)
+            s.add(RemediationStep(policy="restart-on-hbm-oom", step=0,
+                                  demoted_at=ms_to_dt(later), demoted_reason="3 of 3 not fixed",
+                                  updated_at=ms_to_dt(later)))
+        page = httpx.get(f"{rig.url}/stats").text
+        assert "Which fixes work" in page and "3 of 3 not fixed" in page
+        assert "promote-restart-on-hbm-oom-1" not in page  # no write session: a login link
+        url = f"{rig.url}/api/v1/remediation/policies/restart-on-hbm-oom/steps/1/promote"
+        assert httpx.post(url, headers=auth(READ_TOKEN)).status_code == 403
+        assert demoted_step(db, "restart-on-hbm-oom", 0)
+        r = httpx.post(url, headers=auth(WRITE_TOKEN))
+        assert r.status_code == 200 and r.json()["promoted"] is True
+        assert not demoted_step(db, "restart-on-hbm-oom", 0)
+        assert httpx.post(url, headers=auth(WRITE_TOKEN)).status_code == 409
+        steps_now = httpx.get(f"{rig.url}/api/v1/remediation/verdicts").json()["steps"]
+        assert steps_now[0]["promoted_by"] == "oncall-lead" and not steps_now[0]["demoted"]
+
+        # The CLI: the same listing, and a promotion audited as cli:<user>.
+        with db.session() as s:
+            s.get(RemediationStep, ("restart-on-hbm-oom", 0)).demoted_at = ms_to_dt(later)
+        database = f"sqlite:///{tmp_path / 'sentinel.db'}"
+        capsys.readouterr()
+        assert main(["verdicts", "list", "--database", database]) == 0
+        out = capsys.readouterr().out
+        assert "DEMOTED" in out and "restart-on-hbm-oom" in out
+        assert main(["verdicts", "promote", "restart-on-hbm-oom", "1",
+                     "--database", database]) == 0
+        assert main(["verdicts", "promote", "restart-on-hbm-oom", "1",
+                     "--database", database]) == 1
+        assert not demoted_step(db, "restart-on-hbm-oom", 0)
+    finally:
+        rig.stop()
+
+
+def dt_ms(dt: object) -> int:
+    from sentinel.incidents.convert import dt_to_ms
+    return dt_to_ms(dt)  # type: ignore[arg-type]
