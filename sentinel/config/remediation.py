@@ -37,6 +37,7 @@ remediation:
       max_per_hour: 3
       allow_cold: false                # restarts expected slower than restart_cost.cold_above
       max_time_to_serve: 5m            # or: the longest expected time to serve it allows
+      page_on_cold_start: false        # a cold start noticed on a covered target pages
       approval: none                   # required: park each action until a person approves
       approval_expiry: 15m             # a parked action not approved by then is not run
       steps:                           # tried in order; the next once a step's attempts failed
@@ -231,6 +232,9 @@ class PolicyConfig(Strict):
     # The longest expected time to serve again a restart may have; unset: no limit with
     # allow_cold, else restart_cost.cold_above.
     max_time_to_serve_ms: PositiveDuration | None = Field(None, alias="max_time_to_serve")
+    # A cold start of a covered target, noticed while it happens (collect/coldstart.py),
+    # pages on-call on the target's open incident; else it is on the timeline only.
+    page_on_cold_start: bool = False
     steps: tuple[StepConfig, ...] = Field(min_length=1)
     # required: an allowed action waits for a person (API, page, CLI, MCP) until it expires.
     approval: str = "none"

@@ -25,7 +25,7 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.collect.tlssettings import TLSSettings
 from sentinel.collect.workerpool import ProcessScraper, workers_for
 from sentinel.config import Config
-from sentinel.daemon import gcpolicy, heartbeat, systemd
+from sentinel.daemon import coldstartjob, gcpolicy, heartbeat, systemd
 from sentinel.daemon.follow import ScrapeFollower, may_follow
 from sentinel.daemon.http import StatusServer
 from sentinel.daemon.metriccheckjob import MetricCheckJob
@@ -222,6 +222,7 @@ class App:
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
         self.pipeline.accelerators = Accelerators.from_targets(cfg.targets)
         self.sources.learn_accelerators(self.pipeline.accelerators)
+        self._watch_cold_starts(cfg)
         self.probes = ProbeJobs(cfg, store, self.metrics.registry, self._now_ms,
                                 self.io)
         self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
@@ -379,6 +380,15 @@ class App:
                     job.remove()
             self._schedule_rule_groups(self._scheduler)
 
+    def _watch_cold_starts(self, cfg: Config) -> None:
+        """Cold starts noticed from the logs and cache scans (daemon/coldstartjob.py)."""
+        assert self.sources is not None and self.pipeline is not None and self._db is not None
+        db = self._db
+        pager = self.remediation.pager if self.remediation is not None else None
+        self.sources.watch_cold_starts(
+            coldstartjob.cold_starts(cfg, self.pipeline.accelerators),
+            lambda notice: coldstartjob.noticed(db, cfg, pager, notice))
+
     def _swap_sources(self, new: Config) -> None:
         """Log, TPU and XLA-cache sources rebuilt from `new` (their counters restored)."""
         assert self.pipeline is not None and self._scheduler is not None
@@ -389,6 +399,7 @@ class App:
         self.sources = SourceJobs(new, self.pipeline.store, self._db, self.metrics,
                                   self._now_ms)
         self.sources.learn_accelerators(self.pipeline.accelerators)
+        self._watch_cold_starts(new)
         self.sources.schedule(self._scheduler, self._guard, _now_dt())
 
     def _swap_remediation(self, new: Config) -> None:

@@ -264,6 +264,7 @@ class SimContainer:
             Path(cache).mkdir(parents=True, exist_ok=True)
             (Path(cache) / "jit_step_fn-compiled.bin").write_bytes(b"\0" * 1024)
         self.sim.set_state(down=False, healthy=True)
+        self._log(["(APIServer pid=1) INFO:     Application startup complete."], event=False)
         self.event("serving")
 
     def _log(self, lines: list[str], event: bool = True) -> None:
