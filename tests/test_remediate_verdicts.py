@@ -232,11 +232,20 @@ def test_verdicts_and_promotion_through_the_api_the_page_the_metric_and_the_cli(
     rig = start_rig(tmp_path, sock_dir, sink.url, tokens=True)
     try:
         wait_log_source(rig)
+
+        def serving_tokens() -> bool:  # the simulator's own traffic, as the store sees it
+            r = httpx.get(f"{rig.url}/api/v1/query", params={
+                "query": 'sum(rate(vllm:generation_tokens_total{target="tpu-a"}[5m]))'}).json()
+            result = r["data"]["result"]
+            return bool(result) and float(result[0]["value"][1]) > 0
+        wait_for(serving_tokens, 60, "a token throughput before the crash")
         rig.crash()
         db = rig.app.pipeline.tracker.db
         (attempt,) = wait_for(lambda: [a for a in state.attempts(db) if a.status != "running"],
                               60, "the restart to finish")
         assert attempt.status == "succeeded"
+        # Its pre-incident throughput, read through the rules' query backend at the claim.
+        assert attempt.data["throughput_before"] > 0
         remediator = rig.app.pipeline.remediator
         assert remediator.judge() == []  # the daemon's own clock: not due for 24 h
         # Sentinel's clock a day on: the job judges what is due then.

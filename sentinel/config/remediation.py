@@ -26,6 +26,7 @@ remediation:
   verdicts:                   # did it work? (verdicts.py)
     after: 24h                # fixed: the same failure not back on the target by then
     throughput_ratio: 0.8     # ... and its token throughput at least this share of before
+    demote: true              # false: record verdicts, never demote
     demote_runs: 5            # a step whose last 5 verdicts...
     demote_not_fixed: 3       # ...hold 3 not fixed is demoted to approval: required
   policies:
@@ -173,6 +174,8 @@ class VerdictConfig(Strict):
 
     after_ms: PositiveDuration = Field(86_400_000, alias="after")
     throughput_ratio: float = Field(0.8, ge=0, le=1)
+    # false: verdicts are recorded and counted, but no step is ever demoted.
+    demote: bool = True
     demote_runs: int = Field(5, ge=1, le=100)
     demote_not_fixed: int = Field(3, ge=1, le=100)
 

@@ -66,6 +66,7 @@ from sentinel.respond.remediate import throughput
 from sentinel.respond.remediate.actfirst_grace import act_first
 from sentinel.respond.remediate.approval_runner import ApprovalRunner
 from sentinel.respond.remediate.pager import NotifyPager
+from sentinel.respond.remediate.throughput import THROUGHPUT_SERIES
 from sentinel.rules.loader import RuleGroup, load_rule_files
 from sentinel.rules.manager import RuleManager
 from sentinel.rules.needs import needed_series
@@ -808,6 +809,8 @@ class App:
         extra = SERIES_NAMES if self.config.diagnosis is not None else ()
         if probes_on(self.config):  # the probes' heartbeat reads the token counter
             extra = (*extra, HEARTBEAT_SERIES, *SHOWN_SERIES)
+        if self.config.remediation.policies:  # verdicts compare throughput before and after
+            extra = (*extra, THROUGHPUT_SERIES)
         return needed_series(groups, extra, keep_all=self.config.keep_all_series)
 
 

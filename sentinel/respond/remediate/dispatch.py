@@ -28,7 +28,7 @@ from sentinel.incidents.models import Incident, IncidentStatus
 from sentinel.incidents.tracker import group_key
 from sentinel.model import Alert, AlertState
 from sentinel.quietlog import QuietFailure
-from sentinel.respond.remediate import lease, state
+from sentinel.respond.remediate import adopt, lease, state
 from sentinel.respond.remediate.engine import Candidate, Engine, Prepared
 from sentinel.respond.remediate.verdict_job import Recorded, VerdictJob
 
@@ -91,12 +91,18 @@ class Remediator:
         """Fail the running attempts whose owner died; never raises."""
         try:
             reaped = lease.reap(self.engine.db, lease.owner_id(), self.engine.now_ms(),
-                                self.engine.limits)
+                                self.engine.limits, adopt.adoptable(self.engine),
+                                self.engine.config.lease_ms)
         except Exception:  # the database may be away: the next round tries again
             self._reap_failure.failed()
             return []
         self._reap_failure.ok()
         for r in reaped:
+            if r.adopted:  # it acted: what it did is checked before anything is redone
+                log.warning("remediation attempt #%d on %s was left running (%s): checking it",
+                            r.attempt_id, r.target, r.why)
+                self._check_adopted(r.attempt_id)
+                continue
             if r.withdrawn:
                 log.warning("remediation attempt #%d on %s withdrawn before acting: %s",
                             r.attempt_id, r.target, r.why)
@@ -106,6 +112,20 @@ class Remediator:
             if self.engine.metrics is not None:
                 self.engine.metrics.abandoned.inc()
         return reaped
+
+    def _check_adopted(self, attempt_id: int) -> None:
+        lease.RUNNING.add(attempt_id)  # ours from now: no reaper takes it back meanwhile
+        try:
+            self._pool.submit(self._adopted, attempt_id)
+        except RuntimeError:  # the pool shut down (stop): its lease runs out, a reaper acts
+            lease.RUNNING.discard(attempt_id)
+
+    def _adopted(self, attempt_id: int) -> None:
+        try:
+            adopt.check(self.engine, attempt_id)
+        except Exception:
+            log.exception("checking adopted remediation attempt %d failed", attempt_id)
+            lease.RUNNING.discard(attempt_id)
 
     def judge(self) -> list[Recorded]:
         """Record the verdicts that are due now (verdict_job.py); never raises."""

@@ -14,6 +14,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 Throughput = Callable[[str, int], float | None]  # (target, at_ms) → tokens/s, None: unknown
+THROUGHPUT_SERIES = "vllm:generation_tokens_total"  # kept in the store when a policy exists
 # Generated tokens per second over 5 minutes, all engines of the target.
 EXPR = 'sum(rate(vllm:generation_tokens_total{{target="{target}"}}[5m]))'
 

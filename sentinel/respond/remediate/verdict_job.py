@@ -183,6 +183,8 @@ class VerdictJob:
     def _maybe_demote(self, policy: str, step: int, action: str, incident_id: int,
                       target: str, now_ms: int) -> str | None:
         cfg = self.config.verdicts
+        if not cfg.demote:
+            return None
         with self.db.session() as s:
             row = s.get(RemediationStep, (policy, step))
             if row is not None and row.demoted_at is not None:
