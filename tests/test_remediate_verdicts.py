@@ -122,10 +122,10 @@ def _close(db: Database, incident_id: int, at_ms: int) -> None:
 class Rig:
     """The engine and the verdict job on one clock, pager and metrics registry."""
 
-    def __init__(self, db: Database, sim: object, sock: str) -> None:
+    def __init__(self, db: Database, sim: object, sock: str, demote: bool = True) -> None:
         self.db = db
         self.cfg = remediation(sock, "cooldown: 0s\n    max_per_hour: 100",
-                               verdicts={"after": "24h"})
+                               verdicts={"after": "24h", "demote": demote})
         self.clock, self.pages = Clock(T0), Pages()
         self.registry = CollectorRegistry()
         metrics = RemediationMetrics(self.registry)
@@ -191,6 +191,18 @@ def test_a_crash_that_keeps_coming_back_is_recurred_then_the_step_is_demoted(
     assert not promote(incident_db, "restart", 0, "alice", rig.clock.ms)  # once
     _close(incident_db, incident, rig.clock.ms)
     assert isinstance(rig.crash(T0 + 4 * every), Prepared)
+
+
+@pytest.mark.integration
+def test_with_demote_false_verdicts_are_recorded_and_nothing_is_demoted(
+        incident_db: Database, warm_sim, sock_dir: Path) -> None:
+    rig = Rig(incident_db, warm_sim, str(sock_dir / "d.sock"), demote=False)
+    for i in range(4):
+        assert isinstance(rig.crash(T0 + i * 40 * 60_000), Prepared)
+    judged = rig.job.run(T0 + 4 * 40 * 60_000)
+    assert [r.verdict for r in judged] == [Verdict.RECURRED] * 3
+    assert steps(incident_db) == [] and not [p for p in rig.pages.sent if p[1] == DEMOTED]
+    assert rig.count("recurred") == 3
 
 
 @pytest.mark.integration
@@ -297,3 +309,45 @@ def test_verdicts_and_promotion_through_the_api_the_page_the_metric_and_the_cli(
 def dt_ms(dt: object) -> int:
     from sentinel.incidents.convert import dt_to_ms
     return dt_to_ms(dt)  # type: ignore[arg-type]
+
+
+# -- properties -----------------------------------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_OFFSET = st.one_of(st.none(), st.integers(0, 48 * H))
+
+
+@given(ok=st.booleans(), recurred=_OFFSET, overridden=_OFFSET, now=st.integers(0, 72 * H),
+       before=st.one_of(st.none(), st.floats(0, 1e4)), after=st.one_of(st.none(),
+                                                                       st.floats(0, 1e4)))
+def test_a_verdict_is_due_once_its_facts_decide_it(ok, recurred, overridden, now, before,
+                                                   after) -> None:
+    f = Facts(ok, T0, "VLLMEngineDead", None if recurred is None else T0 + recurred, 9,
+              None if overridden is None else T0 + overridden, before, after)
+    got = decide(f, T0 + now, CFG)
+    inside = [t for t in (recurred, overridden) if t is not None and t <= CFG.after_ms]
+    if not ok:
+        assert got is not None and got[0] is Verdict.FAILED
+    elif inside:  # the first thing that happened in the window decides, at once
+        first = min(inside)
+        assert got is not None
+        assert got[0] is (Verdict.RECURRED if first == recurred and (
+            overridden is None or overridden > CFG.after_ms or recurred <= overridden)
+            else Verdict.OVERRIDDEN)
+    elif now < CFG.after_ms:
+        assert got is None  # never fixed before the window has passed
+    else:
+        assert got is not None and got[0] in (Verdict.FIXED, Verdict.FAILED)
+        assert (got[0] is Verdict.FAILED) == bool(
+            before and after is not None and after < CFG.throughput_ratio * before)
+
+
+@given(st.lists(st.sampled_from(["fixed", "recurred", "failed", "overridden"]), max_size=12),
+       st.integers(1, 8), st.integers(1, 8))
+def test_demotion_is_a_majority_of_not_fixed_among_the_last_runs(recent, runs, bad) -> None:
+    cfg = VerdictConfig.model_validate({"demote_runs": max(runs, bad), "demote_not_fixed": bad})
+    window = recent[:cfg.demote_runs]
+    expected = sum(v != "fixed" for v in window) >= cfg.demote_not_fixed
+    assert (demotion(recent, cfg) is not None) is expected

@@ -43,9 +43,11 @@ def decide(f: Facts, now_ms: int, cfg: VerdictConfig) -> tuple[Verdict, str] | N
         return Verdict.FAILED, "the action or its verification failed"
     end = f.finished_ms + cfg.after_ms
     window = fmt(cfg.after_ms)
-    seen = sorted((t, v) for t, v in ((f.recurred_ms, Verdict.RECURRED),
-                                      (f.overridden_ms, Verdict.OVERRIDDEN))
-                  if t is not None and f.finished_ms <= t <= end)
+    # The first that happened decides; at the same moment, the failure's return does.
+    seen = sorted(((t, v) for t, v in ((f.recurred_ms, Verdict.RECURRED),
+                                       (f.overridden_ms, Verdict.OVERRIDDEN))
+                   if t is not None and f.finished_ms <= t <= end),
+                  key=lambda tv: (tv[0], tv[1] is not Verdict.RECURRED))
     if seen:
         t, verdict = seen[0]
         after = fmt(t - f.finished_ms)
