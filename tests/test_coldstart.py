@@ -31,6 +31,9 @@ def lines(target: str, t_ms: int, texts: list[str]) -> list[LogEntry]:
 def test_compile_lines_make_a_start_cold_at_once_and_once() -> None:
     cs = ColdStarts(lambda t: WARM_MS)
     cs.saw(lines("gpu-a", T0, start_lines("gpu", False, 7, now=T0 / 1000)))
+    # A tensor-parallel worker names the platform too, a moment later: the same start.
+    cs.saw(lines("gpu-a", T0 + 1_500, ["(VllmWorker rank=1 pid=9) INFO 12-07 10:00:02 "
+                                       "[__init__.py:244] Automatically detected platform cuda."]))
     (notice,) = cs.tick(T0 + 2_000)
     assert notice.target == "gpu-a" and notice.started_ms == T0
     assert "Compiling a graph for dynamic shape" in notice.evidence

@@ -33,6 +33,9 @@ _COMPILE = re.compile(r"Compiling a graph for dynamic shape|Compiling the model 
                       r"input shapes|torch\.compile takes [0-9.]+ s in total")
 _SERVING = re.compile(r"Application startup complete")
 _CHEAP = ("platform", "Compiling", "torch.compile", "startup complete")  # fast pre-test
+# Every process of a server (API server, engine core, tensor-parallel workers) names the
+# platform as it imports vLLM: lines this close to a start still being watched are that start.
+SAME_START_MS = 120_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,9 @@ class ColdStarts:
                 continue
             with self._lock:
                 if _START.search(e.text):
+                    current = self._starts.get(e.target)
+                    if current is not None and e.t_ms - current.started_ms < SAME_START_MS:
+                        continue  # another process of the same start (an engine, a worker)
                     self._starts[e.target] = _Start(e.t_ms, self._files.get(e.target))
                     self._cold.discard(e.target)
                 elif _SERVING.search(e.text):
