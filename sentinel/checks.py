@@ -29,7 +29,8 @@ def check_config(path: str, out: TextIO, err: TextIO, *, strict: bool = False,
 
     Everything `run` refuses is refused here first, with the same lines and exit code
     (`sentinel.preflight`). A reference to an alert no loaded rule defines is a
-    warning, an error when `strict`. `offline` skips the checks that ask this host.
+    warning, an error when `strict`; so is a TPU-only setting on a target configured
+    `accelerator: gpu`. `offline` skips the checks that ask this host.
     """
     try:
         config = load_config(path)
@@ -42,7 +43,7 @@ def check_config(path: str, out: TextIO, err: TextIO, *, strict: bool = False,
     if pf.refused:
         return exitcodes.CONFIG if pf.config_is_wrong else exitcodes.UNAVAILABLE
     groups = pf.groups
-    unknown = _unknown_alert_lines(path, config, groups)
+    unknown = _unknown_alert_lines(path, config, groups) + _tpu_only_lines(path, config)
     for line in unknown:
         print(("error: " if strict else "warning: ") + line, file=err)
     if strict and unknown:
@@ -54,6 +55,16 @@ def check_config(path: str, out: TextIO, err: TextIO, *, strict: bool = False,
     print(f"SUCCESS: {path} is valid ({len(config.rule_paths())} rule files, "
           f"{len(groups)} groups, {rules} rules)", file=out)
     return exitcodes.OK
+
+
+def _tpu_only_lines(path: str, config: Config) -> list[str]:
+    from sentinel.config.accelerator_check import tpu_assumptions
+
+    found = tpu_assumptions(config)
+    if not found:
+        return []
+    doc = load_positioned(Path(path).read_text(encoding="utf-8"))
+    return [f"{path}:{doc.line_of(a.path)}: {a.message}" for a in found]
 
 
 def _unknown_alert_lines(path: str, config: Config, groups: list[RuleGroup]) -> list[str]:

@@ -69,6 +69,8 @@ def write_setup(folder: Path, db_url: str, targets: dict[str, str], hook_url: st
         "group_interval: 0s, repeat_interval: 1h}",
         "remediation:", f"  command_allowlist: [{script}]", "  max_concurrent: 10",
         "  breaker_failures: 10", "  lease: 3s", "  correlation_window: 0s",
+        # KVCacheHigh comes back every round by design: its fix is never demoted here.
+        "  verdicts: {demote: false}",
         "  policies:", "    - name: fix", "      alerts: [KVCacheHigh]", "      cooldown: 0s",
         "      max_per_hour: 1000",
         "      steps:", f"        - command: {{argv: [{script}, '{{target}}']}}",

@@ -333,8 +333,8 @@ def test_many_errors_at_once_sorted_by_line(tmp_path: Path) -> None:
         "scrape_interval (5s)",
         f"{path}:7: targets[1].name: duplicate name 'a' (also targets[0])",
         f"{path}:9: targets[1].colour: unknown key (expected one of: name, url, metrics_path, "
-        "scrape_interval, scrape_timeout, labels, logs, tpu, xla_cache_path, sample_limit, "
-        "label_limit, probe, authorization, basic_auth, tls_config, proxy_url)",
+        "scrape_interval, scrape_timeout, labels, logs, tpu, xla_cache_path, accelerator, "
+        "sample_limit, label_limit, probe, authorization, basic_auth, tls_config, proxy_url)",
         f"{path}:12: receivers[0].webhook.url: environment variable NOPE is not set: set it "
         "where Sentinel starts (systemd: EnvironmentFile=/etc/sentinel/sentinel.env; docker: "
         "-e NOPE; Kubernetes: the Secret)",

@@ -184,19 +184,20 @@ def test_pod_restart_refuses_the_last_ready_pod(cluster: Cluster) -> None:
     assert [name for _, name, _ in c.api.deletes] == ["vllm-abc-1"]
 
 
-def test_pod_restart_refuses_a_cold_cache_unless_allowed(cluster: Cluster) -> None:
+def test_pod_restart_check_reports_a_cold_cache_for_the_engine_to_judge(cluster: Cluster
+                                                                          ) -> None:
     c = cluster
     empty_dir = [{"name": "xla", "emptyDir": {"medium": "Memory"}}]
     c.api.put("pods", vllm_pod("vllm-abc-1", "127.0.0.2", c.port, volumes=empty_dir))
     c.api.put("pods", vllm_pod("vllm-abc-2", "127.0.0.3", c.port))
     action = ACTIONS["kubernetes_pod_restart"]
     check = action.check(ctx_for(c, "vllm-abc-1"))
-    assert (check.ok, check.reason) == (False, Reason.COLD_CACHE)
-    assert check.data["volume_type"] == "emptyDir"
-    assert action.check(ctx_for(c, "vllm-abc-1", allow_cold=True)).ok
+    # The check describes; the engine refuses by the expected cost (restart_cost.py).
+    assert check.ok and check.data["warm"] is False and check.data["accelerator"] == "tpu"
+    assert check.data["volume_type"] == "emptyDir" and "COLD" in check.summary
     c.api.put("pods", vllm_pod("vllm-abc-2", "127.0.0.3", c.port, env={}))
     check = action.check(ctx_for(c, "vllm-abc-2"))
-    assert check.reason is Reason.COLD_CACHE and "does not set" in check.summary
+    assert check.data["warm"] is None and "unknown" in check.data["warm_why"]
     assert c.api.deletes == []
 
 

@@ -98,19 +98,18 @@ def test_systemd_restart_failure_keeps_stderr(tmp_path, monkeypatch) -> None:
     assert "exited 5" in outcome.detail and "Unit not found" in outcome.detail
 
 
-def test_systemd_restart_refused_on_a_cold_cache_and_runs_nothing(tmp_path, monkeypatch) -> None:
+def test_systemd_restart_check_reports_a_cold_cache(tmp_path, monkeypatch) -> None:
     tool = Tool(tmp_path, "systemctl", monkeypatch)
     (tmp_path / "empty").mkdir()
     params = SystemdRestartConfig.model_validate({"unit": "vllm.service",
                                                   "libtpu_lockfile": None})
     ctx = ActionContext(target(tmp_path, tmp_path / "empty"), {}, params, 10)
     check = ACTIONS["systemd_restart"].check(ctx)
-    assert (check.ok, check.reason) == (False, Reason.COLD_CACHE)
-    assert "empty" in check.summary
-    assert not ACTIONS["systemd_restart"].run(ctx).ok and tool.runs() == []
-    # The policy may allow a cold restart.
-    cold = ActionContext(ctx.target, {}, params, 10, allow_cold=True)
-    assert ACTIONS["systemd_restart"].run(cold).ok and len(tool.runs()) == 2  # stop, start
+    # The check describes what the restart finds; the engine judges its cost.
+    assert check.ok and check.data["warm"] is False and check.data["accelerator"] == "tpu"
+    assert "COLD" in check.summary and "empty" in check.summary
+    assert tool.runs() == []  # a check runs nothing
+
 
 
 def test_command_substitutes_labels_into_the_argv_template(tmp_path, monkeypatch) -> None:
@@ -194,7 +193,7 @@ def test_docker_restart_waits_for_the_chip_and_comes_back_warm(tmp_path, sock_di
     try:
         ctx = docker_ctx(path, target(tmp_path, url=sim.url))
         check = ACTIONS["docker_restart"].check(ctx)
-        assert check.ok and "warm: 2 cached files" in check.summary
+        assert check.ok and "warm: XLA cache" in check.summary and "2 files" in check.summary
         outcome = ACTIONS["docker_restart"].run(ctx)
         assert outcome.ok, outcome.detail
         # The chip was still held after the stop: the first start(s) died, a later one stayed.
@@ -225,21 +224,38 @@ def test_a_naive_restart_on_tpu_dies_with_the_chip_busy(tmp_path, sock_dir) -> N
         sim.stop()
 
 
-def test_docker_restart_refuses_a_cold_cache_unless_allowed(tmp_path, sock_dir) -> None:
+def test_docker_restart_check_reports_a_cold_cache(tmp_path, sock_dir) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     sim, sock, path = sim_container(sock_dir, empty)
     try:
-        ctx = docker_ctx(path, target(tmp_path))
-        check = ACTIONS["docker_restart"].check(ctx)
-        assert (check.ok, check.reason) == (False, Reason.COLD_CACHE)
-        assert ACTIONS["docker_restart"].run(ctx).ok is False
+        check = ACTIONS["docker_restart"].check(docker_ctx(path, target(tmp_path)))
+        assert check.ok and check.data["warm"] is False and check.data["accelerator"] == "tpu"
+        assert "COLD" in check.summary and "is empty" in check.data["warm_why"]
         assert sim.container.times("POST") == []  # nothing was asked of Docker
-        cold = ACTIONS["docker_restart"].check(docker_ctx(path, target(tmp_path), True))
-        assert cold.ok and "COLD" in cold.summary
     finally:
         sock.stop()
         sim.stop()
+
+
+def test_docker_restart_check_knows_a_gpu_container(tmp_path, sock_dir) -> None:
+    compiled = tmp_path / "vllm-cache"
+    compiled.mkdir()
+    sim, sock, path = sim_container(sock_dir, None, accelerator="gpu",
+                                    compile_cache=str(compiled))
+    try:
+        ctx = docker_ctx(path, target(tmp_path))
+        check = ACTIONS["docker_restart"].check(ctx)
+        # --gpus all, NVIDIA_VISIBLE_DEVICES: a GPU; no word of XLA.
+        assert check.ok and check.data["accelerator"] == "gpu"
+        assert check.data["warm"] is False and "torch.compile cache" in check.data["warm_why"]
+        assert "XLA" not in check.summary
+        (compiled / "graph.bin").write_bytes(b"x")
+        assert ACTIONS["docker_restart"].check(ctx).data["warm"] is True
+    finally:
+        sock.stop()
+        sim.stop()
+
 
 
 def test_docker_restart_restores_a_durable_cache_copy_first(tmp_path, sock_dir) -> None:
@@ -259,15 +275,16 @@ def test_docker_restart_restores_a_durable_cache_copy_first(tmp_path, sock_dir) 
         sim.stop()
 
 
-def test_docker_restart_without_the_cache_env_is_refused(tmp_path, sock_dir) -> None:
+def test_docker_restart_without_the_cache_env_is_cold_on_a_tpu(tmp_path, sock_dir) -> None:
     sim, sock, path = sim_container(sock_dir, None)
     try:
         check = ACTIONS["docker_restart"].check(docker_ctx(path, target(tmp_path)))
-        assert (check.ok, check.reason) == (False, Reason.COLD_CACHE)
+        assert check.data["warm"] is False and check.data["accelerator"] == "tpu"
         assert "VLLM_XLA_CACHE_PATH" in check.summary
     finally:
         sock.stop()
         sim.stop()
+
 
 
 # -- xla_cache_backup ------------------------------------------------------------------

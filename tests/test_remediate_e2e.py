@@ -160,6 +160,8 @@ def test_empty_cache_refuses_the_warm_restart_and_pages(tmp_path, sock_dir, sink
         assert page["labels"]["target"] == "tpu-a"
         why = page["annotations"]["sentinel_remediation"]
         assert "is empty" in why and "cold_cache" in why and "refused" in why
+        # The same words as for any accelerator (restart_cost.py): the expected cost.
+        assert "expected time to serve 25m" in why and "is more than policy" in why
         detail = _incident(app)
         refusal = [e for e in detail.timeline if e.kind == "action"]
         assert refusal[0].data["reason"] == "cold_cache" and not refusal[0].data["allowed"]

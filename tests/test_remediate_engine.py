@@ -227,7 +227,7 @@ def test_dry_run_records_the_plan_and_does_nothing(incident_db, tmp_path, sock_d
         (event,) = [e for e in queries.get_incident(incident_db, incident).timeline
                     if e.kind == "action"]
         assert event.message.startswith("dry run: would restart container vllm")
-        assert "warm: 1 cached files" in event.message and event.data["reason"] == "dry_run"
+        assert "warm: XLA cache" in event.message and event.data["reason"] == "dry_run"
         assert state.attempts(incident_db) == [] and sim.container.times("POST") == []
         assert sim.container.running
     finally:

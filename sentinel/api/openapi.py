@@ -87,6 +87,9 @@ SCHEMAS: dict[str, Any] = {
     "Approvals": {"type": "object", "required": ["approvals"], "properties": {"approvals": {
         "type": "array", "items": {"$ref": "#/components/schemas/Approval"}}}},
     "Decision": {"type": "object", "required": ["approval", "changed", "status", "message"]},
+    "Verdicts": {"type": "object", "required": ["since", "until", "by_policy", "steps"],
+                 "properties": {"by_policy": {"type": "array"}, "steps": {"type": "array"}}},
+    "Promotion": {"type": "object", "required": ["policy", "step", "promoted"]},
     "Act": {"type": "object", "required": ["incident", "changed", "message"], "properties": {
         "incident": {"type": "integer"}, "changed": {"type": "boolean"},
         "message": {"type": "string"}}},
@@ -138,10 +141,11 @@ def _params(names: tuple[str, ...]) -> list[dict[str, Any]]:
 
 
 def _op(summary: str, schema: str | None, params: tuple[str, ...] = (), *, write: bool = False,
-        body: str | None = None, path_id: bool = False) -> dict[str, Any]:
+        body: str | None = None, path_id: bool = False, path: tuple[str, ...] = ()
+        ) -> dict[str, Any]:
     op: dict[str, Any] = {"summary": summary, "parameters": _params(params)}
-    if path_id:
-        op["parameters"].append({"name": "id", "in": "path", "required": True,
+    for name in (("id",) if path_id else ()) + path:
+        op["parameters"].append({"name": name, "in": "path", "required": True,
                                  "schema": {"type": "string"}})
     ok: dict[str, Any] = {"description": "OK"}
     if schema is not None:
@@ -204,6 +208,12 @@ def openapi_document() -> dict[str, Any]:
                                                        write=True, path_id=True)},
         "/api/v1/approvals/{id}/deny": {"post": _op("Deny a parked action", "Decision",
                                                     write=True, path_id=True)},
+        "/api/v1/remediation/verdicts": {"get": _op(
+            "Remediation verdicts (fixed, recurred, failed, overridden) per policy and action "
+            "over a window, and the demoted policy steps", "Verdicts", ("since", "until"))},
+        "/api/v1/remediation/policies/{policy}/steps/{step}/promote": {"post": _op(
+            "Promote a demoted policy step (1-based) back to acting without approval (409 "
+            "when it is not demoted)", "Promotion", write=True, path=("policy", "step"))},
         "/api/v1/openapi.json": {"get": _op("This document", None)},
         "/api/v2/silences": {
             "get": _op("Silences (Alertmanager API v2)", None),

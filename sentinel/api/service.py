@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from sentinel.api import acts, history, rules_view, stats
+from sentinel.api import acts, history, rules_view, stats, verdicts_view
 from sentinel.api.auth import Principal
 from sentinel.api.errors import ApiError, bad_param
 from sentinel.api.params import time_param
@@ -238,6 +238,24 @@ class ApiService:
             self.on_approved()
         return {"approval": approval_id, "changed": d.changed, "status": d.status,
                 "message": d.message, "incident_id": d.incident_id}
+
+    # -- verdicts and demoted steps (api/verdicts_view.py) ----------------------------
+
+    def verdicts(self, params: Mapping[str, str]) -> dict[str, Any]:
+        """GET /api/v1/remediation/verdicts."""
+        return verdicts_view.verdicts(self.db, params, self.now_ms())
+
+    def promote(self, policy: str, step: int, who: Principal, via: str) -> dict[str, Any]:
+        """POST /api/v1/remediation/policies/{policy}/steps/{step}/promote (audited): a
+        demoted step acts on its own again (the engine reads it; nothing is called)."""
+        from sentinel.respond.remediate.verdict_job import promote
+
+        action = f"promote policy {policy} step {step}"
+        if step < 1 or not promote(self.db, policy, step - 1, who.name, self.now_ms()):
+            self.audit(who, via, action, 409, "not demoted")
+            raise ApiError(409, f"policy {policy} step {step} is not demoted")
+        self.audit(who, via, action, 200, "")
+        return {"policy": policy, "step": step, "promoted": True}
 
     # -- what people do to an incident (api/acts.py) ---------------------------------
 

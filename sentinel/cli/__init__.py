@@ -9,7 +9,7 @@ that hand off to the module that does the work:
     remediate.py  remediate              logs.py       logs classify
     diagnose.py   diagnose               silence.py    silence add|list|expire
     api.py        approvals, mcp         common.py     --config/--database and how they are read
-    completion.py completion bash|zsh
+    completion.py completion bash|zsh    verdicts.py   verdicts list|promote
 
 The stages never import from here. Building the parser imports nothing but
 argparse and these modules: handlers import what they need when they run, so
@@ -34,6 +34,7 @@ from sentinel.cli import (
     run,
     silence,
     sim,
+    verdicts,
 )
 
 EPILOG = """\
@@ -137,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(sub)
     sim.add_parser(sub)
     remediate.add_parser(sub)
+    verdicts.add_parser(sub)
     check.add_parser(sub)
     incidents.add_parser(sub)
     logs.add_parser(sub)

@@ -34,6 +34,12 @@ def add_container_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--xla-cache", metavar="DIR",
                    help="the container's VLLM_XLA_CACHE_PATH; a start is warm when it has files")
     p.add_argument("--log-file", metavar="PATH", help="where crashes write their traceback")
+    p.add_argument("--accelerator", choices=("tpu", "gpu"), default="tpu",
+                   help="gpu: serve as a GPU container (--gpus all, NVIDIA_VISIBLE_DEVICES, "
+                   "no XLA cache; default tpu)")
+    p.add_argument("--compile-cache", metavar="DIR",
+                   help="gpu: the container's VLLM_CACHE_ROOT (torch.compile cache); a start "
+                   "is warm when it has files (unset: always warm)")
     p.add_argument("--warm-start", type=float, default=1.0, metavar="SECONDS",
                    help="time to serve after a warm start (default 1)")
     p.add_argument("--cold-start", type=float, default=60.0, metavar="SECONDS",
@@ -45,7 +51,8 @@ def container_spec(args: argparse.Namespace) -> ContainerSpec:
     from sentinel.sim.container import ContainerSpec
 
     return ContainerSpec(name=args.container, xla_cache=args.xla_cache, log_file=args.log_file,
-                         warm_start_s=args.warm_start, cold_start_s=args.cold_start)
+                         warm_start_s=args.warm_start, cold_start_s=args.cold_start,
+                         accelerator=args.accelerator, compile_cache=args.compile_cache)
 
 
 def cmd_sim(args: argparse.Namespace) -> int:

@@ -98,6 +98,9 @@ class TargetConfig(Strict, ScrapeClientMixin):
     logs: LogsConfig = LogsConfig.model_validate({})
     tpu: TpuConfig | None = None
     xla_cache_path: str | None = None
+    # What the server runs on, where nothing Sentinel can read tells (the container's
+    # environment and devices usually do): auto, tpu or gpu. Sets the restart's cost model.
+    accelerator: str = "auto"
     # Prometheus's per-scrape limits: more samples in a page, or more labels on one
     # series, fail this target's scrape (up 0) and no other's. 0: no limit.
     # sample_limit defaults to DEFAULT_SAMPLE_LIMIT: one runaway page must not crowd
@@ -134,6 +137,13 @@ class TargetConfig(Strict, ScrapeClientMixin):
     def _check_path(cls, v: str) -> str:
         if not v.startswith("/"):
             raise problem("must start with /")
+        return v
+
+    @field_validator("accelerator")
+    @classmethod
+    def _check_accelerator(cls, v: str) -> str:
+        if v not in ("auto", "tpu", "gpu"):
+            raise problem("must be auto, tpu or gpu")
         return v
 
     @field_validator("labels")

@@ -17,6 +17,18 @@ remediation:
       time_intervals: [weekly-maintenance]   # recurring: a top-level `time_intervals` name
   lease: 30s                  # a running attempt whose owner died is failed within this
   correlation_window: 5m      # one crash, one action: see guards.py (correlated)
+  restart_cost:               # expected time to serve after a restart (restart_cost.py)
+    cold_above: 5m            # a restart expected slower than this is cold
+    learn_from: 5             # the target's last N verified restarts set its expectation
+    expect:                   # until a target has restarted: per accelerator, warm and cold
+      tpu: {warm: 1m, cold: 25m}    # XLA graphs cached (VLLM_XLA_CACHE_PATH) or compiled again
+      gpu: {warm: 3m, cold: 10m}    # torch.compile cache and local weights, or not
+  verdicts:                   # did it work? (verdicts.py)
+    after: 24h                # fixed: the same failure not back on the target by then
+    throughput_ratio: 0.8     # ... and its token throughput at least this share of before
+    demote: true              # false: record verdicts, never demote
+    demote_runs: 5            # a step whose last 5 verdicts...
+    demote_not_fixed: 3       # ...hold 3 not fixed is demoted to approval: required
   policies:
     - name: restart-crashed-vllm
       alerts: [VLLMHBMOutOfMemory, VLLMTargetDown]
@@ -24,7 +36,9 @@ remediation:
       targets: [tpu-a, tpu-b]          # optional; default every target
       cooldown: 5m                     # after a verified success on the target
       max_per_hour: 3
-      allow_cold: false                # cold restarts (20+ min compiling), node restarts
+      allow_cold: false                # restarts expected slower than restart_cost.cold_above
+      max_time_to_serve: 5m            # or: the longest expected time to serve it allows
+      page_on_cold_start: false        # a cold start noticed on a covered target pages
       approval: none                   # required: park each action until a person approves
       approval_expiry: 15m             # a parked action not approved by then is not run
       steps:                           # tried in order; the next once a step's attempts failed
@@ -127,6 +141,51 @@ class XlaCacheBackupConfig(Strict):
         return v
 
 
+class ExpectConfig(Strict):
+    """How long a restart takes to serve again, warm and cold, before any was measured."""
+
+    warm_ms: PositiveDuration = Field(alias="warm")
+    cold_ms: PositiveDuration = Field(alias="cold")
+
+
+class RestartCostConfig(Strict):
+    """What a restart is expected to cost (time to serve again), and what is called cold."""
+
+    cold_above_ms: PositiveDuration = Field(300_000, alias="cold_above")
+    learn_from: int = Field(5, ge=1, le=50)
+    expect: dict[str, ExpectConfig] = Field(default_factory=lambda: {
+        "tpu": ExpectConfig.model_validate({"warm": "1m", "cold": "25m"}),
+        "gpu": ExpectConfig.model_validate({"warm": "3m", "cold": "10m"})})
+
+    @field_validator("expect")
+    @classmethod
+    def _accelerators(cls, v: dict[str, ExpectConfig]) -> dict[str, ExpectConfig]:
+        for name in v:
+            if name not in ("tpu", "gpu"):
+                raise problem("accelerators are tpu and gpu", name)
+        for name, default in (("tpu", ("1m", "25m")), ("gpu", ("3m", "10m"))):
+            v.setdefault(name, ExpectConfig.model_validate(
+                {"warm": default[0], "cold": default[1]}))
+        return v
+
+
+class VerdictConfig(Strict):
+    """When a remediation's verdict is due, what counts as fixed, when a step is demoted."""
+
+    after_ms: PositiveDuration = Field(86_400_000, alias="after")
+    throughput_ratio: float = Field(0.8, ge=0, le=1)
+    # false: verdicts are recorded and counted, but no step is ever demoted.
+    demote: bool = True
+    demote_runs: int = Field(5, ge=1, le=100)
+    demote_not_fixed: int = Field(3, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _within(self) -> VerdictConfig:
+        if self.demote_not_fixed > self.demote_runs:
+            raise problem("demote_not_fixed cannot exceed demote_runs", "demote_not_fixed")
+        return self
+
+
 class StepConfig(Strict):
     """One rung of a policy's ladder: exactly one action, its deadlines and attempts."""
 
@@ -173,6 +232,12 @@ class PolicyConfig(Strict):
     cooldown_ms: Duration = Field(300_000, alias="cooldown")
     max_per_hour: int = Field(3, ge=1)
     allow_cold: bool = False
+    # The longest expected time to serve again a restart may have; unset: no limit with
+    # allow_cold, else restart_cost.cold_above.
+    max_time_to_serve_ms: PositiveDuration | None = Field(None, alias="max_time_to_serve")
+    # A cold start of a covered target, noticed while it happens (collect/coldstart.py),
+    # pages on-call on the target's open incident; else it is on the timeline only.
+    page_on_cold_start: bool = False
     steps: tuple[StepConfig, ...] = Field(min_length=1)
     # required: an allowed action waits for a person (API, page, CLI, MCP) until it expires.
     approval: str = "none"
@@ -196,6 +261,12 @@ class PolicyConfig(Strict):
                     raise problem("tpu_node_restart comes only after a warm restart step "
                                   "(docker_restart or systemd_restart)", "steps", i)
         return self
+
+    def restart_limit_ms(self, cost: RestartCostConfig) -> int | None:
+        """The longest expected time to serve a restart under this policy may have (None: any)."""
+        if self.max_time_to_serve_ms is not None:
+            return self.max_time_to_serve_ms
+        return None if self.allow_cold else cost.cold_above_ms
 
     def applies_to(self, alertname: str, labels: dict[str, str], target: str) -> bool:
         """Whether an alert with these labels on this target falls under the policy."""
@@ -254,6 +325,8 @@ class RemediationConfig(Strict):
     # A verified success on a target covers incidents on it that began before it was verified
     # and at most this long before the action started (one crash, one action).
     correlation_window_ms: Duration = Field(300_000, alias="correlation_window")
+    restart_cost: RestartCostConfig = RestartCostConfig.model_validate({})
+    verdicts: VerdictConfig = VerdictConfig.model_validate({})
 
     @field_validator("command_allowlist")
     @classmethod
@@ -290,6 +363,9 @@ def check_against_targets(rem: RemediationConfig, targets: dict[str, Any]) -> No
             if step.kind == "tpu_node_restart" and any(t.tpu is None for t in covered):
                 raise problem("every target of the policy needs a tpu: section", *where)
             own = getattr(step.params, "xla_cache_path", getattr(step.params, "source", ""))
+            # A GPU server has no XLA cache: its restart's warmth is found otherwise.
+            needs = [t for t in covered if step.kind == "xla_cache_backup"
+                     or getattr(t, "accelerator", "auto") != "gpu"]
             if step.kind in ("systemd_restart", "xla_cache_backup") and own is None \
-                    and any(t.xla_cache_path is None for t in covered):
+                    and any(t.xla_cache_path is None for t in needs):
                 raise problem("set xla_cache_path here or on every target of the policy", *where)

@@ -19,12 +19,13 @@ from typing import Any
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from sentinel.collect.accelerators import Accelerators
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.collect.tlssettings import TLSSettings
 from sentinel.collect.workerpool import ProcessScraper, workers_for
 from sentinel.config import Config
-from sentinel.daemon import gcpolicy, heartbeat, systemd
+from sentinel.daemon import coldstartjob, gcpolicy, heartbeat, systemd
 from sentinel.daemon.follow import ScrapeFollower, may_follow
 from sentinel.daemon.http import StatusServer
 from sentinel.daemon.metriccheckjob import MetricCheckJob
@@ -61,9 +62,11 @@ from sentinel.respond.diagnose.gather import (
     store_series,
 )
 from sentinel.respond.diagnose.worker import DiagnosisWorker
+from sentinel.respond.remediate import throughput
 from sentinel.respond.remediate.actfirst_grace import act_first
 from sentinel.respond.remediate.approval_runner import ApprovalRunner
 from sentinel.respond.remediate.pager import NotifyPager
+from sentinel.respond.remediate.throughput import THROUGHPUT_SERIES
 from sentinel.rules.loader import RuleGroup, load_rule_files
 from sentinel.rules.manager import RuleManager
 from sentinel.rules.needs import needed_series
@@ -188,6 +191,8 @@ class App:
                             default_interval_ms=cfg.evaluation_interval_ms,
                             external_url=cfg.external_url, store=store)
         self.query.attach(rules, groups)
+        if self.remediation is not None:
+            self.remediation.throughput = throughput.from_backend(self.query.backend)
         from sentinel.daemon.rulehealth import RuleHealthCollector
 
         # The pipeline's manager, not this one: an HA takeover replaces it (daemon/takeover.py).
@@ -216,6 +221,9 @@ class App:
         else:
             self._takeover = self._takeover_for(self.lease.holder)
         self.sources = SourceJobs(cfg, store, db, self.metrics, self._now_ms)
+        self.pipeline.accelerators = Accelerators.from_targets(cfg.targets)
+        self.sources.learn_accelerators(self.pipeline.accelerators)
+        self._watch_cold_starts(cfg)
         self.probes = ProbeJobs(cfg, store, self.metrics.registry, self._now_ms,
                                 self.io)
         self.metric_check = MetricCheckJob(lambda: self._groups, store, self.engine,
@@ -373,14 +381,26 @@ class App:
                     job.remove()
             self._schedule_rule_groups(self._scheduler)
 
+    def _watch_cold_starts(self, cfg: Config) -> None:
+        """Cold starts noticed from the logs and cache scans (daemon/coldstartjob.py)."""
+        assert self.sources is not None and self.pipeline is not None and self._db is not None
+        db = self._db
+        pager = self.remediation.pager if self.remediation is not None else None
+        self.sources.watch_cold_starts(
+            coldstartjob.cold_starts(cfg, self.pipeline.accelerators),
+            lambda notice: coldstartjob.noticed(db, cfg, pager, notice))
+
     def _swap_sources(self, new: Config) -> None:
         """Log, TPU and XLA-cache sources rebuilt from `new` (their counters restored)."""
         assert self.pipeline is not None and self._scheduler is not None
         assert self.sources is not None and self._db is not None
         self.sources.unschedule(self._scheduler)
         self.sources.close()
+        self.pipeline.accelerators = Accelerators.from_targets(new.targets)
         self.sources = SourceJobs(new, self.pipeline.store, self._db, self.metrics,
                                   self._now_ms)
+        self.sources.learn_accelerators(self.pipeline.accelerators)
+        self._watch_cold_starts(new)
         self.sources.schedule(self._scheduler, self._guard, _now_dt())
 
     def _swap_remediation(self, new: Config) -> None:
@@ -525,7 +545,8 @@ class App:
         if self.pipeline.remediator is not None:
             engine = self.pipeline.remediator.engine  # copy-on-write: readers see a whole map
             engine.targets = {**engine.targets, target.name: TargetInfo(
-                target.name, target.url, target.xla_cache_path, labels=dict(target.labels))}
+                target.name, target.url, target.xla_cache_path, labels=dict(target.labels),
+                accelerator=target.accelerator)}
 
     def _remove_target(self, name: str) -> None:
         """Stop scraping a target that went away; its series end with staleness markers."""
@@ -788,6 +809,8 @@ class App:
         extra = SERIES_NAMES if self.config.diagnosis is not None else ()
         if probes_on(self.config):  # the probes' heartbeat reads the token counter
             extra = (*extra, HEARTBEAT_SERIES, *SHOWN_SERIES)
+        if self.config.remediation.policies:  # verdicts compare throughput before and after
+            extra = (*extra, THROUGHPUT_SERIES)
         return needed_series(groups, extra, keep_all=self.config.keep_all_series)
 
 

@@ -46,10 +46,18 @@ class LogWatch:
         self._counts: dict[str, dict[tuple[str, str], int]] = {}  # target → (sig, cat) → n
         self._recorded: dict[str, object] = {}  # checkpoint key → the cursor/position on record
         self._counted: dict[str, int] = {}  # target → when its counters were last written
+        # collect/accelerators.py: vLLM's start-up lines say what each target runs on.
+        self.accelerators: Any = None
+        # collect/coldstart.py: starts, compile lines and serving, per target.
+        self.coldstarts: Any = None
 
     def poll(self, source: LogSource, now_ms: int) -> list[LogEvent]:
         """One poll of one source; never raises for bad lines (the classifier bounds them)."""
         entries = source.poll(now_ms)
+        if self.accelerators is not None:
+            self.accelerators.saw(entries)
+        if self.coldstarts is not None:
+            self.coldstarts.saw(entries)
         classifier = self._classifiers.setdefault(source.name, Classifier(self.signatures))
         events = classifier.feed_many(entries, now_ms=now_ms)
         if not entries:

@@ -62,6 +62,8 @@ class Pipeline:
     readiness: DataReadiness | None = None
     # Open incidents still to be checked against the restored alert state.
     reconcile_pending: bool = False
+    # collect/accelerators.py: each alert gets the runbook that fits its target's accelerator.
+    accelerators: Any = None
     _failures: dict[str, QuietFailure] = field(default_factory=dict)
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
@@ -99,6 +101,8 @@ class Pipeline:
                 # Queries run concurrently across groups (a slow group delays only
                 # itself); the incident side is recorded one group at a time.
                 alerts = self.rules.evaluate_group(group, now_ms)
+                if self.accelerators is not None:
+                    alerts = self.accelerators.annotate(alerts)
                 failed = self.rules.failed_rules(group)
                 if failed:  # as prometheus_rule_evaluation_failures_total: per rule
                     self.metrics.rule_failures.labels(group).inc(failed)

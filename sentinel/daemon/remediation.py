@@ -43,6 +43,9 @@ class DaemonRemediation:
         self.metrics = RemediationMetrics(registry) if config.remediation.policies else None
         self.remediator: Remediator | None = None
         self.approvals: ApprovalRunner | None = None
+        # A target's tokens/s at a time (respond/remediate/throughput.py), set by the App once
+        # its query backend exists: the verdicts compare it before and after a fix.
+        self.throughput: Callable[[str, int], float | None] | None = None
 
     @property
     def configured(self) -> bool:
@@ -64,8 +67,9 @@ class DaemonRemediation:
         engine = build_engine(self.config, db, self.pager, self.metrics, self.clock)
         engine.external_url = self.config.external_url
         engine.may_act = self.may_act
-        found = {t.name: TargetInfo(t.name, t.url, t.xla_cache_path, labels=dict(t.labels))
-                 for t in discovered}
+        engine.throughput = self.throughput
+        found = {t.name: TargetInfo(t.name, t.url, t.xla_cache_path, labels=dict(t.labels),
+                                    accelerator=t.accelerator) for t in discovered}
         if found:
             engine.targets = {**found, **engine.targets}
         remediator = Remediator(engine).start()

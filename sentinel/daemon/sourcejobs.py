@@ -8,6 +8,7 @@ from typing import Any
 
 from apscheduler.schedulers.base import BaseScheduler
 
+from sentinel.collect.coldstart import ColdStart, ColdStarts
 from sentinel.collect.xla_cache import xla_cache_samples
 from sentinel.config import Config
 from sentinel.daemon.logwatch import LogWatch
@@ -44,7 +45,31 @@ class SourceJobs:
             if self.log_sources else None
         self.tpu_sources = build_tpu_sources(config)
         self.xla_watches = build_xla_cache_watches(config)
+        self.coldstarts: ColdStarts | None = None  # watch_cold_starts
+        self.on_cold_start: Callable[[ColdStart], object] | None = None
         self.restore_signatures()
+
+    def learn_accelerators(self, accelerators: object) -> None:
+        """Log polls tell `accelerators` (collect/accelerators.py) what vLLM says it runs on."""
+        if self.watch is not None:
+            self.watch.accelerators = accelerators
+
+    def watch_cold_starts(self, coldstarts: ColdStarts,
+                          noticed: Callable[[ColdStart], object]) -> None:
+        """Log polls and cache scans feed `coldstarts`; each cold start noticed is handed to
+        `noticed` (daemon/coldstartjob.py) once."""
+        self.coldstarts, self.on_cold_start = coldstarts, noticed
+        if self.watch is not None:
+            self.watch.coldstarts = coldstarts
+
+    def _cold_tick(self, target: str, now: int) -> None:
+        if self.coldstarts is None:
+            return
+        for notice in self.coldstarts.tick(now):
+            if self.on_cold_start is not None:
+                self.on_cold_start(notice)
+        for labels, value in self.coldstarts.samples([target]):
+            self.store.add(labels, now, value)
 
     def restore_signatures(self) -> None:
         """Rebuild the signature counters from the events on record (start, HA takeover).
@@ -90,6 +115,7 @@ class SourceJobs:
     def _poll_log(self, p: PolledLogSource) -> None:
         assert self.watch is not None
         events = self.watch.poll(p.source, self.now_ms())
+        self._cold_tick(p.source.target, self.now_ms())
         health = p.source.health
         self.metrics.log_source_up.labels(p.source.target, p.source.name).set(int(health.ok))
         for e in events:
@@ -104,6 +130,9 @@ class SourceJobs:
         now = self.now_ms()
         for labels, value in xla_cache_samples(w.target, w.path, now):
             self.store.add(labels, now, value)
+            if self.coldstarts is not None and \
+                    dict(labels).get("__name__") == "sentinel_xla_cache_files":
+                self.coldstarts.cache_files(w.target, value)
 
     def close(self) -> None:
         """Close files, subprocesses and API clients."""

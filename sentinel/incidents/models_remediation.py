@@ -27,6 +27,15 @@ class AttemptStatus(enum.StrEnum):
     FAILED = "failed"
 
 
+class Verdict(enum.StrEnum):
+    """What became of a remediation some time after it."""
+
+    FIXED = "fixed"  # the same failure did not come back, throughput is back
+    RECURRED = "recurred"  # the same failure came back on the target within the window
+    FAILED = "failed"  # the action or its verification failed, or throughput stayed low
+    OVERRIDDEN = "overridden"  # a person acted on the target instead
+
+
 class RemediationAttempt(Base):
     """One action taken against a target for an incident."""
 
@@ -52,10 +61,18 @@ class RemediationAttempt(Base):
     # Who runs it (host:pid:start) and until when its heartbeat holds it (migration 0007).
     owner: Mapped[str | None] = mapped_column(String)
     lease_until: Mapped[datetime | None]
+    # Some time after it (remediation.verdicts.after), whether it fixed the failure
+    # (migration 0017): fixed, recurred, failed, overridden; written once.
+    verdict: Mapped[str | None] = mapped_column(String(16))
+    verdict_at: Mapped[datetime | None]
+    verdict_detail: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         CheckConstraint(f"status IN ({', '.join(repr(s.value) for s in AttemptStatus)})",
                         name="status"),
+        CheckConstraint("verdict IS NULL OR verdict IN "
+                        f"({', '.join(repr(v.value) for v in Verdict)})", name="verdict"),
+        Index("ix_remediation_attempts_verdict", "verdict"),
         CheckConstraint("(status = 'running') = (finished_at IS NULL)",
                         name="finished_at_matches_status"),
         Index("ix_remediation_attempts_target_requested_at", "target", "requested_at"),
@@ -75,4 +92,18 @@ class RemediationTarget(Base):
     last_failure_at: Mapped[datetime | None]
     last_success_at: Mapped[datetime | None]
     breaker_opened_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime]
+
+
+class RemediationStep(Base):
+    """A policy step demoted to approval: its recent runs were mostly not fixed (0017)."""
+
+    __tablename__ = "remediation_steps"
+
+    policy: Mapped[str] = mapped_column(String, primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    demoted_at: Mapped[datetime | None]  # None: promoted back (or never demoted)
+    demoted_reason: Mapped[str] = mapped_column(Text)
+    promoted_at: Mapped[datetime | None]
+    promoted_by: Mapped[str | None] = mapped_column(String)
     updated_at: Mapped[datetime]

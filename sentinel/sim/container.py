@@ -50,6 +50,11 @@ class ContainerSpec:
     cold_start_s: float = 20.0
     lockfile: str | None = None
     lockfile_mounted: bool = True  # the lock file's folder is bind-mounted from the host
+    # gpu: a GPU server (NVIDIA_VISIBLE_DEVICES, `--gpus all`, no XLA cache); its start is
+    # warm when `compile_cache` (VLLM_CACHE_ROOT, bind-mounted) holds files, or when none is
+    # given (the cache lives in the container's own filesystem, kept across a restart).
+    accelerator: str = "tpu"
+    compile_cache: str | None = None
 
 
 def _iso(t: float | None) -> str:
@@ -103,6 +108,13 @@ class SimContainer:
                 mounts.append({"Type": "bind", "Source": self.spec.xla_cache,
                                "Destination": self.spec.xla_cache, "Mode": "", "RW": True,
                                "Propagation": "rprivate"})
+            if self.spec.accelerator == "gpu":
+                env.append("NVIDIA_VISIBLE_DEVICES=all")
+                if self.spec.compile_cache:
+                    env.append(f"VLLM_CACHE_ROOT={self.spec.compile_cache}")
+                    mounts.append({"Type": "bind", "Source": self.spec.compile_cache,
+                                   "Destination": self.spec.compile_cache, "Mode": "",
+                                   "RW": True, "Propagation": "rprivate"})
             if self.spec.lockfile and self.spec.lockfile_mounted:  # e.g. -v /tmp:/tmp
                 folder = os.path.dirname(self.spec.lockfile)
                 mounts.append({"Type": "bind", "Source": folder, "Destination": folder,
@@ -115,7 +127,8 @@ class SimContainer:
                           "Pid": self.pid if self.running else 0, "ExitCode": self.exit_code,
                           "Error": self.error, "StartedAt": _iso(self.started_at),
                           "FinishedAt": _iso(self.finished_at)},
-                "Config": {"Image": "vllm/vllm-tpu:latest", "Env": env},
+                "Config": {"Image": self._image(), "Env": env},
+                "HostConfig": self._host_config(),
                 "Mounts": mounts,
             }
 
@@ -155,10 +168,10 @@ class SimContainer:
             return True
         if self.spec.lockfile:
             Path(self.spec.lockfile).write_text(f"{self.pid}\n")
-        cache = self.spec.xla_cache
-        warm = bool(cache) and os.path.isdir(cache or "") and any(os.scandir(cache or "."))
+        warm = self._warm()
         delay = self.spec.warm_start_s if warm else self.spec.cold_start_s
         self.event(f"loading {'warm' if warm else 'cold'} {delay}s")
+        self._log(crashlog.start_lines(self.spec.accelerator, warm, self.pid), event=False)
         timer = threading.Timer(delay, self._serving, args=(generation, warm))
         timer.daemon = True
         timer.start()
@@ -223,21 +236,44 @@ class SimContainer:
         self._log(crashlog.render(crashlog.TPU_BUSY, pid, holder))
         self.event(f"died: TPU in use by {holder}")
 
+    def _image(self) -> str:
+        return "vllm/vllm-openai:latest" if self.spec.accelerator == "gpu" \
+            else "vllm/vllm-tpu:latest"
+
+    def _host_config(self) -> dict[str, Any]:
+        if self.spec.accelerator == "gpu":  # `docker run --gpus all`
+            return {"DeviceRequests": [{"Driver": "", "Count": -1, "DeviceIDs": None,
+                                        "Capabilities": [["gpu"]], "Options": {}}]}
+        return {"Privileged": True, "DeviceRequests": None}
+
+    def _cache_dir(self) -> str | None:
+        return self.spec.compile_cache if self.spec.accelerator == "gpu" else self.spec.xla_cache
+
+    def _warm(self) -> bool:
+        cache = self._cache_dir()
+        if self.spec.accelerator == "gpu" and cache is None:
+            return True
+        return bool(cache) and os.path.isdir(cache or "") and any(os.scandir(cache or "."))
+
     def _serving(self, generation: int, warm: bool) -> None:
         with self._lock:
             if generation != self._generation or not self.running:
                 return
-        if not warm and self.spec.xla_cache:
-            Path(self.spec.xla_cache).mkdir(parents=True, exist_ok=True)
-            (Path(self.spec.xla_cache) / "jit_step_fn-compiled.bin").write_bytes(b"\0" * 1024)
+        cache = self._cache_dir()
+        if not warm and cache:  # compiling filled the cache (written as the start ends)
+            Path(cache).mkdir(parents=True, exist_ok=True)
+            (Path(cache) / "jit_step_fn-compiled.bin").write_bytes(b"\0" * 1024)
         self.sim.set_state(down=False, healthy=True)
+        self._log(["(APIServer pid=1) INFO:     Application startup complete."], event=False)
         self.event("serving")
 
-    def _log(self, lines: list[str]) -> None:
+    def _log(self, lines: list[str], event: bool = True) -> None:
+        """Print `lines` and append them to the log file; `event`: record "logged" (a crash)."""
         self.print(lines)
         if not self.spec.log_file:
             return
         with open(self.spec.log_file, "a", encoding="utf-8") as f:
             f.write("".join(f"{line}\n" for line in lines))
             f.flush()
-        self.event("logged")
+        if event:
+            self.event("logged")

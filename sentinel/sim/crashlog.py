@@ -59,3 +59,25 @@ def render(lines: list[str], pid: int, holder: int = 0, now: float | None = None
     """The template lines with pid and a vLLM-style timestamp filled in."""
     ts = time.strftime("%m-%d %H:%M:%S", time.localtime(now if now is not None else time.time()))
     return [line.format(pid=pid, ts=ts, holder=holder) for line in lines]
+
+
+_INFO = "(EngineCore_DP0 pid={pid}) INFO {ts}"
+
+
+def start_lines(accelerator: str, warm: bool, pid: int, now: float | None = None) -> list[str]:
+    """What a starting server prints: its platform, then a compile or a cache load (vLLM's
+    own wording: torch.compile on a GPU, the XLA precompilation on a TPU)."""
+    platform = "cuda" if accelerator == "gpu" else "tpu"
+    lines = [f"INFO {{ts}} [__init__.py:244] Automatically detected platform {platform}."]
+    if accelerator == "gpu" and warm:
+        lines.append(_INFO + " [backends.py:161] Directly load the compiled graph(s) for "
+                     "dynamic shape from the cache, took 3.912 s")
+    elif accelerator == "gpu":
+        lines += [_INFO + " [backends.py:508] Using cache directory: "
+                  "/root/.cache/vllm/torch_compile_cache/3f1a/rank_0_0/backbone for vLLM's "
+                  "torch.compile",
+                  _INFO + " [backends.py:215] Compiling a graph for dynamic shape takes 41.27 s"]
+    elif not warm:  # a warm TPU start compiles too, from cache hits: nothing new is written
+        lines.append(_INFO + " [tpu_model_runner.py:1330] Compiling the model with different "
+                     "input shapes.")
+    return render(lines, pid, now=now)

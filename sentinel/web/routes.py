@@ -157,7 +157,13 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
             start, end = now - (i + 1) * 7 * 86_400_000, now - i * 7 * 86_400_000
             weekly.append((f"w-{i}" if i else "this week",
                            service.stats({"since": str(start / 1000), "until": str(end / 1000)})))
-        return "stats.html", pages.stats_context(service.stats({}), weekly)
+        return "stats.html", {**pages.stats_context(service.stats({}), weekly),
+                              "verdicts": service.verdicts({}), "can_write": p.can_write}
+
+    def promote(request: Request, p: Principal) -> Response:
+        service.promote(str(request.path_params["policy"]), _int(request.path_params["step"]),
+                        p, "page")
+        return RedirectResponse("/stats#steps", status_code=303)
 
     def rule_filters(request: Request) -> tuple[dict[str, str], list[str], dict[str, str]]:
         state = request.query_params.get("state", "")
@@ -190,6 +196,8 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         Route("/targets", page(lambda q, p: (
             "targets.html", {"targets": service.target_health()["targets"]}), "Targets")),
         Route("/stats", page(stats, "Stats")),
+        Route("/stats/policies/{policy}/steps/{step}/promote", page(promote, write=True),
+              methods=["POST"]),
         Route("/silences", page(silences, "Silences")),
         Route("/silences", page(add_silence, write=True), methods=["POST"]),
         Route("/silences/{sid}/expire", page(expire, write=True), methods=["POST"]),

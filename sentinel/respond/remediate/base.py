@@ -50,6 +50,7 @@ class TargetInfo:
     # The target's own labels (a discovered pod's namespace and pod among them): an alert
     # aggregated `by (target)` lost them, and a pod action still needs them.
     labels: Mapping[str, str] = field(default_factory=dict)
+    accelerator: str = "auto"  # the target's `accelerator:` key (auto: find out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ be serial for the concurrency limit to hold); claimed attempts run in a
 pool of `max_concurrent` workers, so a slow restart never blocks the next
 evaluation or the next target's decision. A reaper thread fails, every third
 of a lease period, the running attempts whose owner died (lease.py), so their
-slots are free again while this daemon runs.
+slots are free again while this daemon runs. The same thread records the remediations'
+verdicts as they come due (verdict_job.py), every `VERDICT_PERIOD_S`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,12 +28,14 @@ from sentinel.incidents.models import Incident, IncidentStatus
 from sentinel.incidents.tracker import group_key
 from sentinel.model import Alert, AlertState
 from sentinel.quietlog import QuietFailure
-from sentinel.respond.remediate import lease, state
+from sentinel.respond.remediate import adopt, lease, state
 from sentinel.respond.remediate.engine import Candidate, Engine, Prepared
+from sentinel.respond.remediate.verdict_job import Recorded, VerdictJob
 
 log = logging.getLogger(__name__)
 
 _STOP = object()
+VERDICT_PERIOD_S = 30.0  # how often due verdicts are looked for (they are due in hours)
 
 
 def match(config: RemediationConfig, alerts: Sequence[Alert]) -> list[tuple[Alert, int]]:
@@ -64,6 +68,10 @@ class Remediator:
         self._reaper = threading.Thread(target=self._reap_loop, name="sentinel-remediate-reaper",
                                         daemon=True)
         self._reap_failure = QuietFailure(log, "reaping abandoned remediation attempts")
+        self.verdicts = VerdictJob(engine.db, engine.config, engine.pager,
+                                   engine.metrics.verdicts if engine.metrics else None)
+        self._verdict_failure = QuietFailure(log, "judging remediations")
+        self._next_verdicts = 0.0
         self._dispatch_failure = QuietFailure(log, "deciding a remediation")
 
     def start(self, stale_after_ms: int | None = None) -> Remediator:
@@ -83,12 +91,18 @@ class Remediator:
         """Fail the running attempts whose owner died; never raises."""
         try:
             reaped = lease.reap(self.engine.db, lease.owner_id(), self.engine.now_ms(),
-                                self.engine.limits)
+                                self.engine.limits, adopt.adoptable(self.engine),
+                                self.engine.config.lease_ms)
         except Exception:  # the database may be away: the next round tries again
             self._reap_failure.failed()
             return []
         self._reap_failure.ok()
         for r in reaped:
+            if r.adopted:  # it acted: what it did is checked before anything is redone
+                log.warning("remediation attempt #%d on %s was left running (%s): checking it",
+                            r.attempt_id, r.target, r.why)
+                self._check_adopted(r.attempt_id)
+                continue
             if r.withdrawn:
                 log.warning("remediation attempt #%d on %s withdrawn before acting: %s",
                             r.attempt_id, r.target, r.why)
@@ -99,10 +113,38 @@ class Remediator:
                 self.engine.metrics.abandoned.inc()
         return reaped
 
+    def _check_adopted(self, attempt_id: int) -> None:
+        lease.RUNNING.add(attempt_id)  # ours from now: no reaper takes it back meanwhile
+        try:
+            self._pool.submit(self._adopted, attempt_id)
+        except RuntimeError:  # the pool shut down (stop): its lease runs out, a reaper acts
+            lease.RUNNING.discard(attempt_id)
+
+    def _adopted(self, attempt_id: int) -> None:
+        try:
+            adopt.check(self.engine, attempt_id)
+        except Exception:
+            log.exception("checking adopted remediation attempt %d failed", attempt_id)
+            lease.RUNNING.discard(attempt_id)
+
+    def judge(self) -> list[Recorded]:
+        """Record the verdicts that are due now (verdict_job.py); never raises."""
+        self.verdicts.throughput = self.engine.throughput
+        try:
+            found = self.verdicts.run(self.engine.now_ms())
+        except Exception:  # the database may be away: the next round tries again
+            self._verdict_failure.failed()
+            return []
+        self._verdict_failure.ok()
+        return found
+
     def _reap_loop(self) -> None:
         period_s = max(0.05, self.engine.config.lease_ms / 3000)
         while not self._stopping.wait(period_s):
             self.reap()
+            if time.monotonic() >= self._next_verdicts:  # verdicts are due in hours
+                self._next_verdicts = time.monotonic() + VERDICT_PERIOD_S
+                self.judge()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop taking work; running actions finish in the background (within their timeouts)."""

@@ -36,6 +36,15 @@ class ContainerInfo:
     error: str
     env: dict[str, str]
     mounts: tuple[tuple[str, str], ...]  # (source on the host, destination in the container)
+    image: str = ""
+    devices: tuple[str, ...] = ()  # HostConfig.Devices: paths on the host (/dev/nvidia0)
+    gpus: bool = False  # HostConfig.DeviceRequests asks for GPUs (`docker run --gpus`)
+
+    def mounted(self, path: str) -> str | None:
+        """The host path of a container path under a mount; None when no mount covers it."""
+        if not any(path == m[1] or path.startswith(m[1].rstrip("/") + "/") for m in self.mounts):
+            return None
+        return self.host_path(path)
 
     def host_path(self, path: str) -> str:
         """A path inside the container as seen on the host, through its mounts."""
@@ -56,10 +65,18 @@ def parse_inspect(body: dict[str, Any]) -> ContainerInfo:
         env[key] = value
     mounts = tuple((str(m.get("Source", "")), str(m.get("Destination", "")))
                    for m in body.get("Mounts") or [])
+    host = body.get("HostConfig") or {}
+    devices = tuple(str(d.get("PathOnHost", "")) for d in host.get("Devices") or []
+                    if isinstance(d, dict))
+    gpus = any(isinstance(r, dict) and (r.get("Driver") == "nvidia" or any(
+        "gpu" in (caps or []) for caps in r.get("Capabilities") or []))
+        for r in host.get("DeviceRequests") or [])
     return ContainerInfo(name=str(body.get("Name", "")).lstrip("/"),
                          running=bool(state.get("Running")), pid=int(state.get("Pid") or 0),
                          status=str(state.get("Status", "")),
-                         error=str(state.get("Error", "")), env=env, mounts=mounts)
+                         error=str(state.get("Error", "")), env=env, mounts=mounts,
+                         image=str((body.get("Config") or {}).get("Image", "")),
+                         devices=devices, gpus=gpus)
 
 
 class DockerClient:

@@ -21,12 +21,13 @@ from typing import Protocol
 
 from sentinel.config.remediation import PolicyConfig, RemediationConfig
 from sentinel.incidents.db import Database
-from sentinel.respond.remediate import state
+from sentinel.respond.remediate import costguard, state, throughput
 from sentinel.respond.remediate.actions import ACTIONS
 from sentinel.respond.remediate.base import Action, ActionContext, TargetInfo
 from sentinel.respond.remediate.guards import Decision, Limits, Reason, Request, decide
 from sentinel.respond.remediate.lease import RUNNING, Heartbeat, owner_id
 from sentinel.respond.remediate.metrics import RemediationMetrics
+from sentinel.respond.remediate.verdict_job import demoted_step
 from sentinel.respond.remediate.verify import Verification, verify
 from sentinel.timeintervals import TimeInterval
 
@@ -110,6 +111,8 @@ class Engine:
         # Whether this daemon may still act (HA: it holds the leader lease), asked just
         # before an action starts: a leader that lost its lease after the claim must not.
         self.may_act: Callable[[], bool] = lambda: True
+        # Tokens/s of a target at a time (throughput.py): the verdicts' pre-incident level.
+        self.throughput: throughput.Throughput | None = None
         self._lock = threading.Lock()
 
     def now_ms(self) -> int:
@@ -167,15 +170,22 @@ class Engine:
             refused = Decision(False, check.reason, decision.step, check.summary)
             self._refused(c, refused, manual, spec.kind, check.data)
             return Result(refused)
+        check, too_slow = costguard.gate(self.db, self.config, c.policy, c.target, spec.kind,
+                                         decision.step, check)
+        if too_slow is not None:
+            self._refused(c, too_slow, manual, spec.kind, check.data)
+            return Result(too_slow)
         if decision.reason is Reason.DRY_RUN:
             self._note(c, decision, f"dry run: would {check.summary}", manual,
                        {"action": spec.kind, "plan": check.summary, **check.data})
             return Result(decision, detail=check.summary)
-        if c.policy.approval == "required" and not manual and not approved:
+        if not manual and not approved and (c.policy.approval == "required" or demoted_step(
+                self.db, c.policy.name, decision.step)):
             return self._park(c, decision, spec.kind, check.summary)
+        before = throughput.before(self.throughput, c.target, c.active_at_ms)
         decision, attempt_id = state.claim(self.db, claim, guards, self.now_ms(), spec.kind,
-                                           manual, {"plan": check.summary, **check.data},
-                                           owner_id(), self.config.lease_ms)
+                                           manual, {"plan": check.summary, **check.data,
+                                                    **before}, owner_id(), self.config.lease_ms)
         if attempt_id is None:  # another worker took the slot between peek and claim
             self._refused(c, decision, manual)
             return Result(decision)

@@ -5,9 +5,11 @@ Sentinel can look into: the container sets VLLM_XLA_CACHE_PATH, and that
 path lies on a volume that outlives the pod (a PersistentVolumeClaim, or a
 hostPath on the node). Anything else (no variable, the container's own
 filesystem, an emptyDir, `medium: Memory`) is gone with the pod, so a pod
-delete or a rollout recompiles for 20+ minutes: refused unless the policy
-allows cold restarts. A hostPath is warm only while the new pod lands on
-the same node (a TPU VM runs one vLLM pod, so it does).
+delete or a rollout recompiles: the engine judges that cost against the
+policy (restart_cost.py). On a GPU the same holds for the torch.compile
+cache (VLLM_CACHE_ROOT); the accelerator comes from the container's
+resources (`google.com/tpu`, `nvidia.com/gpu`) or environment. A hostPath
+is warm only while the new pod lands on the same node (a TPU VM runs one vLLM pod, so it does).
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ from sentinel.collect.kubeapi import (
 )
 from sentinel.respond.remediate.base import Check
 from sentinel.respond.remediate.guards import Reason
+from sentinel.respond.remediate.restart_cost import (
+    GPU,
+    KEY_ACCELERATOR,
+    KEY_WARM,
+    KEY_WHY,
+    TPU,
+    UNKNOWN,
+)
+from sentinel.respond.remediate.warm import DEFAULT_VLLM_CACHE_ROOT, accelerator_of, facts
 
 PERSISTENT = ("persistentVolumeClaim", "hostPath")
 POLL_S = 0.2
@@ -89,46 +100,68 @@ def siblings(client: Any, namespace: str, owner: Owner) -> list[dict[str, Any]]:
             if any(r.get("uid") == owner.uid for r in meta(p).get("ownerReferences") or [])]
 
 
-def cache_check(spec: dict[str, Any], container: str | None, allow_cold: bool,
-                what: str) -> Check:
-    """Warm when the container's VLLM_XLA_CACHE_PATH lies on a persistent volume."""
+def pod_accelerator(c: dict[str, Any], env: dict[str, str], configured: str) -> tuple[str, str]:
+    """The accelerator a pod's container asks for (resources), else its environment."""
+    resources = c.get("resources") or {}
+    asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    if configured not in (TPU, GPU) and any(k.endswith("/tpu") for k in asked):
+        return TPU, "the container's resources"
+    if configured not in (TPU, GPU) and any(k.endswith("/gpu") for k in asked):
+        return GPU, "the container's resources"
+    return accelerator_of(env, configured=configured)
+
+
+def cache_check(spec: dict[str, Any], container: str | None, what: str,
+                configured: str = "auto") -> Check:
+    """What the new pod will find: warm when its cache (TPU: VLLM_XLA_CACHE_PATH; GPU:
+    VLLM_CACHE_ROOT) lies on a persistent volume. Never a refusal: the engine judges."""
     cs = containers(spec)
     chosen = next((c for c in cs if c.get("name") == container), None) if container else \
         next((c for c in cs if any(e.get("name") == CACHE_ENV for e in c.get("env") or [])),
              cs[0] if cs else None)
     if chosen is None:
         return Check.refuse(Reason.PRECONDITION, f"no container {container!r} in the pod spec")
-    env = next((e for e in chosen.get("env") or [] if e.get("name") == CACHE_ENV), None)
-    data: dict[str, Any] = {"container": chosen.get("name"), "warm": False}
-    if env is None or not env.get("value"):
-        cold = f"container {chosen.get('name')} does not set {CACHE_ENV} (or sets it from a " \
-               "reference Sentinel does not resolve)"
-        return _cold(allow_cold, what, cold, data)
-    path = str(env["value"])
-    data["xla_cache_path"] = path
+    env = {str(e.get("name")): str(e.get("value") or "") for e in chosen.get("env") or []}
+    accel, told = pod_accelerator(chosen, env, configured)
+    data: dict[str, Any] = {"container": chosen.get("name"), "accelerator_from": told}
+    if accel == GPU:
+        path, name = env.get("VLLM_CACHE_ROOT") or DEFAULT_VLLM_CACHE_ROOT, "torch.compile cache"
+    elif accel == TPU or env.get(CACHE_ENV):
+        accel, path, name = TPU, env.get(CACHE_ENV, ""), "XLA cache"
+    else:
+        data.update(facts(UNKNOWN, None, f"the accelerator is unknown: {told} tells"))
+        return Check(True, f"{what} (warmth unknown: {data[KEY_WHY]})", data=data)
+    if not path:
+        data.update(facts(TPU, False, f"container {chosen.get('name')} does not set "
+                          f"{CACHE_ENV} (or sets it from a reference Sentinel does not "
+                          "resolve): every start compiles"))
+        return _described(what, data)
+    data["xla_cache_path" if accel == TPU else "compile_cache"] = path
     mounts = [m for m in chosen.get("volumeMounts") or []
               if path == m.get("mountPath") or path.startswith(
                   str(m.get("mountPath", "")).rstrip("/") + "/")]
+    lost = None if accel == GPU else False  # a GPU's compile cache matters less than weights
     if not mounts:
-        return _cold(allow_cold, what, f"{CACHE_ENV}={path} is on the container's own "
-                     "filesystem, lost with the pod", data)
+        data.update(facts(accel, lost, f"{name} {path} is on the container's own filesystem, "
+                          "lost with the pod"))
+        return _described(what, data)
     mount = max(mounts, key=lambda m: len(str(m.get("mountPath"))))
     volume: dict[str, Any] = next(
         (v for v in spec.get("volumes") or [] if v.get("name") == mount.get("name")), {})
     kind = next((k for k in volume if k != "name"), "none")
     data.update(volume=mount.get("name"), volume_type=kind)
     if kind not in PERSISTENT:
-        return _cold(allow_cold, what, f"{CACHE_ENV}={path} is on volume {mount.get('name')} "
-                     f"({kind}), which does not outlive the pod", data)
-    data["warm"] = True
-    return Check(True, f"{what} (warm: {path} on {kind} volume {mount.get('name')})", data=data)
+        data.update(facts(accel, lost, f"{name} {path} is on volume {mount.get('name')} "
+                          f"({kind}), which does not outlive the pod"))
+        return _described(what, data)
+    data.update(facts(accel, True, f"{name} {path} on {kind} volume {mount.get('name')}"))
+    return _described(what, data)
 
 
-def _cold(allow_cold: bool, what: str, why: str, data: dict[str, Any]) -> Check:
-    if allow_cold:
-        return Check(True, f"{what} (COLD: {why}; recompiling takes 20+ minutes)", data=data)
-    return Check.refuse(Reason.COLD_CACHE, f"{why}: the new pod would recompile for 20+ "
-                        "minutes; the policy does not allow a cold restart", **data)
+def _described(what: str, data: dict[str, Any]) -> Check:
+    state = {True: "warm", False: "COLD", None: "warmth unknown"}[data[KEY_WARM]]
+    return Check(True, f"{what} ({data[KEY_ACCELERATOR]}, {state}: {data[KEY_WHY]})",
+                 data=data)
 
 
 def url_for(target_url: str, pod: dict[str, Any]) -> str:

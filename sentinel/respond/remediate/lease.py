@@ -53,6 +53,7 @@ class Reaped:
     owner: str
     why: str
     withdrawn: bool = False  # it never acted: removed, not counted as a failure
+    adopted: bool = False  # it acted: this Sentinel owns it now and checks its effect
 
 
 class RunningAttempts:
@@ -149,8 +150,15 @@ class Heartbeat:
                 self._failure.ok()
 
 
-def reap(db: Database, owner: str, now_ms: int, limits: Limits) -> list[Reaped]:
-    """Fail running attempts of other owners whose lease ran out or who are gone."""
+def reap(db: Database, owner: str, now_ms: int, limits: Limits,
+         adopt: Callable[[RemediationAttempt], bool] | None = None, lease_ms: int = 30_000
+         ) -> list[Reaped]:
+    """Fail running attempts of other owners whose lease ran out or who are gone.
+
+    An attempt that acted and that `adopt` accepts is not failed: this owner takes it
+    over (a fresh lease), so its target stays in progress, and the caller checks what
+    the action did before anything is redone (adopt.py, issue 48).
+    """
     now = ms_to_dt(now_ms)
     out: list[Reaped] = []
     with db.session() as s:
@@ -175,6 +183,15 @@ def reap(db: Database, owner: str, now_ms: int, limits: Limits) -> list[Reaped]:
             if r.acting_at is None:  # nothing ran: the guards decide again
                 withdraw(s, r, now_ms, why)
                 out.append(Reaped(r.id, r.incident_id, r.target, r.owner, why, withdrawn=True))
+                continue
+            if adopt is not None and adopt(r):
+                previous = r.owner
+                r.owner, r.lease_until = owner, ms_to_dt(now_ms + lease_ms)
+                add_event(s, r.incident_id, now_ms,
+                          f"attempt #{r.id} was left running: {why}; checking what it did "
+                          "before anything is redone", {"phase": "adopted", "attempt": r.id,
+                                                        "owner": previous, "target": r.target})
+                out.append(Reaped(r.id, r.incident_id, r.target, previous, why, adopted=True))
                 continue
             r.status, r.finished_at, r.lease_until = AttemptStatus.FAILED, now, None
             r.detail = f"abandoned: {why}; outcome unknown"

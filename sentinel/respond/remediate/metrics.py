@@ -1,4 +1,5 @@
-"""Remediation's own metrics: decisions by reason, actions by outcome, actions in flight."""
+"""Remediation's own metrics: decisions by reason, actions by outcome and verdict, actions in
+flight."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ class RemediationMetrics:
         self.in_flight = Gauge(
             "sentinel_remediation_in_flight", "Actions running now (this daemon).",
             registry=registry)
+        self.verdicts = Counter(
+            "sentinel_remediation_verdicts_total",
+            "Remediations judged some time after (remediation.verdicts.after): fixed, "
+            "recurred, failed, overridden; by policy and action.",
+            ["policy", "action", "verdict"], registry=registry)
         self.abandoned = Counter(
             "sentinel_remediation_abandoned_total",
             "Running attempts failed because their owner stopped renewing the lease or is gone.",

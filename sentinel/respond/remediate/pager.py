@@ -43,9 +43,11 @@ class NotifyPager:
             self._recovered(incident_id, self.clock_ms(), why, data)
 
     def page(self, incident_id: int, title: str, reason: str, labels: Mapping[str, str]) -> None:
-        """Send one firing synthetic alert for the incident."""
+        """Send one firing synthetic alert for the incident (critical unless `labels` says:
+        a demotion notice is a warning)."""
         now = self.clock_ms()
-        alert_labels = labels_of({**labels, "alertname": title, "severity": "critical",
+        alert_labels = labels_of({**labels, "alertname": title,
+                                  "severity": labels.get("severity", "critical"),
                                   "incident": str(incident_id)})
         alert = Alert(group="sentinel-remediation", rule=title, labels=alert_labels,
                       annotations=labels_of({"summary": reason}), state=AlertState.FIRING,

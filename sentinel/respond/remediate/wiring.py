@@ -15,7 +15,8 @@ from sentinel.respond.remediate.metrics import RemediationMetrics
 
 def target_infos(config: Config) -> dict[str, TargetInfo]:
     """What actions may know of each configured target."""
-    return {t.name: TargetInfo(t.name, t.url, t.xla_cache_path, t.tpu, dict(t.labels))
+    return {t.name: TargetInfo(t.name, t.url, t.xla_cache_path, t.tpu, dict(t.labels),
+                                 t.accelerator)
             for t in config.targets}
 
 

@@ -3,11 +3,13 @@
 On TPU the new process fails while the old one still holds the chip
 (`/dev/vfio/0: Device or resource busy`, `The TPU is already in use by
 process with pid N`), so this is stop → wait for the container's process to
-be gone (within `exit_deadline`) → start, not one POST /restart. Before
-anything, the container's environment must set VLLM_XLA_CACHE_PATH and that
-directory (seen on the host through the container's mounts) must hold files:
-else the restart is cold (20+ minutes of compilation) and is refused unless
-the policy allows it, or a durable copy (`restore_from`) is restored first.
+be gone (within `exit_deadline`) → start, not one POST /restart. The check
+says what the restart will find: the accelerator (from the container's
+environment, devices and image, or the target's `accelerator:` key) and what
+makes it warm (TPU: VLLM_XLA_CACHE_PATH holding files, seen on the host
+through the mounts, or a durable copy `restore_from` restored first; GPU: the
+torch.compile cache and local weights). The engine turns that into an
+expected time to serve and the policy decides (restart_cost.py).
 
 Between the old process's exit and the start, the stale libtpu lock file is
 removed (see `tpu_lock.py`); a start that dies on a busy chip is retried with
@@ -31,9 +33,10 @@ from sentinel.respond.remediate.base import (
 from sentinel.respond.remediate.cachecopy import copy_tree
 from sentinel.respond.remediate.docker_api import ContainerInfo, DockerClient, DockerError
 from sentinel.respond.remediate.guards import Reason
-from sentinel.respond.remediate.warm import warm_check
+from sentinel.respond.remediate.restart_cost import GPU, KEY_WARM, KEY_WHY, TPU
+from sentinel.respond.remediate.warm import XLA_ENV, accelerator_of, facts, gpu_facts, xla_facts
 
-CACHE_ENV = "VLLM_XLA_CACHE_PATH"
+CACHE_ENV = XLA_ENV
 POLL_S = 0.05
 
 
@@ -54,23 +57,26 @@ class DockerRestart:
         return self._check_cache(ctx, name, info)
 
     def _check_cache(self, ctx: ActionContext, name: str, info: ContainerInfo) -> Check:
+        """What the restart will find (the accelerator, its caches); never a refusal: the
+        engine judges the expected cost (restart_cost.py)."""
         p: DockerRestartConfig = ctx.params
         what = f"restart container {name} (pid {info.pid or '-'}, {info.status})"
-        cache = info.env.get(CACHE_ENV)
-        if not cache:
-            if ctx.allow_cold:
-                return Check(True, f"{what} (COLD: {CACHE_ENV} is not set)",
-                             data={"container": name, "warm": False})
-            return Check.refuse(Reason.COLD_CACHE, f"container {name} does not set {CACHE_ENV}: "
-                                "every restart recompiles for 20+ minutes", container=name)
-        host_path = info.host_path(cache)
-        check = warm_check(host_path, allow_cold=False, what=what)
-        if not check.ok and p.restore_from and warm_check(p.restore_from, False, "").ok:
-            return Check(True, f"{what} after restoring the XLA cache from {p.restore_from}",
-                         data={**check.data, "container": name, "restore_from": p.restore_from})
-        if not check.ok and ctx.allow_cold:
-            check = warm_check(host_path, allow_cold=True, what=what)
-        return Check(check.ok, check.summary, check.reason, {**check.data, "container": name})
+        accel, told = accelerator_of(info.env, info.devices, info.gpus, info.image,
+                                     ctx.target.accelerator)
+        if accel == TPU:
+            cache = info.env.get(CACHE_ENV)
+            data = xla_facts(info.host_path(cache) if cache else None)
+            if cache and not data[KEY_WARM] and p.restore_from \
+                    and xla_facts(p.restore_from)[KEY_WARM]:
+                data.update({KEY_WARM: True, "restore_from": p.restore_from,
+                             KEY_WHY: f"{data[KEY_WHY]}; restored from {p.restore_from} first"})
+        elif accel == GPU:
+            data = gpu_facts(info.env, info.mounted)
+        else:
+            data = facts(accel, None, f"the accelerator is unknown: {told} tells")
+        data.update(container=name, accelerator_from=told)
+        state = {True: "warm", False: "COLD", None: "warmth unknown"}[data[KEY_WARM]]
+        return Check(True, f"{what} ({accel}, {state}: {data[KEY_WHY]})", data=data)
 
     def run(self, ctx: ActionContext) -> Outcome:
         """Check again, restore the cache if planned, stop, wait for the old process, start."""

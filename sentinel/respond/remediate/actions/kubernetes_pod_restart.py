@@ -80,7 +80,7 @@ class KubernetesPodRestart:
                                 "service (allow_last_ready: true to allow)", **data)
         what = (f"delete pod {namespace}/{name} of {owner.kind} {owner.name} "
                 f"({len(ready)}/{len(pods)} ready)")
-        cache = cache_check(pod.get("spec") or {}, p.container, ctx.allow_cold, what)
+        cache = cache_check(pod.get("spec") or {}, p.container, what, ctx.target.accelerator)
         return Check(cache.ok, cache.summary, cache.reason, {**cache.data, **data})
 
     def run(self, ctx: ActionContext) -> Outcome:

@@ -95,8 +95,9 @@ class KubernetesRolloutRestart:
             return Check.refuse(Reason.PRECONDITION, f"{p.kind} {namespace}/{name} is already "
                                 f"rolling out ({why})", **data)
         template = (obj.get("spec") or {}).get("template") or {}
-        check = cache_check(template.get("spec") or {}, p.container, ctx.allow_cold,
-                            f"rollout restart {p.kind} {namespace}/{name}")
+        check = cache_check(template.get("spec") or {}, p.container,
+                            f"rollout restart {p.kind} {namespace}/{name}",
+                            ctx.target.accelerator)
         return Check(check.ok, check.summary, check.reason, {**check.data, **data})
 
     def _from_pod(self, ctx: ActionContext, client: Any, namespace: str) -> str:

@@ -1,6 +1,7 @@
 """systemd_restart: `systemctl stop UNIT`, clear the stale libtpu lock file, `systemctl start UNIT`.
 
-Argv lists, no shell, after the warm-cache check. Stop and start are separate
+Argv lists, no shell; the check reports the XLA cache's warmth (the engine
+judges the restart's expected cost). Stop and start are separate
 so the lock file a crashed server left behind (see `tpu_lock.py`) is removed
 while nothing runs; a start that fails (the chip still held) is retried with
 backoff, `start_attempts` times. What was removed is in the outcome's data,
@@ -17,7 +18,8 @@ from sentinel.respond.remediate.actions import tpu_lock
 from sentinel.respond.remediate.actions.command import run_argv
 from sentinel.respond.remediate.base import ActionContext, Check, Outcome, TemplateError, render
 from sentinel.respond.remediate.guards import Reason
-from sentinel.respond.remediate.warm import warm_check
+from sentinel.respond.remediate.restart_cost import GPU, KEY_WARM, KEY_WHY, TPU, UNKNOWN
+from sentinel.respond.remediate.warm import facts, xla_facts
 
 
 class SystemdRestart:
@@ -34,10 +36,15 @@ class SystemdRestart:
             return Check.refuse(Reason.PRECONDITION, str(exc))
         if unit.startswith("-"):
             return Check.refuse(Reason.PRECONDITION, f"unit name {unit!r} looks like an option")
-        path = p.xla_cache_path or ctx.target.xla_cache_path or ""
-        check = warm_check(path, ctx.allow_cold, f"systemctl restart {unit}")
-        return Check(check.ok, check.summary, check.reason, {
-            **check.data, "stop_argv": [p.systemctl, "stop", "--", unit],
+        path = p.xla_cache_path or ctx.target.xla_cache_path
+        if ctx.target.accelerator == GPU or (ctx.target.accelerator != TPU and not path):
+            data = facts(ctx.target.accelerator if ctx.target.accelerator == GPU else UNKNOWN,
+                         None, f"unit {unit}: its caches are not where Sentinel looks")
+        else:
+            data = xla_facts(path)
+        state = {True: "warm", False: "COLD", None: "warmth unknown"}[data[KEY_WARM]]
+        return Check(True, f"systemctl restart {unit} ({state}: {data[KEY_WHY]})", data={
+            **data, "stop_argv": [p.systemctl, "stop", "--", unit],
             "argv": [p.systemctl, "start", "--", unit]})
 
     def run(self, ctx: ActionContext) -> Outcome:
