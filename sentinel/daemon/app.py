@@ -21,7 +21,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
-from sentinel.collect.tlssettings import TLSSettings
 from sentinel.collect.workerpool import ProcessScraper, workers_for
 from sentinel.config import Config
 from sentinel.daemon import gcpolicy, heartbeat, systemd
@@ -43,6 +42,7 @@ from sentinel.daemon.reload import (
 )
 from sentinel.daemon.remediation import DaemonRemediation
 from sentinel.daemon.scrapejobs import ScrapeJobs, first_run_ms, miss_policy
+from sentinel.daemon.scrapetarget import scrape_target
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.selfstore import write_to_store
 from sentinel.daemon.sourcejobs import SourceJobs
@@ -50,7 +50,6 @@ from sentinel.daemon.takeover import Takeover
 from sentinel.incidents.db import Database
 from sentinel.incidents.series_recorder import SeriesRecorder
 from sentinel.incidents.tracker import IncidentTracker
-from sentinel.model import labels_of
 from sentinel.promql import Engine, max_lookback_ms
 from sentinel.quietlog import QuietFailure
 from sentinel.respond.diagnose.annotations import session_runbook_annotations
@@ -759,14 +758,7 @@ class App:
 
     @staticmethod
     def _scrape_target(target) -> ScrapeTarget:  # noqa: ANN001 (config.TargetConfig)
-        return ScrapeTarget(
-            name=target.name, url=target.url, metrics_path=target.metrics_path,
-            labels=labels_of(dict(target.labels)),
-            interval_ms=target.scrape_interval_ms, timeout_ms=target.scrape_timeout_ms,
-            sample_limit=target.sample_limit, label_limit=target.label_limit,
-            auth_header=target.auth_header(), tls=_tls_settings(target.tls_config),
-            proxy_url=target.proxy_url,
-        )
+        return scrape_target(target)
 
     def _retention_ms(self, groups: list[RuleGroup]) -> int:
         """The longest range the rules (and diagnosis evidence) read, plus slack.
@@ -819,12 +811,3 @@ def _next_boundary(now_s: float, interval_ms: int) -> datetime:
 
 def _now_dt() -> datetime:
     return datetime.now(tz=UTC)
-
-
-def _tls_settings(cfg: Any) -> TLSSettings | None:  # noqa: ANN401 (config.scrapeclient.TLSConfig)
-    """The scrape's TLS settings from a target's tls_config (paths relative to the config's
-    folder are resolved by the config model)."""
-    if cfg is None:
-        return None
-    return TLSSettings(cfg.ca_file, cfg.cert_file, cfg.key_file, cfg.server_name,
-                       cfg.insecure_skip_verify)
