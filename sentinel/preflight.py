@@ -249,7 +249,7 @@ def check_database(config: Config) -> list[Finding]:
     except ImportError:
         return [Finding(UNAVAILABLE, "database", f"{_safe(config.database)}: PostgreSQL needs "
                         f"the {driver} driver, which this Python does not have: pip install "
-                        "'sentinel-sre[postgres]'")]
+                        "'psycopg[binary]' (from a clone: pip install '.[postgres]')")]
     return _check_postgresql(config.database)
 
 

@@ -9,7 +9,7 @@ that hand off to the module that does the work:
     remediate.py  remediate              logs.py       logs classify
     diagnose.py   diagnose               silence.py    silence add|list|expire
     api.py        approvals, mcp         common.py     --config/--database and how they are read
-    completion.py completion bash|zsh
+    completion.py completion bash|zsh    init.py       init (a first config, the examples)
 
 The stages never import from here. Building the parser imports nothing but
 argparse and these modules: handlers import what they need when they run, so
@@ -29,6 +29,7 @@ from sentinel.cli import (
     completion,
     diagnose,
     incidents,
+    init,
     logs,
     remediate,
     run,
@@ -38,6 +39,7 @@ from sentinel.cli import (
 
 EPILOG = """\
 examples:
+  sentinel init --url http://10.0.0.5:8000   # a first config for your servers
   sentinel demo                          # scripted failures against the bundled simulators
   sentinel run -c sentinel.yaml          # the daemon
   sentinel check config sentinel.yaml    # validate a config file
@@ -134,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action=_VersionAction, nargs=0,
                    help="print the version, commit, Python and platform, and exit")
     sub = p.add_subparsers(title="commands", metavar="COMMAND")
+    init.add_parser(sub)
     run.add_parser(sub)
     sim.add_parser(sub)
     remediate.add_parser(sub)
