@@ -114,7 +114,9 @@ def preflight_reload(config: Config, source: str | None) -> Preflight:
     the listen address and the database, which it holds (changing them needs a restart)."""
     from sentinel.preflightchecks import check_tls_files
 
-    return _with_rules(config, source, check_log_files(config) + check_tls_files(config))
+    # The listen address stays, but tokens follow the file: none off loopback is refused.
+    found = check_listen(config, False, offline=True) + check_log_files(config)
+    return _with_rules(config, source, found + check_tls_files(config))
 
 
 def _with_rules(config: Config, source: str | None, found: list[Finding],

@@ -109,6 +109,7 @@ class App:
                                  ReloadMetrics(self.metrics.registry, clock()), clock)
         self._db: Database | None = None
         self._service: Any = None  # the API's ApiService: its target list follows reloads
+        self._auth: Any = None  # the API's Auth: its tokens follow reloads
         self.pipeline: Pipeline | None = None
         self.engine: Engine | None = None
         self.query: DaemonBackend | None = None  # what rules read (query_backend:, issue 16)
@@ -222,6 +223,7 @@ class App:
                                            self._now_ms)
         surfaces = self._surfaces(db, host)
         self._service = surfaces.service
+        self._auth = surfaces.auth
         self.status = StatusServer(host, port, self.metrics.registry, self.ready,
                                    surfaces.routes, surfaces.lifespans, healthy=self.healthy,
                                    role=self.lease.describe if self.lease is not None else None,
@@ -340,6 +342,10 @@ class App:
         if (old.remediation, old.time_intervals) != (new.remediation, new.time_intervals):
             self._swap_remediation(new)
         self._swap_rules(groups)
+        if self._auth is not None and old.api.tokens != new.api.tokens:
+            self._auth.replace_tokens(new.api.tokens)
+            log.info("api tokens reloaded: %d (%s)", len(new.api.tokens),
+                     ", ".join(f"{t.name}:{t.role}" for t in new.api.tokens) or "none")
         if self._service is not None:
             from sentinel.api.alerts_v2 import AlertRouting
 

@@ -193,7 +193,8 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         Route("/silences", page(silences, "Silences")),
         Route("/silences", page(add_silence, write=True), methods=["POST"]),
         Route("/silences/{sid}/expire", page(expire, write=True), methods=["POST"]),
-        Route("/login", lambda q: _html(pages.layout_page("login.html", "log in"))),
+        Route("/login", lambda q: _html(pages.layout_page("login.html", "log in",
+                                                          no_tokens=not auth.has_tokens))),
         Route("/login", _login(auth), methods=["POST"]),
         Route("/logout", _logout(auth)),
         Route("/static/{name}", _static),
@@ -207,7 +208,9 @@ def _login(auth: Auth) -> Callable[[Request], Response]:
             p = auth.check_token(token)
         except ApiError:
             time.sleep(0.2)  # a little friction for guessing through the form
-            return _html(pages.layout_page("login.html", "log in", error="unknown token"), 401)
+            error = "no tokens are configured" if not auth.has_tokens else "unknown token"
+            return _html(pages.layout_page("login.html", "log in", error=error,
+                                           no_tokens=not auth.has_tokens), 401)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(SESSION_COOKIE, auth.new_session(p), max_age=SESSION_TTL_S,
                             httponly=True, samesite="strict", path="/")
