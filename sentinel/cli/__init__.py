@@ -76,6 +76,11 @@ def console() -> None:
     commands leave no thread, temporary file or buffered log behind; every
     other command exits normally.
     """
+    if sys.argv[1:2] == ["run"]:
+        # Before the imports: SIGHUP's default action would end a daemon that is starting.
+        from sentinel.daemon.startsignals import hold_sighup
+
+        hold_sighup()
     code, quick = _run(None)
     if quick:
         try:
