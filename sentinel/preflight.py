@@ -106,7 +106,9 @@ def preflight(config: Config, source: str | None, *, listen_flag: bool = False,
         found += check_database(config) + check_log_files(config)
     if network and not offline:
         found += check_network(config)
-    return _with_rules(config, source, found, strict)
+    from sentinel.notifycheck import who_is_told
+
+    return _with_rules(config, source, found + who_is_told(config), strict)
 
 
 def preflight_reload(config: Config, source: str | None) -> Preflight:
