@@ -74,12 +74,17 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
     def index(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
         filters = {k: v for k, v in request.query_params.items() if k in LIST_FILTERS and v}
         listing = {k: v for k, v in filters.items() if k != "cursor"}
-        open_now = service.incidents({**{k: v for k, v in listing.items() if k != "status"},
-                                      "status": "open", "limit": "100"})
-        page_ = service.incidents(filters)
-        source = "/fragments/incidents?" + urlencode(filters)
-        return "incidents.html", pages.incident_list_context(open_now["incidents"], page_,
-                                                             listing, source)
+        open_filters = {**{k: v for k, v in listing.items() if k != "status"},
+                        "status": "open", "limit": "100"}
+        open_now = service.incidents(open_filters)
+        # History below "Open now": without a status asked for, the incidents that are
+        # over, so an open one is not listed twice (once with no duration).
+        history = filters if "status" in filters else {**filters, "status": "resolved"}
+        page_ = service.incidents(history)
+        source = "/fragments/incidents?" + urlencode(history)
+        return "incidents.html", {
+            **pages.incident_list_context(open_now["incidents"], page_, listing, source),
+            "open_source": "/fragments/incidents?" + urlencode(open_filters)}
 
     def rows(request: Request, p: Principal) -> Response:
         filters = {k: v for k, v in request.query_params.items() if k in LIST_FILTERS and v}
