@@ -86,6 +86,11 @@ def test_examples_are_copied_out_of_the_package(tmp_path):
     assert out.returncode == 0, out.stderr
     for name in ("examples/minimal.yaml", "sentinel.service", "grafana/sentinel.json"):
         assert (tmp_path / "deploy" / name).is_file(), out.stdout
+    # The unit names this installation's sentinel: a venv is not on systemd's path.
+    unit = (tmp_path / "deploy" / "sentinel.service").read_text()
+    start = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    exe = start.removeprefix("ExecStart=").split()[0]
+    assert Path(exe).is_absolute() and Path(exe).is_file(), start
     again = subprocess.run(SENTINEL + ["init", "--examples", str(tmp_path / "deploy")],
                            capture_output=True, text=True, timeout=90, env=_env())
     assert "kept " in again.stdout
