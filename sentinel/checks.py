@@ -72,6 +72,7 @@ def scrape_check(config: Config, groups: list[RuleGroup], out: TextIO, err: Text
     from sentinel.collect.scrape import Scraper
     from sentinel.daemon.scrapetarget import scrape_target
     from sentinel.rules.metriccheck import find_missing, rule_requirements, store_has
+    from sentinel.rules.vllmnames import with_suggestion
     from sentinel.store import MemoryStore
 
     store = MemoryStore()
@@ -96,5 +97,5 @@ def scrape_check(config: Config, groups: list[RuleGroup], out: TextIO, err: Text
     present = store_has(store, now_ms, 60_000)
     missing = find_missing(rule_requirements(groups), present)
     for m in missing:
-        print(f"BLIND: {m.with_suggestion(present)}", file=err)
+        print(f"BLIND: {with_suggestion(m, present)}", file=err)
     return 1 if missing else 0

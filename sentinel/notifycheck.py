@@ -8,19 +8,14 @@ warning when warnings reach a PagerDuty receiver (a pager by construction).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sentinel.config import Config
-
-if TYPE_CHECKING:
-    from sentinel.preflight import Finding
+from sentinel.findings import NOTE, WARNING, Finding
 
 TIMELINE_ONLY = "no receiver (the web page and the incident timeline only)"
 
 
 def who_is_told(config: Config) -> list[Finding]:
     """One note per kind of message; a warning when warnings page a PagerDuty receiver."""
-    from sentinel.preflight import NOTE, WARNING, Finding
 
     kinds = {r.name: next(k for k in ("webhook", "slack", "pagerduty", "alertmanager")
                           if getattr(r, k) is not None) for r in config.receivers}

@@ -40,29 +40,12 @@ from typing import TYPE_CHECKING
 from sentinel.config import Config
 from sentinel.config.load import format_path
 from sentinel.config.model import split_listen
+from sentinel.findings import ERROR, NOTE, UNAVAILABLE, WARNING, Finding
 
 if TYPE_CHECKING:
     from sentinel.rules.loader import RuleGroup
 
-ERROR = "error"  # the configuration itself is wrong: fix the file
-UNAVAILABLE = "unavailable"  # the configuration is fine, this host cannot run it now
-WARNING = "warning"  # `run` starts, but probably not as meant
-NOTE = "note"  # said at start, so nobody has to guess (the bundled rules)
-
 PG_CONNECT_TIMEOUT_S = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One line of the pre-flight: where, which key, what is wrong and the fix."""
-
-    kind: str  # ERROR, UNAVAILABLE, WARNING or NOTE
-    key: str  # the dotted key, `--listen` when the flag set it, "" for a rule file's own line
-    message: str
-    where: str = ""  # FILE:LINE of the key, or a rule file's FILE:LINE:COL
-
-    def __str__(self) -> str:
-        return ": ".join(p for p in (self.where, self.key, self.message) if p)
 
 
 @dataclass
@@ -99,6 +82,7 @@ def preflight(config: Config, source: str | None, *, listen_flag: bool = False,
     `network`: also reach the model endpoints and receivers. `strict`: a rule
     selecting a name vLLM does not expose is an error, not a warning.
     """
+    from sentinel.notifycheck import who_is_told
     from sentinel.preflightchecks import check_network, check_tls_files
 
     found = check_listen(config, listen_flag, offline, for_run) + check_tls_files(config)
@@ -106,8 +90,6 @@ def preflight(config: Config, source: str | None, *, listen_flag: bool = False,
         found += check_database(config) + check_log_files(config)
     if network and not offline:
         found += check_network(config)
-    from sentinel.notifycheck import who_is_told
-
     return _with_rules(config, source, found + who_is_told(config), strict)
 
 

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 from sentinel.collect.tlssettings import TLSSettings, tls_problem
 from sentinel.config import Config
 from sentinel.config.load import format_path
+from sentinel.findings import ERROR, UNAVAILABLE, WARNING, Finding
 
 if TYPE_CHECKING:
-    from sentinel.preflight import Finding
     from sentinel.rules.loader import RuleGroup
 
 NETWORK_TIMEOUT_S = 5.0
@@ -32,7 +32,6 @@ NETWORK_TIMEOUT_S = 5.0
 
 def check_tls_files(config: Config) -> list[Finding]:
     """Each target's TLS files, loaded as the scraper loads them (once per distinct set)."""
-    from sentinel.preflight import ERROR, Finding
 
     out: list[Finding] = []
     seen: set[TLSSettings] = set()
@@ -58,7 +57,6 @@ def check_rule_metrics(groups: list[RuleGroup], strict: bool) -> list[Finding]:
     A warning (an error with `strict`): vLLM adds metrics faster than Sentinel's list
     grows, but a misspelt name is a rule that can never fire.
     """
-    from sentinel.preflight import ERROR, WARNING, Finding
     from sentinel.rules.metriccheck import selected_names
     from sentinel.rules.vllmnames import did_you_mean, is_known
 
@@ -107,7 +105,6 @@ def check_network(config: Config) -> list[Finding]:
 def _check_model(i: int, endpoint: object) -> Finding | None:
     import httpx
 
-    from sentinel.preflight import UNAVAILABLE, Finding
 
     key = format_path(("diagnosis", "endpoints", i, "url"))
     url = str(getattr(endpoint, "url", "")).removesuffix("/v1") + "/v1/models"
@@ -128,7 +125,6 @@ def _check_model(i: int, endpoint: object) -> Finding | None:
 
 def _check_receiver(key: str, url: str) -> Finding | None:
     """A TCP connection to the receiver's host and port; nothing is sent (no test page)."""
-    from sentinel.preflight import UNAVAILABLE, Finding
 
     u = urlsplit(url)
     origin = f"{u.scheme}://{u.hostname}" + (f":{u.port}" if u.port else "")

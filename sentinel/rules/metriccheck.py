@@ -66,17 +66,6 @@ class MissingMetric:
             return f"{text}: vLLM renamed it, use {self.replacement}"
         return f"{text}: {self.note}" if self.note else text
 
-    def with_suggestion(self, present: Callable[[str], bool]) -> str:
-        """`message()`, and for a name no target has, the closest name that one has."""
-        if self.replacement or self.note:
-            return self.message()
-        from sentinel.rules.vllmnames import did_you_mean
-
-        guess = did_you_mean(self.metric)
-        if guess is not None and present(guess):
-            return f"{self.message()}: did you mean {guess}?"
-        return self.message()
-
 
 def selected_names(expr: n.Expr) -> list[frozenset[str]]:
     """The metric names an expression needs: a list of groups, any one name of a group will do."""

@@ -10,6 +10,10 @@ adds metrics faster than Sentinel learns them.
 from __future__ import annotations
 
 import difflib
+import functools
+from collections.abc import Callable
+
+from sentinel.rules.metriccheck import OPTIONAL, REMOVED, RENAMED, MissingMetric
 
 # Base names (counters without `_total`, histograms without `_bucket/_sum/_count`).
 KNOWN_VLLM: frozenset[str] = frozenset({
@@ -65,8 +69,17 @@ def did_you_mean(name: str) -> str | None:
     return None
 
 
+def with_suggestion(m: MissingMetric, present: Callable[[str], bool]) -> str:
+    """`m.message()`, and for a name no target has, the closest name that one has."""
+    if m.replacement or m.note:
+        return m.message()
+    guess = did_you_mean(m.metric)
+    if guess is not None and present(guess):
+        return f"{m.message()}: did you mean {guess}?"
+    return m.message()
+
+
+@functools.cache
 def _all_known() -> frozenset[str]:
     """KNOWN_VLLM and the renamed and removed names (metriccheck), which are real too."""
-    from sentinel.rules.metriccheck import OPTIONAL, REMOVED, RENAMED
-
     return KNOWN_VLLM | frozenset(RENAMED) | REMOVED | OPTIONAL
