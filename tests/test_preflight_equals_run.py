@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fixtures_ports import free_port
 from test_preflight import QUIET, refusal
-from test_scrape_client import PAGE, TOKEN, _Server
+from test_scrape_client import PAGE, TOKEN, _Server, _tls_server, pki  # noqa: F401 (fixture)
 
 from sentinel import exitcodes
 from sentinel.checks import check_config
@@ -180,3 +180,31 @@ def test_scrape_sends_the_targets_authorization(tmp_path, capsys):
         assert TOKEN not in captured.out + captured.err
     finally:
         server.stop()
+
+
+def test_scrape_trusts_the_targets_private_ca(tmp_path, pki, capsys):  # noqa: F811
+    """A private-CA target: a false failure before (the scrape ignored tls_config)."""
+    server = _tls_server(pki)
+    try:
+        cfg = tmp_path / "sentinel.yaml"
+        cfg.write_text(QUIET + f"targets:\n  - name: a\n    url: '{server.url}'\n"
+                       f"    tls_config: {{ca_file: '{pki['ca']}', "
+                       "server_name: metrics.internal}\n")
+        assert check_config(str(cfg), sys.stdout, sys.stderr, scrape=True, offline=True) == 0
+        assert "scraped a:" in capsys.readouterr().out
+    finally:
+        server.stop()
+
+
+def test_scrape_goes_through_the_targets_proxy(tmp_path, capsys):
+    """Behind a proxy: a false success before (the scrape went direct, or nowhere)."""
+    proxy = _Server()  # answers the page itself: what matters is that it was asked
+    try:
+        cfg = tmp_path / "sentinel.yaml"
+        cfg.write_text(QUIET + "targets:\n  - name: a\n    url: 'http://vllm-7.internal:8000'\n"
+                       f"    proxy_url: '{proxy.url}'\n")
+        assert check_config(str(cfg), sys.stdout, sys.stderr, scrape=True, offline=True) == 0
+        assert [line for line, _ in proxy.seen] == [
+            "GET http://vllm-7.internal:8000/metrics HTTP/1.1"]
+    finally:
+        proxy.stop()
