@@ -95,3 +95,49 @@ def test_examples_are_copied_out_of_the_package(tmp_path):
                            capture_output=True, text=True, timeout=90, env=_env())
     assert "kept " in again.stdout
     assert not [ln for ln in again.stdout.splitlines() if ln.startswith("copied ")]
+
+
+def test_at_a_terminal_init_asks_for_the_urls(tmp_path):
+    """No --url at a terminal: one question a server, an empty answer ends the list."""
+    import os
+    import pty
+    import select
+
+    from sentinel.sim.server import start_sim
+
+    sim = start_sim(auto_traffic=False)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: `sentinel init` with the pty as its terminal
+        os.chdir(tmp_path)
+        os.execve(sys.executable, [*SENTINEL, "init", "--listen", "127.0.0.1:0"], _env())
+    try:
+        said = b""
+
+        def read_until(marker: bytes) -> None:
+            nonlocal said
+            while marker not in said:
+                ready, _, _ = select.select([fd], [], [], 120)
+                assert ready, said.decode(errors="replace")
+                said += os.read(fd, 4096)
+
+        read_until(b"vLLM server URL 1")
+        os.write(fd, sim.url.removeprefix("http://").encode() + b"\n")  # scheme optional
+        read_until(b"vLLM server URL 2")
+        os.write(fd, b"\n")
+        while True:  # drain to the end: a full terminal buffer would block the child
+            ready, _, _ = select.select([fd], [], [], 120)
+            assert ready, said.decode(errors="replace")
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            said += chunk
+        assert b"wrote sentinel.yaml" in said
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+        sim.stop()
+    assert os.waitstatus_to_exitcode(status) == 0, said.decode(errors="replace")
+    assert f"url: {sim.url}" in (tmp_path / "sentinel.yaml").read_text()
