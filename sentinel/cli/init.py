@@ -86,7 +86,9 @@ def _write(urls: list[str], out: Path, args: argparse.Namespace) -> int:
     for url in urls:
         found = look(url, sockets)
         print(f"{url}: " + ("vLLM " + (found.version or "?") + f", model {found.model}, "
-              f"accelerator {found.accelerator}" if found.answered else "no vLLM metrics")
+              f"accelerator {found.accelerator}" if found.answered else "no vLLM metrics "
+              f"({found.problems[0] if found.problems else 'none exposed'}); written anyway, "
+              "with a comment")
               + (f", container {found.container.name}" if found.container else ""))
         looks.append(found)
     text = render(looks, InitOptions(args.listen, args.webhook_env),

@@ -69,10 +69,12 @@ def look(url: str, sockets: list[str]) -> ServerLook:
     """Ask the server at `url` (base URL, no /metrics) and the Docker sockets about it."""
     url = url.rstrip("/")
     problems: list[str] = []
+    version = model = None
     with httpx.Client(timeout=TIMEOUT_S) as client:
         metrics = _metric_names(client, url, problems)
-        version = _json_field(client, f"{url}/version", ("version",), problems)
-        model = _json_field(client, f"{url}/v1/models", ("data", 0, "id"), problems)
+        if not problems:  # a server that did not answer /metrics will not answer these
+            version = _json_field(client, f"{url}/version", ("version",), problems)
+            model = _json_field(client, f"{url}/v1/models", ("data", 0, "id"), problems)
     reachable = [s for s in sockets if os.path.exists(s)]
     container = None
     for sock in reachable:

@@ -59,7 +59,7 @@ def _targets(looks: Sequence[ServerLook], names: list[str]) -> str:
     lines = ["targets:"]
     for look, name in zip(looks, names, strict=True):
         lines += [f"  # {_said(look)}"]
-        lines += [f"  #   not asked: {p}" for p in look.problems]
+        lines += [f"  #   unanswered: {p}" for p in look.problems]
         lines += [f"  - name: {name}", f"    url: {look.url}"]
         if look.container is not None:
             c = look.container
