@@ -1,4 +1,4 @@
-"""Ship rules/ and migrations/ inside the wheel, and the commit it was built from.
+"""Ship rules/, migrations/ and deploy/ inside the wheel, and the commit it was built from.
 
 The folders stay at the top of the repository (where operators and promtool
 look for them), and a wheel built from it carries a copy under
@@ -21,7 +21,9 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.command.sdist import sdist
 
-BUNDLED = ("rules", "migrations")
+# deploy/: the example configs, the systemd unit and the dashboards, for a wheel
+# user (`sentinel init --examples DIR` copies them out).
+BUNDLED = ("rules", "migrations", "deploy")
 
 
 class BuildPyWithBundled(build_py):

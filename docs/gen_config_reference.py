@@ -342,7 +342,16 @@ def _description(key: str, model: type[BaseModel], name: str, field: Any, inner:
         text += "."
     if not field.repr:
         text = (text + " " if text else "") + "Secret: redacted from logs, never stored."
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _escape_html(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _escape_html(text: str) -> str:
+    """`<` and `>` outside code spans as entities: Markdown would take `<listen>` for a tag
+    and render `http://<listen>` as "http://." (inside backticks they show as written)."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # even parts are outside code spans
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
 
 
 _YAML_KEY = re.compile(r"^(\s*)(- )?([a-z_]+):(?:\s|$)")

@@ -24,20 +24,22 @@ from sentinel.rules.loader import AlertingRule, RuleGroup
 
 
 def check_config(path: str, out: TextIO, err: TextIO, *, strict: bool = False,
-                 scrape: bool = False, offline: bool = False) -> int:
+                 scrape: bool = False, offline: bool = False, network: bool = False) -> int:
     """Print a redacted summary and return 0 when `run` would start with this config.
 
     Everything `run` refuses is refused here first, with the same lines and exit code
     (`sentinel.preflight`). A reference to an alert no loaded rule defines is a
     warning, an error when `strict`; so is a TPU-only setting on a target configured
-    `accelerator: gpu`. `offline` skips the checks that ask this host.
+    `accelerator: gpu`. `offline` skips the checks that ask this host; `network`
+    reaches the model endpoints and receivers (exit 4 when one does not answer).
     """
     try:
         config = load_config(path)
     except (ConfigError, OSError) as exc:
         print("\n".join(load_error_lines(exc, path)), file=err)
         return exitcodes.CONFIG
-    pf = preflight(config, path, offline=offline, for_run=False)
+    pf = preflight(config, path, offline=offline, for_run=False, network=network,
+                   strict=strict)
     for line in finding_lines(pf.findings):
         print(line, file=err)
     if pf.refused:
@@ -78,9 +80,10 @@ def _unknown_alert_lines(path: str, config: Config, groups: list[RuleGroup]) -> 
 
 def scrape_check(config: Config, groups: list[RuleGroup], out: TextIO, err: TextIO) -> int:
     """Scrape every target once; 1 when a rule would be blind, or when no target answered."""
-    from sentinel.collect.scrape import Scraper, ScrapeTarget
-    from sentinel.model import labels_of
+    from sentinel.collect.scrape import Scraper
+    from sentinel.daemon.scrapetarget import scrape_target
     from sentinel.rules.metriccheck import find_missing, rule_requirements, store_has
+    from sentinel.rules.vllmnames import with_suggestion
     from sentinel.store import MemoryStore
 
     store = MemoryStore()
@@ -89,10 +92,8 @@ def scrape_check(config: Config, groups: list[RuleGroup], out: TextIO, err: Text
     answered = 0
     try:
         for t in config.targets:
-            result = scraper.scrape(ScrapeTarget(
-                name=t.name, url=t.url, metrics_path=t.metrics_path,
-                labels=labels_of(dict(t.labels)), interval_ms=t.scrape_interval_ms,
-                timeout_ms=t.scrape_timeout_ms), now_ms)
+            # As `run` scrapes: its auth header, CA, client certificate and proxy.
+            result = scraper.scrape(scrape_target(t), now_ms)
             if result.up:
                 answered += 1
                 print(f"scraped {t.name}: {result.samples} samples", file=out)
@@ -104,7 +105,8 @@ def scrape_check(config: Config, groups: list[RuleGroup], out: TextIO, err: Text
         print("no target could be scraped: cannot tell whether the rules see their metrics",
               file=err)
         return 1
-    missing = find_missing(rule_requirements(groups), store_has(store, now_ms, 60_000))
+    present = store_has(store, now_ms, 60_000)
+    missing = find_missing(rule_requirements(groups), present)
     for m in missing:
-        print(f"BLIND: {m.message()}", file=err)
+        print(f"BLIND: {with_suggestion(m, present)}", file=err)
     return 1 if missing else 0

@@ -16,6 +16,9 @@ the checks that need the host or more than one key:
                 PostgreSQL reachable, not a standby, writable by its user
     rules       the rule files and the crash signatures parse
     log files   readable by this user (missing: a warning; vLLM may not have started)
+    tls files   loaded as the scraper loads them (preflightchecks.py)
+    metrics     each `vllm:` name a rule selects is one vLLM exposes, with a did-you-mean
+    network     only when asked (`check config --network`): model endpoints and receivers
 
 `offline=True` skips the checks that ask the host (listen, database, log
 files), for a config written for another machine.
@@ -37,29 +40,12 @@ from typing import TYPE_CHECKING
 from sentinel.config import Config
 from sentinel.config.load import format_path
 from sentinel.config.model import split_listen
+from sentinel.findings import ERROR, NOTE, UNAVAILABLE, WARNING, Finding
 
 if TYPE_CHECKING:
     from sentinel.rules.loader import RuleGroup
 
-ERROR = "error"  # the configuration itself is wrong: fix the file
-UNAVAILABLE = "unavailable"  # the configuration is fine, this host cannot run it now
-WARNING = "warning"  # `run` starts, but probably not as meant
-NOTE = "note"  # said at start, so nobody has to guess (the bundled rules)
-
 PG_CONNECT_TIMEOUT_S = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One line of the pre-flight: where, which key, what is wrong and the fix."""
-
-    kind: str  # ERROR, UNAVAILABLE, WARNING or NOTE
-    key: str  # the dotted key, `--listen` when the flag set it, "" for a rule file's own line
-    message: str
-    where: str = ""  # FILE:LINE of the key, or a rule file's FILE:LINE:COL
-
-    def __str__(self) -> str:
-        return ": ".join(p for p in (self.where, self.key, self.message) if p)
 
 
 @dataclass
@@ -86,29 +72,44 @@ def finding_lines(findings: list[Finding]) -> list[str]:
 
 
 def preflight(config: Config, source: str | None, *, listen_flag: bool = False,
-              offline: bool = False, for_run: bool = True) -> Preflight:
+              offline: bool = False, for_run: bool = True, network: bool = False,
+              strict: bool = False) -> Preflight:
     """Run every check; `source` is the config file (None: the built-in defaults).
 
     `listen_flag`: `listen` came from --listen (findings name the flag). `for_run`
     False (check config): an address held by a running Sentinel is a warning, as
     checking a config before restarting the daemon is what check config is for.
+    `network`: also reach the model endpoints and receivers. `strict`: a rule
+    selecting a name vLLM does not expose is an error, not a warning.
     """
-    found = check_listen(config, listen_flag, offline, for_run)
+    from sentinel.notifycheck import who_is_told
+    from sentinel.preflightchecks import check_network, check_tls_files
+
+    found = check_listen(config, listen_flag, offline, for_run) + check_tls_files(config)
     if not offline:
         found += check_database(config) + check_log_files(config)
-    return _with_rules(config, source, found)
+    if network and not offline:
+        found += check_network(config)
+    return _with_rules(config, source, found + who_is_told(config), strict)
 
 
 def preflight_reload(config: Config, source: str | None) -> Preflight:
     """What a running daemon checks before it takes a reloaded file: `run`'s checks but
     the listen address and the database, which it holds (changing them needs a restart)."""
-    return _with_rules(config, source, check_log_files(config))
+    from sentinel.preflightchecks import check_tls_files
+
+    # The listen address stays, but tokens follow the file: none off loopback is refused.
+    found = check_listen(config, False, offline=True) + check_log_files(config)
+    return _with_rules(config, source, found + check_tls_files(config))
 
 
-def _with_rules(config: Config, source: str | None, found: list[Finding]) -> Preflight:
+def _with_rules(config: Config, source: str | None, found: list[Finding],
+                strict: bool = False) -> Preflight:
     """`found` and the rule checks, each finding about a key placed at its FILE:LINE."""
+    from sentinel.preflightchecks import check_rule_metrics
+
     rule_findings, groups = check_rules(config)
-    rule_findings += check_rules_answerable(config, groups)
+    rule_findings += check_rules_answerable(config, groups) + check_rule_metrics(groups, strict)
     where = _locator(source)
     # Each finding about a key gets the key's FILE:LINE; a rule file's own lines have theirs.
     placed = [f if f.where or not f.key or f.key.startswith("--")
@@ -130,7 +131,9 @@ def _locator(source: str | None) -> Callable[[str], str]:
     lines = {format_path(p): line for p, line in doc.lines.items()}
 
     def where(key: str) -> str:
-        line = lines.get(key)
+        # A target's client keys may be inherited from the top level: point there.
+        line = lines.get(key) or lines.get(key.split(".", 1)[-1] if key.startswith("targets[")
+                                            else key)
         return f"{source}:{line}" if line else source
 
     return where
@@ -232,7 +235,7 @@ def check_database(config: Config) -> list[Finding]:
     except ImportError:
         return [Finding(UNAVAILABLE, "database", f"{_safe(config.database)}: PostgreSQL needs "
                         f"the {driver} driver, which this Python does not have: pip install "
-                        "'sentinel-sre[postgres]'")]
+                        "'psycopg[binary]' (from a clone: pip install '.[postgres]')")]
     return _check_postgresql(config.database)
 
 

@@ -39,7 +39,10 @@ _QUERY_SECRET = re.compile(
     re.IGNORECASE,
 )
 _AUTH_HEADER = re.compile(
-    r"(?P<pre>\bauthorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token)?\s*)[^\s\"',}]+",
+    # On one line (a YAML mapping under `authorization:` is not a header), and not YAML's
+    # null: `authorization: null` is a target without one (check config's summary).
+    r"(?P<pre>\bauthorization[\"']?[ \t]*[:=][ \t]*[\"']?(?:bearer|basic|token)?[ \t]*)"
+    r"(?!null(?:[\s\"',}]|$))[^\s\"',}]+",
     re.IGNORECASE,
 )
 

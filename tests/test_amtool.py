@@ -70,6 +70,7 @@ def _run(amtool: str, url: str, http_config: Path | None, *args: str) -> str:
         cmd.insert(2, f"--http.config.file={http_config}")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
+    assert "Warning" not in out.stderr, out.stderr  # e.g. the version warning (issue 53)
     return out.stdout
 
 

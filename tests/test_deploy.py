@@ -36,7 +36,7 @@ def _need(program: str) -> str:
 @pytest.fixture
 def unit_copy(tmp_path: Path) -> Path:
     """The unit with ExecStart pointing at an executable that exists here."""
-    text = UNIT.read_text().replace("/usr/local/bin/sentinel", "/bin/true")
+    text = UNIT.read_text().replace("ExecStart=sentinel ", "ExecStart=/bin/true ")
     path = tmp_path / "sentinel.service"
     path.write_text(text)
     return path

@@ -87,3 +87,14 @@ def test_hand_written_descriptions_name_only_keys_that_exist() -> None:
     gen = _generator()
     keys = {r.key for r in gen.rows(describe=False)}
     assert set(gen.EXTRA) - keys == set()
+
+
+def test_no_description_holds_a_bare_angle_bracket() -> None:
+    """`http://<listen>` outside a code span renders as "http://." (issue 53)."""
+    page = (ROOT / "docs" / "reference" / "configuration.md").read_text()
+    rows = [ln for ln in page.splitlines() if ln.startswith("| `")]
+    assert rows
+    for row in rows:
+        prose = re.sub(r"`[^`]*`", "", row)
+        assert "<" not in prose and ">" not in prose, row
+    assert "Default: http://&lt;listen&gt;." in page

@@ -150,3 +150,59 @@ def test_check_config_scrape_fails_when_no_target_answers(tmp_path, capsys):
     path = _config(tmp_path, "http://127.0.0.1:9", [str(REPO / "rules" / "vllm.yaml")])
     assert check_config(str(path), sys.stdout, sys.stderr, scrape=True) == 1
     assert "no target could be scraped" in capsys.readouterr().err
+
+
+def _job_over(store, groups):  # noqa: ANN001, ANN202
+    from prometheus_client import CollectorRegistry
+
+    from sentinel.daemon.metriccheckjob import MetricCheckJob
+    from sentinel.promql import Engine
+
+    return MetricCheckJob(lambda: groups, store, Engine(store), CollectorRegistry(), 5_000,
+                          lambda: 0)
+
+
+def _scrape(store, target: str, t: int, up: bool, names: tuple[str, ...]) -> None:  # noqa: ANN001
+    from sentinel.model import METRIC_NAME, STALE_NAN, labels_of
+
+    store.add(labels_of({METRIC_NAME: "up", "target": target}), t, 1.0 if up else 0.0)
+    for name in names:
+        store.add(labels_of({METRIC_NAME: name, "target": target}), t, 1.0 if up else STALE_NAN)
+
+
+def test_a_down_target_is_not_a_missing_metric():
+    """Issue 48: the only server crashed; its metrics are stale, not "missing" (no page)."""
+    from sentinel.rules.loader import RuleGroup, make_rule
+    from sentinel.store import MemoryStore
+
+    groups = [RuleGroup("g", (make_rule("Sleeping", "vllm:engine_sleep_state_x > 0"),
+                              make_rule("Full", "vllm:kv_cache_usage_perc > 0.9"),
+                              make_rule("Typo", "vllm:num_request_waiting > 1")))]
+    store = MemoryStore(retention_ms=3_600_000)
+    job = _job_over(store, groups)
+    both = ("vllm:kv_cache_usage_perc", "vllm:engine_sleep_state_x")
+    t = 1_000_000
+    for i in range(3):  # a and b answer
+        _scrape(store, "a", t + i * 5_000, True, both)
+        _scrape(store, "b", t + i * 5_000, True, ("vllm:kv_cache_usage_perc",))
+    t += 15_000
+    assert [m.rule for m in job.check(t)] == ["Typo"]  # never exposed by anyone: missing
+    # a goes down (for 10 minutes, past the 5-minute window): what only a exposed is not
+    # missing while a is down; the typo still is.
+    for i in range(120):
+        _scrape(store, "a", t + i * 5_000, False, both)
+        _scrape(store, "b", t + i * 5_000, True, ("vllm:kv_cache_usage_perc",))
+    t += 600_000
+    assert [m.rule for m in job.check(t)] == ["Typo"]
+    # Every target down: nothing new is judged, the last judgement stands.
+    for i in range(120):
+        _scrape(store, "a", t + i * 5_000, False, both)
+        _scrape(store, "b", t + i * 5_000, False, ("vllm:kv_cache_usage_perc",))
+    t += 600_000
+    assert [m.rule for m in job.check(t)] == ["Typo"]
+    # All back, and a no longer exposes the sleep metric (a vLLM upgrade): now it is missing.
+    for i in range(3):
+        _scrape(store, "a", t + i * 5_000, True, ("vllm:kv_cache_usage_perc",))
+        _scrape(store, "b", t + i * 5_000, True, ("vllm:kv_cache_usage_perc",))
+    t += 10_000
+    assert [m.rule for m in job.check(t)] == ["Sleeping", "Typo"]

@@ -132,3 +132,19 @@ def test_db_upgrade_and_logs_classify_from_an_empty_folder(installed: Path,
     out = _run([str(installed / "sentinel"), "logs", "classify", str(CRASH_LOG)],
                cwd=tmp_path, timeout=60, env=_clean_env())
     assert "hbm" in out.stdout.lower() or "oom" in out.stdout.lower(), out.stdout
+
+
+def test_init_from_an_empty_folder_catches_a_crash(installed: Path, tmp_path: Path) -> None:
+    # Issue 53's first hour with the wheel: init, check config, run, a crash caught.
+    from init_scenario import environ, init_then_catch_a_crash
+
+    (tmp_path / "work").mkdir()
+    init_then_catch_a_crash([str(installed / "sentinel")], tmp_path / "work", environ())
+
+
+def test_the_wheel_carries_the_examples_unit_and_dashboard(installed: Path,
+                                                           tmp_path: Path) -> None:
+    _run([str(installed / "sentinel"), "init", "--examples", "deploy"], cwd=tmp_path,
+         timeout=60, env=_clean_env())
+    for name in ("examples/minimal.yaml", "sentinel.service", "grafana/sentinel.json"):
+        assert (tmp_path / "deploy" / name).is_file(), name

@@ -153,7 +153,7 @@ def test_postgresql_without_its_driver(tmp_path: Path) -> None:
     assert code == exitcodes.UNAVAILABLE
     assert line == (f"error: {cfg}:3: database: postgresql://sentinel:***@127.0.0.1:9/s: "
                     "PostgreSQL needs the psycopg driver, which this Python does not have: "
-                    "pip install 'sentinel-sre[postgres]'")
+                    "pip install 'psycopg[binary]' (from a clone: pip install '.[postgres]')")
 
 
 def test_postgresql_unreachable(tmp_path: Path) -> None:

@@ -42,8 +42,7 @@ def test_diff_targets_names_what_went_came_and_changed():
     ({"database": "sqlite:///elsewhere.db"}, "database"),
     ({"listen": "127.0.0.1:9999"}, "listen"),
     ({"ha": {"lease": "5s"}}, "ha"),
-    ({"api": {"tokens": [{"name": "w", "role": "write",
-                          "token": "0123456789abcdef0123"}]}}, "api"),
+    ({"api": {"allowed_hosts": ["sentinel.example.com"]}}, "api.allowed_hosts"),
     ({"evaluation_interval": "30s"}, "evaluation_interval"),
     ({"retention": "1h"}, "retention"),
     ({"external_url": "https://sentinel.example.com"}, "external_url"),
@@ -59,6 +58,7 @@ def test_keys_the_daemon_holds_need_a_restart(update, key):
     {"targets": [_target("b")]},
     {"receivers": [{"name": "r", "webhook": {"url": "http://127.0.0.1:9/hook"}}]},
     {"scrape_interval": "5s"},
+    {"api": {"tokens": [{"name": "w", "role": "write", "token": "0123456789abcdef0123"}]}},
 ])
 def test_targets_receivers_and_rules_reload_in_place(update):
     assert restart_needed(_config(), _config(**update)) == []

@@ -121,10 +121,20 @@ def test_hbm_oom_crash_is_restarted_warm_verified_and_resolved(tmp_path, sock_di
             30, "the attempt to be finished")
         assert attempt.status == "succeeded" and attempt.action == "docker_restart"
         assert attempt.recovery_ms is not None and attempt.recovery_ms > 0
-        # Crash line written → first restart request (POST stop) on the socket: under 2 s.
-        (crash_logged,) = sim.container.times("logged")
-        first_request = sim.container.times("POST stop")[0]
-        assert 0 < first_request - crash_logged < 2.0, first_request - crash_logged
+        # In Sentinel's own clock, not the machine's: the restart was decided in the very
+        # evaluation that fired the alert (the held page's note carries that evaluation's
+        # time), and intent, outcome and verification follow in order. How long crash line
+        # → restart request takes in seconds is a figure for bench/remediate.py (design
+        # target under 2 s), not a bound a loaded machine can be held to (issue 53).
+        (alert,) = detail.alerts
+        held = next(e for e in detail.timeline if e.kind == "note"
+                    and e.message.startswith("page held"))
+        assert held.at == alert.fired_at, (held.at, alert.fired_at)
+        assert detail.clocks.evidence_at is not None
+        assert detail.clocks.evidence_at <= alert.fired_at
+        acts = [e.at for e in detail.timeline if e.kind == "action"]
+        assert alert.fired_at <= acts[0] and acts == sorted(acts)
+        assert sim.container.times("logged") and sim.container.times("POST stop")
         # Stop, then start (no bare /restart: the chip must be free first), warm comeback.
         posts = [w for _, w in sim.container.events if w.startswith("POST")]
         assert posts[:2] == ["POST stop", "POST start"]

@@ -146,3 +146,17 @@ def test_httpx_request_log_hides_url(caplog: pytest.LogCaptureFixture) -> None:
     url = httpx.URL("https://h.invalid/hook/tok-cccc?token=tok-cccc")
     logging.getLogger("httpx").info('HTTP Request: %s %s "%s"', "POST", url, "HTTP/1.1 200")
     assert caplog.messages == [f'HTTP Request: POST https://h.invalid/{REDACTED} "HTTP/1.1 200"']
+
+
+def test_the_summary_shows_a_missing_authorization_as_null_and_a_real_one_masked() -> None:
+    """Issue 53: `authorization: <redacted>` was printed for a target that had none, and a
+    configured one lost its `type:` line to the header pattern."""
+    from sentinel.config import config_summary, parse_config
+
+    token = "abcdefghijklmnop1234"
+    summary = config_summary(parse_config({"rule_files": [], "targets": [
+        {"name": "a", "url": "http://127.0.0.1:9", "authorization": {"credentials": token}},
+        {"name": "b", "url": "http://127.0.0.1:9"}]}))
+    assert token not in summary
+    assert "authorization: null" in summary and "authorization: <redacted>" not in summary
+    assert "  authorization:\n    type: Bearer\n    credentials: <redacted>" in summary

@@ -9,6 +9,9 @@
   with a per-process key) is set; the token itself is kept nowhere. Every form
   the page posts carries a CSRF value derived from that session.
 - Listening beyond loopback with no token configured is refused at start.
+- Tokens follow a reload (`replace_tokens`): a token added works at once, a token
+  removed (or whose role changed) stops working, and so do the page sessions it
+  opened; the sessions of the tokens that stay keep working.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ from sentinel.config.api import TokenConfig
 
 SESSION_COOKIE = "sentinel_session"
 SESSION_TTL_S = 12 * 3600
+# What a login or a bearer token meets when the config has no api.tokens (the default).
+NO_TOKENS = ("no API tokens are configured, so no token can log in: add a write token "
+             "to the config (api: tokens: [{name: you, role: write, token: "
+             "${SENTINEL_WRITE_TOKEN}}], a secret of 16+ characters, e.g. from `openssl "
+             "rand -hex 32`) and reload (SIGHUP or POST /-/reload); no restart is needed")
 
 
 class BindRefused(Exception):
@@ -82,6 +90,16 @@ class Auth:
         self._revoked: dict[str, int] = {}
         self._revoked_lock = threading.Lock()
 
+    @property
+    def has_tokens(self) -> bool:
+        """Whether any token is configured (else nobody can log in or write)."""
+        return bool(self._tokens)
+
+    def replace_tokens(self, tokens: Sequence[TokenConfig]) -> None:
+        """The tokens of a reloaded config; sessions of tokens gone or changed end now."""
+        # One assignment: a request sees the old list or the new one, never a mix.
+        self._tokens = [(t.name, t.role, t.token.encode()) for t in tokens]
+
     def from_bearer(self, header: str | None) -> Principal | None:
         """The principal a bearer header names; None when absent; 401 when wrong."""
         if not header:
@@ -99,6 +117,8 @@ class Auth:
         for name, role, value in self._tokens:
             if hmac.compare_digest(given, value) and found is None:
                 found = (name, role)
+        if found is None and not self._tokens:
+            raise ApiError(401, NO_TOKENS)
         if found is None:
             raise ApiError(401, "unknown token: the bearer token sent matches none of the "
                            "configured api.tokens")
@@ -145,6 +165,8 @@ class Auth:
         name, role, expires, mac = parsed
         if int(expires) < self.clock() or mac in self._revoked:
             return None
+        if not any(n == name and r == role for n, r, _ in self._tokens):
+            return None  # its token was removed, or its role changed, by a reload
         return Principal(name, role, "session")
 
     def _parse_session(self, cookie: str | None) -> tuple[str, str, str, str] | None:

@@ -10,6 +10,7 @@ that hand off to the module that does the work:
     diagnose.py   diagnose               silence.py    silence add|list|expire
     api.py        approvals, mcp         common.py     --config/--database and how they are read
     completion.py completion bash|zsh    verdicts.py   verdicts list|promote
+    init.py       init (a first config, the examples)
 
 The stages never import from here. Building the parser imports nothing but
 argparse and these modules: handlers import what they need when they run, so
@@ -29,6 +30,7 @@ from sentinel.cli import (
     completion,
     diagnose,
     incidents,
+    init,
     logs,
     remediate,
     run,
@@ -39,6 +41,7 @@ from sentinel.cli import (
 
 EPILOG = """\
 examples:
+  sentinel init --url http://10.0.0.5:8000   # a first config for your servers
   sentinel demo                          # scripted failures against the bundled simulators
   sentinel run -c sentinel.yaml          # the daemon
   sentinel check config sentinel.yaml    # validate a config file
@@ -75,6 +78,11 @@ def console() -> None:
     commands leave no thread, temporary file or buffered log behind; every
     other command exits normally.
     """
+    if sys.argv[1:2] == ["run"]:
+        # Before the imports: SIGHUP's default action would end a daemon that is starting.
+        from sentinel.daemon.startsignals import hold_sighup
+
+        hold_sighup()
     code, quick = _run(None)
     if quick:
         try:
@@ -135,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action=_VersionAction, nargs=0,
                    help="print the version, commit, Python and platform, and exit")
     sub = p.add_subparsers(title="commands", metavar="COMMAND")
+    init.add_parser(sub)
     run.add_parser(sub)
     sim.add_parser(sub)
     remediate.add_parser(sub)

@@ -29,6 +29,9 @@ def add_parser(sub: Any) -> None:
     cc.add_argument("--scrape", action="store_true",
                     help="also scrape every target once; exit 1 when a rule selects a metric "
                     "no target exposes (naming the replacement of a renamed vLLM metric)")
+    cc.add_argument("--network", action="store_true",
+                    help="also reach every model endpoint (GET /v1/models) and receiver (a "
+                    "TCP connection, nothing sent); exit 4 when one does not answer")
     cc.add_argument("--offline", action="store_true",
                     help="skip the checks that ask this host (database, listen address, log "
                     "files): for a config written for another machine")
@@ -49,7 +52,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from sentinel.checks import check_config
 
     return check_config(args.file, sys.stdout, sys.stderr, strict=args.strict,
-                        scrape=args.scrape, offline=args.offline)
+                        scrape=args.scrape, offline=args.offline,
+                        network=args.network)
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:

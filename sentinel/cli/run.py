@@ -41,6 +41,9 @@ def add_parser(sub: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Load the config, refuse what `check config` refuses, run the daemon until a signal."""
+    from sentinel.daemon.startsignals import hold_sighup
+
+    hold_sighup()  # before the slow part: a reload sent now is queued, not fatal
     from sentinel.daemon.run import config_loader, run_daemon
     from sentinel.preflight import NOTE, finding_lines, preflight
 

@@ -43,8 +43,8 @@ def api_client(cfg: KubernetesApiConfig) -> Any:
     try:
         from kubernetes import client, config
     except ImportError as exc:
-        raise KubeError("the kubernetes client is not installed: "
-                        "pip install 'sentinel-sre[kubernetes]'") from exc
+        raise KubeError("the kubernetes client is not installed: pip install kubernetes "
+                        "(from a clone: pip install '.[kubernetes]')") from exc
     if cfg.api_server is not None:
         conf = client.Configuration()
         conf.host = cfg.api_server.rstrip("/")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +40,7 @@ from sentinel.collect.scrapeseries import (
     count_samples,
     with_target_labels,
 )
-from sentinel.collect.tlssettings import TLSSettings, tls_context
+from sentinel.collect.tlssettings import TLSSettings, tls_context, tls_problem
 from sentinel.model import Labels
 from sentinel.store.memory import MemoryStore, StoreFullError
 
@@ -295,7 +296,7 @@ class Scraper:
     def _connection(self, target: ScrapeTarget, timeout_s: float) -> tuple[Connection, bytes]:
         """The connection (direct, or to the proxy) and the request sent on it each scrape."""
         tls = target.tls or TLSSettings()
-        context = tls_context(tls) if target.url.startswith("https://") else None
+        context = tls_context_or_error(tls) if target.url.startswith("https://") else None
         conn = Connection(target.proxy_url or target.url, context, tls.server_name)
         # The URL's own path is a prefix: http://h/vllm + /metrics → GET /vllm/metrics.
         # Through a proxy the request names the whole URL (absolute form).
@@ -305,6 +306,19 @@ class Scraper:
         if target.auth_header is not None:
             headers["Authorization"] = target.auth_header
         return conn, build_request(target.url, path, headers)
+
+
+def tls_context_or_error(tls: TLSSettings) -> ssl.SSLContext:
+    """The scrape's SSLContext; a bad file raises ScrapeError naming it and the fix.
+
+    The config's fault, so one clear line (logged once, as the scrape's error does
+    not change) instead of an ssl.SSLError traceback on every scrape.
+    """
+    try:
+        return tls_context(tls)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        problem = tls_problem(tls)
+        raise ScrapeError(f"{problem or exc}; fix the target's tls_config and reload") from None
 
 
 def check_sample_limit(text: str, limit: int) -> None:

@@ -22,7 +22,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sentinel.collect.accelerators import Accelerators
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
-from sentinel.collect.tlssettings import TLSSettings
 from sentinel.collect.workerpool import ProcessScraper, workers_for
 from sentinel.config import Config
 from sentinel.daemon import coldstartjob, gcpolicy, heartbeat, systemd
@@ -44,6 +43,7 @@ from sentinel.daemon.reload import (
 )
 from sentinel.daemon.remediation import DaemonRemediation
 from sentinel.daemon.scrapejobs import ScrapeJobs, first_run_ms, miss_policy
+from sentinel.daemon.scrapetarget import scrape_target
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.selfstore import write_to_store
 from sentinel.daemon.sourcejobs import SourceJobs
@@ -51,7 +51,6 @@ from sentinel.daemon.takeover import Takeover
 from sentinel.incidents.db import Database
 from sentinel.incidents.series_recorder import SeriesRecorder
 from sentinel.incidents.tracker import IncidentTracker
-from sentinel.model import labels_of
 from sentinel.promql import Engine, max_lookback_ms
 from sentinel.quietlog import QuietFailure
 from sentinel.respond.diagnose.annotations import session_runbook_annotations
@@ -113,6 +112,7 @@ class App:
                                  ReloadMetrics(self.metrics.registry, clock()), clock)
         self._db: Database | None = None
         self._service: Any = None  # the API's ApiService: its target list follows reloads
+        self._auth: Any = None  # the API's Auth: its tokens follow reloads
         self.pipeline: Pipeline | None = None
         self.engine: Engine | None = None
         self.query: DaemonBackend | None = None  # what rules read (query_backend:, issue 16)
@@ -231,6 +231,7 @@ class App:
                                            self._now_ms)
         surfaces = self._surfaces(db, host)
         self._service = surfaces.service
+        self._auth = surfaces.auth
         self.status = StatusServer(host, port, self.metrics.registry, self.ready,
                                    surfaces.routes, surfaces.lifespans, healthy=self.healthy,
                                    role=self.lease.describe if self.lease is not None else None,
@@ -349,6 +350,10 @@ class App:
         if (old.remediation, old.time_intervals) != (new.remediation, new.time_intervals):
             self._swap_remediation(new)
         self._swap_rules(groups)
+        if self._auth is not None and old.api.tokens != new.api.tokens:
+            self._auth.replace_tokens(new.api.tokens)
+            log.info("api tokens reloaded: %d (%s)", len(new.api.tokens),
+                     ", ".join(f"{t.name}:{t.role}" for t in new.api.tokens) or "none")
         if self._service is not None:
             from sentinel.api.alerts_v2 import AlertRouting
 
@@ -780,14 +785,7 @@ class App:
 
     @staticmethod
     def _scrape_target(target) -> ScrapeTarget:  # noqa: ANN001 (config.TargetConfig)
-        return ScrapeTarget(
-            name=target.name, url=target.url, metrics_path=target.metrics_path,
-            labels=labels_of(dict(target.labels)),
-            interval_ms=target.scrape_interval_ms, timeout_ms=target.scrape_timeout_ms,
-            sample_limit=target.sample_limit, label_limit=target.label_limit,
-            auth_header=target.auth_header(), tls=_tls_settings(target.tls_config),
-            proxy_url=target.proxy_url,
-        )
+        return scrape_target(target)
 
     def _retention_ms(self, groups: list[RuleGroup]) -> int:
         """The longest range the rules (and diagnosis evidence) read, plus slack.
@@ -842,12 +840,3 @@ def _next_boundary(now_s: float, interval_ms: int) -> datetime:
 
 def _now_dt() -> datetime:
     return datetime.now(tz=UTC)
-
-
-def _tls_settings(cfg: Any) -> TLSSettings | None:  # noqa: ANN401 (config.scrapeclient.TLSConfig)
-    """The scrape's TLS settings from a target's tls_config (paths relative to the config's
-    folder are resolved by the config model)."""
-    if cfg is None:
-        return None
-    return TLSSettings(cfg.ca_file, cfg.cert_file, cfg.key_file, cfg.server_name,
-                       cfg.insecure_skip_verify)

@@ -6,6 +6,13 @@ series). Then each (rule, metric) no target exposes is logged once, written
 to the store as `sentinel_rule_missing_metrics{rule,metric,replacement} 1`
 at every run (the shipped `SentinelRuleMetricMissing` alert reads it), and
 set on Sentinel's own /metrics. A name that appears later is written as 0.
+
+A down target is not a missing metric (issue 48): its series go stale, and a
+server that crashed would otherwise raise a `SentinelRuleMetricMissing` page
+for every name only it exposes, beside its real page. So a name some target
+has exposed (since Sentinel started) is not judged missing while any target
+is down, and while no target is up nothing new is judged at all: the last
+judgement stands until a target answers again.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ class MetricCheckJob:
                            ["rule", "metric", "replacement"], registry=registry)
         self.reported: set[MissingMetric] = set()
         self.missing: list[MissingMetric] = []
+        # Names some target has exposed: while a target is down, they may be its alone.
+        self.seen: set[str] = set()
+        self.judged = False  # once judged, a fleet that went quiet keeps the last judgement
 
     def schedule(self, sched: BaseScheduler, guard: Guard, first_run: Any) -> None:
         """One interval job."""
@@ -64,10 +74,20 @@ class MetricCheckJob:
 
     def check(self, now: int) -> list[MissingMetric]:
         """Check at `now`; returns what is missing (empty until ready)."""
-        if not self.ready(now):
+        if not self.ready(now) and not self.judged:
             return []
-        missing = find_missing(rule_requirements(self.groups()),
-                               store_has(self.store, now, PRESENT_WINDOW_MS))
+        requirements = rule_requirements(self.groups())
+        present = store_has(self.store, now, PRESENT_WINDOW_MS)
+        up, down = self._targets(now)
+        if up == 0:  # nothing answers: no name can be judged; the last judgement stands
+            missing = self.missing
+        else:
+            self.seen.update(x for needed in requirements.values() for names in needed
+                             for x in names if present(x))
+            missing = find_missing(requirements, present)
+            self.judged = True
+            if down:
+                missing = [m for m in missing if m.metric not in self.seen]
         for m in missing:
             if m not in self.reported:
                 log.warning("%s", m.message())
@@ -79,3 +99,11 @@ class MetricCheckJob:
             self.gauge.labels(m.rule, m.metric, m.replacement).set(value)
         self.missing = missing
         return missing
+
+    def _targets(self, now_ms: int) -> tuple[int, int]:
+        """How many targets are up and down now (their `up` series)."""
+        vec = self.engine.query("count(up == 1) or vector(0)", now_ms)
+        up = int(vec[0].value) if isinstance(vec, list) and vec else 0
+        vec = self.engine.query("count(up == 0) or vector(0)", now_ms)
+        down = int(vec[0].value) if isinstance(vec, list) and vec else 0
+        return up, down

@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 
 # Config keys a running daemon holds and cannot swap: a change needs a restart.
 # Everything else (targets with their probes and logs, receivers, notify routes and
-# inhibitions, remediation policies, rule files, signatures) is applied in place.
+# inhibitions, remediation policies, rule files, signatures, api.tokens) is applied in place.
 RESTART_KEYS: tuple[str, ...] = (
-    "database", "listen", "ha", "api", "query_backend", "kubernetes_sd", "diagnosis",
+    "database", "listen", "ha", "query_backend", "kubernetes_sd", "diagnosis",
     "external_url", "evaluation_interval_ms", "retention_ms", "keep_all_series",
     "max_series", "alert_restore", "probe_interval_ms", "probe_canary_concurrency",
     "collect_workers",
@@ -102,6 +102,9 @@ def restart_needed(old: Config, new: Config) -> list[str]:
     """One line per changed key the running daemon cannot take without a restart."""
     out = [f"{_key(k)}: changed; a restart is needed to apply it"
            for k in RESTART_KEYS if getattr(old, k) != getattr(new, k)]
+    # Tokens are swapped in place (Auth.replace_tokens); the Host check is built at start.
+    if old.api.allowed_hosts != new.api.allowed_hosts:
+        out.append("api.allowed_hosts: changed; a restart is needed to apply it")
     return out
 
 

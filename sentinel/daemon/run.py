@@ -16,6 +16,7 @@ from sentinel.daemon import gcpolicy
 from sentinel.daemon.app import App
 from sentinel.daemon.malloc import limit_arenas
 from sentinel.daemon.nofile import check_descriptors
+from sentinel.daemon.startsignals import take_pending
 from sentinel.logformat import JsonFormatter, TextFormatter
 from sentinel.preflight import listen_error_text
 from sentinel.secretpatterns import PromptRedactor
@@ -87,6 +88,10 @@ def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text"
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGHUP, lambda *_: reload.set())
+    if take_pending():
+        reload.set()
+        log.info("SIGHUP received while starting: the configuration is reloaded once "
+                 "started")
     try:
         app.start()
     except Exception as exc:
@@ -96,6 +101,7 @@ def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text"
         stop.wait(0.5)
         if reload.is_set():
             reload.clear()
+            log.info("SIGHUP: reloading the configuration")
             app.reload()
     log.info("stopping")
     app.stop(STOP_TIMEOUT_S)

@@ -97,6 +97,14 @@ class SimContainer:
 
     # -- Docker API shapes -------------------------------------------------------
 
+    def summary(self) -> dict[str, Any]:
+        """One entry of `GET /containers/json`: the sim's port published as vLLM's 8000."""
+        info = self.inspect()
+        port = {"IP": "127.0.0.1", "PrivatePort": 8000, "PublicPort": self.sim.port,
+                "Type": "tcp"}
+        return {"Id": info["Id"], "Names": [info["Name"]], "Image": info["Config"]["Image"],
+                "State": info["State"]["Status"], "Ports": [port]}
+
     def inspect(self) -> dict[str, Any]:
         """`GET /containers/{id}/json`, the fields Docker documents (a subset)."""
         with self._lock:

@@ -1,6 +1,7 @@
 """A Docker-Engine-API-compatible subset on a unix socket, for the simulated container.
 
     GET  /_ping                          OK
+    GET  /containers/json                list (Names, Image, State, Ports: the sim's port)
     GET  /containers/{name}/json         inspect (State, Config.Env, Mounts)
     POST /containers/{name}/stop?t=N     204, or 304 when already stopped
     POST /containers/{name}/start        204, or 304 when already running
@@ -30,6 +31,7 @@ from sentinel.sim.container import ContainerSpec, SimContainer
 
 _PATH = re.compile(r"^(?:/v[0-9.]+)?/containers/([^/]+)/(json|logs|stop|start|restart)$")
 _PING = re.compile(r"^(?:/v[0-9.]+)?/_ping$")
+_LIST = re.compile(r"^(?:/v[0-9.]+)?/containers/json$")
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
@@ -79,6 +81,10 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(urlsplit(self.path).path)
         if _PING.match(path):
             self._send(HTTPStatus.OK, b"OK", "text/plain")
+            return
+        if _LIST.match(path):  # `sentinel init` finds the container serving a URL here
+            containers = self.server.containers.values()  # type: ignore[attr-defined]
+            self._json(HTTPStatus.OK, [c.summary() for c in containers])
             return
         m = _PATH.match(path)
         if not m or m.group(2) not in ("json", "logs"):

@@ -1,6 +1,6 @@
 """`sentinel sim`: an HTTP server that answers like vLLM's OpenAI-compatible server.
 
-vLLM paths: GET /health, /metrics, /v1/models; POST /tokenize,
+vLLM paths: GET /health, /metrics, /v1/models, /version; POST /tokenize,
 /v1/chat/completions. Control paths (always answered, even when "down"):
 GET/POST /sim/state. Standard library only (ThreadingHTTPServer), so a test
 or the demo starts one in a background thread with `start_sim()`.
@@ -194,6 +194,9 @@ class SimServer:
             self._thread.join(timeout=5)
 
 
+SIM_VLLM_VERSION = "0.11.0"  # the release whose metric names the simulator serves
+
+
 def start_sim(host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL,
               max_model_len: int = DEFAULT_MAX_MODEL_LEN, engines: int = 1,
               legacy_metrics: bool = False, verbose: bool = False,
@@ -377,6 +380,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(HTTPStatus.OK, openai_api.models_payload(
             config.model, config.max_model_len, self.sim.created))
 
+    def _version(self, state: SimState) -> None:
+        """GET /version: vLLM answers `{"version": "0.11.0"}` (`sentinel init` reads it)."""
+        time.sleep(state.latency_s)
+        self._send_json(HTTPStatus.OK, {"version": SIM_VLLM_VERSION})
+
     def _tokenize(self, state: SimState) -> None:
         config = self.sim.config
         body = self._read_json()
@@ -551,6 +559,7 @@ _GET_ROUTES = {
     "/health": _Handler._health,
     "/metrics": _Handler._metrics,
     "/v1/models": _Handler._models,
+    "/version": _Handler._version,
 }
 _POST_ROUTES = {
     "/tokenize": _Handler._tokenize,

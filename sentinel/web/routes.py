@@ -74,12 +74,17 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
     def index(request: Request, p: Principal) -> tuple[str, dict[str, Any]]:
         filters = {k: v for k, v in request.query_params.items() if k in LIST_FILTERS and v}
         listing = {k: v for k, v in filters.items() if k != "cursor"}
-        open_now = service.incidents({**{k: v for k, v in listing.items() if k != "status"},
-                                      "status": "open", "limit": "100"})
-        page_ = service.incidents(filters)
-        source = "/fragments/incidents?" + urlencode(filters)
-        return "incidents.html", pages.incident_list_context(open_now["incidents"], page_,
-                                                             listing, source)
+        open_filters = {**{k: v for k, v in listing.items() if k != "status"},
+                        "status": "open", "limit": "100"}
+        open_now = service.incidents(open_filters)
+        # History below "Open now": without a status asked for, the incidents that are
+        # over, so an open one is not listed twice (once with no duration).
+        history = filters if "status" in filters else {**filters, "status": "resolved"}
+        page_ = service.incidents(history)
+        source = "/fragments/incidents?" + urlencode(history)
+        return "incidents.html", {
+            **pages.incident_list_context(open_now["incidents"], page_, listing, source),
+            "open_source": "/fragments/incidents?" + urlencode(open_filters)}
 
     def rows(request: Request, p: Principal) -> Response:
         filters = {k: v for k, v in request.query_params.items() if k in LIST_FILTERS and v}
@@ -201,7 +206,8 @@ def web_routes(service: ApiService, auth: Auth) -> list[BaseRoute]:
         Route("/silences", page(silences, "Silences")),
         Route("/silences", page(add_silence, write=True), methods=["POST"]),
         Route("/silences/{sid}/expire", page(expire, write=True), methods=["POST"]),
-        Route("/login", lambda q: _html(pages.layout_page("login.html", "log in"))),
+        Route("/login", lambda q: _html(pages.layout_page("login.html", "log in",
+                                                          no_tokens=not auth.has_tokens))),
         Route("/login", _login(auth), methods=["POST"]),
         Route("/logout", _logout(auth)),
         Route("/static/{name}", _static),
@@ -215,7 +221,9 @@ def _login(auth: Auth) -> Callable[[Request], Response]:
             p = auth.check_token(token)
         except ApiError:
             time.sleep(0.2)  # a little friction for guessing through the form
-            return _html(pages.layout_page("login.html", "log in", error="unknown token"), 401)
+            error = "no tokens are configured" if not auth.has_tokens else "unknown token"
+            return _html(pages.layout_page("login.html", "log in", error=error,
+                                           no_tokens=not auth.has_tokens), 401)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(SESSION_COOKIE, auth.new_session(p), max_age=SESSION_TTL_S,
                             httponly=True, samesite="strict", path="/")

@@ -190,7 +190,9 @@ class ModelClient:
         except httpx.RemoteProtocolError:
             raise EndpointDown("the stream was cut off before its end") from None
         except httpx.TransportError as exc:
-            raise EndpointDown(f"connection failed: {type(exc).__name__}") from None
+            raise EndpointDown(f"{self.endpoint.url.removesuffix('/v1')}/v1/chat/completions: "
+                               f"connection failed: "
+                               f"{_transport_reason(exc)}") from None
         # Leaving the `with` closed the connection: a truncated reply is not
         # downloaded further (and vLLM stops generating when its client goes).
         return ChatResult(reply.text, reply.finish, reply.usage.get("prompt_tokens"),
@@ -231,7 +233,8 @@ class ModelClient:
         except httpx.TimeoutException:
             raise EndpointDown(f"{path}: no answer within {self.timeout_s:g}s") from None
         except httpx.TransportError as exc:
-            raise EndpointDown(f"{path}: connection failed: {type(exc).__name__}") from None
+            raise EndpointDown(f"{self.endpoint.url.removesuffix('/v1')}{path}: connection failed: "
+                               f"{_transport_reason(exc)}") from None
         if response.status_code >= 400:
             raise _status_error(response)
         return response
@@ -376,3 +379,10 @@ def _choices(chunk: dict[str, Any]) -> Iterator[tuple[str, str | None]]:
 def _utf8_head(text: str, max_bytes: int) -> str:
     """The longest prefix of `text` whose UTF-8 form fits in `max_bytes`."""
     return text.encode()[:max_bytes].decode("utf-8", "ignore")
+
+
+def _transport_reason(exc: httpx.TransportError) -> str:
+    """`ConnectError (Connection refused)`: the kind and the OS's words, never a header."""
+    cause = exc.__cause__ or exc.__context__
+    words = getattr(cause, "strerror", None) or str(exc).split(":")[-1].strip()
+    return f"{type(exc).__name__} ({words})" if words else type(exc).__name__

@@ -1,16 +1,16 @@
-// Live update of the incident list: every 5 s, fetch the server-rendered rows
-// (already escaped by the server) and fold them into the table. Without JavaScript
-// the page is the same list, current as of its load.
+// Live update of the incident lists ("Open now" and "History", each a tbody with a
+// data-source): every 5 s, fetch the server-rendered rows (already escaped by the
+// server) and fold them into the table. Without JavaScript the page is the same
+// lists, current as of its load.
 //
 // Rows are matched by their incident link and only what changed is replaced (a
 // ticking duration replaces its cell, not the row): a link an on-call engineer is
 // about to click, or has keyboard focus on, stays the same node across updates.
 (function () {
   "use strict";
-  var body = document.getElementById("incident-rows");
+  var bodies = Array.prototype.slice.call(document.querySelectorAll("tbody[data-source]"));
   var stamp = document.getElementById("updated");
-  if (!body) { return; }
-  var source = body.getAttribute("data-source");
+  if (!bodies.length) { return; }
 
   function key(tr) {
     var link = tr.querySelector("a[href]");
@@ -28,7 +28,7 @@
     }
   }
 
-  function fold(html) {
+  function fold(body, html) {
     var incoming = document.createElement("tbody");
     incoming.innerHTML = html;
     var old = {};
@@ -46,12 +46,16 @@
     Object.keys(old).forEach(function (k) { body.removeChild(old[k]); });
   }
 
+  function update(body) {
+    return fetch(body.getAttribute("data-source"), { credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok) { throw new Error(r.status); }
+        return r.text();
+      }).then(function (html) { fold(body, html); });
+  }
+
   function refresh() {
-    fetch(source, { credentials: "same-origin" }).then(function (r) {
-      if (!r.ok) { throw new Error(r.status); }
-      return r.text();
-    }).then(function (html) {
-      fold(html);
+    Promise.all(bodies.map(update)).then(function () {
       if (stamp) { stamp.textContent = "updated " + new Date().toLocaleTimeString(); }
     }).catch(function () {
       if (stamp) { stamp.textContent = "live update failed; retrying"; }
