@@ -71,7 +71,9 @@ def test_subqueries_at_and_holt_winters_compile() -> None:
     assert isinstance(arg, n.Subquery)
     assert (arg.range_ms, arg.step_ms, arg.offset_ms, arg.at) == (600_000, 60_000, 120_000, 100_000)
     sel = compile_expr("x @ start()")
-    assert isinstance(sel, n.VectorSelector) and sel.at == n.AT_QUERY
+    assert isinstance(sel, n.VectorSelector) and sel.at == n.AT_START
+    sel = compile_expr("x @ end()")
+    assert isinstance(sel, n.VectorSelector) and sel.at == n.AT_END
     # holt_winters (Prometheus 2) and double_exponential_smoothing (3) are one function.
     old = compile_expr('holt_winters(x{a="holt_winters("}[5m], 0.5, 0.5)')
     new = compile_expr('double_exponential_smoothing(x{a="holt_winters("}[5m], 0.5, 0.5)')

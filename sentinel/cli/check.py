@@ -41,6 +41,9 @@ def add_parser(sub: Any) -> None:
     rc.set_defaults(func=cmd_rules_check, quick_exit=True)
     rt = rules.add_parser("test", help="run rule unit tests in promtool's test-file format")
     files(rt.add_argument("files", nargs="+", metavar="FILE"))
+    rt.add_argument("--promql", type=int, choices=(2, 3), default=3, metavar="2|3",
+                    help="PromQL semantics: 3 (Prometheus 3, left-open range windows; "
+                         "the default) or 2 (Prometheus 2.x, as the Debian promtool 2.42)")
     rt.set_defaults(func=cmd_rules_test, quick_exit=True)
 
 
@@ -63,4 +66,4 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
     """Run rule unit tests."""
     from sentinel.rules.ruletest import run_rule_tests
 
-    return run_rule_tests(args.files, sys.stdout)
+    return run_rule_tests(args.files, sys.stdout, semantics=args.promql)

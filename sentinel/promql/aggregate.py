@@ -147,8 +147,12 @@ def _results(op: str, groups: object, param: float | str | None) -> Vector:
     out: Vector = []
     for g in groups:  # type: ignore[attr-defined]
         if op in ("topk", "bottomk"):
-            desc = op == "topk"
-            out.extend(sorted(g.heap, key=lambda s: s.value, reverse=desc))
+            # Prometheus sorts the heap in reverse with its Less, in which NaN is the
+            # least: NaN comes last for topk and bottomk alike; ties keep heap order.
+            sign = -1.0 if op == "topk" else 1.0
+            out.extend(sorted(g.heap, key=lambda s: (s.value != s.value,
+                                                     0.0 if s.value != s.value
+                                                     else sign * s.value)))
             continue
         if op == "avg":
             value = g.mean

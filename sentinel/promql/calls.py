@@ -143,7 +143,7 @@ def _range_call(ev: Evaluator, e: n.Call) -> Vector:
         at, offset = sel.selector.at, sel.selector.offset_ms
     else:
         at, offset = sel.at, sel.offset_ms
-    window = Window(ev.base_ms(at), sel.range_ms, offset, scalars)
+    window = Window(ev.base_ms(at), sel.range_ms, offset, scalars, ev.at_ms)
     keep_name = e.func == "last_over_time"
     quick = SUMMARY_FUNCTIONS.get(e.func)
     if quick is not None and isinstance(sel, n.MatrixSelector):

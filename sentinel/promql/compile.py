@@ -287,8 +287,9 @@ class _Compiler:
     def at(at: object) -> n.At:
         if at is None:
             return None
-        if _enum_name(at.type) in ("Start", "End"):  # type: ignore[attr-defined]
-            return n.AT_QUERY
+        kind = _enum_name(at.type)  # type: ignore[attr-defined]
+        if kind in ("Start", "End"):
+            return n.AT_START if kind == "Start" else n.AT_END
         # Read the printed value ("@ 1234.500"), never `at.at`: that converts to a
         # datetime and panics before 1970, overflows after 9999.
         printed = str(at).removeprefix("@").strip()

@@ -65,8 +65,14 @@ class Engine:
     def __init__(self, store: SeriesSource, lookback_ms: int = DEFAULT_LOOKBACK_MS,
                  subquery_step_ms: int = DEFAULT_SUBQUERY_STEP_MS,
                  max_points: int = MAX_POINTS, timeout_s: float = QUERY_TIMEOUT_S,
-                 step_cache: StepCache | None = None) -> None:
+                 step_cache: StepCache | None = None, semantics: int = 3) -> None:
+        if semantics not in (2, 3):
+            raise ValueError(f"semantics must be 2 or 3, not {semantics!r}")
         self.store = store
+        # Prometheus 3 (the default) reads left-open windows (t - range, t] for range
+        # selectors, lookback and subqueries; 2 reads them closed [t - range, t], as
+        # Prometheus 2.x and the Debian promtool (2.42) do.
+        self.semantics = semantics
         # Subquery steps kept across queries, for a caller that seals its data as final
         # (sentinel/promql/stepcache.py: `sentinel rules test`); None: evaluate every step.
         self.step_cache = step_cache
@@ -79,20 +85,24 @@ class Engine:
         # evaluation_interval (promtool: the test file's evaluation_interval).
         self.subquery_step_ms = subquery_step_ms
 
-    def query(self, expr: str | n.Expr, at_ms: int, given: Given | None = None
-              ) -> Vector | float:
+    def query(self, expr: str | n.Expr, at_ms: int, given: Given | None = None, *,
+              start_ms: int | None = None, end_ms: int | None = None) -> Vector | float:
         """The expression's value at `at_ms`: a Vector, or a float for a scalar result.
 
         `given` answers some nodes of the tree instead of the store (see `Given`);
         only nodes outside subqueries, which are evaluated at `at_ms` alone.
+        `start_ms`/`end_ms` are what `@ start()`/`@ end()` mean: a range query's
+        first and last step when this is one of its steps; `at_ms` by default.
         Raises PromQLError for expressions that do not compile and for
         evaluation errors (e.g. many-to-many matching).
         """
         node = compile_expr(expr) if isinstance(expr, str) else expr
         budget = Budget(self.max_points, self.timeout_s)
         budget.precheck_steps(self._steps_of(node))
-        evaluator = _Evaluator(self.store, self.lookback_ms, at_ms, at_ms,
+        bounds = (at_ms if start_ms is None else start_ms, at_ms if end_ms is None else end_ms)
+        evaluator = _Evaluator(self.store, self.lookback_ms, at_ms, bounds,
                                self.subquery_step_ms, budget, self.step_cache)
+        evaluator.open_ms = 1 if self.semantics == 3 else 0
         evaluator.given = given
         result = evaluator.eval(node)
         if isinstance(result, float | list):
@@ -164,15 +174,18 @@ def _reach(e: n.Expr, lookback_ms: int) -> int:
 
 
 class _Evaluator:
-    def __init__(self, store: SeriesSource, lookback_ms: int, at_ms: int, query_ms: int,
-                 subquery_step_ms: int, budget: Budget,
+    def __init__(self, store: SeriesSource, lookback_ms: int, at_ms: int,
+                 bounds: tuple[int, int], subquery_step_ms: int, budget: Budget,
                  step_cache: StepCache | None = None) -> None:
         self.store = store
         self.budget = budget  # shared with the evaluators of subquery steps
         self.step_cache = step_cache
         self.lookback_ms = lookback_ms
         self.at_ms = at_ms  # this evaluation's time (a step, inside a subquery)
-        self.query_ms = query_ms  # the instant query's time: start() and end()
+        self.bounds = bounds  # the query's start() and end()
+        # 1: windows are left-open (t - range, t] (Prometheus 3); 0: closed (2.x). Sample
+        # times are whole ms, so a window's first ms is its start + open_ms.
+        self.open_ms = 1
         self.subquery_step_ms = subquery_step_ms
         self.given: Given | None = None  # set on the query's own evaluator only
 
@@ -180,7 +193,9 @@ class _Evaluator:
         """The time a selector or subquery reads at, before its offset."""
         if at is None:
             return self.at_ms
-        return self.query_ms if at == n.AT_QUERY else int(at)
+        if at == n.AT_START:
+            return self.bounds[0]
+        return self.bounds[1] if at == n.AT_END else int(at)
 
     def eval(self, e: n.Expr) -> Value:
         if self.given is not None:
@@ -226,18 +241,18 @@ class _Evaluator:
         # (MemoryStore.select_newest) copies no lookback window and builds no Series.
         newest = getattr(self.store, "select_newest", None)
         if newest is not None:
-            found: list[tuple[Labels, int, float]] = newest(sel.matchers,
-                                                            ref - self.lookback_ms, ref)
+            found: list[tuple[Labels, int, float]] = newest(
+                sel.matchers, ref - self.lookback_ms + self.open_ms, ref)
             self.budget.charge(len(found))
             return found
-        selected = self.select(sel, ref - self.lookback_ms, ref)
+        selected = self.select(sel, ref - self.lookback_ms + self.open_ms, ref)
         self.budget.charge(len(selected))
         return [(s.labels, s.ts[-1], s.vs[-1]) for s in selected if not is_stale(s.vs[-1])]
 
     def matrix(self, e: n.MatrixSelector) -> list[RangeSeries]:
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
         out = []
-        for s in self.select(e.selector, end - e.range_ms, end):
+        for s in self.select(e.selector, end - e.range_ms + self.open_ms, end):
             self.budget.charge(len(s.ts))
             # Only a NaN can be a staleness marker (NaN != NaN): skip the check without one.
             if any(v != v for v in s.vs):
@@ -253,7 +268,8 @@ class _Evaluator:
         if summarize is None:
             return None
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
-        found: list[Summary] = summarize(e.selector.matchers, end - e.range_ms, end)
+        found: list[Summary] = summarize(e.selector.matchers,
+                                         end - e.range_ms + self.open_ms, end)
         self.budget.charge(len(found))
         return found
 
@@ -265,15 +281,17 @@ class _Evaluator:
         if apply is None:
             return None
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
-        found: list[tuple[Labels, float]] = apply(e.selector.matchers, end - e.range_ms, end,
-                                                  func, window)
+        found: list[tuple[Labels, float]] = apply(
+            e.selector.matchers, end - e.range_ms + self.open_ms, end, func, window)
         self.budget.charge(len(found))
         return found
 
     def subquery(self, e: n.Subquery) -> list[RangeSeries]:
         end = self.base_ms(e.at) - e.offset_ms
         step = e.step_ms or self.subquery_step_ms
-        start = -((e.range_ms - end) // step) * step  # first multiple of step >= end - range
+        # The first multiple of step in the window: >= end - range (closed), > (open).
+        first = end - e.range_ms + self.open_ms
+        start = -(-first // step) * step
         points: dict[Labels, RangeSeries] = {}
         cache = self.step_cache
         kept = cache.steps_of(e.expr) if cache is not None else None
@@ -281,8 +299,9 @@ class _Evaluator:
         for t in range(start, end + 1, step):
             samples = kept.get(t) if kept is not None else None
             if samples is None:
-                inner = _Evaluator(self.store, self.lookback_ms, t, self.query_ms,
+                inner = _Evaluator(self.store, self.lookback_ms, t, self.bounds,
                                    self.subquery_step_ms, self.budget, cache)
+                inner.open_ms = self.open_ms
                 samples = inner.vector(e.expr)
                 if kept is not None and cache is not None and cache.final(t):
                     kept[t] = samples

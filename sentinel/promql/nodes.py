@@ -32,9 +32,12 @@ class StringLiteral:
     value: str
 
 
-# The `@` modifier: an absolute time in ms, or AT_QUERY for `@ start()` / `@ end()`
-# (both are the evaluation time of an instant query); None when absent.
-AT_QUERY = "query"
+# The `@` modifier: an absolute time in ms, AT_START for `@ start()`, AT_END for
+# `@ end()` (both the evaluation time of an instant query; a range query's first
+# and last step); None when absent.
+AT_START = "start"
+AT_END = "end"
+AT_QUERY = AT_END  # the older name: an instant query's own time
 At = int | str | None
 
 

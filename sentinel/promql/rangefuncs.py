@@ -21,10 +21,11 @@ from sentinel.promql.mathfuncs import double_exponential_smoothing
 class Window:
     """Where the range sits, and the call's scalar arguments."""
 
-    eval_ms: int
+    eval_ms: int  # where the range ends before its offset: the `@` time, if any
     range_ms: int
     offset_ms: int
     scalars: tuple[float, ...] = ()
+    now_ms: int | None = None  # the evaluation's own time (None: eval_ms)
 
 
 RangeFunc = Callable[[Sequence[int], Sequence[float], Window], "float | None"]
@@ -266,7 +267,8 @@ def predict_linear(ts: Sequence[int], vs: Sequence[float], w: Window) -> float |
     """The least-squares line's value `scalars[0]` seconds after the evaluation time."""
     if len(vs) < 2:
         return None
-    slope, intercept = _linear_regression(ts, vs, w.eval_ms)
+    # From the evaluation time, not the `@` time (Prometheus: enh.Ts).
+    slope, intercept = _linear_regression(ts, vs, w.eval_ms if w.now_ms is None else w.now_ms)
     return slope * w.scalars[0] + intercept
 
 

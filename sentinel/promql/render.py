@@ -65,7 +65,9 @@ def _modifiers(offset_ms: int, at: n.At) -> str:
     out = ""
     if offset_ms:
         out += f" offset {'-' if offset_ms < 0 else ''}{_duration(abs(offset_ms))}"
-    if at == n.AT_QUERY:
+    if at == n.AT_START:
+        out += " @ start()"
+    elif at == n.AT_END:
         out += " @ end()"
     elif at is not None:
         out += f" @ {int(at) / 1000:.3f}"

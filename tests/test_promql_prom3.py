@@ -1,0 +1,101 @@
+"""Prometheus 3 behaviour and the deviations from Prometheus fixed for issue 52."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+from sentinel.model import labels_of
+from sentinel.promql import Engine
+from sentinel.promql.series_notation import expand_values, parse_series
+from sentinel.rules import ruletest
+from sentinel.store.memory import MemoryStore
+
+M = 60_000
+
+
+def engine_for(series: dict[str, str], step_ms: int = M, semantics: int = 3) -> Engine:
+    store = MemoryStore(retention_ms=10**12)
+    for text, values in series.items():
+        for i, v in enumerate(expand_values(values)):
+            if v is not None:
+                store.add(parse_series(text), i * step_ms, v)
+    return Engine(store, semantics=semantics)
+
+
+def _pairs(result: object) -> list[tuple[str, float]]:
+    assert isinstance(result, list)
+    return [(dict(s.labels).get("i", ""), s.value) for s in result]
+
+
+def _same(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
+    return len(a) == len(b) and all(
+        x[0] == y[0] and (x[1] == y[1] or (math.isnan(x[1]) and math.isnan(y[1])))
+        for x, y in zip(a, b, strict=True))
+
+
+def test_topk_and_bottomk_put_nan_last() -> None:
+    """Prometheus sorts the heap with a Less in which NaN is least, reversed: NaN last."""
+    e = engine_for({'h{i="0"}': "100", 'h{i="1"}': "200", 'h{i="2"}': "NaN"})
+    assert _same(_pairs(e.query("topk(3, h)", 0)), [("1", 200.0), ("0", 100.0), ("2", math.nan)])
+    assert _same(_pairs(e.query("bottomk(3, h)", 0)),
+                 [("0", 100.0), ("1", 200.0), ("2", math.nan)])
+    # A NaN is only kept when there is room for it.
+    assert _pairs(e.query("topk(2, h)", 0)) == [("1", 200.0), ("0", 100.0)]
+    assert _pairs(e.query("bottomk(1, h)", 0)) == [("0", 100.0)]
+
+
+def test_predict_linear_extrapolates_from_the_evaluation_time_not_the_at_time() -> None:
+    """Prometheus 2.42's functions.test: the regression's intercept is at the evaluation
+    time (enh.Ts) even when the range is pinned with `@`."""
+    e = engine_for({"c": "0+10x4 0+10x5"}, step_ms=5 * M, semantics=2)
+    expr = "predict_linear(c[100m] @ 3000, 3600)"
+    at_50m, at_10m, at_70m = (e.query(expr, t * M) for t in (50, 10, 70))
+    assert _pairs(at_50m) == [("", 76.81818181818181)]
+    assert _pairs(at_10m) == [("", 51.36363636363637)]
+    assert _pairs(at_70m) == [("", 89.54545454545455)]
+
+
+def test_at_start_and_end_are_the_range_querys_ends() -> None:
+    e = engine_for({"g": "0+1x10"})
+    for t in (2 * M, 3 * M, 4 * M):
+        assert _pairs(e.query("g @ start()", t, start_ms=2 * M, end_ms=4 * M)) == [("", 2.0)]
+        assert _pairs(e.query("g @ end()", t, start_ms=2 * M, end_ms=4 * M)) == [("", 4.0)]
+    assert _pairs(e.query("g @ start()", 5 * M)) == [("", 5.0)]  # an instant query: its time
+
+
+TWICE = """\
+rule_files: []
+tests:
+  - interval: 1m
+    input_series:
+      - {series: 'x{a="1"}', values: '1 1 1'}
+      - {series: 'y', values: '5'}
+      - {series: 'x{a="1"}', values: '7 7 7'}
+    promql_expr_test:
+      - expr: x
+        eval_time: 2m
+        exp_samples: [{labels: 'x{a="1"}', value: 7}]
+"""
+
+
+def test_a_series_listed_twice_keeps_its_last_definition(tmp_path: Path) -> None:
+    """As promtool: its load command keys the definitions by label set."""
+    path = tmp_path / "twice_test.yaml"
+    path.write_text(TWICE)
+    out = io.StringIO()
+    assert ruletest.run_rule_tests([str(path)], out) == 0, out.getvalue()
+
+
+def test_windows_at_a_sample_boundary_differ_between_2_and_3() -> None:
+    """rate over [5m] with a sample exactly at t - 5m: 2.x sees 6 samples, 3.x 5."""
+    series = {"r": "0 10 20 30 40 50"}
+    two, three = engine_for(series, semantics=2), engine_for(series)
+    assert _pairs(two.query("count_over_time(r[5m])", 5 * M)) == [("", 6.0)]
+    assert _pairs(three.query("count_over_time(r[5m])", 5 * M)) == [("", 5.0)]
+    # 3.x: 40 over 240s sampled, extrapolated by 60s to the window's start (avg step 60s
+    # is under the 66s threshold): 50 over 300s, as 2.x gets from its sample at 0.
+    (rate3,) = three.query("rate(r[5m])", 5 * M)  # type: ignore[misc]
+    assert math.isclose(rate3.value, 50 / 300)
+    assert labels_of({}) == rate3.labels
