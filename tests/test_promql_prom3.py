@@ -99,3 +99,44 @@ def test_windows_at_a_sample_boundary_differ_between_2_and_3() -> None:
     (rate3,) = three.query("rate(r[5m])", 5 * M)  # type: ignore[misc]
     assert math.isclose(rate3.value, 50 / 300)
     assert labels_of({}) == rate3.labels
+
+
+TEN = {'d{p="a"}': "2", 'd{p="b"}': "8", 'd{p="c"}': "1e100", 'd{p="d"}': "-1e100"}
+
+
+def test_sum_and_avg_are_compensated_in_prometheus_3() -> None:
+    """Prometheus 3 sums with Kahan-Neumaier compensation: 2 + 8 survive ±1e100."""
+    three, two = engine_for(TEN), engine_for(TEN, semantics=2)
+    assert _pairs(three.query("sum(d)", 0)) == [("", 10.0)]
+    assert _pairs(three.query("avg(d)", 0)) == [("", 2.5)]
+    assert _pairs(two.query("sum(d)", 0)) == [("", 0.0)]  # 2.x: plain addition
+
+
+def test_avg_over_time_sums_then_divides_in_prometheus_3() -> None:
+    series = {"m": "1 1e100 1 -1e100"}
+    three = engine_for(series, step_ms=10_000)
+    assert _pairs(three.query("avg_over_time(m[2m])", M)) == [("", 0.5)]
+    assert _pairs(three.query("sum_over_time(m[2m])", M)) == [("", 2.0)]
+    # Past the float range the sum overflows: the mean is taken incrementally instead.
+    big = engine_for({"m": "1.5e308 1.5e308 -1.5e308"}, step_ms=10_000)
+    (mean,) = _pairs(big.query("avg_over_time(m[2m])", M))
+    assert math.isclose(mean[1], 0.5e308)
+
+
+def test_stddev_of_a_group_that_starts_with_nan_or_inf_is_nan_in_prometheus_3() -> None:
+    series = {'s{l="a"}': "NaN", 's{l="b"}': "1", 's{l="c"}': "Inf", 's{l="d"}': "2"}
+    three, two = engine_for(series), engine_for(series, semantics=2)
+    by_l = "stddev by (l) (s)"
+    assert [(dict(s.labels)["l"], s.value) for s in three.query(by_l, 0)  # type: ignore[union-attr]
+            if not math.isnan(s.value)] == [("b", 0.0), ("d", 0.0)]
+    assert [s.value for s in two.query(by_l, 0)] == [0.0] * 4  # type: ignore[union-attr]
+
+
+def test_counter_extrapolation_limits_the_halved_start_by_the_zero_point() -> None:
+    """3.x: too far from the window start → half a step, then cut at the zero point
+    (2.x checked the zero point against the full distance first)."""
+    series = {"c": "10+10x10"}  # 10 at 0m ... 110 at 50m, one sample each 5m
+    three = engine_for(series, step_ms=5 * M)
+    two = engine_for(series, step_ms=5 * M, semantics=2)
+    assert _pairs(three.query("increase(c[100m])", 50 * M)) == [("", 105.0)]
+    assert _pairs(two.query("increase(c[100m])", 50 * M)) == [("", 110.00000000000001)]

@@ -7,7 +7,7 @@ results (and which series win ties) are bit-for-bit the same.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql import floatops as f
@@ -20,13 +20,15 @@ _MIN_INT64 = -9223372036854775808.0
 
 
 class _Group:
-    __slots__ = ("labels", "value", "mean", "count", "heap", "values")
+    __slots__ = ("labels", "value", "mean", "count", "heap", "values", "comp", "incremental")
 
     def __init__(self, labels: Labels, first: InstantSample) -> None:
         self.labels = labels
         self.value = first.value
         self.mean = first.value
         self.count = 1
+        self.comp = 0.0  # Prometheus 3's avg: the Kahan compensation
+        self.incremental = False  # Prometheus 3's avg: the sum overflowed
         self.heap: list[InstantSample] = [first]
         self.values: list[float] = [first.value]
 
@@ -76,9 +78,14 @@ def _fold(op: str, vec: Vector, key_of: Callable[[Labels], Labels]) -> Vector:
 
 
 def aggregate(
-    op: str, vec: Vector, grouping: tuple[str, ...], without: bool, param: float | str | None
+    op: str, vec: Vector, grouping: tuple[str, ...], without: bool, param: float | str | None,
+    v3: bool = True,
 ) -> Vector:
-    """Apply aggregation `op` to `vec` grouped `by` (or `without`) the labels."""
+    """Apply aggregation `op` to `vec` grouped `by` (or `without`) the labels.
+
+    `v3`: Prometheus 3's arithmetic (compensated `sum` and `avg`, a NaN or infinite
+    first value makes `stddev`/`stdvar` NaN); False: Prometheus 2.42's, bit for bit.
+    """
     k = 0
     if op in ("topk", "bottomk"):
         assert isinstance(param, float)
@@ -103,6 +110,8 @@ def aggregate(
             for s in vec
         ]  # fmt: skip
     key_of = _grouping_key(names, without)
+    if op == "sum" and v3:
+        return kahan_sums((key_of(s.labels), s.value) for s in vec)
     if op in _FOLDS:
         return _fold(op, vec, key_of)
     groups: dict[Labels, _Group] = {}
@@ -112,10 +121,34 @@ def aggregate(
         if group is None:
             groups[key] = _Group(key, s)
             if op in ("stddev", "stdvar"):
-                groups[key].value = 0.0
+                bad = v3 and (math.isnan(s.value) or math.isinf(s.value))
+                groups[key].value = math.nan if bad else 0.0
+            continue
+        if op == "avg" and v3:
+            _avg3(group, s.value)
             continue
         _accumulate(op, group, s, k)
+    if op == "avg" and v3:
+        for g in groups.values():
+            g.value = (g.mean + g.comp if g.incremental
+                       else g.value / g.count + g.comp / g.count)
+        return [InstantSample(g.labels, g.value) for g in groups.values()]
     return _results(op, groups.values(), param)
+
+
+def _avg3(g: _Group, v: float) -> None:
+    """Prometheus 3's avg step: a compensated sum, incremental once the sum would overflow."""
+    g.count += 1
+    if not g.incremental:
+        total, comp = f.kahan_inc3(v, g.value, g.comp)
+        if not math.isinf(total):
+            g.value, g.comp = total, comp
+            return
+        g.incremental = True
+        g.mean = g.value / (g.count - 1)
+        g.comp /= g.count - 1
+    q = (g.count - 1) / g.count
+    g.mean, g.comp = f.kahan_inc3(v / g.count, q * g.mean, q * g.comp)
 
 
 def _accumulate(op: str, g: _Group, s: InstantSample, k: int) -> None:
@@ -223,3 +256,17 @@ def _pop(h: list[InstantSample], less: object) -> None:
     h[0], h[n] = h[n], h[0]
     _down(h, 0, n, less)
     h.pop()
+
+
+def kahan_sums(pairs: Iterable[tuple[Labels, float]]) -> Vector:
+    """Prometheus 3's `sum`: each group's compensated sum (kahansum.Inc), in input order."""
+    sums: dict[Labels, float] = {}
+    comps: dict[Labels, float] = {}
+    for key, v in pairs:
+        cur = sums.get(key)
+        if cur is None:
+            sums[key] = v
+            comps[key] = 0.0
+        else:
+            sums[key], comps[key] = f.kahan_inc3(v, cur, comps[key])
+    return [InstantSample(k, v + comps[k]) for k, v in sums.items()]

@@ -29,6 +29,7 @@ class Evaluator(Protocol):
     """The part of the engine's evaluator that calls need."""
 
     at_ms: int
+    open_ms: int  # 1: Prometheus 3 (left-open windows and its arithmetic), 0: 2.x
 
     def eval(self, e: n.Expr) -> object:
         """Evaluate any sub-expression."""
@@ -143,7 +144,8 @@ def _range_call(ev: Evaluator, e: n.Call) -> Vector:
         at, offset = sel.selector.at, sel.selector.offset_ms
     else:
         at, offset = sel.at, sel.offset_ms
-    window = Window(ev.base_ms(at), sel.range_ms, offset, scalars, ev.at_ms)
+    window = Window(ev.base_ms(at), sel.range_ms, offset, scalars, ev.at_ms,
+                    ev.open_ms == 1)
     keep_name = e.func == "last_over_time"
     quick = SUMMARY_FUNCTIONS.get(e.func)
     if quick is not None and isinstance(sel, n.MatrixSelector):

@@ -336,7 +336,8 @@ class _Evaluator:
             p = self.eval(e.param)
             assert isinstance(p, float | str)
             param = p
-        out = aggregate(e.op, self.vector(e.expr), e.grouping, e.without, param)
+        out = aggregate(e.op, self.vector(e.expr), e.grouping, e.without, param,
+                        self.open_ms == 1)
         # One sample a group, keyed by its labels: unique but for topk and bottomk, which
         # hand back their input's samples.
         return check_unique(out) if e.op in ("topk", "bottomk") else out

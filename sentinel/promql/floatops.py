@@ -90,6 +90,19 @@ def kahan_inc(inc: float, total: float, c: float) -> tuple[float, float]:
     return t, c
 
 
+def kahan_inc3(inc: float, total: float, c: float) -> tuple[float, float]:
+    """Prometheus 3's kahansum.Inc: kahan_inc, but the compensation is reset to 0 when the
+    sum overflows (so an infinite sum is not turned into NaN by an infinite compensation)."""
+    t = total + inc
+    if t in (INF, -INF):
+        return t, 0.0
+    if abs(total) >= abs(inc):
+        c += (total - t) + inc
+    else:
+        c += (inc - t) + total
+    return t, c
+
+
 def is_nan(x: float) -> bool:
     """math.IsNaN (for readability beside the other helpers)."""
     return x != x
