@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, labels_of
-from sentinel.promql import Engine, PromQLError
+from sentinel.promql import Engine, PromQLError, features
 from sentinel.promql.series_notation import expand_values
 from sentinel.store.memory import MemoryStore
 
@@ -356,7 +356,8 @@ def run_case(block: Block, case: Case, semantics: int) -> Result:
     """Evaluate one case and compare."""
     if case.unparsed or block.unreadable:
         return Result(False, False, case.unparsed or "unreadable load line")
-    engine = Engine(build_store(block), _LOOKBACK_MS, semantics=semantics)
+    engine = Engine(build_store(block), _LOOKBACK_MS, semantics=semantics,
+                    features=features.ALL)  # Prometheus's test engine enables them all
     steps = [case.end_ms] if not case.step_ms else list(
         range(case.start_ms, case.end_ms + 1, case.step_ms))
     got: dict[Labels, dict[int, float]] = {}

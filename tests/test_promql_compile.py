@@ -52,8 +52,6 @@ def test_set_operators_and_bool_modifier() -> None:
         ("sum(limitk(2, x))", "limitk"),
         ("limit_ratio(0.5, x)", "limit_ratio"),
         ("sort_by_label(x, \"a\")", "sort_by_label("),
-        ('{"my.metric"} > 0', '"my.metric"'),  # Prometheus 3 UTF-8 names
-        ('up{a="1", "b.c"="2"}', '"b.c"'),
     ],
 )
 def test_unsupported_constructs_are_rejected_with_position(text: str, needle: str | None) -> None:

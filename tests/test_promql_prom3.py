@@ -140,3 +140,51 @@ def test_counter_extrapolation_limits_the_halved_start_by_the_zero_point() -> No
     two = engine_for(series, step_ms=5 * M, semantics=2)
     assert _pairs(three.query("increase(c[100m])", 50 * M)) == [("", 105.0)]
     assert _pairs(two.query("increase(c[100m])", 50 * M)) == [("", 110.00000000000001)]
+
+
+def test_fill_modifiers_are_experimental_and_fill_the_missing_side() -> None:
+    from sentinel.promql import PromQLError, compile_expr
+    from sentinel.promql.features import FILL_MODIFIERS
+
+    series = {'l{k="a"}': "10", 'l{k="c"}': "30", 'r{k="a"}': "100", 'r{k="d"}': "400"}
+    store = engine_for(series).store
+    with __import__("pytest").raises(PromQLError, match=FILL_MODIFIERS):
+        compile_expr("l + fill(0) r")
+    e = Engine(store, features=frozenset({FILL_MODIFIERS}))
+
+    def by_k(expr: str) -> dict[str, float]:
+        return {dict(s.labels)["k"]: s.value for s in e.query(expr, 0)}  # type: ignore[union-attr]
+
+    assert by_k("l + fill(0) r") == {"a": 110.0, "c": 30.0, "d": 400.0}
+    assert by_k("l + fill_left(5) r") == {"a": 110.0, "d": 405.0}
+    assert by_k("l + fill_right(7) r") == {"a": 110.0, "c": 37.0}
+    assert by_k("l + r") == {"a": 110.0}
+
+
+def test_matches_must_be_unique_before_a_comparison_filters_them_in_prometheus_3() -> None:
+    from sentinel.promql import PromQLError
+
+    series = {'many{l="foo",job="t"}': "0", 'many{l="bar",job="t"}': "1", 'one{job="t"}': "1"}
+    three, two = engine_for(series), engine_for(series, semantics=2)
+    with __import__("pytest").raises(PromQLError, match="many-to-one matching must be explicit"):
+        three.query("many > on(job) one", 0)
+    assert two.query("many > on(job) one", 0) == []  # 2.42: filtered first, then checked
+
+
+def test_atan2_and_metadata_labels_are_dropped_with_the_name_in_prometheus_3() -> None:
+    e = engine_for({"y": "10", "x": "20",
+                    'c{__type__="counter",__unit__="req",job="a"}': "5"})
+    assert [s.labels for s in e.query("y atan2 x", 0)] == [()]  # type: ignore[union-attr]
+    two = engine_for({"y": "10", "x": "20"}, semantics=2)
+    assert [s.labels for s in two.query("y atan2 x", 0)] == [  # type: ignore[union-attr]
+        (("__name__", "y"),)]
+    assert [s.labels for s in e.query("-c", 0)] == [(("job", "a"),)]  # type: ignore[union-attr]
+    assert [s.labels for s in e.query("c * 2", 0)] == [(("job", "a"),)]  # type: ignore[union-attr]
+    (kept,) = e.query("c > 1", 0)  # type: ignore[misc]
+    assert dict(kept.labels)["__type__"] == "counter"  # a filter keeps the series as it is
+
+
+def test_quoted_utf8_names_select_series() -> None:
+    e = engine_for({'{"my.metric", "a.b"="x"}': "3"})
+    assert [s.value for s in e.query('{"my.metric"}', 0)] == [3.0]  # type: ignore[union-attr]
+    assert [s.value for s in e.query('{"my.metric", "a.b"="x"}', 0)] == [3.0]  # type: ignore[union-attr]

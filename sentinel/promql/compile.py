@@ -18,6 +18,12 @@ import promql_parser as pp
 from sentinel.model import METRIC_NAME
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.features import (
+    EXPERIMENTAL_FUNCTION_NAMES,
+    EXPERIMENTAL_FUNCTIONS,
+    FILL_MODIFIERS,
+    NONE,
+)
 from sentinel.promql.functions import label_replace_regex
 from sentinel.promql.limits import check_text
 from sentinel.promql.regexcheck import (
@@ -71,12 +77,13 @@ def _enum_name(value: object) -> str:
 _STRING_LITERAL = STRING_LITERAL
 
 
-def compile_expr(text: str) -> n.Expr:
+def compile_expr(text: str, features: frozenset[str] = NONE) -> n.Expr:
     """Parse and check a PromQL expression; PromQLError(message, position) when it cannot run.
 
     The result must be an instant vector or a scalar, as rule expressions are.
+    `features`: Prometheus's experimental PromQL flags to accept (sentinel/promql/features.py).
     """
-    return _compile_cached(text)
+    return _compile_cached(text, features)
 
 
 def check_expr_text(text: str) -> None:
@@ -128,11 +135,11 @@ def _raw_strings_quoted(text: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def _compile_cached(text: str) -> n.Expr:
+def _compile_cached(text: str, features: frozenset[str]) -> n.Expr:
     check_expr_text(text)
     _check_at_values(text)
     try:
-        return _compile(text)
+        return _compile(text, features)
     except PromQLError:
         raise
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
@@ -150,17 +157,14 @@ def _one_line(exc: BaseException) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
-def _compile(text: str) -> n.Expr:
+def _compile(text: str, features: frozenset[str]) -> n.Expr:
     try:
         parsed, stand_ins = parse_with_stand_ins(pp.parse, _for_parser(text), text)
     except ValueError as exc:
         raise _parse_error(text, str(exc)) from None
-    quoted = _quoted_name(text)
-    if quoted is not None:
-        # Prometheus 3 allows `{"my.metric", "a.b"="x"}`; 2.x, the reference, does not.
-        raise PromQLError("a quoted (UTF-8) metric or label name (Prometheus 3) is not "
-                          "supported by Sentinel's engine", quoted)
-    expr = _Compiler(text, stand_ins).convert(parsed)
+    # Quoted (UTF-8) names, `{"my.metric", "a.b"="x"}`, are Prometheus 3 syntax: the
+    # parser reads them as matchers on those names.
+    expr = _Compiler(text, stand_ins, features).convert(parsed)
     kind = n.value_type(expr)
     if kind not in (n.VECTOR, n.SCALAR):
         raise PromQLError(f"expression must return an instant vector or a scalar, not a {kind}", 0)
@@ -251,9 +255,17 @@ def _ms(delta: timedelta | None) -> int:
 
 
 class _Compiler:
-    def __init__(self, text: str, stand_ins: dict[str, str]) -> None:
+    def __init__(self, text: str, stand_ins: dict[str, str],
+                 features: frozenset[str] = NONE) -> None:
         self.text = text
         self.stand_ins = stand_ins  # regexes the parser saw as stand-ins (regexcheck)
+        self.features = features
+
+    def experimental(self, name: str, pattern: str) -> None:
+        """Refuse an experimental function or aggregation unless its flag is on."""
+        if name in EXPERIMENTAL_FUNCTION_NAMES and EXPERIMENTAL_FUNCTIONS not in self.features:
+            raise PromQLError(f"parse error: function {name!r} is experimental: enable "
+                              f"the {EXPERIMENTAL_FUNCTIONS} feature", _find(self.text, pattern))
 
     def reject(self, what: str, pattern: str) -> PromQLError:
         position = _find(self.text, pattern)
@@ -320,6 +332,7 @@ class _Compiler:
         name = e.func.name
         if name not in SUPPORTED_FUNCTIONS:
             raise self.reject(f"function {name}()", rf"\b{re.escape(name)}\s*\(")
+        self.experimental(name, rf"\b{re.escape(name)}\s*\(")
         returns = n.SCALAR if e.func.return_type == pp.ValueType.Scalar else n.VECTOR
         args = tuple(self.convert(a) for a in e.args)
         if name == "label_replace" and isinstance(args[-1], n.StringLiteral):
@@ -355,10 +368,15 @@ class _Compiler:
             matching = n.Matching(card, False, ())
             return n.Binary(op, self.convert(e.lhs), self.convert(e.rhs), False, matching)
         fill = mod.fill_values
+        fills: tuple[float | None, float | None] = (None, None)
         if fill is not None and (fill.lhs is not None or fill.rhs is not None):
-            raise self.reject("fill modifiers", r"\bfill(_left|_right)?\b")
+            if FILL_MODIFIERS not in self.features:
+                raise PromQLError(f"parse error: fill modifiers are experimental: enable the "
+                                  f"{FILL_MODIFIERS} feature",
+                                  _find(self.text, r"\bfill(_left|_right)?\b"))
+            fills = (fill.lhs, fill.rhs)
         on = mod.matching is not None and mod.matching.type == pp.LabelModifierType.Include
         labels = tuple(mod.matching.labels) if mod.matching is not None else ()
         include = tuple(mod.group_labels or ())
-        matching = n.Matching(_CARDINALITY[_enum_name(mod.card)], on, labels, include)
+        matching = n.Matching(_CARDINALITY[_enum_name(mod.card)], on, labels, include, *fills)
         return n.Binary(op, self.convert(e.lhs), self.convert(e.rhs), mod.return_bool, matching)

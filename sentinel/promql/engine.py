@@ -32,6 +32,7 @@ from sentinel.promql.binary import scalar_op, set_op, vector_scalar, vector_vect
 from sentinel.promql.calls import RangeSeries, check_unique, evaluate_call
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.features import check as check_features
 from sentinel.promql.limits import MAX_POINTS, QUERY_TIMEOUT_S, Budget
 from sentinel.promql.rangefuncs import SummaryFunc, Window
 from sentinel.promql.stepcache import StepCache
@@ -65,9 +66,13 @@ class Engine:
     def __init__(self, store: SeriesSource, lookback_ms: int = DEFAULT_LOOKBACK_MS,
                  subquery_step_ms: int = DEFAULT_SUBQUERY_STEP_MS,
                  max_points: int = MAX_POINTS, timeout_s: float = QUERY_TIMEOUT_S,
-                 step_cache: StepCache | None = None, semantics: int = 3) -> None:
+                 step_cache: StepCache | None = None, semantics: int = 3,
+                 features: frozenset[str] = frozenset()) -> None:
         if semantics not in (2, 3):
             raise ValueError(f"semantics must be 2 or 3, not {semantics!r}")
+        # Prometheus's experimental PromQL flags, for expressions given as text
+        # (sentinel/promql/features.py).
+        self.features = check_features(features)
         self.store = store
         # Prometheus 3 (the default) reads left-open windows (t - range, t] for range
         # selectors, lookback and subqueries; 2 reads them closed [t - range, t], as
@@ -96,7 +101,7 @@ class Engine:
         Raises PromQLError for expressions that do not compile and for
         evaluation errors (e.g. many-to-many matching).
         """
-        node = compile_expr(expr) if isinstance(expr, str) else expr
+        node = compile_expr(expr, self.features) if isinstance(expr, str) else expr
         budget = Budget(self.max_points, self.timeout_s)
         budget.precheck_steps(self._steps_of(node))
         bounds = (at_ms if start_ms is None else start_ms, at_ms if end_ms is None else end_ms)
@@ -353,14 +358,16 @@ class _Evaluator:
         rhs = self.eval(e.rhs)
         if isinstance(lhs, float) and isinstance(rhs, float):
             return scalar_op(e.op, lhs, rhs)
+        v3 = self.open_ms == 1
         if isinstance(rhs, float):
-            out = vector_scalar(e.op, lhs, rhs, False, e.return_bool)  # type: ignore[arg-type]
+            out = vector_scalar(e.op, lhs, rhs, False, e.return_bool, v3)  # type: ignore[arg-type]
         elif isinstance(lhs, float):
-            out = vector_scalar(e.op, rhs, lhs, True, e.return_bool)  # type: ignore[arg-type]
+            out = vector_scalar(e.op, rhs, lhs, True, e.return_bool, v3)  # type: ignore[arg-type]
         elif e.op in ("and", "or", "unless"):
             out = set_op(e.op, lhs, rhs, e.matching)  # type: ignore[arg-type]
         else:
-            out = vector_vector(e.op, lhs, rhs, e.matching, e.return_bool)  # type: ignore[arg-type]
+            out = vector_vector(e.op, lhs, rhs, e.matching, e.return_bool,  # type: ignore[arg-type]
+                                v3)
         return check_unique(out)
 
     def call(self, e: n.Call) -> Value:

@@ -17,9 +17,24 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _TEMPLATE = re.compile(r"\$(\$|\{(\w+)\}|(\w+))")
 
 
+# Labels that describe the metric rather than the series; an operation that changes the
+# metric drops them all (Prometheus 3's schema.IsMetadataLabel: name, type and unit).
+METADATA_LABELS = frozenset({METRIC_NAME, "__type__", "__unit__"})
+
+
 def drop_name(labels: Labels) -> Labels:
-    """The label set without `__name__`."""
+    """The label set without `__name__` (nor Prometheus 3's `__type__` and `__unit__`)."""
     if labels and labels[0][0] == METRIC_NAME:  # sorted labels: it is usually first
+        if len(labels) == 1 or labels[1][0][:2] != "__":
+            return labels[1:]
+    if labels and any(k in METADATA_LABELS for k, _ in labels):
+        return tuple(kv for kv in labels if kv[0] not in METADATA_LABELS)
+    return labels
+
+
+def drop_metric_name(labels: Labels) -> Labels:
+    """The label set without `__name__` alone (vector matching's signature)."""
+    if labels and labels[0][0] == METRIC_NAME:
         return labels[1:]
     if labels and any(k == METRIC_NAME for k, _ in labels):
         return tuple(kv for kv in labels if kv[0] != METRIC_NAME)

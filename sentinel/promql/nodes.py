@@ -97,6 +97,10 @@ class Matching:
     on: bool
     labels: tuple[str, ...]
     include: tuple[str, ...] = ()
+    # Prometheus 3's experimental fill modifiers: the value a missing left (right)
+    # sample takes, None without `fill`/`fill_left` (`fill`/`fill_right`).
+    fill_lhs: float | None = None
+    fill_rhs: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
