@@ -365,7 +365,8 @@ def run_case(block: Block, case: Case, semantics: int) -> Result:
     scalar = False
     try:
         for t in steps:
-            value = engine.query(case.expr, t, start_ms=case.start_ms, end_ms=case.end_ms)
+            value = engine.query(case.expr, t, start_ms=case.start_ms, end_ms=case.end_ms,
+                                 step_ms=case.step_ms)
             if isinstance(value, float):
                 scalar = True
                 got.setdefault((), {})[t] = value

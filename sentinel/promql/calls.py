@@ -30,6 +30,8 @@ class Evaluator(Protocol):
 
     at_ms: int
     open_ms: int  # 1: Prometheus 3 (left-open windows and its arithmetic), 0: 2.x
+    bounds: tuple[int, int]  # the query's start and end
+    query_step_ms: int  # the query's step (0: an instant query)
 
     def eval(self, e: n.Expr) -> object:
         """Evaluate any sub-expression."""
@@ -108,6 +110,10 @@ def evaluate_call(ev: Evaluator, e: n.Call) -> float | Vector:
         return [] if vec else [InstantSample(absent_labels(e.args[0]), 1.0)]
     if name == "time":
         return ev.at_ms / 1000
+    if name in ("start", "end", "range", "step"):  # Prometheus 3, experimental
+        start, end = ev.bounds
+        ms = {"start": start, "end": end, "range": end - start, "step": ev.query_step_ms}
+        return ms[name] / 1000
     if name == "pi":
         return math.pi
     if name in DATE:

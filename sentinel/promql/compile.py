@@ -52,6 +52,8 @@ SUPPORTED_FUNCTIONS = frozenset(
         "day_of_month", "day_of_week", "day_of_year", "days_in_month",
         "hour", "minute", "month", "year",
         "double_exponential_smoothing",
+        # Prometheus 3 (experimental ones need promql-experimental-functions)
+        "start", "end", "range", "step",
     }
 )  # fmt: skip
 

@@ -24,14 +24,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from sentinel.model import InstantSample, Labels, Vector, is_stale
+from sentinel.promql import durexpr, fused
 from sentinel.promql import functions as fn
-from sentinel.promql import fused
 from sentinel.promql import nodes as n
 from sentinel.promql.aggregate import aggregate
 from sentinel.promql.binary import scalar_op, set_op, vector_scalar, vector_vector
 from sentinel.promql.calls import RangeSeries, check_unique, evaluate_call
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.features import DURATION_EXPR
 from sentinel.promql.features import check as check_features
 from sentinel.promql.limits import MAX_POINTS, QUERY_TIMEOUT_S, Budget
 from sentinel.promql.rangefuncs import SummaryFunc, Window
@@ -91,23 +92,28 @@ class Engine:
         self.subquery_step_ms = subquery_step_ms
 
     def query(self, expr: str | n.Expr, at_ms: int, given: Given | None = None, *,
-              start_ms: int | None = None, end_ms: int | None = None) -> Vector | float:
+              start_ms: int | None = None, end_ms: int | None = None,
+              step_ms: int = 0) -> Vector | float:
         """The expression's value at `at_ms`: a Vector, or a float for a scalar result.
 
         `given` answers some nodes of the tree instead of the store (see `Given`);
         only nodes outside subqueries, which are evaluated at `at_ms` alone.
         `start_ms`/`end_ms` are what `@ start()`/`@ end()` mean: a range query's
         first and last step when this is one of its steps; `at_ms` by default.
+        `step_ms` is a range query's step (`step()`; 0 for an instant query).
         Raises PromQLError for expressions that do not compile and for
         evaluation errors (e.g. many-to-many matching).
         """
+        bounds = (at_ms if start_ms is None else start_ms, at_ms if end_ms is None else end_ms)
+        if isinstance(expr, str) and DURATION_EXPR in self.features:
+            expr = durexpr.rewrite(expr, step_ms, bounds[1] - bounds[0])
         node = compile_expr(expr, self.features) if isinstance(expr, str) else expr
         budget = Budget(self.max_points, self.timeout_s)
         budget.precheck_steps(self._steps_of(node))
-        bounds = (at_ms if start_ms is None else start_ms, at_ms if end_ms is None else end_ms)
         evaluator = _Evaluator(self.store, self.lookback_ms, at_ms, bounds,
                                self.subquery_step_ms, budget, self.step_cache)
         evaluator.open_ms = 1 if self.semantics == 3 else 0
+        evaluator.query_step_ms = step_ms
         evaluator.given = given
         result = evaluator.eval(node)
         if isinstance(result, float | list):
@@ -188,6 +194,7 @@ class _Evaluator:
         self.lookback_ms = lookback_ms
         self.at_ms = at_ms  # this evaluation's time (a step, inside a subquery)
         self.bounds = bounds  # the query's start() and end()
+        self.query_step_ms = 0  # the query's step(): 0 for an instant query
         # 1: windows are left-open (t - range, t] (Prometheus 3); 0: closed (2.x). Sample
         # times are whole ms, so a window's first ms is its start + open_ms.
         self.open_ms = 1
@@ -307,6 +314,7 @@ class _Evaluator:
                 inner = _Evaluator(self.store, self.lookback_ms, t, self.bounds,
                                    self.subquery_step_ms, self.budget, cache)
                 inner.open_ms = self.open_ms
+                inner.query_step_ms = self.query_step_ms
                 samples = inner.vector(e.expr)
                 if kept is not None and cache is not None and cache.final(t):
                     kept[t] = samples
