@@ -188,3 +188,44 @@ def test_quoted_utf8_names_select_series() -> None:
     e = engine_for({'{"my.metric", "a.b"="x"}': "3"})
     assert [s.value for s in e.query('{"my.metric"}', 0)] == [3.0]  # type: ignore[union-attr]
     assert [s.value for s in e.query('{"my.metric", "a.b"="x"}', 0)] == [3.0]  # type: ignore[union-attr]
+
+
+def test_logarithms_are_gos() -> None:
+    """Go's math.Log (amd64) and Log10 = Log·(1/Ln10) differ from C's in the last bit for
+    some inputs; promtool 2.42 agrees with these (the oracle test below checks more)."""
+    from sentinel.promql import floatops as f
+
+    assert f.log(3.0) == 1.0986122886681096  # C: ...098
+    assert f.log(3.0, 10) == 0.4771212547196624  # C: ...6625
+    assert f.log(0.1, 10) == -0.9999999999999999  # C: -1.0
+    assert f.log(8.0, 2) == 3.0 and f.log(0.5, 10) == -0.3010299956639812
+    assert math.isnan(f.log(-1.0)) and f.log(0.0, 10) == -math.inf
+
+
+@__import__("pytest").mark.integration
+def test_logarithms_agree_with_promtool_bit_for_bit(tmp_path: Path) -> None:
+    import random
+    import shutil
+    import subprocess
+
+    from sentinel.promql import floatops as f
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        __import__("pytest").skip("promtool is not installed")
+    rng = random.Random(7)
+    values = [3.0, 0.1, 7.0, 1e-5, 5e-324, 1.7e308] + [rng.lognormvariate(0, 10)
+                                                       for _ in range(60)]
+    series, exprs = [], []
+    for i, v in enumerate(values):
+        series.append(f"      - series: 'x{{i=\"{i}\"}}'\n        values: '{v!r}'")
+        for name, base in (("log10", 10), ("log2", 2), ("ln", None)):
+            exprs.append(f"      - expr: {name}(x{{i=\"{i}\"}})\n        eval_time: 0\n"
+                         f"        exp_samples: [{{labels: '{{i=\"{i}\"}}', "
+                         f"value: {f.log(v, base)!r}}}]")
+    path = tmp_path / "logs_test.yaml"
+    path.write_text("rule_files: []\ntests:\n  - interval: 1m\n    input_series:\n"
+                    + "\n".join(series) + "\n    promql_expr_test:\n" + "\n".join(exprs) + "\n")
+    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
