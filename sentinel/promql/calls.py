@@ -8,12 +8,17 @@ from typing import Protocol
 
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql import functions as fn
-from sentinel.promql import fused
+from sentinel.promql import fused, prom3funcs
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.mathfuncs import DATE, date_value
-from sentinel.promql.rangefuncs import RANGE_FUNCTIONS, SUMMARY_FUNCTIONS, SummaryFunc, Window
+from sentinel.promql.rangefuncs import RANGE_FUNCTIONS as RANGE_FUNCTIONS_2
+from sentinel.promql.rangefuncs import SUMMARY_FUNCTIONS, SummaryFunc, Window
 from sentinel.store.memory import Summary
+
+RANGE_FUNCTIONS = {**RANGE_FUNCTIONS_2, **prom3funcs.RANGE_FUNCTIONS_3}
+# Range functions whose result keeps the series' name.
+_KEEP_NAME = frozenset({"last_over_time", "first_over_time"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,9 @@ def evaluate_call(ev: Evaluator, e: n.Call) -> float | Vector:
         return [] if vec else [InstantSample(absent_labels(e.args[0]), 1.0)]
     if name == "time":
         return ev.at_ms / 1000
+    if name in ("min_of", "max_of"):  # Prometheus 3, experimental: Go's math.Min/Max
+        a, b = ev.scalar(e.args[0]), ev.scalar(e.args[1])
+        return fn.go_min(a, b) if name == "min_of" else fn.go_max(a, b)
     if name in ("start", "end", "range", "step"):  # Prometheus 3, experimental
         start, end = ev.bounds
         ms = {"start": start, "end": end, "range": end - start, "step": ev.query_step_ms}
@@ -152,7 +160,7 @@ def _range_call(ev: Evaluator, e: n.Call) -> Vector:
         at, offset = sel.at, sel.offset_ms
     window = Window(ev.base_ms(at), sel.range_ms, offset, scalars, ev.at_ms,
                     ev.open_ms == 1)
-    keep_name = e.func == "last_over_time"
+    keep_name = e.func in _KEEP_NAME
     quick = SUMMARY_FUNCTIONS.get(e.func)
     if quick is not None and isinstance(sel, n.MatrixSelector):
         # One pass in the store: its summary of each series fed straight to the function.
@@ -212,6 +220,10 @@ def _instant_call(ev: Evaluator, e: n.Call) -> Vector:
         "sort_desc": fn.sort_desc,
         "label_replace": fn.label_replace,
         "label_join": fn.label_join,
+        "sort_by_label": prom3funcs.sort_by_label,
+        "sort_by_label_desc": prom3funcs.sort_by_label_desc,
+        "histogram_fraction": prom3funcs.histogram_fraction,
+        "histogram_quantiles": prom3funcs.histogram_quantiles,
     }
     if name not in handlers:
         raise PromQLError(f"function {name}() is not supported")

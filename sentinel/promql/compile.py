@@ -53,7 +53,10 @@ SUPPORTED_FUNCTIONS = frozenset(
         "hour", "minute", "month", "year",
         "double_exponential_smoothing",
         # Prometheus 3 (experimental ones need promql-experimental-functions)
-        "start", "end", "range", "step",
+        "start", "end", "range", "step", "min_of", "max_of",
+        "first_over_time", "ts_of_first_over_time", "ts_of_last_over_time",
+        "ts_of_max_over_time", "ts_of_min_over_time", "mad_over_time",
+        "sort_by_label", "sort_by_label_desc", "histogram_fraction", "histogram_quantiles",
     }
 )  # fmt: skip
 

@@ -22,7 +22,7 @@ EXPERIMENTAL_FUNCTION_NAMES = frozenset({
     "sort_by_label", "sort_by_label_desc", "mad_over_time", "ts_of_first_over_time",
     "ts_of_last_over_time", "ts_of_min_over_time", "ts_of_max_over_time",
     "limitk", "limit_ratio", "info", "histogram_quantiles", "start_timestamp",
-    "start", "end", "range", "step",
+    "start", "end", "range", "step", "min_of", "max_of",
 })
 
 

@@ -203,6 +203,12 @@ def parse_bound(text: str) -> float | None:
 
 def histogram_quantile(q: float, vec: Vector) -> Vector:
     """φ-quantile of classic histograms: series grouped by all labels but `le`."""
+    return [InstantSample(labels, bucket_quantile(q, b)) for labels, b in classic_groups(vec)]
+
+
+def classic_groups(vec: Vector) -> list[tuple[Labels, list[tuple[float, float]]]]:
+    """Classic histograms' buckets: (output labels, [(bound, count)]) per series but `le`;
+    a bucket whose `le` is not a number is left out."""
     groups: dict[Labels, tuple[Labels, list[tuple[float, float]]]] = {}
     bounds: dict[str, float | None] = {}  # a fleet's histograms share a few `le` values
     for s in vec:
@@ -218,7 +224,6 @@ def histogram_quantile(q: float, vec: Vector) -> Vector:
         key = tuple([kv for kv in s.labels if kv[0] != "le"])
         group = groups.get(key)
         if group is None:
-            out_labels = tuple(kv for kv in key if kv[0] != METRIC_NAME)
-            group = groups[key] = (out_labels, [])
+            group = groups[key] = (drop_name(key), [])
         group[1].append((bound, s.value))
-    return [InstantSample(labels, bucket_quantile(q, b)) for labels, b in groups.values()]
+    return list(groups.values())

@@ -1,0 +1,81 @@
+"""Functions Prometheus 3 added (sentinel/promql/prom3funcs.py), checked by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sentinel.promql import Engine, PromQLError, compile_expr
+from sentinel.promql.features import ALL
+from sentinel.promql.prom3funcs import bucket_fraction, natural_less
+from sentinel.promql.series_notation import expand_values, parse_series
+from sentinel.store.memory import MemoryStore
+
+M = 60_000
+
+
+def engine_for(series: dict[str, str], step_ms: int = M) -> Engine:
+    store = MemoryStore(retention_ms=10**12)
+    for text, values in series.items():
+        for i, v in enumerate(expand_values(values)):
+            if v is not None:
+                store.add(parse_series(text), i * step_ms, v)
+    return Engine(store, features=ALL)
+
+
+def values(result: object) -> list[float]:
+    assert isinstance(result, list)
+    return [s.value for s in result]
+
+
+def test_over_time_functions() -> None:
+    e = engine_for({"m": "3 1 4 1 5 NaN 9"})
+    assert values(e.query("first_over_time(m[3m])", 4 * M)) == [4.0]  # (1m, 4m]: 4 1 5
+    assert [s.labels for s in e.query("first_over_time(m[3m])", 4 * M)] == [  # type: ignore[union-attr]
+        (("__name__", "m"),)]
+    assert values(e.query("ts_of_first_over_time(m[3m])", 4 * M)) == [120.0]
+    assert values(e.query("ts_of_last_over_time(m[3m])", 4 * M)) == [240.0]
+    assert values(e.query("ts_of_max_over_time(m[5m])", 4 * M)) == [240.0]
+    assert values(e.query("ts_of_min_over_time(m[5m])", 4 * M)) == [180.0]  # the last 1
+    assert values(e.query("mad_over_time(m[5m])", 4 * M)) == [2.0]  # median 3: |0 2 1 2 2|
+    assert math.isnan(values(e.query("mad_over_time(m[5m])", 6 * M))[0])
+
+
+def test_min_of_max_of_are_gos_min_max() -> None:
+    e = engine_for({})
+    assert e.query("min_of(3, 5)", 0) == 3.0 and e.query("max_of(3, 5)", 0) == 5.0
+    assert math.isnan(e.query("max_of(NaN, 3)", 0))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("a", "b", "less"), [
+    ("a2", "a10", True), ("a10", "a2", False), ("a", "b", True), ("x1y2", "x1y10", True),
+    ("10", "9", False), ("abc", "abc", True),  # facette/natsort: equal is "less"
+])
+def test_natural_order(a: str, b: str, less: bool) -> None:
+    assert natural_less(a, b) is less
+
+
+def test_sort_by_label_is_natural_then_by_labels() -> None:
+    e = engine_for({'h{i="10",g="a"}': "1", 'h{i="2",g="a"}': "2", 'h{i="2",g="b"}': "3"})
+    up = e.query('sort_by_label(h, "i")', 0)
+    assert values(up) == [2.0, 3.0, 1.0]
+    assert values(e.query('sort_by_label_desc(h, "i")', 0)) == [1.0, 3.0, 2.0]
+    with pytest.raises(PromQLError, match="experimental"):
+        compile_expr('sort_by_label(h, "i")')
+
+
+def test_histogram_fraction_and_quantiles_of_classic_buckets() -> None:
+    buckets = [(1.0, 10.0), (2.0, 30.0), (math.inf, 40.0)]
+    assert bucket_fraction(0, 1, buckets) == 0.25
+    assert bucket_fraction(1, 1.5, buckets) == 0.25  # half of the (1, 2] bucket's 20
+    assert bucket_fraction(-math.inf, math.inf, buckets) == 1.0
+    assert bucket_fraction(2, 1, buckets) == 0.0
+    assert math.isnan(bucket_fraction(0, 1, [(1.0, 10.0)]))  # no +Inf bucket
+    e = engine_for({'b_bucket{le="1"}': "10", 'b_bucket{le="2"}': "30",
+                    'b_bucket{le="+Inf"}': "40"})
+    (frac,) = e.query("histogram_fraction(0, 1.5, b_bucket)", 0)  # type: ignore[misc]
+    assert frac.labels == () and frac.value == 0.5
+    got = {dict(s.labels)["q"]: s.value
+           for s in e.query('histogram_quantiles(b_bucket, "q", 0.5, 0.25)', 0)}  # type: ignore[union-attr]
+    assert got == {"0.5": 1.5, "0.25": 1.0}
