@@ -8,7 +8,7 @@ from collections.abc import Callable
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, format_labels
 from sentinel.promql import floatops as f
 from sentinel.promql.errors import PromQLError
-from sentinel.promql.functions import METADATA_LABELS, drop_metric_name, drop_name
+from sentinel.promql.functions import METADATA_LABELS, drop_name
 from sentinel.promql.nodes import Matching
 
 ARITHMETIC: dict[str, Callable[[float, float], float]] = {
@@ -81,8 +81,8 @@ def signature(labels: Labels, matching: Matching) -> Labels:
         names = set(matching.labels)
         return tuple([kv for kv in labels if kv[0] in names])
     if not matching.labels:  # a plain `or`/`and`/`unless`: all labels but the name
-        return drop_metric_name(labels)
-    names = {METRIC_NAME, *matching.labels}
+        return drop_name(labels)  # (and Prometheus 3's __type__ and __unit__)
+    names = {*METADATA_LABELS, *matching.labels}
     return tuple([kv for kv in labels if kv[0] not in names])
 
 

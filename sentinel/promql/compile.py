@@ -19,6 +19,7 @@ from sentinel.model import METRIC_NAME
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.features import (
+    DURATION_EXPR,
     EXPERIMENTAL_FUNCTION_NAMES,
     EXPERIMENTAL_FUNCTIONS,
     FILL_MODIFIERS,
@@ -142,7 +143,7 @@ def _raw_strings_quoted(text: str) -> str:
 @lru_cache(maxsize=1024)
 def _compile_cached(text: str, features: frozenset[str]) -> n.Expr:
     check_expr_text(text)
-    _check_at_values(text)
+    _check_at_values(text, DURATION_EXPR in features)
     try:
         return _compile(text, features)
     except PromQLError:
@@ -184,7 +185,7 @@ _DURATION_UNIT = re.compile(r"(?:ms|[smhdwy])(?:\d|$)")
 _AT_LIMIT = 2**63
 
 
-def _check_at_values(text: str) -> None:
+def _check_at_values(text: str, durations: bool = False) -> None:
     """Reject `@` values the binding mishandles, before it sees them, with their position.
 
     promql-parser panics (a Rust panic, not an Exception) when a negative `@`
@@ -194,7 +195,9 @@ def _check_at_values(text: str) -> None:
     """
     for m in _AT_VALUE.finditer(_masked(text)):
         sign, number, unit = m.groups()
-        if unit and _DURATION_UNIT.match(unit):
+        if unit and _DURATION_UNIT.match(unit) and not durations:
+            # Prometheus 3 reads `@ 1m40s` as 100 s behind promql-duration-expr (so does
+            # the parser); without it, as Prometheus 2, it is an error.
             raise PromQLError(f'parse error: unexpected duration "{number}{unit}" in @, '
                               "expected timestamp", m.start(2))
         value = int(number, 16) if number[:2] in ("0x", "0X") else float(number)

@@ -32,15 +32,6 @@ def drop_name(labels: Labels) -> Labels:
     return labels
 
 
-def drop_metric_name(labels: Labels) -> Labels:
-    """The label set without `__name__` alone (vector matching's signature)."""
-    if labels and labels[0][0] == METRIC_NAME:
-        return labels[1:]
-    if labels and any(k == METRIC_NAME for k, _ in labels):
-        return tuple(kv for kv in labels if kv[0] != METRIC_NAME)
-    return labels
-
-
 def go_max(a: float, b: float) -> float:
     """Go's math.Max (NaN wins over finite numbers, +Inf over NaN)."""
     if a == math.inf or b == math.inf:
