@@ -79,3 +79,31 @@ def test_histogram_fraction_and_quantiles_of_classic_buckets() -> None:
     got = {dict(s.labels)["q"]: s.value
            for s in e.query('histogram_quantiles(b_bucket, "q", 0.5, 0.25)', 0)}  # type: ignore[union-attr]
     assert got == {"0.5": 1.5, "0.25": 1.0}
+
+
+INFO = {
+    'm{instance="a",job="1",label="v"}': "0 1 2",
+    'o{instance="a",job="2"}': "5",
+    'target_info{instance="a",job="1",data="info",more="x"}': "1 1 1",
+    'build_info{instance="a",job="1",version="3"}': "1 1 1",
+}
+
+
+def test_info_adds_the_data_labels_of_the_matching_info_series() -> None:
+    e = engine_for(INFO, step_ms=5 * M)
+
+    def labels(expr: str) -> list[dict[str, str]]:
+        return [dict(s.labels) for s in e.query(expr, 10 * M)]  # type: ignore[union-attr]
+
+    assert labels("info(m)") == [{"__name__": "m", "instance": "a", "job": "1", "label": "v",
+                                  "data": "info", "more": "x"}]
+    assert labels('info(m, {data=~".+"})') == [
+        {"__name__": "m", "instance": "a", "job": "1", "label": "v", "data": "info"}]
+    assert labels('info(m, {__name__="build_info"})') == [
+        {"__name__": "m", "instance": "a", "job": "1", "label": "v", "version": "3"}]
+    assert labels("info(o)") == [{"__name__": "o", "instance": "a", "job": "2"}]  # no match
+    assert labels('info(o, {data=~".+"})') == []  # a matcher that needs a value drops it
+    assert labels('info(o, {data=~".*"})') == [{"__name__": "o", "instance": "a", "job": "2"}]
+    assert labels("info(target_info)")[0]["data"] == "info"  # an info series passes as is
+    with pytest.raises(PromQLError, match="experimental"):
+        compile_expr("info(m)")

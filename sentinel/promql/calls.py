@@ -8,7 +8,7 @@ from typing import Protocol
 
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql import functions as fn
-from sentinel.promql import fused, prom3funcs
+from sentinel.promql import fused, info, prom3funcs
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.mathfuncs import DATE, date_value
@@ -107,6 +107,8 @@ def evaluate_call(ev: Evaluator, e: n.Call) -> float | Vector:
     name = e.func
     if name in RANGE_FUNCTIONS:
         return check_unique(_range_call(ev, e))
+    if name == "info":  # its second argument is a selector of labels, not evaluated
+        return check_unique(info.info(ev, e))  # type: ignore[arg-type]
     if name == "absent_over_time":
         matrix = _range_arg(ev, _matrix_arg(e))
         return [] if matrix else [InstantSample(absent_labels(e.args[0]), 1.0)]

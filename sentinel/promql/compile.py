@@ -54,7 +54,7 @@ SUPPORTED_FUNCTIONS = frozenset(
         "hour", "minute", "month", "year",
         "double_exponential_smoothing",
         # Prometheus 3 (experimental ones need promql-experimental-functions)
-        "start", "end", "range", "step", "min_of", "max_of",
+        "start", "end", "range", "step", "min_of", "max_of", "info",
         "first_over_time", "ts_of_first_over_time", "ts_of_last_over_time",
         "ts_of_max_over_time", "ts_of_min_over_time", "mad_over_time",
         "sort_by_label", "sort_by_label_desc", "histogram_fraction", "histogram_quantiles",
@@ -120,6 +120,34 @@ def _for_parser(text: str) -> str:
         text = _rename_holt_winters(text)
     if "`" in text:
         text = _raw_strings_quoted(text)
+    if "info" in text:
+        text = _info_selectors_marked(text)
+    return text
+
+
+# info()'s second argument may match only empty values (`{data=~".*"}`), which the
+# parser refuses in a selector: it gets this matcher, which the compiler takes out.
+INFO_MARK = "__sentinel_info_selector__"
+_INFO_CALL = re.compile(r"\binfo\s*\(")
+
+
+def _info_selectors_marked(text: str) -> str:
+    masked = _masked(text)
+    inserts = []
+    for m in _INFO_CALL.finditer(masked):
+        depth, comma, i = 1, -1, m.end()
+        while i < len(masked) and depth:
+            c = masked[i]
+            depth += (c in "([{") - (c in ")]}")
+            if c == "," and depth == 1:
+                comma = i
+            i += 1
+        if comma >= 0:
+            brace = re.compile(r"\s*\{").match(masked, comma + 1)
+            if brace is not None:
+                inserts.append(brace.end())
+    for at in reversed(inserts):
+        text = text[:at] + f'{INFO_MARK}="1", ' + text[at:]
     return text
 
 
@@ -343,6 +371,10 @@ class _Compiler:
         self.experimental(name, rf"\b{re.escape(name)}\s*\(")
         returns = n.SCALAR if e.func.return_type == pp.ValueType.Scalar else n.VECTOR
         args = tuple(self.convert(a) for a in e.args)
+        if name == "info" and len(args) > 1 and isinstance(args[1], n.VectorSelector):
+            sel = args[1]
+            kept = tuple(m for m in sel.matchers if m.name != INFO_MARK)
+            args = (args[0], n.VectorSelector(kept, sel.offset_ms, sel.at))
         if name == "label_replace" and isinstance(args[-1], n.StringLiteral):
             self.check_label_replace(args[-1].value)
         return n.Call(name, args, returns)
