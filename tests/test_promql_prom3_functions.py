@@ -83,7 +83,7 @@ def test_histogram_fraction_and_quantiles_of_classic_buckets() -> None:
 
 INFO = {
     'm{instance="a",job="1",label="v"}': "0 1 2",
-    'o{instance="a",job="2"}': "5",
+    'o{instance="a",job="2"}': "5 5 5",
     'target_info{instance="a",job="1",data="info",more="x"}': "1 1 1",
     'build_info{instance="a",job="1",version="3"}': "1 1 1",
 }
