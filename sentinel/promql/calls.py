@@ -6,15 +6,15 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
+from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, is_stale, labels_of
+from sentinel.promql import extended, fused, info, prom3funcs
 from sentinel.promql import functions as fn
-from sentinel.promql import fused, info, prom3funcs
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.mathfuncs import DATE, date_value
 from sentinel.promql.rangefuncs import RANGE_FUNCTIONS as RANGE_FUNCTIONS_2
 from sentinel.promql.rangefuncs import SUMMARY_FUNCTIONS, SummaryFunc, Window
-from sentinel.store.memory import Summary
+from sentinel.store.memory import Series, Summary
 
 RANGE_FUNCTIONS = {**RANGE_FUNCTIONS_2, **prom3funcs.RANGE_FUNCTIONS_3}
 # Range functions whose result keeps the series' name.
@@ -34,6 +34,7 @@ class Evaluator(Protocol):
     """The part of the engine's evaluator that calls need."""
 
     at_ms: int
+    lookback_ms: int
     open_ms: int  # 1: Prometheus 3 (left-open windows and its arithmetic), 0: 2.x
     bounds: tuple[int, int]  # the query's start and end
     query_step_ms: int  # the query's step (0: an instant query)
@@ -73,6 +74,10 @@ class Evaluator(Protocol):
 
     def base_ms(self, at: n.At) -> int:
         """The time a selector or subquery reads at, before its offset."""
+        ...
+
+    def select(self, sel: n.VectorSelector, start_ms: int, end_ms: int) -> list[Series]:
+        """The selector's series with their samples in [start_ms, end_ms]."""
         ...
 
 
@@ -155,6 +160,8 @@ def _range_arg(ev: Evaluator, arg: n.MatrixSelector | n.Subquery) -> list[RangeS
 
 def _range_call(ev: Evaluator, e: n.Call) -> Vector:
     sel = _matrix_arg(e)
+    if isinstance(sel, n.MatrixSelector) and sel.selector.extend:
+        return _extended_call(ev, e, sel)
     scalars = tuple(ev.scalar(a) for a in e.args if n.value_type(a) == n.SCALAR)
     if isinstance(sel, n.MatrixSelector):
         at, offset = sel.selector.at, sel.selector.offset_ms
@@ -190,6 +197,31 @@ def _range_call(ev: Evaluator, e: n.Call) -> Vector:
         value = func(s.ts, s.vs, window)
         if value is not None:
             out.append(InstantSample(s.labels if keep_name else fn.drop_name(s.labels), value))
+    return out
+
+
+def _extended_call(ev: Evaluator, e: n.Call, sel: n.MatrixSelector) -> Vector:
+    """A range function over an `anchored` or `smoothed` range (sentinel/promql/extended.py)."""
+    kind = sel.selector.extend
+    extended.check_safe(kind, e.func)
+    end = ev.base_ms(sel.selector.at) - sel.selector.offset_ms
+    start = end - sel.range_ms
+    lookback = ev.lookback_ms
+    out = []
+    for s in ev.select(sel.selector, start - lookback + 1,
+                       end + (lookback if kind == extended.SMOOTHED else 0)):
+        keep = [i for i, v in enumerate(s.vs) if not is_stale(v)]
+        ts, vs = [s.ts[i] for i in keep], [s.vs[i] for i in keep]
+        if e.func in ("rate", "increase", "delta"):
+            value = extended.extended_rate(ts, vs, start, end, sel.range_ms / 1000,
+                                           kind == extended.SMOOTHED, e.func != "delta",
+                                           e.func == "rate")
+        else:  # resets, changes: from the newest sample at or before the start
+            first = extended.anchored_start(ts, start)
+            value = None if first is None else RANGE_FUNCTIONS[e.func](
+                ts[first:], vs[first:], Window(end, sel.range_ms, 0))
+        if value is not None:
+            out.append(InstantSample(fn.drop_name(s.labels), value))
     return out
 
 

@@ -16,12 +16,14 @@ from functools import lru_cache
 import promql_parser as pp
 
 from sentinel.model import METRIC_NAME
+from sentinel.promql import extended
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.features import (
     DURATION_EXPR,
     EXPERIMENTAL_FUNCTION_NAMES,
     EXPERIMENTAL_FUNCTIONS,
+    EXTENDED_RANGE,
     FILL_MODIFIERS,
     NONE,
 )
@@ -111,7 +113,7 @@ def _rename_holt_winters(text: str) -> str:
     return "".join(out) + text[last:]
 
 
-def _for_parser(text: str) -> str:
+def _for_parser(text: str, features: frozenset[str] = NONE) -> str:
     """The text as promql-parser reads it the way Prometheus reads the original.
 
     Errors are located in the original text, so the rewrites may move offsets.
@@ -122,6 +124,8 @@ def _for_parser(text: str) -> str:
         text = _raw_strings_quoted(text)
     if "info" in text:
         text = _info_selectors_marked(text)
+    if EXTENDED_RANGE in features and ("anchored" in text or "smoothed" in text):
+        text = extended.mark(text, _masked(text))
     return text
 
 
@@ -193,7 +197,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _compile(text: str, features: frozenset[str]) -> n.Expr:
     try:
-        parsed, stand_ins = parse_with_stand_ins(pp.parse, _for_parser(text), text)
+        parsed, stand_ins = parse_with_stand_ins(pp.parse, _for_parser(text, features), text)
     except ValueError as exc:
         raise _parse_error(text, str(exc)) from None
     # Quoted (UTF-8) names, `{"my.metric", "a.b"="x"}`, are Prometheus 3 syntax: the
@@ -362,7 +366,12 @@ class _Compiler:
             # The parser judged the stand-in, which never matches "": judge the real regex.
             raise PromQLError("parse error: vector selector must contain at least one "
                               "non-empty matcher", _find(self.text, r"\{"))
-        return n.VectorSelector(tuple(matchers), _ms(e.offset), self.at(e.at))
+        extend = ""
+        for kind, mark in extended.MARKS.items():
+            if any(m.name == mark for m in matchers):
+                extend = kind
+                matchers = [m for m in matchers if m.name != mark]
+        return n.VectorSelector(tuple(matchers), _ms(e.offset), self.at(e.at), extend)
 
     def call(self, e: pp.Call) -> n.Call:
         name = e.func.name

@@ -32,6 +32,7 @@ from sentinel.promql.binary import scalar_op, set_op, vector_scalar, vector_vect
 from sentinel.promql.calls import RangeSeries, check_unique, evaluate_call
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.extended import interpolate_at
 from sentinel.promql.features import DURATION_EXPR
 from sentinel.promql.features import check as check_features
 from sentinel.promql.limits import MAX_POINTS, QUERY_TIMEOUT_S, Budget
@@ -249,6 +250,8 @@ class _Evaluator:
 
     def instant(self, sel: n.VectorSelector) -> list[tuple[Labels, int, float]]:
         ref = self.base_ms(sel.at) - sel.offset_ms
+        if sel.extend:
+            return self.smoothed(sel, ref)
         # Only the newest sample is read: a store that hands out just that
         # (MemoryStore.select_newest) copies no lookback window and builds no Series.
         newest = getattr(self.store, "select_newest", None)
@@ -260,6 +263,21 @@ class _Evaluator:
         selected = self.select(sel, ref - self.lookback_ms + self.open_ms, ref)
         self.budget.charge(len(selected))
         return [(s.labels, s.ts[-1], s.vs[-1]) for s in selected if not is_stale(s.vs[-1])]
+
+    def smoothed(self, sel: n.VectorSelector, ref: int) -> list[tuple[Labels, int, float]]:
+        """`x smoothed` (Prometheus 3, experimental): the value at `ref` interpolated
+        between the samples around it within the lookback on either side."""
+        if sel.extend != "smoothed":
+            raise PromQLError(f"the {sel.extend} modifier needs a range selector")
+        out = []
+        for s in self.select(sel, ref - self.lookback_ms + 1, ref + self.lookback_ms):
+            self.budget.charge(len(s.ts))
+            ts = [t for t, v in zip(s.ts, s.vs, strict=True) if not is_stale(v)]
+            vs = [v for v in s.vs if not is_stale(v)]
+            value = interpolate_at(ts, vs, ref)
+            if value is not None:
+                out.append((s.labels, ref, value))
+        return out
 
     def matrix(self, e: n.MatrixSelector) -> list[RangeSeries]:
         end = self.base_ms(e.selector.at) - e.selector.offset_ms

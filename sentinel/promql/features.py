@@ -11,8 +11,9 @@ from __future__ import annotations
 EXPERIMENTAL_FUNCTIONS = "promql-experimental-functions"
 DURATION_EXPR = "promql-duration-expr"
 FILL_MODIFIERS = "promql-binop-fill-modifiers"
+EXTENDED_RANGE = "promql-extended-range-selectors"
 
-ALL = frozenset({EXPERIMENTAL_FUNCTIONS, DURATION_EXPR, FILL_MODIFIERS})
+ALL = frozenset({EXPERIMENTAL_FUNCTIONS, DURATION_EXPR, FILL_MODIFIERS, EXTENDED_RANGE})
 NONE: frozenset[str] = frozenset()
 
 # Functions and aggregations Prometheus 3 marks experimental (promql/parser/functions.go).

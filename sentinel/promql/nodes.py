@@ -48,6 +48,7 @@ class VectorSelector:
     matchers: tuple[Matcher, ...]
     offset_ms: int = 0
     at: At = None
+    extend: str = ""  # Prometheus 3's experimental "anchored" or "smoothed"; "" for neither
 
 
 @dataclass(frozen=True, slots=True)
