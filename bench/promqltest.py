@@ -45,6 +45,7 @@ from pathlib import Path
 
 from sentinel.model import METRIC_NAME, STALE_NAN, Labels, labels_of
 from sentinel.promql import Engine, PromQLError, features
+from sentinel.promql.calls import RangeSeries
 from sentinel.promql.series_notation import expand_values
 from sentinel.store.memory import MemoryStore
 
@@ -92,6 +93,7 @@ class Case:
     string: str | None = None
     series: list[tuple[Labels, list[float | None]]] = field(default_factory=list)
     native: bool = False
+    range_vector: tuple[int, int, int] | None = None  # an instant query's range vector result
     unparsed: str = ""  # why the case itself could not be read (counted as failed)
 
 
@@ -276,7 +278,10 @@ def _parse_eval(lines: list[str], i: int, block: Block) -> tuple[int, Case]:
         if ln.startswith("expect range vector"):
             m = re.match(r"^expect range vector\s+from\s+(.+)\s+to\s+(.+)\s+step\s+(.+)$", ln)
             if m:
-                case.unparsed = "range vector result of an instant query"
+                case.range_vector = (duration_ms(m.group(1)), duration_ms(m.group(2)),
+                                     duration_ms(m.group(3)))
+            else:
+                case.unparsed = f"unreadable: {ln}"
             continue
         if ln.startswith("expect string"):
             case.string = _unquote(ln[len("expect string"):].strip())
@@ -363,10 +368,14 @@ def run_case(block: Block, case: Case, semantics: int) -> Result:
     got: dict[Labels, dict[int, float]] = {}
     order: list[Labels] = []
     scalar = False
+    string = None
     try:
         for t in steps:
-            value = engine.query(case.expr, t, start_ms=case.start_ms, end_ms=case.end_ms,
-                                 step_ms=case.step_ms)
+            value = engine.query_value(case.expr, t, start_ms=case.start_ms,
+                                       end_ms=case.end_ms, step_ms=case.step_ms)
+            if isinstance(value, str):
+                string = value
+                continue
             if isinstance(value, float):
                 scalar = True
                 got.setdefault((), {})[t] = value
@@ -374,7 +383,10 @@ def run_case(block: Block, case: Case, semantics: int) -> Result:
             for s in value:
                 if s.labels not in got:
                     order.append(s.labels)
-                got.setdefault(s.labels, {})[t] = s.value
+                if isinstance(s, RangeSeries):  # an instant query's range vector
+                    got.setdefault(s.labels, {}).update(zip(s.ts, s.vs, strict=True))
+                else:
+                    got.setdefault(s.labels, {})[t] = s.value
     except (PromQLError, ValueError, ZeroDivisionError, OverflowError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         return Result(case.fail, case.fail, "" if case.fail else f"error: {first}")
@@ -382,8 +394,13 @@ def run_case(block: Block, case: Case, semantics: int) -> Result:
         return Result(False, False, f"crash: {type(e).__name__}: {e}")
     if case.fail:
         return Result(False, False, "expected a failure, got a result")
-    if case.string is not None:
-        return Result(False, False, "string result: not an engine result type")
+    if case.string is not None or string is not None:
+        same = case.string == string
+        return Result(same, same, "" if same else f"expected string {case.string!r}, "
+                                                  f"got {string!r} / {_show(got)}")
+    if case.range_vector is not None:
+        start, end, step = case.range_vector
+        steps = list(range(start, end + 1, step))
     return _compare(case, steps, got, order if not scalar else [()], scalar)
 
 

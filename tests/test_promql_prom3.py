@@ -229,3 +229,15 @@ def test_logarithms_agree_with_promtool_bit_for_bit(tmp_path: Path) -> None:
     proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
                           text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_query_value_gives_range_vectors_and_strings() -> None:
+    e = engine_for({'m{a="1"}': "1 2 3"})
+    got = e.query_value("m[2m]", 2 * M)
+    assert isinstance(got, list) and [(s.ts, s.vs) for s in got] == [  # type: ignore[union-attr]
+        ([M, 2 * M], [2.0, 3.0])]
+    assert e.query_value('"foo"', 0) == "foo"
+    from sentinel.promql import PromQLError
+
+    with __import__("pytest").raises(PromQLError, match="instant vector or a scalar"):
+        e.query("m[2m]", 2 * M)  # a rule's query still refuses them

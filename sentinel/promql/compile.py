@@ -85,13 +85,14 @@ def _enum_name(value: object) -> str:
 _STRING_LITERAL = STRING_LITERAL
 
 
-def compile_expr(text: str, features: frozenset[str] = NONE) -> n.Expr:
+def compile_expr(text: str, features: frozenset[str] = NONE, any_type: bool = False) -> n.Expr:
     """Parse and check a PromQL expression; PromQLError(message, position) when it cannot run.
 
     The result must be an instant vector or a scalar, as rule expressions are.
     `features`: Prometheus's experimental PromQL flags to accept (sentinel/promql/features.py).
+    `any_type`: a range vector or a string is a result too (an instant query's, not a rule's).
     """
-    return _compile_cached(text, features)
+    return _compile_cached(text, features, any_type)
 
 
 def check_expr_text(text: str) -> None:
@@ -173,11 +174,11 @@ def _raw_strings_quoted(text: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def _compile_cached(text: str, features: frozenset[str]) -> n.Expr:
+def _compile_cached(text: str, features: frozenset[str], any_type: bool = False) -> n.Expr:
     check_expr_text(text)
     _check_at_values(text, DURATION_EXPR in features)
     try:
-        return _compile(text, features)
+        return _compile(text, features, any_type)
     except PromQLError:
         raise
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
@@ -195,7 +196,7 @@ def _one_line(exc: BaseException) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
-def _compile(text: str, features: frozenset[str]) -> n.Expr:
+def _compile(text: str, features: frozenset[str], any_type: bool = False) -> n.Expr:
     try:
         parsed, stand_ins = parse_with_stand_ins(pp.parse, _for_parser(text, features), text)
     except ValueError as exc:
@@ -204,7 +205,7 @@ def _compile(text: str, features: frozenset[str]) -> n.Expr:
     # parser reads them as matchers on those names.
     expr = _Compiler(text, stand_ins, features).convert(parsed)
     kind = n.value_type(expr)
-    if kind not in (n.VECTOR, n.SCALAR):
+    if kind not in (n.VECTOR, n.SCALAR) and not any_type:
         raise PromQLError(f"expression must return an instant vector or a scalar, not a {kind}", 0)
     return expr
 

@@ -105,10 +105,24 @@ class Engine:
         Raises PromQLError for expressions that do not compile and for
         evaluation errors (e.g. many-to-many matching).
         """
+        result = self._evaluate(expr, at_ms, given, start_ms, end_ms, step_ms, False)
+        if isinstance(result, float | list):
+            return result  # type: ignore[return-value]
+        raise PromQLError("expression must return an instant vector or a scalar")
+
+    def query_value(self, expr: str | n.Expr, at_ms: int, *, start_ms: int | None = None,
+                    end_ms: int | None = None, step_ms: int = 0) -> Value:
+        """As `query`, for any result an instant query may have: a Vector, a float, a str
+        or a range vector (list[RangeSeries], in label order)."""
+        return self._evaluate(expr, at_ms, None, start_ms, end_ms, step_ms, True)
+
+    def _evaluate(self, expr: str | n.Expr, at_ms: int, given: Given | None,
+                  start_ms: int | None, end_ms: int | None, step_ms: int,
+                  any_type: bool) -> Value:
         bounds = (at_ms if start_ms is None else start_ms, at_ms if end_ms is None else end_ms)
         if isinstance(expr, str) and DURATION_EXPR in self.features:
             expr = durexpr.rewrite(expr, step_ms, bounds[1] - bounds[0])
-        node = compile_expr(expr, self.features) if isinstance(expr, str) else expr
+        node = compile_expr(expr, self.features, any_type) if isinstance(expr, str) else expr
         budget = Budget(self.max_points, self.timeout_s)
         budget.precheck_steps(self._steps_of(node))
         evaluator = _Evaluator(self.store, self.lookback_ms, at_ms, bounds,
@@ -116,10 +130,7 @@ class Engine:
         evaluator.open_ms = 1 if self.semantics == 3 else 0
         evaluator.query_step_ms = step_ms
         evaluator.given = given
-        result = evaluator.eval(node)
-        if isinstance(result, float | list):
-            return result  # type: ignore[return-value]
-        raise PromQLError("expression must return an instant vector or a scalar")
+        return evaluator.eval(node)
 
     def _steps_of(self, node: n.Expr) -> int:
         """subquery_steps(node), remembered: rules query the same compiled nodes every
