@@ -107,3 +107,27 @@ def test_info_adds_the_data_labels_of_the_matching_info_series() -> None:
     assert labels("info(target_info)")[0]["data"] == "info"  # an info series passes as is
     with pytest.raises(PromQLError, match="experimental"):
         compile_expr("info(m)")
+
+
+def test_xxh64_known_vectors() -> None:
+    from sentinel.promql.limitagg import xxh64
+
+    assert xxh64(b"") == 0xEF46DB3751D8E999
+    assert xxh64(b"abc") == 0x44BC2CF5AD770999
+    assert xxh64(b"Nobody inspects the spammish repetition") == 0xFBCEA83C8A378BF1
+    assert xxh64(bytes(range(100))) == xxh64(bytes(range(100)))  # the 32-byte stripes path
+
+
+def test_limitk_keeps_the_first_k_of_each_group_and_limit_ratio_a_stable_share() -> None:
+    series = {f'h{{i="{i}",g="{"ab"[i % 2]}"}}': str(i) for i in range(20)}
+    e = engine_for(series)
+    got = e.query("limitk by (g) (2, h)", 0)
+    assert sorted(dict(s.labels)["g"] for s in got) == ["a", "a", "b", "b"]  # type: ignore[union-attr]
+    assert e.query("limitk(0, h)", 0) == []
+    half = {s.labels for s in e.query("limit_ratio(0.5, h)", 0)}  # type: ignore[union-attr]
+    rest = {s.labels for s in e.query("limit_ratio(-0.5, h)", 0)}  # type: ignore[union-attr]
+    assert half.isdisjoint(rest) and len(half | rest) == 20  # r and -(1-r) split the set
+    assert 3 <= len(half) <= 17
+    assert len(e.query("limit_ratio(1, h)", 0)) == 20  # type: ignore[arg-type]
+    with pytest.raises(PromQLError, match="experimental"):
+        compile_expr("limitk(1, h)")

@@ -14,6 +14,7 @@ from sentinel.promql import floatops as f
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.functions import _LABEL_NAME
 from sentinel.promql.histogram import quantile
+from sentinel.promql.limitagg import limit
 
 _MAX_INT64 = 9223372036854774784.0
 _MIN_INT64 = -9223372036854775808.0
@@ -87,6 +88,11 @@ def aggregate(
     first value makes `stddev`/`stdvar` NaN); False: Prometheus 2.42's, bit for bit.
     """
     k = 0
+    if op in ("limitk", "limit_ratio"):  # Prometheus 3, experimental
+        assert isinstance(param, float)
+        if op == "limitk" and not _MIN_INT64 <= param <= _MAX_INT64:
+            raise PromQLError(f"Scalar value {param} overflows int64")
+        return limit(op, vec, _grouping_key(frozenset(grouping), without), param)
     if op in ("topk", "bottomk"):
         assert isinstance(param, float)
         if not _MIN_INT64 <= param <= _MAX_INT64:

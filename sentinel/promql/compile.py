@@ -65,7 +65,8 @@ SUPPORTED_FUNCTIONS = frozenset(
 
 SUPPORTED_AGGREGATIONS = frozenset(
     {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar",
-     "topk", "bottomk", "quantile", "count_values"}
+     "topk", "bottomk", "quantile", "count_values",
+     "limitk", "limit_ratio"}  # Prometheus 3, experimental
 )  # fmt: skip
 
 # The binding's enums do not hash: key by their printed names.
@@ -399,9 +400,8 @@ class _Compiler:
     def aggregate(self, e: pp.AggregateExpr) -> n.Aggregate:
         op = str(e.op)
         if op not in SUPPORTED_AGGREGATIONS:
-            # limitk/limit_ratio (Prometheus 3) pick series by a hash of their labels
-            # that promtool 2.42 cannot check: rejected rather than approximated.
             raise self.reject(f"aggregation {op}", rf"\b{re.escape(op)}\b")
+        self.experimental(op, rf"\b{re.escape(op)}\b")
         grouping: tuple[str, ...] = ()
         without = False
         if e.modifier is not None:

@@ -382,7 +382,7 @@ class _Evaluator:
                         self.open_ms == 1)
         # One sample a group, keyed by its labels: unique but for topk and bottomk, which
         # hand back their input's samples.
-        return check_unique(out) if e.op in ("topk", "bottomk") else out
+        return check_unique(out) if e.op in ("topk", "bottomk", "limitk", "limit_ratio") else out
 
     def binary(self, e: n.Binary) -> Value:
         lhs = self.eval(e.lhs)
