@@ -306,8 +306,8 @@ class _Compiler:
     def experimental(self, name: str, pattern: str) -> None:
         """Refuse an experimental function or aggregation unless its flag is on."""
         if name in EXPERIMENTAL_FUNCTION_NAMES and EXPERIMENTAL_FUNCTIONS not in self.features:
-            raise PromQLError(f"parse error: function {name!r} is experimental: enable "
-                              f"the {EXPERIMENTAL_FUNCTIONS} feature", _find(self.text, pattern))
+            raise PromQLError(f"parse error: {name}() is experimental: enable the "
+                              f"{EXPERIMENTAL_FUNCTIONS} feature", _find(self.text, pattern))
 
     def reject(self, what: str, pattern: str) -> PromQLError:
         position = _find(self.text, pattern)
