@@ -241,3 +241,16 @@ def test_query_value_gives_range_vectors_and_strings() -> None:
 
     with __import__("pytest").raises(PromQLError, match="instant vector or a scalar"):
         e.query("m[2m]", 2 * M)  # a rule's query still refuses them
+
+
+def test_dot_matches_a_newline_in_promql_regexes_as_in_prometheus_3() -> None:
+    store = MemoryStore(retention_ms=10**12)
+    store.add(labels_of({"__name__": "x", "a": "l1\nl2"}), 0, 1.0)
+    e = Engine(store)
+    assert len(e.query('x{a=~"l1.l2"}', 0)) == 1  # type: ignore[arg-type]
+    assert e.query('x{a!~".*"}', 0) == []
+    (s,) = e.query('label_replace(x, "b", "$1", "a", "(.*)")', 0)  # type: ignore[misc]
+    assert dict(s.labels)["b"] == "l1\nl2"
+    from sentinel.store.memory import Matcher
+
+    assert not Matcher("a", "=~", "l1.l2").matches("l1\nl2")  # silences, routes: as before

@@ -361,7 +361,9 @@ class _Compiler:
         for m in e.matchers.matchers:
             value = self.stand_ins.get(m.value, m.value)
             try:
-                matchers.append(Matcher(m.name, _MATCH_OPS[_enum_name(m.op)], value))
+                # Prometheus 3: `.` in a matcher's regex matches a newline too.
+                matchers.append(Matcher(m.name, _MATCH_OPS[_enum_name(m.op)], value,
+                                        dotall=True))
             except RegexError as exc:
                 raise regex_error(self.text, value, exc) from None
         if self.stand_ins and not e.name and all(m.matches("") for m in matchers):

@@ -147,9 +147,10 @@ def _expand(template: str, rx: GoRegex, groups: list[str | None]) -> str:
 
 
 def label_replace_regex(regex: str) -> GoRegex:
-    """label_replace()'s regex, anchored as in Prometheus; PromQLError when RE2 refuses it."""
+    """label_replace()'s regex, anchored as in Prometheus 3 (`.` matches a newline too);
+    PromQLError when RE2 refuses it."""
     try:
-        return anchored(regex)
+        return anchored(regex, dotall=True)
     except RegexError as e:
         raise PromQLError(f"invalid regular expression in label_replace(): {regex}: {e}") from None
 
