@@ -314,14 +314,16 @@ def _parse_eval(lines: list[str], i: int, block: Block) -> tuple[int, Case]:
 def _reads_histograms(expr: str, block: Block) -> bool:
     if not block.any_histogram:
         return False
-    masked = _QUOTED.sub(lambda m: " ", expr)
+    masked = _QUOTED.sub(lambda m: " " * len(m.group(0)), expr)  # offsets kept
     names = set(_NAME.findall(masked)) | set(_QUOTED.findall(expr))
     named = names & block.histogram_names
     if named:
         return True
     # A selector with no metric name (`{job="a"}`, `{__name__=~".+"}`) may read any series.
-    nameless = bool(re.search(r"(^|[^\w\"])\{", masked)) and "__name__" not in masked
-    return nameless or "__name__=~" in expr
+    # A quoted name first in the braces (`{"my.metric", ...}`) is a name.
+    nameless = any(not re.match(r'\s*"[^"]*"\s*[,}]', expr[m.end():])
+                   for m in re.finditer(r"(?:^|[^\w\"])\{", masked))
+    return (nameless and "__name__" not in masked) or "__name__=~" in expr
 
 
 def build_store(block: Block) -> MemoryStore:
