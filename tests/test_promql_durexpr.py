@@ -67,3 +67,10 @@ def test_step_range_start_end_are_the_querys() -> None:
     assert e.query("step()", 7_000) == 0.0  # an instant query
     with pytest.raises(PromQLError, match="experimental"):
         _engine(frozenset({DURATION_EXPR})).query("step()", 0)
+
+
+def test_at_takes_a_duration_with_the_feature() -> None:
+    e = _engine(frozenset({DURATION_EXPR}))
+    assert [s.value for s in e.query("m @ 1m40s", 0)] == [100.0]  # type: ignore[union-attr]
+    with pytest.raises(PromQLError, match="unexpected duration"):
+        _engine(frozenset()).query("m @ 1m40s", 0)

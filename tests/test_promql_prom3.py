@@ -254,3 +254,16 @@ def test_dot_matches_a_newline_in_promql_regexes_as_in_prometheus_3() -> None:
     from sentinel.store.memory import Matcher
 
     assert not Matcher("a", "=~", "l1.l2").matches("l1\nl2")  # silences, routes: as before
+
+
+def test_histogram_quantile_evens_out_float_noise_in_prometheus_3() -> None:
+    """Counts within a relative 1e-12 are equal in Prometheus 3 (ensureMonotonicAndIgnore-
+    SmallDeltas), so a rank just above the first count skips the noise bucket."""
+    from sentinel.promql.histogram import bucket_quantile
+
+    buckets = [(1.0, 10.0), (2.0, 10.000000000001), (math.inf, 20.0)]
+    q = 0.50000000000004
+    assert bucket_quantile(q, buckets) == 2.0
+    assert 1.0 < bucket_quantile(q, buckets, v3=False) < 2.0  # 2.42: inside the (1, 2] bucket
+    decreasing = [(1.0, 10.0), (2.0, 9.0), (math.inf, 20.0)]  # forced monotonic in both
+    assert bucket_quantile(0.25, decreasing) == bucket_quantile(0.25, decreasing, v3=False)

@@ -244,7 +244,7 @@ def _instant_call(ev: Evaluator, e: n.Call) -> Vector:
     if name in fn.SIMPLE:
         return fn.simple(name, vec)  # type: ignore[arg-type]
     if name == "histogram_quantile":
-        return fn.histogram_quantile(args[0], args[1])  # type: ignore[arg-type]
+        return fn.histogram_quantile(args[0], args[1], ev.open_ms == 1)  # type: ignore[arg-type]
     handlers = {
         "round": fn.round_,
         "clamp": fn.clamp,

@@ -193,9 +193,9 @@ def parse_bound(text: str) -> float | None:
         return None
 
 
-def histogram_quantile(q: float, vec: Vector) -> Vector:
+def histogram_quantile(q: float, vec: Vector, v3: bool = True) -> Vector:
     """φ-quantile of classic histograms: series grouped by all labels but `le`."""
-    return [InstantSample(labels, bucket_quantile(q, b)) for labels, b in classic_groups(vec)]
+    return [InstantSample(labels, bucket_quantile(q, b, v3)) for labels, b in classic_groups(vec)]
 
 
 def classic_groups(vec: Vector) -> list[tuple[Labels, list[tuple[float, float]]]]:

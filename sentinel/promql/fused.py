@@ -140,7 +140,7 @@ def histogram_quantile(ev: Evaluator, e: n.Call) -> Vector | None:
         buckets = groups[k]
         for le, c in comp.items():
             buckets[le] += c
-    return [InstantSample(k, bucket_quantile(q, [(bounds[le], v) for le, v in b.items()]))
+    return [InstantSample(k, bucket_quantile(q, [(bounds[le], v) for le, v in b.items()], v3))
             for k, b in groups.items()]
 
 
