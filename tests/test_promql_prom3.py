@@ -267,3 +267,18 @@ def test_histogram_quantile_evens_out_float_noise_in_prometheus_3() -> None:
     assert 1.0 < bucket_quantile(q, buckets, v3=False) < 2.0  # 2.42: inside the (1, 2] bucket
     decreasing = [(1.0, 10.0), (2.0, 9.0), (math.inf, 20.0)]  # forced monotonic in both
     assert bucket_quantile(0.25, decreasing) == bucket_quantile(0.25, decreasing, v3=False)
+
+
+def test_the_daemon_setting_for_prometheus_2_semantics(tmp_path: Path) -> None:
+    from sentinel.config import ConfigError, load_config
+    from sentinel.daemon.reload import RESTART_KEYS
+
+    path = tmp_path / "sentinel.yaml"
+    path.write_text("promql_semantics: 2\n")
+    assert load_config(path, environ={}).promql_semantics == 2
+    path.write_text("# nothing\n")
+    assert load_config(path, environ={}).promql_semantics == 3  # Prometheus 3 by default
+    path.write_text("promql_semantics: 4\n")
+    with __import__("pytest").raises(ConfigError, match="promql_semantics"):
+        load_config(path, environ={})
+    assert "promql_semantics" in RESTART_KEYS  # the engine is built once

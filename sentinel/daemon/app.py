@@ -181,7 +181,8 @@ class App:
         self.io = IOLoop().start()
         store = MemoryStore(retention_ms=self._retention_ms(groups), max_series=cfg.max_series)
         store.set_filter(self._series_filter(groups))
-        self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms)
+        self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms,
+                             semantics=cfg.promql_semantics)
         self.query = DaemonBackend(cfg, self.engine, self.metrics.registry)
         self.query.learn(groups)
         rules = RuleManager(groups, self.query.backend,
