@@ -95,16 +95,18 @@ class TestGroup:
     name: str
 
 
-def run_rule_tests(paths: Sequence[str], out: TextIO, semantics: int = 3) -> int:
+def run_rule_tests(paths: Sequence[str], out: TextIO, semantics: int = 3,
+                   features: frozenset[str] = frozenset()) -> int:
     """Run each test file, report like `promtool test rules`; 0 when all pass, else 1.
 
     `semantics` is the PromQL engine's (3: Prometheus 3, 2: Prometheus 2.x as the
-    Debian promtool 2.42); see Engine.
+    Debian promtool 2.42); see Engine. `features`: experimental PromQL the rules
+    and test expressions may use, as promtool's `--enable-feature`.
     """
     failed = False
     for path in paths:
         out.write(f"Unit Testing:  {path}\n")
-        errors = run_test_file(path, out, semantics)
+        errors = run_test_file(path, out, semantics, features)
         if errors:
             out.write("  FAILED:\n")
             for e in errors:
@@ -116,7 +118,8 @@ def run_rule_tests(paths: Sequence[str], out: TextIO, semantics: int = 3) -> int
     return 1 if failed else 0
 
 
-def run_test_file(path: str, out: TextIO, semantics: int = 3) -> list[str]:
+def run_test_file(path: str, out: TextIO, semantics: int = 3,
+                  features: frozenset[str] = frozenset()) -> list[str]:
     """The failures of one test file (empty when it passes)."""
     try:
         doc = _read(path)
@@ -132,7 +135,7 @@ def run_test_file(path: str, out: TextIO, semantics: int = 3) -> list[str]:
         return [str(e)]
     errors: list[str] = []
     for tg in tests:
-        errors += run_test_group(tg, eval_ms, order, rule_files, semantics)
+        errors += run_test_group(tg, eval_ms, order, rule_files, semantics, features)
     return errors
 
 
@@ -259,14 +262,14 @@ def _load_store(tg: TestGroup, horizon_ms: int) -> MemoryStore:
 
 def run_test_group(
     tg: TestGroup, eval_ms: int, order: dict[str, int], rule_files: list[str],
-    semantics: int = 3,
+    semantics: int = 3, features: frozenset[str] = frozenset(),
 ) -> list[str]:
     """The failures of one test group."""
     max_t = max([a.eval_time_ms for a in tg.alert_tests]
                 + [x.eval_time_ms for x in tg.expr_tests] + [0])
     try:
         store = _load_store(tg, max_t)
-        groups = load_rule_files(rule_files)
+        groups = load_rule_files(rule_files, features)
     except (TestFileError, RuleFileError) as e:
         return [str(e)]
     groups.sort(key=lambda g: order.get(g.name, 0))  # stable: file order otherwise
@@ -274,7 +277,7 @@ def run_test_group(
     # each evaluation the older data is final: subquery steps over it are kept.
     steps = StepCache()
     engine = Engine(store, _LOOKBACK_MS, subquery_step_ms=eval_ms,  # as promtool
-                    step_cache=steps, semantics=semantics)
+                    step_cache=steps, semantics=semantics, features=features)
     mgr = RuleManager(groups, engine, default_interval_ms=tg.interval_ms or 60_000,
                       external_labels=tg.external_labels, external_url=tg.external_url,
                       store=store)
