@@ -44,8 +44,9 @@ Supported subset:
 |                 | ts_of_*_over_time, sort_by_label(_desc), histogram_quantiles,   |
 |                 | start() end() range() step() min_of max_of, fill modifiers,     |
 |                 | duration expressions                                            |
-| NOT supported   | native histograms, `limitk`, `limit_ratio`, `info`, anchored/   |
-|                 | smoothed ranges: rejected when compiled, with the position      |
+|                 | limitk limit_ratio info, anchored/smoothed ranges (experimental)|
+| NOT supported   | native histograms, delayed name removal, start timestamps:      |
+|                 | rejected when compiled, with the position                       |
 
 Regexes (`=~`, `!~`, `label_replace`) are Go's RE2, anchored `^(?:re)$`, matched
 in linear time (`sentinel.re2match`); one RE2 refuses is a compile error at the
