@@ -15,11 +15,12 @@ expected one the way Prometheus's test runner compares (promql/promqltest/
 test.go): the same series, values equal within a relative 1e-6 (NaN equals
 NaN), in order only for `eval_ordered`/`expect ordered`; `eval_fail`/`expect
 fail` passes when Sentinel raises an error. The `exact` column counts the
-passes whose values are also equal bit for bit. Not checked: warning and info
-annotations (`expect warn`, `eval_warn`: only the result is compared), the
-error message of an expected failure, and the extra runs Prometheus's runner
-adds to an instant case (the same query as a range query, and with `@`
-pinned to other times).
+passes whose values equal the file's written values bit for bit (the files
+often round, e.g. `1.833333333`, so it is a floor, not Prometheus's bits).
+Not checked: warning and info annotations (`expect warn`, `eval_warn`: only
+the result is compared), the error message of an expected failure, and the
+extra runs Prometheus's runner adds to an instant case (the same query as a
+range query, and with `@` pinned to other times).
 
 A range case (`eval range from A to B step S`) is Sentinel's instant query at
 each step, with `@ start()`/`@ end()` the range's ends, as a range query is.
