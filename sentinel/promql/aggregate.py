@@ -265,14 +265,25 @@ def _pop(h: list[InstantSample], less: object) -> None:
 
 
 def kahan_sums(pairs: Iterable[tuple[Labels, float]]) -> Vector:
-    """Prometheus 3's `sum`: each group's compensated sum (kahansum.Inc), in input order."""
-    sums: dict[Labels, float] = {}
-    comps: dict[Labels, float] = {}
+    """Prometheus 3's `sum`: each group's compensated sum (kahansum.Inc), in input order.
+
+    `floatops.kahan_inc3` written out: the call was a third of a fleet-wide `sum by`.
+    """
+    sums: dict[Labels, list[float]] = {}  # key -> [sum, compensation]
+    get = sums.get
+    inf = math.inf
     for key, v in pairs:
-        cur = sums.get(key)
-        if cur is None:
-            sums[key] = v
-            comps[key] = 0.0
+        acc = get(key)
+        if acc is None:
+            sums[key] = [v, 0.0]
+            continue
+        total = acc[0]
+        t = total + v
+        if t == inf or t == -inf:
+            acc[1] = 0.0
+        elif abs(total) >= abs(v):
+            acc[1] += (total - t) + v
         else:
-            sums[key], comps[key] = f.kahan_inc3(v, cur, comps[key])
-    return [InstantSample(k, v + comps[k]) for k, v in sums.items()]
+            acc[1] += (v - t) + total
+        acc[0] = t
+    return [InstantSample(k, acc[0] + acc[1]) for k, acc in sums.items()]

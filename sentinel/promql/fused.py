@@ -127,11 +127,13 @@ def histogram_quantile(ev: Evaluator, e: n.Call) -> Vector | None:
         if buckets is None:
             groups[k] = {le: v}
         elif v3:
-            comp = comps.setdefault(k, {})
             cur = buckets.get(le)
             if cur is None:
                 buckets[le] = v
-            else:
+            else:  # a second series in the group: its compensation starts here
+                comp = comps.get(k)
+                if comp is None:
+                    comp = comps[k] = {}
                 buckets[le], comp[le] = f.kahan_inc3(v, cur, comp.get(le, 0.0))
         else:
             cur = buckets.get(le)

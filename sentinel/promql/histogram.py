@@ -97,7 +97,14 @@ def _ensure_monotonic3(merged: list[list[float]]) -> None:
         cur = b[1]
         if cur == prev:
             continue
-        if _almost_equal(prev, cur, SMALL_DELTA_TOLERANCE) or cur < prev:
+        if cur < prev:
+            b[1] = prev
+            continue
+        if prev > 0 and cur + prev >= 2.2250738585072014e-308:  # almost.Equal written out
+            small = (cur - prev) / (cur + prev) < SMALL_DELTA_TOLERANCE
+        else:
+            small = _almost_equal(prev, cur, SMALL_DELTA_TOLERANCE)
+        if small:
             b[1] = prev
             continue
         prev = cur
