@@ -16,7 +16,7 @@ from functools import lru_cache
 import promql_parser as pp
 
 from sentinel.model import METRIC_NAME
-from sentinel.promql import extended
+from sentinel.promql import extended, info
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.features import (
@@ -125,36 +125,12 @@ def _for_parser(text: str, features: frozenset[str] = NONE) -> str:
     if "`" in text:
         text = _raw_strings_quoted(text)
     if "info" in text:
-        text = _info_selectors_marked(text)
+        text = info.mark_selectors(text, _masked(text))
     if EXTENDED_RANGE in features and ("anchored" in text or "smoothed" in text):
         text = extended.mark(text, _masked(text))
     return text
 
 
-# info()'s second argument may match only empty values (`{data=~".*"}`), which the
-# parser refuses in a selector: it gets this matcher, which the compiler takes out.
-INFO_MARK = "__sentinel_info_selector__"
-_INFO_CALL = re.compile(r"\binfo\s*\(")
-
-
-def _info_selectors_marked(text: str) -> str:
-    masked = _masked(text)
-    inserts = []
-    for m in _INFO_CALL.finditer(masked):
-        depth, comma, i = 1, -1, m.end()
-        while i < len(masked) and depth:
-            c = masked[i]
-            depth += (c in "([{") - (c in ")]}")
-            if c == "," and depth == 1:
-                comma = i
-            i += 1
-        if comma >= 0:
-            brace = re.compile(r"\s*\{").match(masked, comma + 1)
-            if brace is not None:
-                inserts.append(brace.end())
-    for at in reversed(inserts):
-        text = text[:at] + f'{INFO_MARK}="1", ' + text[at:]
-    return text
 
 
 def _raw_strings_quoted(text: str) -> str:
@@ -386,7 +362,7 @@ class _Compiler:
         args = tuple(self.convert(a) for a in e.args)
         if name == "info" and len(args) > 1 and isinstance(args[1], n.VectorSelector):
             sel = args[1]
-            kept = tuple(m for m in sel.matchers if m.name != INFO_MARK)
+            kept = tuple(m for m in sel.matchers if m.name != info.INFO_MARK)
             args = (args[0], n.VectorSelector(kept, sel.offset_ms, sel.at))
         if name == "label_replace" and isinstance(args[-1], n.StringLiteral):
             self.check_label_replace(args[-1].value)

@@ -11,6 +11,7 @@ The info series are read as `v`'s first selector reads (its `@` and offset).
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector
@@ -19,6 +20,12 @@ from sentinel.promql.errors import PromQLError
 from sentinel.store.memory import Matcher
 
 TARGET_INFO = "target_info"
+# info()'s second argument may match only empty values (`{data=~".*"}`), which the
+# parser refuses in a selector: `mark_selectors` gives it this matcher before parsing,
+# and the compiler takes it out.
+INFO_MARK = "__sentinel_info_selector__"
+_INFO_CALL = re.compile(r"\binfo\s*\(")
+_BRACE = re.compile(r"\s*\{")
 IDENTIFYING = ("instance", "job")
 
 
@@ -54,6 +61,26 @@ def info(ev: Evaluator, e: n.Call) -> Vector:
     infos = _fetch(ev, e.args[0], base, ignored, data)
     data.pop(METRIC_NAME, None)
     return _combine(base, infos, ignored, data)
+
+
+def mark_selectors(text: str, masked: str) -> str:
+    """Each info() call's label selector with INFO_MARK inserted (`masked`: strings blanked)."""
+    inserts = []
+    for m in _INFO_CALL.finditer(masked):
+        depth, comma, i = 1, -1, m.end()
+        while i < len(masked) and depth:
+            c = masked[i]
+            depth += (c in "([{") - (c in ")]}")
+            if c == "," and depth == 1:
+                comma = i
+            i += 1
+        if comma >= 0:
+            brace = _BRACE.match(masked, comma + 1)
+            if brace is not None:
+                inserts.append(brace.end())
+    for at in reversed(inserts):
+        text = text[:at] + f'{INFO_MARK}="1", ' + text[at:]
+    return text
 
 
 def quote_meta(text: str) -> str:
