@@ -344,7 +344,7 @@ def check_rules(config: Config) -> tuple[list[Finding], list[RuleGroup]]:
                            "rule_files: [] for none"))
     groups: list[RuleGroup] = []
     try:
-        groups = load_rule_files([str(p) for p in paths])
+        groups = load_rule_files([str(p) for p in paths], frozenset(config.promql_features))
     except RuleFileError as exc:
         out += [Finding(ERROR, "", p) for p in exc.problems]
     if has_log_sources(config):

@@ -30,6 +30,7 @@ from re2 import _re2  # the pybind11 RE2 class: one call per match, no generator
 __all__ = ["GoRegex", "RegexError", "anchored", "unanchored"]
 
 _ANCHOR = "^(?:"  # Prometheus's wrapping; its length shifts error offsets
+_ANCHOR_DOTALL = "^(?s:"  # Prometheus 3's, for PromQL matchers and label_replace
 _UNANCHORED = _re2.RE2.Anchor.UNANCHORED
 _NO_MATCH = (-1, -1)
 _MAX_ANSWERS = 10_000  # cached answers per pattern before its cache starts over
@@ -243,12 +244,14 @@ def _char_offset(data: bytes, byte_offset: int) -> int:
 
 
 @lru_cache(maxsize=4096)
-def anchored(pattern: str) -> GoRegex:
+def anchored(pattern: str, dotall: bool = False) -> GoRegex:
     """`pattern` as Prometheus and Alertmanager compile a matcher: `^(?:pattern)$`.
 
-    RegexError when Go's RE2 refuses it. Cached.
+    `dotall`: as Prometheus 3 compiles PromQL's (`^(?s:pattern)$`: `.` matches a
+    newline too). RegexError when Go's RE2 refuses it. Cached.
     """
-    return GoRegex(pattern, f"{_ANCHOR}{pattern})$", len(_ANCHOR), remember=True)
+    anchor = _ANCHOR_DOTALL if dotall else _ANCHOR
+    return GoRegex(pattern, f"{anchor}{pattern})$", len(anchor), remember=True)
 
 
 @lru_cache(maxsize=512)

@@ -14,13 +14,13 @@ from sentinel.store.memory import MemoryStore
 M = 60_000
 
 
-def engine_for(series: dict[str, str], step_ms: int = M) -> Engine:
+def engine_for(series: dict[str, str], step_ms: int = M, semantics: int = 3) -> Engine:
     store = MemoryStore(retention_ms=10**12)
     for text, values in series.items():
         for i, v in enumerate(expand_values(values)):
             if v is not None:
                 store.add(parse_series(text), i * step_ms, v)
-    return Engine(store)
+    return Engine(store, semantics=semantics)
 
 
 def as_dict(result: Vector | float) -> dict[str, float]:
@@ -29,28 +29,53 @@ def as_dict(result: Vector | float) -> dict[str, float]:
 
 
 def test_instant_selector_lookback_and_staleness() -> None:
-    e = engine_for({'g{t="a"}': "1 2 stale 4", 'g{t="b"}': "7"})
+    e = engine_for({'g{t="a"}': "1 2 stale 4", 'g{t="b"}': "7"}, semantics=2)
     assert as_dict(e.query("g", 1 * M)) == {"__name__=g,t=a": 2.0, "__name__=g,t=b": 7.0}
     assert as_dict(e.query("g", 2 * M)) == {"__name__=g,t=b": 7.0}  # stale marker: absent
-    # b's only sample is exactly 5m old at 5m: still in; a millisecond later it is not.
+    # 2.x: b's only sample is exactly 5m old at 5m: still in; a millisecond later it is not.
     assert as_dict(e.query("g", 5 * M)) == {"__name__=g,t=a": 4.0, "__name__=g,t=b": 7.0}
     assert as_dict(e.query("g", 5 * M + 1)) == {"__name__=g,t=a": 4.0}
     assert as_dict(e.query("g offset 1m", 2 * M)) == {"__name__=g,t=a": 2.0, "__name__=g,t=b": 7.0}
 
 
-def test_range_is_closed_on_both_ends_and_skips_stale() -> None:
+def test_lookback_is_left_open_in_prometheus_3() -> None:
+    """3.x: a sample exactly 5m old is out of the lookback window (t - 5m, t]."""
+    e = engine_for({'g{t="a"}': "1 2 stale 4", 'g{t="b"}': "7"})
+    assert as_dict(e.query("g", 5 * M - 1)) == {"__name__=g,t=a": 4.0, "__name__=g,t=b": 7.0}
+    assert as_dict(e.query("g", 5 * M)) == {"__name__=g,t=a": 4.0}
+
+
+def test_range_is_left_open_in_prometheus_3() -> None:
+    """3.x: (t - range, t], so a sample on the window's start is left out."""
     e = engine_for({"c": "1 2 stale 4 5"})
+    assert e.query("count_over_time(c[2m])", 2 * M) == [InstantSample((), 1.0)]
+    assert e.query("count_over_time(c[2m])", 4 * M) == [InstantSample((), 2.0)]
+    assert e.query("count_over_time(c[3m])", 4 * M) == [InstantSample((), 2.0)]
+    assert e.query("count_over_time(c[3m])", 4 * M - 1) == [InstantSample((), 2.0)]
+    # A subquery's steps too: [3m:1m] at 3m steps at 1m, 2m, 3m (2.x: also 0m).
+    assert e.query("count_over_time(vector(1)[3m:1m])", 3 * M) == [InstantSample((), 3.0)]
+    closed = engine_for({"c": "1"}, semantics=2)
+    assert closed.query("count_over_time(vector(1)[3m:1m])", 3 * M) == [InstantSample((), 4.0)]
+
+
+def test_semantics_must_be_2_or_3() -> None:
+    with pytest.raises(ValueError, match="semantics"):
+        Engine(MemoryStore(), semantics=4)
+
+
+def test_range_is_closed_on_both_ends_and_skips_stale() -> None:
+    e = engine_for({"c": "1 2 stale 4 5"}, semantics=2)
     assert e.query("count_over_time(c[2m])", 2 * M) == [InstantSample((), 2.0)]
     assert e.query("count_over_time(c[2m])", 4 * M) == [InstantSample((), 2.0)]
     assert e.query("count_over_time(c[3m])", 4 * M) == [InstantSample((), 3.0)]
 
 
-def test_rate_extrapolates_and_handles_resets() -> None:
-    e = engine_for({"r": "0 10 20 30 40 50"})
+def test_rate_extrapolates_and_handles_resets() -> None:  # 2.x: closed windows
+    e = engine_for({"r": "0 10 20 30 40 50"}, semantics=2)
     # Samples cover 0..5m exactly: 50 over 300s.
     assert as_dict(e.query("rate(r[5m])", 5 * M)) == {"": pytest.approx(50 / 300)}
     assert as_dict(e.query("increase(r[5m])", 5 * M)) == {"": pytest.approx(50.0)}
-    reset = engine_for({"r": "10 20 5 15"})
+    reset = engine_for({"r": "10 20 5 15"}, semantics=2)
     # 10 + 5 (reset adds the pre-reset value 20: 15 - 10 + 20 = 25) over 3m, extrapolated
     # to the start (30s avg/2 is not used: first sample sits on the boundary).
     assert as_dict(reset.query("increase(r[3m])", 3 * M)) == {"": pytest.approx(25.0)}
@@ -67,8 +92,8 @@ def test_counter_zero_point_limits_extrapolation() -> None:
     assert as_dict(e.query("increase(r[5m])", 5 * M)) == {"": pytest.approx(4 * 150 / 120)}
 
 
-def test_delta_over_time_and_changes() -> None:
-    e = engine_for({"g": "4 1 3 3 8"})
+def test_delta_over_time_and_changes() -> None:  # 2.x: the sample at 0 is in [4m]
+    e = engine_for({"g": "4 1 3 3 8"}, semantics=2)
     assert as_dict(e.query("delta(g[4m])", 4 * M)) == {"": 4.0}
     assert as_dict(e.query("avg_over_time(g[4m])", 4 * M)) == {"": pytest.approx(19 / 5)}
     assert as_dict(e.query("sum_over_time(g[4m])", 4 * M)) == {"": 19.0}

@@ -26,3 +26,22 @@ SHIPPED = [r.expr for f in ("sentinel.yaml", "vllm.yaml")
 def test_round_trip(expr: str) -> None:
     tree = compile_expr(expr)
     assert compile_expr(render(tree)) == tree
+
+
+@pytest.mark.parametrize("text", [
+    '{"my.metric", "a.b"="x"}',
+    'sum(rate({"my.metric"}[5m]))',
+    "a + fill(0) b",
+    "a * on (x) fill_left(1) fill_right(2) b",
+    "increase(m[1m] anchored)",
+    "rate(m[5m] offset 1m smoothed)",
+    "m smoothed",
+    "limitk(2, m)",
+    'info(m, {data=~".+"})',
+    'sort_by_label(m, "a")',
+])
+def test_prometheus_3_constructs_render_back_to_the_same_tree(text: str) -> None:
+    from sentinel.promql.features import ALL
+
+    node = compile_expr(text, ALL)
+    assert compile_expr(render(node), ALL) == node, render(node)

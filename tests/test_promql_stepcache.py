@@ -66,9 +66,9 @@ def test_kept_steps_give_exactly_the_evaluated_values_and_spare_the_reads() -> N
         got, want = cached.query(EXPR, minute * M), plain.query(EXPR, minute * M)
         assert _values(got) == _values(want), minute  # floats compared exactly
         reads.append(counted.reads - before)
-    # Evaluated, the two subqueries read the store 13 + 31 times a query; kept, only the
-    # steps not yet sealed (one or two each).
-    assert reads[0] == 13 + 31
+    # Evaluated, the two subqueries read the store 12 + 30 times a query (left-open
+    # windows); kept, only the steps not yet sealed (one or two each).
+    assert reads[0] == 12 + 30
     assert max(reads[1:]) <= 4, reads
 
 
@@ -125,7 +125,7 @@ tests:
     promql_expr_test:
       - expr: sum_over_time(rec[10m:1m])
         eval_time: 15m
-        exp_samples: [{labels: '{}', value: 118}]
+        exp_samples: [{labels: '{}', value: 112}]
 """
 
 
@@ -134,8 +134,8 @@ def test_rules_test_keeps_only_steps_older_than_a_query_offsets_writes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool) -> None:
     """A group with query_offset 2m records at the evaluation time - 2m: a step the alert's
     subquery read a minute ago may get its sample only now. By hand: rec at t = x(t - 0)
-    written 2 m late, so rec holds 0m..13m (1..14) at 15m; steps 5m..15m read
-    6..14, 14, 14 = 118."""
+    written 2 m late, so rec holds 0m..13m (1..14) at 15m; steps 6m..15m (the window is
+    left-open) read 7..14, 14, 14 = 112."""
     if not kept:  # the reference: every step evaluated
         monkeypatch.setattr(ruletest, "StepCache", _NeverSealed)
     (tmp_path / "rules.yaml").write_text(QUERY_OFFSET_RULES)
@@ -152,9 +152,9 @@ class _NeverSealed(StepCache):
 def test_the_budget_is_charged_for_kept_steps_as_for_evaluated_ones() -> None:
     cache = StepCache()
     cache.seal(10**12)
-    expr = "count_over_time(vector(1)[2h:1m])"  # 121 steps of one sample: 242 points
-    assert Engine(MemoryStore(), max_points=242, step_cache=cache).query(expr, 7_200_000)
-    kept = Engine(MemoryStore(), max_points=241, step_cache=cache)
+    expr = "count_over_time(vector(1)[2h:1m])"  # 120 steps of one sample: 240 points
+    assert Engine(MemoryStore(), max_points=240, step_cache=cache).query(expr, 7_200_000)
+    kept = Engine(MemoryStore(), max_points=239, step_cache=cache)
     with pytest.raises(Exception, match="max_points"):
         kept.query(expr, 7_200_000)
-    assert len(cache.steps_of(compile_expr("vector(1)")) or {}) == 121
+    assert len(cache.steps_of(compile_expr("vector(1)")) or {}) == 120

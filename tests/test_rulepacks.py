@@ -101,5 +101,10 @@ def test_unsupported_constructs_are_named_with_file_line_col(tmp_path: Path) -> 
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert f"{path}:5:15: " in proc.stdout and "aggregation limitk" in proc.stdout
-    assert f"{path}:7:15: " in proc.stdout and "mad_over_time" in proc.stdout
+    # Prometheus 3's experimental PromQL, refused without its feature flag (as Prometheus).
+    assert f"{path}:5:15: " in proc.stdout and "limitk() is experimental" in proc.stdout
+    assert f"{path}:7:15: " in proc.stdout and "mad_over_time() is experimental" in proc.stdout
+    enabled = subprocess.run([sys.executable, "-m", "sentinel", "rules", "check",
+                              "--enable-feature=promql-experimental-functions", str(path)],
+                             capture_output=True, text=True, timeout=60)
+    assert enabled.returncode == 0, enabled.stdout + enabled.stderr

@@ -87,7 +87,7 @@ def test_written_names_for_a_store_that_keeps_only_read_series(tmp_path: Path) -
     ("{record: 'a:b', expr: up, annotations: {a: b}}", "invalid field 'annotations'"),
     ("{record: 'a-b', expr: up}", "invalid recording rule name: a-b"),
     ("{record: 'a:b', alert: X, expr: up}", "only one of 'record' and 'alert'"),
-    ("{record: 'a:b', expr: 'limitk(1, up)'}", "aggregation limitk is not supported"),
+    ("{record: 'a:b', expr: 'limitk(1, up)'}", "limitk() is experimental"),
 ])
 def test_bad_recording_rules_are_reported_with_position(tmp_path: Path, rule: str,
                                                         message: str) -> None:

@@ -41,10 +41,29 @@ def add_parser(sub: Any) -> None:
         title="what", metavar="WHAT")
     rc = rules.add_parser("check", help="validate rule files like `promtool check rules`")
     files(rc.add_argument("files", nargs="+", metavar="FILE"))
+    _feature_flag(rc)
     rc.set_defaults(func=cmd_rules_check, quick_exit=True)
     rt = rules.add_parser("test", help="run rule unit tests in promtool's test-file format")
     files(rt.add_argument("files", nargs="+", metavar="FILE"))
+    rt.add_argument("--promql", type=int, choices=(2, 3), default=3, metavar="2|3",
+                    help="PromQL semantics: 3 (Prometheus 3, left-open range windows; "
+                         "the default) or 2 (Prometheus 2.x, as the Debian promtool 2.42)")
+    _feature_flag(rt)
     rt.set_defaults(func=cmd_rules_test, quick_exit=True)
+
+
+def _feature_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--enable-feature", action="append", default=[], metavar="NAME",
+                        dest="features",
+                        help="experimental PromQL, as promtool's: promql-experimental-functions, "
+                             "promql-duration-expr, promql-binop-fill-modifiers, "
+                             "promql-extended-range-selectors (comma-separated or repeated)")
+
+
+def _features(args: argparse.Namespace) -> frozenset[str]:
+    from sentinel.promql.features import check
+
+    return check(frozenset(f.strip() for arg in args.features for f in arg.split(",") if f))
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -60,11 +79,21 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
     """Validate rule files."""
     from sentinel.rules.check import check_rule_files
 
-    return check_rule_files(args.files, sys.stdout)
+    try:
+        features = _features(args)
+    except ValueError as e:
+        print(f"sentinel: {e}", file=sys.stderr)
+        return 2
+    return check_rule_files(args.files, sys.stdout, features)
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
     """Run rule unit tests."""
     from sentinel.rules.ruletest import run_rule_tests
 
-    return run_rule_tests(args.files, sys.stdout)
+    try:
+        features = _features(args)
+    except ValueError as e:
+        print(f"sentinel: {e}", file=sys.stderr)
+        return 2
+    return run_rule_tests(args.files, sys.stdout, semantics=args.promql, features=features)

@@ -186,6 +186,15 @@ class Config(Strict, ScrapeClientMixin):
     rule_files: tuple[str, ...] | None = None
     evaluation_interval_ms: PositiveDuration = Field(
         DEFAULT_INTERVAL_MS, alias="evaluation_interval")
+    # PromQL as Prometheus 3 evaluates it (left-open range windows, its arithmetic), or 2
+    # for Prometheus 2.x's (closed windows; what the Debian promtool 2.42 computes).
+    promql_semantics: Literal[2, 3] = 3
+    # Experimental PromQL the rule files and queries may use, by Prometheus's feature flag
+    # names: promql-experimental-functions, promql-duration-expr,
+    # promql-binop-fill-modifiers, promql-extended-range-selectors.
+    promql_features: tuple[Literal["promql-experimental-functions", "promql-duration-expr",
+                                   "promql-binop-fill-modifiers",
+                                   "promql-extended-range-selectors"], ...] = ()
     scrape_interval_ms: PositiveDuration = Field(DEFAULT_INTERVAL_MS, alias="scrape_interval")
     scrape_timeout_ms: PositiveDuration = Field(DEFAULT_TIMEOUT_MS, alias="scrape_timeout")
     retention_ms: PositiveDuration = Field(DEFAULT_RETENTION_MS, alias="retention")

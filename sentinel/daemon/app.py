@@ -180,11 +180,13 @@ class App:
                                                          self.notifier.recovered,
                                                          self.notifier.not_fixed),
                                              self.acting, self.clock)
-        groups = load_rule_files(rule_paths(cfg))
+        groups = load_rule_files(rule_paths(cfg), frozenset(cfg.promql_features))
         self.io = IOLoop().start()
         store = MemoryStore(retention_ms=self._retention_ms(groups), max_series=cfg.max_series)
         store.set_filter(self._series_filter(groups))
-        self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms)
+        self.engine = Engine(store, subquery_step_ms=cfg.evaluation_interval_ms,
+                             semantics=cfg.promql_semantics,
+                             features=frozenset(cfg.promql_features))
         self.query = DaemonBackend(cfg, self.engine, self.metrics.registry)
         self.query.learn(groups)
         rules = RuleManager(groups, self.query.backend,
@@ -334,7 +336,8 @@ class App:
     def _apply_config(self, new: Config) -> None:
         """Swap in a checked config part by part; what did not change keeps its state."""
         assert self.notifier is not None and self.remediation is not None
-        groups = load_rule_files(rule_paths(new))  # parsed by the pre-flight already
+        # Parsed by the pre-flight already; the features are a restart key: the old ones.
+        groups = load_rule_files(rule_paths(new), frozenset(self.config.promql_features))
         old, self.config = self.config, new
         self._on_reload(new)  # secrets first: what follows may log the new URLs
         diff = diff_targets(old.targets, new.targets)

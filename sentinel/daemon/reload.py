@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 # inhibitions, remediation policies, rule files, signatures, api.tokens) is applied in place.
 RESTART_KEYS: tuple[str, ...] = (
     "database", "listen", "ha", "query_backend", "kubernetes_sd", "diagnosis",
-    "external_url", "evaluation_interval_ms", "retention_ms", "keep_all_series",
+    "external_url", "evaluation_interval_ms", "promql_semantics", "promql_features",
+    "retention_ms", "keep_all_series",
     "max_series", "alert_restore", "probe_interval_ms", "probe_canary_concurrency",
     "collect_workers",
 )

@@ -3,8 +3,13 @@
     from sentinel.promql import Engine, compile_expr, PromQLError
     Engine(store).query('sum by (target) (rate(x_total[5m]))', at_ms=now_ms)
 
-Results agree bit for bit with Prometheus 2.42 (checked against promtool in
-tests/test_promql_oracle.py). Instant queries only, as alerting rules need.
+Prometheus 3's semantics by default (left-open windows, its arithmetic); with
+`Engine(store, semantics=2)` results agree bit for bit with Prometheus 2.42
+(checked against promtool in tests/test_promql_oracle.py). Experimental PromQL
+(duration expressions, fill modifiers, experimental functions) only with
+`Engine(store, features=...)` (sentinel/promql/features.py). Instant queries;
+a range query is one per step (`start_ms`, `end_ms`, `step_ms`).
+See docs/reference/promql.md for the table of what is supported.
 
 Supported subset:
 
@@ -35,8 +40,13 @@ Supported subset:
 |                 | `month year`                                                    |
 | labels          | `label_replace`, `label_join`                                   |
 | other           | `time timestamp vector scalar sort sort_desc`                   |
-| NOT supported   | native histograms, `limitk`, `limit_ratio`, functions newer     |
-|                 | than 2.42: rejected when compiled, with the construct's position|
+| Prometheus 3    | first_over_time, histogram_fraction; experimental: mad_over_time|
+|                 | ts_of_*_over_time, sort_by_label(_desc), histogram_quantiles,   |
+|                 | start() end() range() step() min_of max_of, fill modifiers,     |
+|                 | duration expressions                                            |
+|                 | limitk limit_ratio info, anchored/smoothed ranges (experimental)|
+| NOT supported   | native histograms, delayed name removal, start timestamps:      |
+|                 | rejected when compiled, with the position                       |
 
 Regexes (`=~`, `!~`, `label_replace`) are Go's RE2, anchored `^(?:re)$`, matched
 in linear time (`sentinel.re2match`); one RE2 refuses is a compile error at the

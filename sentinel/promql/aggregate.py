@@ -7,26 +7,29 @@ results (and which series win ties) are bit-for-bit the same.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
 from sentinel.promql import floatops as f
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.functions import _LABEL_NAME
 from sentinel.promql.histogram import quantile
+from sentinel.promql.limitagg import limit
 
 _MAX_INT64 = 9223372036854774784.0
 _MIN_INT64 = -9223372036854775808.0
 
 
 class _Group:
-    __slots__ = ("labels", "value", "mean", "count", "heap", "values")
+    __slots__ = ("labels", "value", "mean", "count", "heap", "values", "comp", "incremental")
 
     def __init__(self, labels: Labels, first: InstantSample) -> None:
         self.labels = labels
         self.value = first.value
         self.mean = first.value
         self.count = 1
+        self.comp = 0.0  # Prometheus 3's avg: the Kahan compensation
+        self.incremental = False  # Prometheus 3's avg: the sum overflowed
         self.heap: list[InstantSample] = [first]
         self.values: list[float] = [first.value]
 
@@ -76,10 +79,20 @@ def _fold(op: str, vec: Vector, key_of: Callable[[Labels], Labels]) -> Vector:
 
 
 def aggregate(
-    op: str, vec: Vector, grouping: tuple[str, ...], without: bool, param: float | str | None
+    op: str, vec: Vector, grouping: tuple[str, ...], without: bool, param: float | str | None,
+    v3: bool = True,
 ) -> Vector:
-    """Apply aggregation `op` to `vec` grouped `by` (or `without`) the labels."""
+    """Apply aggregation `op` to `vec` grouped `by` (or `without`) the labels.
+
+    `v3`: Prometheus 3's arithmetic (compensated `sum` and `avg`, a NaN or infinite
+    first value makes `stddev`/`stdvar` NaN); False: Prometheus 2.42's, bit for bit.
+    """
     k = 0
+    if op in ("limitk", "limit_ratio"):  # Prometheus 3, experimental
+        assert isinstance(param, float)
+        if op == "limitk" and not _MIN_INT64 <= param <= _MAX_INT64:
+            raise PromQLError(f"Scalar value {param} overflows int64")
+        return limit(op, vec, _grouping_key(frozenset(grouping), without), param)
     if op in ("topk", "bottomk"):
         assert isinstance(param, float)
         if not _MIN_INT64 <= param <= _MAX_INT64:
@@ -103,6 +116,8 @@ def aggregate(
             for s in vec
         ]  # fmt: skip
     key_of = _grouping_key(names, without)
+    if op == "sum" and v3:
+        return kahan_sums((key_of(s.labels), s.value) for s in vec)
     if op in _FOLDS:
         return _fold(op, vec, key_of)
     groups: dict[Labels, _Group] = {}
@@ -112,10 +127,34 @@ def aggregate(
         if group is None:
             groups[key] = _Group(key, s)
             if op in ("stddev", "stdvar"):
-                groups[key].value = 0.0
+                bad = v3 and (math.isnan(s.value) or math.isinf(s.value))
+                groups[key].value = math.nan if bad else 0.0
+            continue
+        if op == "avg" and v3:
+            _avg3(group, s.value)
             continue
         _accumulate(op, group, s, k)
+    if op == "avg" and v3:
+        for g in groups.values():
+            g.value = (g.mean + g.comp if g.incremental
+                       else g.value / g.count + g.comp / g.count)
+        return [InstantSample(g.labels, g.value) for g in groups.values()]
     return _results(op, groups.values(), param)
+
+
+def _avg3(g: _Group, v: float) -> None:
+    """Prometheus 3's avg step: a compensated sum, incremental once the sum would overflow."""
+    g.count += 1
+    if not g.incremental:
+        total, comp = f.kahan_inc3(v, g.value, g.comp)
+        if not math.isinf(total):
+            g.value, g.comp = total, comp
+            return
+        g.incremental = True
+        g.mean = g.value / (g.count - 1)
+        g.comp /= g.count - 1
+    q = (g.count - 1) / g.count
+    g.mean, g.comp = f.kahan_inc3(v / g.count, q * g.mean, q * g.comp)
 
 
 def _accumulate(op: str, g: _Group, s: InstantSample, k: int) -> None:
@@ -147,8 +186,12 @@ def _results(op: str, groups: object, param: float | str | None) -> Vector:
     out: Vector = []
     for g in groups:  # type: ignore[attr-defined]
         if op in ("topk", "bottomk"):
-            desc = op == "topk"
-            out.extend(sorted(g.heap, key=lambda s: s.value, reverse=desc))
+            # Prometheus sorts the heap in reverse with its Less, in which NaN is the
+            # least: NaN comes last for topk and bottomk alike; ties keep heap order.
+            sign = -1.0 if op == "topk" else 1.0
+            out.extend(sorted(g.heap, key=lambda s: (s.value != s.value,
+                                                     0.0 if s.value != s.value
+                                                     else sign * s.value)))
             continue
         if op == "avg":
             value = g.mean
@@ -219,3 +262,28 @@ def _pop(h: list[InstantSample], less: object) -> None:
     h[0], h[n] = h[n], h[0]
     _down(h, 0, n, less)
     h.pop()
+
+
+def kahan_sums(pairs: Iterable[tuple[Labels, float]]) -> Vector:
+    """Prometheus 3's `sum`: each group's compensated sum (kahansum.Inc), in input order.
+
+    `floatops.kahan_inc3` written out: the call was a third of a fleet-wide `sum by`.
+    """
+    sums: dict[Labels, list[float]] = {}  # key -> [sum, compensation]
+    get = sums.get
+    inf = math.inf
+    for key, v in pairs:
+        acc = get(key)
+        if acc is None:
+            sums[key] = [v, 0.0]
+            continue
+        total = acc[0]
+        t = total + v
+        if t == inf or t == -inf:
+            acc[1] = 0.0
+        elif abs(total) >= abs(v):
+            acc[1] += (total - t) + v
+        else:
+            acc[1] += (v - t) + total
+        acc[0] = t
+    return [InstantSample(k, acc[0] + acc[1]) for k, acc in sums.items()]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, format_labels
 from sentinel.promql import floatops as f
 from sentinel.promql.errors import PromQLError
-from sentinel.promql.functions import drop_name
+from sentinel.promql.functions import METADATA_LABELS, drop_name
 from sentinel.promql.nodes import Matching
 
 ARITHMETIC: dict[str, Callable[[float, float], float]] = {
@@ -20,9 +20,10 @@ ARITHMETIC: dict[str, Callable[[float, float], float]] = {
     "^": f.power,
     "atan2": math.atan2,
 }
-# Operators whose result drops the metric name (Prometheus's shouldDropMetricName:
-# atan2 is arithmetic but keeps the name, as in 2.42).
+# Operators whose result drops the metric name (Prometheus 2.42's shouldDropMetricName:
+# atan2 is arithmetic but keeps the name there; Prometheus 3 drops it for atan2 too).
 DROPS_NAME = frozenset({"+", "-", "*", "/", "%", "^"})
+DROPS_NAME_3 = DROPS_NAME | {"atan2"}
 COMPARISON: dict[str, Callable[[float, float], bool]] = {
     "==": lambda a, b: a == b,
     "!=": lambda a, b: a != b,
@@ -47,9 +48,11 @@ def _elem(op: str, lv: float, rv: float) -> tuple[float, bool]:
 
 
 def vector_scalar(
-    op: str, vec: Vector, scalar: float, scalar_left: bool, return_bool: bool
+    op: str, vec: Vector, scalar: float, scalar_left: bool, return_bool: bool,
+    v3: bool = True,
 ) -> Vector:
-    """vector op scalar, or scalar op vector when `scalar_left`."""
+    """vector op scalar, or scalar op vector when `scalar_left` (`v3`: Prometheus 3)."""
+    drops = DROPS_NAME_3 if v3 else DROPS_NAME
     compare = COMPARISON.get(op)
     if compare is not None and not return_bool:
         # A filter: each kept sample is the input's, labels and value (InstantSample is
@@ -67,7 +70,7 @@ def vector_scalar(
         if return_bool:
             value, keep = (1.0 if keep else 0.0), True
         if keep:
-            labels = drop_name(s.labels) if op in DROPS_NAME or return_bool else s.labels
+            labels = drop_name(s.labels) if op in drops or return_bool else s.labels
             out.append(InstantSample(labels, value))
     return out
 
@@ -78,8 +81,8 @@ def signature(labels: Labels, matching: Matching) -> Labels:
         names = set(matching.labels)
         return tuple([kv for kv in labels if kv[0] in names])
     if not matching.labels:  # a plain `or`/`and`/`unless`: all labels but the name
-        return drop_name(labels)
-    names = {METRIC_NAME, *matching.labels}
+        return drop_name(labels)  # (and Prometheus 3's __type__ and __unit__)
+    names = {*METADATA_LABELS, *matching.labels}
     return tuple([kv for kv in labels if kv[0] not in names])
 
 
@@ -102,10 +105,16 @@ def set_op(op: str, lhs: Vector, rhs: Vector, matching: Matching) -> Vector:
 
 
 def vector_vector(
-    op: str, lhs: Vector, rhs: Vector, matching: Matching, return_bool: bool
+    op: str, lhs: Vector, rhs: Vector, matching: Matching, return_bool: bool,
+    v3: bool = True,
 ) -> Vector:
-    """Arithmetic or comparison between two vectors, one-to-one or grouped."""
-    if not lhs or not rhs:
+    """Arithmetic or comparison between two vectors, one-to-one or grouped.
+
+    `v3`: Prometheus 3, which checks that matches are unique before a comparison
+    filters them, and drops the name for atan2; False: 2.42.
+    """
+    fill_l, fill_r = matching.fill_lhs, matching.fill_rhs
+    if (not lhs and not rhs) or ((not lhs or not rhs) and fill_l is None and fill_r is None):
         return []
     swapped = matching.card == "one-to-many"
     if swapped:
@@ -124,24 +133,48 @@ def vector_vector(
             )
         one_side[sig] = rs
     matched: dict[Labels, set[Labels] | None] = {}
-    out = []
+    out: Vector = []
+    drops = DROPS_NAME_3 if v3 else DROPS_NAME
+
+    def one(ls: InstantSample, rs: InstantSample, sig: Labels) -> None:
+        lv, rv = (rs.value, ls.value) if swapped else (ls.value, rs.value)
+        value, keep = _elem(op, lv, rv)
+        if return_bool:
+            value = 1.0 if keep else 0.0
+        elif not keep and not v3:
+            return
+        labels = _result_labels(ls.labels, rs.labels, op, matching, drops)
+        if return_bool:
+            labels = drop_name(labels)
+        _check_unique(matched, sig, labels, matching)
+        if keep or return_bool:
+            out.append(InstantSample(labels, value))
+
     for ls in lhs:
         sig = signature(ls.labels, matching)
         match = one_side.get(sig)
         if match is None:
-            continue
-        lv, rv = (match.value, ls.value) if swapped else (ls.value, match.value)
-        value, keep = _elem(op, lv, rv)
-        if return_bool:
-            value = 1.0 if keep else 0.0
-        elif not keep:
-            continue
-        labels = _result_labels(ls.labels, match.labels, op, matching)
-        if return_bool:
-            labels = drop_name(labels)
-        _check_unique(matched, sig, labels, matching)
-        out.append(InstantSample(labels, value))
+            if fill_r is None:
+                continue
+            match = InstantSample(match_labels(ls.labels, matching), fill_r)
+        one(ls, match, sig)
+    if fill_l is not None:
+        for rs in rhs:
+            sig = signature(rs.labels, matching)
+            if sig in matched and (matching.card == "one-to-one" or matched[sig]):
+                continue  # already matched
+            one(InstantSample(match_labels(rs.labels, matching), fill_l), rs, sig)
     return out
+
+
+def match_labels(labels: Labels, matching: Matching) -> Labels:
+    """The labels a filled-in sample gets (Go's Labels.MatchLabels): those of `on`, or all
+    but those of `ignoring` and the name."""
+    if matching.on:
+        names = set(matching.labels)
+        return tuple([kv for kv in labels if kv[0] in names])
+    names = {METRIC_NAME, *matching.labels}
+    return tuple([kv for kv in labels if kv[0] not in names])
 
 
 def _check_unique(
@@ -162,10 +195,12 @@ def _check_unique(
     seen.add(labels)
 
 
-def _result_labels(lhs: Labels, rhs: Labels, op: str, matching: Matching) -> Labels:
+def _result_labels(lhs: Labels, rhs: Labels, op: str, matching: Matching,
+                   drops: frozenset[str] = DROPS_NAME) -> Labels:
     out = dict(lhs)
-    if op in DROPS_NAME:
-        out.pop(METRIC_NAME, None)
+    if op in drops:
+        for name in METADATA_LABELS:
+            out.pop(name, None)
     if matching.card == "one-to-one":
         if matching.on:
             keep = set(matching.labels)

@@ -6,14 +6,19 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, labels_of
+from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector, is_stale, labels_of
+from sentinel.promql import extended, fused, info, prom3funcs
 from sentinel.promql import functions as fn
-from sentinel.promql import fused
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
 from sentinel.promql.mathfuncs import DATE, date_value
-from sentinel.promql.rangefuncs import RANGE_FUNCTIONS, SUMMARY_FUNCTIONS, SummaryFunc, Window
-from sentinel.store.memory import Summary
+from sentinel.promql.rangefuncs import RANGE_FUNCTIONS as RANGE_FUNCTIONS_2
+from sentinel.promql.rangefuncs import SUMMARY_FUNCTIONS, SummaryFunc, Window
+from sentinel.store.memory import Series, Summary
+
+RANGE_FUNCTIONS = {**RANGE_FUNCTIONS_2, **prom3funcs.RANGE_FUNCTIONS_3}
+# Range functions whose result keeps the series' name.
+_KEEP_NAME = frozenset({"last_over_time", "first_over_time"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +34,10 @@ class Evaluator(Protocol):
     """The part of the engine's evaluator that calls need."""
 
     at_ms: int
+    lookback_ms: int
+    open_ms: int  # 1: Prometheus 3 (left-open windows and its arithmetic), 0: 2.x
+    bounds: tuple[int, int]  # the query's start and end
+    query_step_ms: int  # the query's step (0: an instant query)
 
     def eval(self, e: n.Expr) -> object:
         """Evaluate any sub-expression."""
@@ -67,6 +76,10 @@ class Evaluator(Protocol):
         """The time a selector or subquery reads at, before its offset."""
         ...
 
+    def select(self, sel: n.VectorSelector, start_ms: int, end_ms: int) -> list[Series]:
+        """The selector's series with their samples in [start_ms, end_ms]."""
+        ...
+
 
 def check_unique(vec: Vector) -> Vector:
     """Prometheus refuses a vector in which two samples have the same labels."""
@@ -99,6 +112,8 @@ def evaluate_call(ev: Evaluator, e: n.Call) -> float | Vector:
     name = e.func
     if name in RANGE_FUNCTIONS:
         return check_unique(_range_call(ev, e))
+    if name == "info":  # its second argument is a selector of labels, not evaluated
+        return check_unique(info.info(ev, e))  # type: ignore[arg-type]
     if name == "absent_over_time":
         matrix = _range_arg(ev, _matrix_arg(e))
         return [] if matrix else [InstantSample(absent_labels(e.args[0]), 1.0)]
@@ -107,6 +122,13 @@ def evaluate_call(ev: Evaluator, e: n.Call) -> float | Vector:
         return [] if vec else [InstantSample(absent_labels(e.args[0]), 1.0)]
     if name == "time":
         return ev.at_ms / 1000
+    if name in ("min_of", "max_of"):  # Prometheus 3, experimental: Go's math.Min/Max
+        a, b = ev.scalar(e.args[0]), ev.scalar(e.args[1])
+        return fn.go_min(a, b) if name == "min_of" else fn.go_max(a, b)
+    if name in ("start", "end", "range", "step"):  # Prometheus 3, experimental
+        start, end = ev.bounds
+        ms = {"start": start, "end": end, "range": end - start, "step": ev.query_step_ms}
+        return ms[name] / 1000
     if name == "pi":
         return math.pi
     if name in DATE:
@@ -138,13 +160,16 @@ def _range_arg(ev: Evaluator, arg: n.MatrixSelector | n.Subquery) -> list[RangeS
 
 def _range_call(ev: Evaluator, e: n.Call) -> Vector:
     sel = _matrix_arg(e)
+    if isinstance(sel, n.MatrixSelector) and sel.selector.extend:
+        return _extended_call(ev, e, sel)
     scalars = tuple(ev.scalar(a) for a in e.args if n.value_type(a) == n.SCALAR)
     if isinstance(sel, n.MatrixSelector):
         at, offset = sel.selector.at, sel.selector.offset_ms
     else:
         at, offset = sel.at, sel.offset_ms
-    window = Window(ev.base_ms(at), sel.range_ms, offset, scalars)
-    keep_name = e.func == "last_over_time"
+    window = Window(ev.base_ms(at), sel.range_ms, offset, scalars, ev.at_ms,
+                    ev.open_ms == 1)
+    keep_name = e.func in _KEEP_NAME
     quick = SUMMARY_FUNCTIONS.get(e.func)
     if quick is not None and isinstance(sel, n.MatrixSelector):
         # One pass in the store: its summary of each series fed straight to the function.
@@ -175,6 +200,31 @@ def _range_call(ev: Evaluator, e: n.Call) -> Vector:
     return out
 
 
+def _extended_call(ev: Evaluator, e: n.Call, sel: n.MatrixSelector) -> Vector:
+    """A range function over an `anchored` or `smoothed` range (sentinel/promql/extended.py)."""
+    kind = sel.selector.extend
+    extended.check_safe(kind, e.func)
+    end = ev.base_ms(sel.selector.at) - sel.selector.offset_ms
+    start = end - sel.range_ms
+    lookback = ev.lookback_ms
+    out = []
+    for s in ev.select(sel.selector, start - lookback + 1,
+                       end + (lookback if kind == extended.SMOOTHED else 0)):
+        keep = [i for i, v in enumerate(s.vs) if not is_stale(v)]
+        ts, vs = [s.ts[i] for i in keep], [s.vs[i] for i in keep]
+        if e.func in ("rate", "increase", "delta"):
+            value = extended.extended_rate(ts, vs, start, end, sel.range_ms / 1000,
+                                           kind == extended.SMOOTHED, e.func != "delta",
+                                           e.func == "rate")
+        else:  # resets, changes: from the newest sample at or before the start
+            first = extended.anchored_start(ts, start)
+            value = None if first is None else RANGE_FUNCTIONS[e.func](
+                ts[first:], vs[first:], Window(end, sel.range_ms, 0))
+        if value is not None:
+            out.append(InstantSample(fn.drop_name(s.labels), value))
+    return out
+
+
 def _timestamp(ev: Evaluator, arg: n.Expr) -> Vector:
     inner = n.unwrap_parens(arg)
     if isinstance(inner, n.VectorSelector):
@@ -194,7 +244,7 @@ def _instant_call(ev: Evaluator, e: n.Call) -> Vector:
     if name in fn.SIMPLE:
         return fn.simple(name, vec)  # type: ignore[arg-type]
     if name == "histogram_quantile":
-        return fn.histogram_quantile(args[0], args[1])  # type: ignore[arg-type]
+        return fn.histogram_quantile(args[0], args[1], ev.open_ms == 1)  # type: ignore[arg-type]
     handlers = {
         "round": fn.round_,
         "clamp": fn.clamp,
@@ -204,6 +254,10 @@ def _instant_call(ev: Evaluator, e: n.Call) -> Vector:
         "sort_desc": fn.sort_desc,
         "label_replace": fn.label_replace,
         "label_join": fn.label_join,
+        "sort_by_label": prom3funcs.sort_by_label,
+        "sort_by_label_desc": prom3funcs.sort_by_label_desc,
+        "histogram_fraction": prom3funcs.histogram_fraction,
+        "histogram_quantiles": prom3funcs.histogram_quantiles,
     }
     if name not in handlers:
         raise PromQLError(f"function {name}() is not supported")

@@ -16,8 +16,17 @@ from functools import lru_cache
 import promql_parser as pp
 
 from sentinel.model import METRIC_NAME
+from sentinel.promql import extended, info
 from sentinel.promql import nodes as n
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.features import (
+    DURATION_EXPR,
+    EXPERIMENTAL_FUNCTION_NAMES,
+    EXPERIMENTAL_FUNCTIONS,
+    EXTENDED_RANGE,
+    FILL_MODIFIERS,
+    NONE,
+)
 from sentinel.promql.functions import label_replace_regex
 from sentinel.promql.limits import check_text
 from sentinel.promql.regexcheck import (
@@ -46,12 +55,18 @@ SUPPORTED_FUNCTIONS = frozenset(
         "day_of_month", "day_of_week", "day_of_year", "days_in_month",
         "hour", "minute", "month", "year",
         "double_exponential_smoothing",
+        # Prometheus 3 (experimental ones need promql-experimental-functions)
+        "start", "end", "range", "step", "min_of", "max_of", "info",
+        "first_over_time", "ts_of_first_over_time", "ts_of_last_over_time",
+        "ts_of_max_over_time", "ts_of_min_over_time", "mad_over_time",
+        "sort_by_label", "sort_by_label_desc", "histogram_fraction", "histogram_quantiles",
     }
 )  # fmt: skip
 
 SUPPORTED_AGGREGATIONS = frozenset(
     {"sum", "avg", "min", "max", "count", "group", "stddev", "stdvar",
-     "topk", "bottomk", "quantile", "count_values"}
+     "topk", "bottomk", "quantile", "count_values",
+     "limitk", "limit_ratio"}  # Prometheus 3, experimental
 )  # fmt: skip
 
 # The binding's enums do not hash: key by their printed names.
@@ -71,12 +86,14 @@ def _enum_name(value: object) -> str:
 _STRING_LITERAL = STRING_LITERAL
 
 
-def compile_expr(text: str) -> n.Expr:
+def compile_expr(text: str, features: frozenset[str] = NONE, any_type: bool = False) -> n.Expr:
     """Parse and check a PromQL expression; PromQLError(message, position) when it cannot run.
 
     The result must be an instant vector or a scalar, as rule expressions are.
+    `features`: Prometheus's experimental PromQL flags to accept (sentinel/promql/features.py).
+    `any_type`: a range vector or a string is a result too (an instant query's, not a rule's).
     """
-    return _compile_cached(text)
+    return _compile_cached(text, features, any_type)
 
 
 def check_expr_text(text: str) -> None:
@@ -98,7 +115,7 @@ def _rename_holt_winters(text: str) -> str:
     return "".join(out) + text[last:]
 
 
-def _for_parser(text: str) -> str:
+def _for_parser(text: str, features: frozenset[str] = NONE) -> str:
     """The text as promql-parser reads it the way Prometheus reads the original.
 
     Errors are located in the original text, so the rewrites may move offsets.
@@ -107,7 +124,13 @@ def _for_parser(text: str) -> str:
         text = _rename_holt_winters(text)
     if "`" in text:
         text = _raw_strings_quoted(text)
+    if "info" in text:
+        text = info.mark_selectors(text, _masked(text))
+    if EXTENDED_RANGE in features and ("anchored" in text or "smoothed" in text):
+        text = extended.mark(text, _masked(text))
     return text
+
+
 
 
 def _raw_strings_quoted(text: str) -> str:
@@ -128,11 +151,11 @@ def _raw_strings_quoted(text: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def _compile_cached(text: str) -> n.Expr:
+def _compile_cached(text: str, features: frozenset[str], any_type: bool = False) -> n.Expr:
     check_expr_text(text)
-    _check_at_values(text)
+    _check_at_values(text, DURATION_EXPR in features)
     try:
-        return _compile(text)
+        return _compile(text, features, any_type)
     except PromQLError:
         raise
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
@@ -150,19 +173,16 @@ def _one_line(exc: BaseException) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
-def _compile(text: str) -> n.Expr:
+def _compile(text: str, features: frozenset[str], any_type: bool = False) -> n.Expr:
     try:
-        parsed, stand_ins = parse_with_stand_ins(pp.parse, _for_parser(text), text)
+        parsed, stand_ins = parse_with_stand_ins(pp.parse, _for_parser(text, features), text)
     except ValueError as exc:
         raise _parse_error(text, str(exc)) from None
-    quoted = _quoted_name(text)
-    if quoted is not None:
-        # Prometheus 3 allows `{"my.metric", "a.b"="x"}`; 2.x, the reference, does not.
-        raise PromQLError("a quoted (UTF-8) metric or label name (Prometheus 3) is not "
-                          "supported by Sentinel's engine", quoted)
-    expr = _Compiler(text, stand_ins).convert(parsed)
+    # Quoted (UTF-8) names, `{"my.metric", "a.b"="x"}`, are Prometheus 3 syntax: the
+    # parser reads them as matchers on those names.
+    expr = _Compiler(text, stand_ins, features).convert(parsed)
     kind = n.value_type(expr)
-    if kind not in (n.VECTOR, n.SCALAR):
+    if kind not in (n.VECTOR, n.SCALAR) and not any_type:
         raise PromQLError(f"expression must return an instant vector or a scalar, not a {kind}", 0)
     return expr
 
@@ -175,7 +195,7 @@ _DURATION_UNIT = re.compile(r"(?:ms|[smhdwy])(?:\d|$)")
 _AT_LIMIT = 2**63
 
 
-def _check_at_values(text: str) -> None:
+def _check_at_values(text: str, durations: bool = False) -> None:
     """Reject `@` values the binding mishandles, before it sees them, with their position.
 
     promql-parser panics (a Rust panic, not an Exception) when a negative `@`
@@ -185,7 +205,9 @@ def _check_at_values(text: str) -> None:
     """
     for m in _AT_VALUE.finditer(_masked(text)):
         sign, number, unit = m.groups()
-        if unit and _DURATION_UNIT.match(unit):
+        if unit and _DURATION_UNIT.match(unit) and not durations:
+            # Prometheus 3 reads `@ 1m40s` as 100 s behind promql-duration-expr (so does
+            # the parser); without it, as Prometheus 2, it is an error.
             raise PromQLError(f'parse error: unexpected duration "{number}{unit}" in @, '
                               "expected timestamp", m.start(2))
         value = int(number, 16) if number[:2] in ("0x", "0X") else float(number)
@@ -251,9 +273,17 @@ def _ms(delta: timedelta | None) -> int:
 
 
 class _Compiler:
-    def __init__(self, text: str, stand_ins: dict[str, str]) -> None:
+    def __init__(self, text: str, stand_ins: dict[str, str],
+                 features: frozenset[str] = NONE) -> None:
         self.text = text
         self.stand_ins = stand_ins  # regexes the parser saw as stand-ins (regexcheck)
+        self.features = features
+
+    def experimental(self, name: str, pattern: str) -> None:
+        """Refuse an experimental function or aggregation unless its flag is on."""
+        if name in EXPERIMENTAL_FUNCTION_NAMES and EXPERIMENTAL_FUNCTIONS not in self.features:
+            raise PromQLError(f"parse error: {name}() is experimental: enable the "
+                              f"{EXPERIMENTAL_FUNCTIONS} feature", _find(self.text, pattern))
 
     def reject(self, what: str, pattern: str) -> PromQLError:
         position = _find(self.text, pattern)
@@ -287,8 +317,9 @@ class _Compiler:
     def at(at: object) -> n.At:
         if at is None:
             return None
-        if _enum_name(at.type) in ("Start", "End"):  # type: ignore[attr-defined]
-            return n.AT_QUERY
+        kind = _enum_name(at.type)  # type: ignore[attr-defined]
+        if kind in ("Start", "End"):
+            return n.AT_START if kind == "Start" else n.AT_END
         # Read the printed value ("@ 1234.500"), never `at.at`: that converts to a
         # datetime and panics before 1970, overflows after 9999.
         printed = str(at).removeprefix("@").strip()
@@ -306,21 +337,33 @@ class _Compiler:
         for m in e.matchers.matchers:
             value = self.stand_ins.get(m.value, m.value)
             try:
-                matchers.append(Matcher(m.name, _MATCH_OPS[_enum_name(m.op)], value))
+                # Prometheus 3: `.` in a matcher's regex matches a newline too.
+                matchers.append(Matcher(m.name, _MATCH_OPS[_enum_name(m.op)], value,
+                                        dotall=True))
             except RegexError as exc:
                 raise regex_error(self.text, value, exc) from None
         if self.stand_ins and not e.name and all(m.matches("") for m in matchers):
             # The parser judged the stand-in, which never matches "": judge the real regex.
             raise PromQLError("parse error: vector selector must contain at least one "
                               "non-empty matcher", _find(self.text, r"\{"))
-        return n.VectorSelector(tuple(matchers), _ms(e.offset), self.at(e.at))
+        extend = ""
+        for kind, mark in extended.MARKS.items():
+            if any(m.name == mark for m in matchers):
+                extend = kind
+                matchers = [m for m in matchers if m.name != mark]
+        return n.VectorSelector(tuple(matchers), _ms(e.offset), self.at(e.at), extend)
 
     def call(self, e: pp.Call) -> n.Call:
         name = e.func.name
         if name not in SUPPORTED_FUNCTIONS:
             raise self.reject(f"function {name}()", rf"\b{re.escape(name)}\s*\(")
+        self.experimental(name, rf"\b{re.escape(name)}\s*\(")
         returns = n.SCALAR if e.func.return_type == pp.ValueType.Scalar else n.VECTOR
         args = tuple(self.convert(a) for a in e.args)
+        if name == "info" and len(args) > 1 and isinstance(args[1], n.VectorSelector):
+            sel = args[1]
+            kept = tuple(m for m in sel.matchers if m.name != info.INFO_MARK)
+            args = (args[0], n.VectorSelector(kept, sel.offset_ms, sel.at))
         if name == "label_replace" and isinstance(args[-1], n.StringLiteral):
             self.check_label_replace(args[-1].value)
         return n.Call(name, args, returns)
@@ -335,9 +378,8 @@ class _Compiler:
     def aggregate(self, e: pp.AggregateExpr) -> n.Aggregate:
         op = str(e.op)
         if op not in SUPPORTED_AGGREGATIONS:
-            # limitk/limit_ratio (Prometheus 3) pick series by a hash of their labels
-            # that promtool 2.42 cannot check: rejected rather than approximated.
             raise self.reject(f"aggregation {op}", rf"\b{re.escape(op)}\b")
+        self.experimental(op, rf"\b{re.escape(op)}\b")
         grouping: tuple[str, ...] = ()
         without = False
         if e.modifier is not None:
@@ -354,10 +396,15 @@ class _Compiler:
             matching = n.Matching(card, False, ())
             return n.Binary(op, self.convert(e.lhs), self.convert(e.rhs), False, matching)
         fill = mod.fill_values
+        fills: tuple[float | None, float | None] = (None, None)
         if fill is not None and (fill.lhs is not None or fill.rhs is not None):
-            raise self.reject("fill modifiers", r"\bfill(_left|_right)?\b")
+            if FILL_MODIFIERS not in self.features:
+                raise PromQLError(f"parse error: fill modifiers are experimental: enable the "
+                                  f"{FILL_MODIFIERS} feature",
+                                  _find(self.text, r"\bfill(_left|_right)?\b"))
+            fills = (fill.lhs, fill.rhs)
         on = mod.matching is not None and mod.matching.type == pp.LabelModifierType.Include
         labels = tuple(mod.matching.labels) if mod.matching is not None else ()
         include = tuple(mod.group_labels or ())
-        matching = n.Matching(_CARDINALITY[_enum_name(mod.card)], on, labels, include)
+        matching = n.Matching(_CARDINALITY[_enum_name(mod.card)], on, labels, include, *fills)
         return n.Binary(op, self.convert(e.lhs), self.convert(e.rhs), mod.return_bool, matching)

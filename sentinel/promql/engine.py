@@ -24,14 +24,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from sentinel.model import InstantSample, Labels, Vector, is_stale
+from sentinel.promql import durexpr, fused
 from sentinel.promql import functions as fn
-from sentinel.promql import fused
 from sentinel.promql import nodes as n
 from sentinel.promql.aggregate import aggregate
 from sentinel.promql.binary import scalar_op, set_op, vector_scalar, vector_vector
 from sentinel.promql.calls import RangeSeries, check_unique, evaluate_call
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.extended import interpolate_at
+from sentinel.promql.features import DURATION_EXPR
+from sentinel.promql.features import check as check_features
 from sentinel.promql.limits import MAX_POINTS, QUERY_TIMEOUT_S, Budget
 from sentinel.promql.rangefuncs import SummaryFunc, Window
 from sentinel.promql.stepcache import StepCache
@@ -65,8 +68,18 @@ class Engine:
     def __init__(self, store: SeriesSource, lookback_ms: int = DEFAULT_LOOKBACK_MS,
                  subquery_step_ms: int = DEFAULT_SUBQUERY_STEP_MS,
                  max_points: int = MAX_POINTS, timeout_s: float = QUERY_TIMEOUT_S,
-                 step_cache: StepCache | None = None) -> None:
+                 step_cache: StepCache | None = None, semantics: int = 3,
+                 features: frozenset[str] = frozenset()) -> None:
+        if semantics not in (2, 3):
+            raise ValueError(f"semantics must be 2 or 3, not {semantics!r}")
+        # Prometheus's experimental PromQL flags, for expressions given as text
+        # (sentinel/promql/features.py).
+        self.features = check_features(features)
         self.store = store
+        # Prometheus 3 (the default) reads left-open windows (t - range, t] for range
+        # selectors, lookback and subqueries; 2 reads them closed [t - range, t], as
+        # Prometheus 2.x and the Debian promtool (2.42) do.
+        self.semantics = semantics
         # Subquery steps kept across queries, for a caller that seals its data as final
         # (sentinel/promql/stepcache.py: `sentinel rules test`); None: evaluate every step.
         self.step_cache = step_cache
@@ -79,25 +92,45 @@ class Engine:
         # evaluation_interval (promtool: the test file's evaluation_interval).
         self.subquery_step_ms = subquery_step_ms
 
-    def query(self, expr: str | n.Expr, at_ms: int, given: Given | None = None
-              ) -> Vector | float:
+    def query(self, expr: str | n.Expr, at_ms: int, given: Given | None = None, *,
+              start_ms: int | None = None, end_ms: int | None = None,
+              step_ms: int = 0) -> Vector | float:
         """The expression's value at `at_ms`: a Vector, or a float for a scalar result.
 
         `given` answers some nodes of the tree instead of the store (see `Given`);
         only nodes outside subqueries, which are evaluated at `at_ms` alone.
+        `start_ms`/`end_ms` are what `@ start()`/`@ end()` mean: a range query's
+        first and last step when this is one of its steps; `at_ms` by default.
+        `step_ms` is a range query's step (`step()`; 0 for an instant query).
         Raises PromQLError for expressions that do not compile and for
         evaluation errors (e.g. many-to-many matching).
         """
-        node = compile_expr(expr) if isinstance(expr, str) else expr
-        budget = Budget(self.max_points, self.timeout_s)
-        budget.precheck_steps(self._steps_of(node))
-        evaluator = _Evaluator(self.store, self.lookback_ms, at_ms, at_ms,
-                               self.subquery_step_ms, budget, self.step_cache)
-        evaluator.given = given
-        result = evaluator.eval(node)
+        result = self._evaluate(expr, at_ms, given, start_ms, end_ms, step_ms, False)
         if isinstance(result, float | list):
             return result  # type: ignore[return-value]
         raise PromQLError("expression must return an instant vector or a scalar")
+
+    def query_value(self, expr: str | n.Expr, at_ms: int, *, start_ms: int | None = None,
+                    end_ms: int | None = None, step_ms: int = 0) -> Value:
+        """As `query`, for any result an instant query may have: a Vector, a float, a str
+        or a range vector (list[RangeSeries], in label order)."""
+        return self._evaluate(expr, at_ms, None, start_ms, end_ms, step_ms, True)
+
+    def _evaluate(self, expr: str | n.Expr, at_ms: int, given: Given | None,
+                  start_ms: int | None, end_ms: int | None, step_ms: int,
+                  any_type: bool) -> Value:
+        bounds = (at_ms if start_ms is None else start_ms, at_ms if end_ms is None else end_ms)
+        if isinstance(expr, str) and DURATION_EXPR in self.features:
+            expr = durexpr.rewrite(expr, step_ms, bounds[1] - bounds[0])
+        node = compile_expr(expr, self.features, any_type) if isinstance(expr, str) else expr
+        budget = Budget(self.max_points, self.timeout_s)
+        budget.precheck_steps(self._steps_of(node))
+        evaluator = _Evaluator(self.store, self.lookback_ms, at_ms, bounds,
+                               self.subquery_step_ms, budget, self.step_cache)
+        evaluator.open_ms = 1 if self.semantics == 3 else 0
+        evaluator.query_step_ms = step_ms
+        evaluator.given = given
+        return evaluator.eval(node)
 
     def _steps_of(self, node: n.Expr) -> int:
         """subquery_steps(node), remembered: rules query the same compiled nodes every
@@ -164,15 +197,19 @@ def _reach(e: n.Expr, lookback_ms: int) -> int:
 
 
 class _Evaluator:
-    def __init__(self, store: SeriesSource, lookback_ms: int, at_ms: int, query_ms: int,
-                 subquery_step_ms: int, budget: Budget,
+    def __init__(self, store: SeriesSource, lookback_ms: int, at_ms: int,
+                 bounds: tuple[int, int], subquery_step_ms: int, budget: Budget,
                  step_cache: StepCache | None = None) -> None:
         self.store = store
         self.budget = budget  # shared with the evaluators of subquery steps
         self.step_cache = step_cache
         self.lookback_ms = lookback_ms
         self.at_ms = at_ms  # this evaluation's time (a step, inside a subquery)
-        self.query_ms = query_ms  # the instant query's time: start() and end()
+        self.bounds = bounds  # the query's start() and end()
+        self.query_step_ms = 0  # the query's step(): 0 for an instant query
+        # 1: windows are left-open (t - range, t] (Prometheus 3); 0: closed (2.x). Sample
+        # times are whole ms, so a window's first ms is its start + open_ms.
+        self.open_ms = 1
         self.subquery_step_ms = subquery_step_ms
         self.given: Given | None = None  # set on the query's own evaluator only
 
@@ -180,7 +217,9 @@ class _Evaluator:
         """The time a selector or subquery reads at, before its offset."""
         if at is None:
             return self.at_ms
-        return self.query_ms if at == n.AT_QUERY else int(at)
+        if at == n.AT_START:
+            return self.bounds[0]
+        return self.bounds[1] if at == n.AT_END else int(at)
 
     def eval(self, e: n.Expr) -> Value:
         if self.given is not None:
@@ -222,22 +261,39 @@ class _Evaluator:
 
     def instant(self, sel: n.VectorSelector) -> list[tuple[Labels, int, float]]:
         ref = self.base_ms(sel.at) - sel.offset_ms
+        if sel.extend:
+            return self.smoothed(sel, ref)
         # Only the newest sample is read: a store that hands out just that
         # (MemoryStore.select_newest) copies no lookback window and builds no Series.
         newest = getattr(self.store, "select_newest", None)
         if newest is not None:
-            found: list[tuple[Labels, int, float]] = newest(sel.matchers,
-                                                            ref - self.lookback_ms, ref)
+            found: list[tuple[Labels, int, float]] = newest(
+                sel.matchers, ref - self.lookback_ms + self.open_ms, ref)
             self.budget.charge(len(found))
             return found
-        selected = self.select(sel, ref - self.lookback_ms, ref)
+        selected = self.select(sel, ref - self.lookback_ms + self.open_ms, ref)
         self.budget.charge(len(selected))
         return [(s.labels, s.ts[-1], s.vs[-1]) for s in selected if not is_stale(s.vs[-1])]
+
+    def smoothed(self, sel: n.VectorSelector, ref: int) -> list[tuple[Labels, int, float]]:
+        """`x smoothed` (Prometheus 3, experimental): the value at `ref` interpolated
+        between the samples around it within the lookback on either side."""
+        if sel.extend != "smoothed":
+            raise PromQLError(f"the {sel.extend} modifier needs a range selector")
+        out = []
+        for s in self.select(sel, ref - self.lookback_ms + 1, ref + self.lookback_ms):
+            self.budget.charge(len(s.ts))
+            ts = [t for t, v in zip(s.ts, s.vs, strict=True) if not is_stale(v)]
+            vs = [v for v in s.vs if not is_stale(v)]
+            value = interpolate_at(ts, vs, ref)
+            if value is not None:
+                out.append((s.labels, ref, value))
+        return out
 
     def matrix(self, e: n.MatrixSelector) -> list[RangeSeries]:
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
         out = []
-        for s in self.select(e.selector, end - e.range_ms, end):
+        for s in self.select(e.selector, end - e.range_ms + self.open_ms, end):
             self.budget.charge(len(s.ts))
             # Only a NaN can be a staleness marker (NaN != NaN): skip the check without one.
             if any(v != v for v in s.vs):
@@ -253,7 +309,8 @@ class _Evaluator:
         if summarize is None:
             return None
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
-        found: list[Summary] = summarize(e.selector.matchers, end - e.range_ms, end)
+        found: list[Summary] = summarize(e.selector.matchers,
+                                         end - e.range_ms + self.open_ms, end)
         self.budget.charge(len(found))
         return found
 
@@ -265,15 +322,17 @@ class _Evaluator:
         if apply is None:
             return None
         end = self.base_ms(e.selector.at) - e.selector.offset_ms
-        found: list[tuple[Labels, float]] = apply(e.selector.matchers, end - e.range_ms, end,
-                                                  func, window)
+        found: list[tuple[Labels, float]] = apply(
+            e.selector.matchers, end - e.range_ms + self.open_ms, end, func, window)
         self.budget.charge(len(found))
         return found
 
     def subquery(self, e: n.Subquery) -> list[RangeSeries]:
         end = self.base_ms(e.at) - e.offset_ms
         step = e.step_ms or self.subquery_step_ms
-        start = -((e.range_ms - end) // step) * step  # first multiple of step >= end - range
+        # The first multiple of step in the window: >= end - range (closed), > (open).
+        first = end - e.range_ms + self.open_ms
+        start = -(-first // step) * step
         points: dict[Labels, RangeSeries] = {}
         cache = self.step_cache
         kept = cache.steps_of(e.expr) if cache is not None else None
@@ -281,8 +340,10 @@ class _Evaluator:
         for t in range(start, end + 1, step):
             samples = kept.get(t) if kept is not None else None
             if samples is None:
-                inner = _Evaluator(self.store, self.lookback_ms, t, self.query_ms,
+                inner = _Evaluator(self.store, self.lookback_ms, t, self.bounds,
                                    self.subquery_step_ms, self.budget, cache)
+                inner.open_ms = self.open_ms
+                inner.query_step_ms = self.query_step_ms
                 samples = inner.vector(e.expr)
                 if kept is not None and cache is not None and cache.final(t):
                     kept[t] = samples
@@ -317,10 +378,11 @@ class _Evaluator:
             p = self.eval(e.param)
             assert isinstance(p, float | str)
             param = p
-        out = aggregate(e.op, self.vector(e.expr), e.grouping, e.without, param)
+        out = aggregate(e.op, self.vector(e.expr), e.grouping, e.without, param,
+                        self.open_ms == 1)
         # One sample a group, keyed by its labels: unique but for topk and bottomk, which
         # hand back their input's samples.
-        return check_unique(out) if e.op in ("topk", "bottomk") else out
+        return check_unique(out) if e.op in ("topk", "bottomk", "limitk", "limit_ratio") else out
 
     def binary(self, e: n.Binary) -> Value:
         lhs = self.eval(e.lhs)
@@ -333,14 +395,16 @@ class _Evaluator:
         rhs = self.eval(e.rhs)
         if isinstance(lhs, float) and isinstance(rhs, float):
             return scalar_op(e.op, lhs, rhs)
+        v3 = self.open_ms == 1
         if isinstance(rhs, float):
-            out = vector_scalar(e.op, lhs, rhs, False, e.return_bool)  # type: ignore[arg-type]
+            out = vector_scalar(e.op, lhs, rhs, False, e.return_bool, v3)  # type: ignore[arg-type]
         elif isinstance(lhs, float):
-            out = vector_scalar(e.op, rhs, lhs, True, e.return_bool)  # type: ignore[arg-type]
+            out = vector_scalar(e.op, rhs, lhs, True, e.return_bool, v3)  # type: ignore[arg-type]
         elif e.op in ("and", "or", "unless"):
             out = set_op(e.op, lhs, rhs, e.matching)  # type: ignore[arg-type]
         else:
-            out = vector_vector(e.op, lhs, rhs, e.matching, e.return_bool)  # type: ignore[arg-type]
+            out = vector_vector(e.op, lhs, rhs, e.matching, e.return_bool,  # type: ignore[arg-type]
+                                v3)
         return check_unique(out)
 
     def call(self, e: n.Call) -> Value:

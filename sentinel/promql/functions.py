@@ -17,12 +17,18 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _TEMPLATE = re.compile(r"\$(\$|\{(\w+)\}|(\w+))")
 
 
+# Labels that describe the metric rather than the series; an operation that changes the
+# metric drops them all (Prometheus 3's schema.IsMetadataLabel: name, type and unit).
+METADATA_LABELS = frozenset({METRIC_NAME, "__type__", "__unit__"})
+
+
 def drop_name(labels: Labels) -> Labels:
-    """The label set without `__name__`."""
+    """The label set without `__name__` (nor Prometheus 3's `__type__` and `__unit__`)."""
     if labels and labels[0][0] == METRIC_NAME:  # sorted labels: it is usually first
-        return labels[1:]
-    if labels and any(k == METRIC_NAME for k, _ in labels):
-        return tuple(kv for kv in labels if kv[0] != METRIC_NAME)
+        if len(labels) == 1 or labels[1][0][:2] != "__":
+            return labels[1:]
+    if labels and any(k in METADATA_LABELS for k, _ in labels):
+        return tuple(kv for kv in labels if kv[0] not in METADATA_LABELS)
     return labels
 
 
@@ -141,9 +147,10 @@ def _expand(template: str, rx: GoRegex, groups: list[str | None]) -> str:
 
 
 def label_replace_regex(regex: str) -> GoRegex:
-    """label_replace()'s regex, anchored as in Prometheus; PromQLError when RE2 refuses it."""
+    """label_replace()'s regex, anchored as in Prometheus 3 (`.` matches a newline too);
+    PromQLError when RE2 refuses it."""
     try:
-        return anchored(regex)
+        return anchored(regex, dotall=True)
     except RegexError as e:
         raise PromQLError(f"invalid regular expression in label_replace(): {regex}: {e}") from None
 
@@ -186,8 +193,14 @@ def parse_bound(text: str) -> float | None:
         return None
 
 
-def histogram_quantile(q: float, vec: Vector) -> Vector:
+def histogram_quantile(q: float, vec: Vector, v3: bool = True) -> Vector:
     """φ-quantile of classic histograms: series grouped by all labels but `le`."""
+    return [InstantSample(labels, bucket_quantile(q, b, v3)) for labels, b in classic_groups(vec)]
+
+
+def classic_groups(vec: Vector) -> list[tuple[Labels, list[tuple[float, float]]]]:
+    """Classic histograms' buckets: (output labels, [(bound, count)]) per series but `le`;
+    a bucket whose `le` is not a number is left out."""
     groups: dict[Labels, tuple[Labels, list[tuple[float, float]]]] = {}
     bounds: dict[str, float | None] = {}  # a fleet's histograms share a few `le` values
     for s in vec:
@@ -203,7 +216,6 @@ def histogram_quantile(q: float, vec: Vector) -> Vector:
         key = tuple([kv for kv in s.labels if kv[0] != "le"])
         group = groups.get(key)
         if group is None:
-            out_labels = tuple(kv for kv in key if kv[0] != METRIC_NAME)
-            group = groups[key] = (out_labels, [])
+            group = groups[key] = (drop_name(key), [])
         group[1].append((bound, s.value))
-    return [InstantSample(labels, bucket_quantile(q, b)) for labels, b in groups.values()]
+    return list(groups.values())

@@ -26,7 +26,9 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from sentinel.model import METRIC_NAME, InstantSample, Labels, Vector
+from sentinel.promql import floatops as f
 from sentinel.promql import nodes as n
+from sentinel.promql.aggregate import kahan_sums
 from sentinel.promql.functions import drop_name, parse_bound
 from sentinel.promql.histogram import bucket_quantile
 from sentinel.promql.rangefuncs import SUMMARY_FUNCTIONS, SummaryFunc, Window
@@ -65,6 +67,9 @@ def aggregate(ev: Evaluator, e: n.Aggregate) -> Vector | None:
         return None
     names = frozenset(e.grouping)
     op = e.op
+    if op == "sum" and getattr(ev, "open_ms", 1) == 1:  # Prometheus 3: compensated sums
+        return kahan_sums(((tuple([kv for kv in labels if kv[0] in names]), v)
+                           for labels, v in values))
     folded: dict[Labels, float] = {}
     get = folded.get
     for labels, v in values:
@@ -100,6 +105,8 @@ def histogram_quantile(ev: Evaluator, e: n.Call) -> Vector | None:
     bounds: dict[str, float] = {}  # a fleet's histograms share a few `le` values
     refused: set[str] = set()
     groups: dict[Labels, dict[str, float]] = {}
+    comps: dict[Labels, dict[str, float]] = {}  # Prometheus 3: each sum's compensation
+    v3 = getattr(ev, "open_ms", 1) == 1
     for labels, v in values:
         le = ""
         key = []
@@ -119,11 +126,25 @@ def histogram_quantile(ev: Evaluator, e: n.Call) -> Vector | None:
         buckets = groups.get(k := tuple(key))
         if buckets is None:
             groups[k] = {le: v}
+        elif v3:
+            cur = buckets.get(le)
+            if cur is None:
+                buckets[le] = v
+            else:  # a second series in the group: its compensation starts here
+                comp = comps.get(k)
+                if comp is None:
+                    comp = comps[k] = {}
+                buckets[le], comp[le] = f.kahan_inc3(v, cur, comp.get(le, 0.0))
         else:
             cur = buckets.get(le)
             buckets[le] = v if cur is None else cur + v
-    return [InstantSample(k, bucket_quantile(q, [(bounds[le], v) for le, v in b.items()]))
+    for k, comp in comps.items():  # Prometheus 3 adds each sum's compensation at the end
+        buckets = groups[k]
+        for le, c in comp.items():
+            buckets[le] += c
+    return [InstantSample(k, bucket_quantile(q, [(bounds[le], v) for le, v in b.items()], v3))
             for k, b in groups.items()]
+
 
 
 def _operands(ev: Evaluator, agg: n.Aggregate) -> list[Operand] | None:
@@ -156,7 +177,8 @@ def _values(ev: Evaluator, operands: list[Operand]) -> Iterator[tuple[Labels, fl
     results = []
     for func, sel in operands:
         s = sel.selector
-        window = Window(ev.base_ms(s.at), sel.range_ms, s.offset_ms)
+        window = Window(ev.base_ms(s.at), sel.range_ms, s.offset_ms,
+                        v3=getattr(ev, "open_ms", 1) == 1)
         got = ev.summary_values(sel, SUMMARY_FUNCTIONS[func], window)
         if got is None:
             return None  # a store without summaries: the general path

@@ -32,12 +32,18 @@ def quantile(q: float, values: list[float]) -> float:
     return values[int(lower)] * (1 - weight) + values[int(upper)] * weight
 
 
-def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
-    """histogram_quantile over (upper bound, cumulative count) pairs, as Prometheus 2.42.
+# Prometheus 3 treats counts within this relative difference as equal (float noise from
+# summing buckets), before forcing monotonicity (promql/quantile.go).
+SMALL_DELTA_TOLERANCE = 1e-12
+
+
+def bucket_quantile(q: float, buckets: list[tuple[float, float]], v3: bool = True) -> float:
+    """histogram_quantile over (upper bound, cumulative count) pairs.
 
     NaN when q is NaN, when the +Inf bucket is missing, with fewer than two
     buckets or no observations; monotonicity of the counts is forced, and
-    buckets with the same bound are merged.
+    buckets with the same bound are merged. `v3`: Prometheus 3 also evens out
+    counts that differ by a relative 1e-12 or less; False: as Prometheus 2.42.
     """
     if math.isnan(q):
         return f.NAN
@@ -54,12 +60,15 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
             merged[-1][1] += count
         else:
             merged.append([bound, count])
-    highest = -f.INF
-    for b in merged:  # counts must not decrease with the bound
-        if b[1] > highest:
-            highest = b[1]
-        elif b[1] < highest:
-            b[1] = highest
+    if v3:
+        _ensure_monotonic3(merged)
+    else:
+        highest = -f.INF
+        for b in merged:  # counts must not decrease with the bound
+            if b[1] > highest:
+                highest = b[1]
+            elif b[1] < highest:
+                b[1] = highest
     if len(merged) < 2:
         return f.NAN
     observations = merged[-1][1]
@@ -78,6 +87,40 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
         count -= merged[i - 1][1]
         rank -= merged[i - 1][1]
     return start + (end - start) * f.div(rank, count)
+
+
+def _ensure_monotonic3(merged: list[list[float]]) -> None:
+    """ensureMonotonicAndIgnoreSmallDeltas: a count within the tolerance of the previous
+    one takes its value; a smaller one is raised to it."""
+    prev = merged[0][1]
+    for b in merged[1:]:
+        cur = b[1]
+        if cur == prev:
+            continue
+        if cur < prev:
+            b[1] = prev
+            continue
+        if prev > 0 and cur + prev >= 2.2250738585072014e-308:  # almost.Equal written out
+            small = (cur - prev) / (cur + prev) < SMALL_DELTA_TOLERANCE
+        else:
+            small = _almost_equal(prev, cur, SMALL_DELTA_TOLERANCE)
+        if small:
+            b[1] = prev
+            continue
+        prev = cur
+
+
+def _almost_equal(a: float, b: float, epsilon: float) -> bool:
+    """util/almost.Equal."""
+    if math.isnan(a) and math.isnan(b):
+        return True
+    if a == b:
+        return True
+    abs_sum = abs(a) + abs(b)
+    diff = abs(a - b)
+    if a == 0 or b == 0 or abs_sum < 2.2250738585072014e-308:
+        return diff < epsilon * 2.2250738585072014e-308
+    return diff / min(abs_sum, 1.7976931348623157e308) < epsilon
 
 
 def _search(counts: list[float], rank: float) -> int:

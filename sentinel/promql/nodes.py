@@ -32,9 +32,12 @@ class StringLiteral:
     value: str
 
 
-# The `@` modifier: an absolute time in ms, or AT_QUERY for `@ start()` / `@ end()`
-# (both are the evaluation time of an instant query); None when absent.
-AT_QUERY = "query"
+# The `@` modifier: an absolute time in ms, AT_START for `@ start()`, AT_END for
+# `@ end()` (both the evaluation time of an instant query; a range query's first
+# and last step); None when absent.
+AT_START = "start"
+AT_END = "end"
+AT_QUERY = AT_END  # the older name: an instant query's own time
 At = int | str | None
 
 
@@ -45,6 +48,7 @@ class VectorSelector:
     matchers: tuple[Matcher, ...]
     offset_ms: int = 0
     at: At = None
+    extend: str = ""  # Prometheus 3's experimental "anchored" or "smoothed"; "" for neither
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,10 @@ class Matching:
     on: bool
     labels: tuple[str, ...]
     include: tuple[str, ...] = ()
+    # Prometheus 3's experimental fill modifiers: the value a missing left (right)
+    # sample takes, None without `fill`/`fill_left` (`fill`/`fill_right`).
+    fill_lhs: float | None = None
+    fill_rhs: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,12 @@ from sentinel.promql.mathfuncs import double_exponential_smoothing
 class Window:
     """Where the range sits, and the call's scalar arguments."""
 
-    eval_ms: int
+    eval_ms: int  # where the range ends before its offset: the `@` time, if any
     range_ms: int
     offset_ms: int
     scalars: tuple[float, ...] = ()
+    now_ms: int | None = None  # the evaluation's own time (None: eval_ms)
+    v3: bool = True  # Prometheus 3's arithmetic (False: 2.x, bit for bit)
 
 
 RangeFunc = Callable[[Sequence[int], Sequence[float], Window], "float | None"]
@@ -64,6 +66,9 @@ def extrapolate(count: int, t_first: int, v_first: float, t_last: int, v_last: f
     to_end = (range_end - t_last) / 1000
     sampled = (t_last - t_first) / 1000
     avg_step = sampled / (count - 1)
+    if w.v3:
+        return _extrapolate3(result, v_first, to_start, to_end, sampled, avg_step, w,
+                             is_counter, is_rate)
     if is_counter and result > 0 and v_first >= 0:
         # A counter cannot go below zero: do not extrapolate past its zero point.
         to_zero = sampled * (v_first / result)
@@ -74,6 +79,27 @@ def extrapolate(count: int, t_first: int, v_first: float, t_last: int, v_last: f
     interval += to_start if to_start < threshold else avg_step / 2
     interval += to_end if to_end < threshold else avg_step / 2
     factor = interval / sampled
+    if is_rate:
+        seconds = w.range_ms / 1000
+        factor = factor / seconds if seconds else f.div(factor, seconds)
+    return result * factor
+
+
+def _extrapolate3(result: float, v_first: float, to_start: float, to_end: float,
+                  sampled: float, avg_step: float, w: Window, is_counter: bool,
+                  is_rate: bool) -> float:
+    """Prometheus 3's order: the start is first cut to half a step when it is too far,
+    then to the counter's zero point when that is nearer."""
+    threshold = avg_step * 1.1
+    if to_start >= threshold:
+        to_start = avg_step / 2
+    if is_counter and result > 0 and v_first >= 0:
+        to_zero = sampled * (v_first / result)
+        if to_zero < to_start:
+            to_start = to_zero
+    if to_end >= threshold:
+        to_end = avg_step / 2
+    factor = (sampled + to_start + to_end) / sampled if sampled else 1.0
     if is_rate:
         seconds = w.range_ms / 1000
         factor = factor / seconds if seconds else f.div(factor, seconds)
@@ -121,7 +147,11 @@ def avg_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | 
 
     `floatops.kahan_inc` written out in the loop: the call and its tuple were
     half the time of an `avg_over_time(...[5m])` over 1,000 series of 20 samples.
+    Prometheus 3 sums first (compensated) and divides, turning incremental only
+    where the sum would overflow.
     """
+    if w.v3:
+        return _avg3(vs)
     mean = count = c = 0.0
     isinf = math.isinf
     for v in vs:
@@ -139,6 +169,27 @@ def avg_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | 
             c += (inc - t) + mean
         mean = t
     return mean if isinf(mean) else mean + c
+
+
+def _avg3(vs: Sequence[float]) -> float:
+    """Prometheus 3's funcAvgOverTime for floats."""
+    total, c, count = vs[0], 0.0, 1.0
+    mean, incremental = 0.0, False
+    for v in vs[1:]:
+        count += 1
+        if not incremental:
+            new_total, new_c = f.kahan_inc3(v, total, c)
+            if not math.isinf(new_total):
+                total, c = new_total, new_c
+                continue
+            incremental = True
+            mean = total / (count - 1)
+            c /= count - 1
+        q = (count - 1) / count
+        mean, c = f.kahan_inc3(v / count, q * mean, q * c)
+    if incremental:
+        return mean + c
+    return total / count + c / count
 
 
 def sum_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
@@ -187,24 +238,25 @@ def present_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> floa
     return 1.0
 
 
-def _variance(vs: Sequence[float]) -> float:
+def _variance(vs: Sequence[float], v3: bool) -> float:
+    inc = f.kahan_inc3 if v3 else f.kahan_inc
     count = mean = c_mean = aux = c_aux = 0.0
     for v in vs:
         count += 1
         d = v - (mean + c_mean)
-        mean, c_mean = f.kahan_inc(d / count, mean, c_mean)
-        aux, c_aux = f.kahan_inc(d * (v - (mean + c_mean)), aux, c_aux)
+        mean, c_mean = inc(d / count, mean, c_mean)
+        aux, c_aux = inc(d * (v - (mean + c_mean)), aux, c_aux)
     return (aux + c_aux) / count
 
 
 def stdvar_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
     """Population variance."""
-    return _variance(vs)
+    return _variance(vs, w.v3)
 
 
 def stddev_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
     """Population standard deviation."""
-    return f.sqrt(_variance(vs))
+    return f.sqrt(_variance(vs, w.v3))
 
 
 def quantile_over_time(ts: Sequence[int], vs: Sequence[float], w: Window) -> float | None:
@@ -266,7 +318,8 @@ def predict_linear(ts: Sequence[int], vs: Sequence[float], w: Window) -> float |
     """The least-squares line's value `scalars[0]` seconds after the evaluation time."""
     if len(vs) < 2:
         return None
-    slope, intercept = _linear_regression(ts, vs, w.eval_ms)
+    # From the evaluation time, not the `@` time (Prometheus: enh.Ts).
+    slope, intercept = _linear_regression(ts, vs, w.eval_ms if w.now_ms is None else w.now_ms)
     return slope * w.scalars[0] + intercept
 
 

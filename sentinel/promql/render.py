@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from sentinel.model import METRIC_NAME
 from sentinel.promql import nodes as n
@@ -32,7 +33,7 @@ def render(e: n.Expr) -> str:
         sel = e.selector
         plain = n.VectorSelector(sel.matchers)
         return (f"{_selector(plain)}[{_duration(e.range_ms)}]"
-                f"{_modifiers(sel.offset_ms, sel.at)}")
+                f"{_modifiers(sel.offset_ms, sel.at)}{_extend(sel)}")
     if isinstance(e, n.Subquery):
         step = _duration(e.step_ms) if e.step_ms else ""
         return f"{render(e.expr)}[{_duration(e.range_ms)}:{step}]{_modifiers(e.offset_ms, e.at)}"
@@ -65,7 +66,9 @@ def _modifiers(offset_ms: int, at: n.At) -> str:
     out = ""
     if offset_ms:
         out += f" offset {'-' if offset_ms < 0 else ''}{_duration(abs(offset_ms))}"
-    if at == n.AT_QUERY:
+    if at == n.AT_START:
+        out += " @ start()"
+    elif at == n.AT_END:
         out += " @ end()"
     elif at is not None:
         out += f" @ {int(at) / 1000:.3f}"
@@ -75,13 +78,30 @@ def _modifiers(offset_ms: int, at: n.At) -> str:
 def _selector(e: n.VectorSelector) -> str:
     name = next((m.value for m in e.matchers if m.name == METRIC_NAME and m.op == "="), None)
     rest = [m for m in e.matchers if not (m.name == METRIC_NAME and m.op == "=")]
-    if name is None or rest:
+    if name is not None and not _LEGACY_NAME.fullmatch(name):
+        # A UTF-8 name (Prometheus 3) is written quoted, first inside the braces.
+        inner = ", ".join([_quote(name), *(f"{_label(m.name)}{m.op}{_quote(m.value)}"
+                                            for m in rest)])
+        text = f"{{{inner}}}"
+    elif name is None or rest:
         # A name that is not an exact match is written as a matcher; an exact one in front.
-        inner = ", ".join(f"{m.name}{m.op}{_quote(m.value)}" for m in rest)
+        inner = ", ".join(f"{_label(m.name)}{m.op}{_quote(m.value)}" for m in rest)
         text = f"{name or ''}{{{inner}}}"
     else:
         text = name
-    return text + _modifiers(e.offset_ms, e.at)
+    return text + _modifiers(e.offset_ms, e.at) + _extend(e)
+
+
+_LEGACY_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LEGACY_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _label(name: str) -> str:
+    return name if _LEGACY_LABEL.fullmatch(name) else _quote(name)
+
+
+def _extend(sel: n.VectorSelector) -> str:
+    return f" {sel.extend}" if sel.extend else ""
 
 
 def _aggregate(e: n.Aggregate) -> str:
@@ -102,4 +122,8 @@ def _binary(e: n.Binary) -> str:
         mod += f" group_left ({', '.join(m.include)})"
     elif m.card == "one-to-many" and not set_op:
         mod += f" group_right ({', '.join(m.include)})"
+    if m.fill_lhs is not None:
+        mod += f" fill_left({_number(m.fill_lhs)})"
+    if m.fill_rhs is not None:
+        mod += f" fill_right({_number(m.fill_rhs)})"
     return f"{render(e.lhs)} {e.op}{mod} {render(e.rhs)}"

@@ -19,12 +19,13 @@ from typing import TextIO
 from sentinel.rules.loader import parse_rule_file
 
 
-def check_rule_files(paths: Sequence[str], out: TextIO) -> int:
-    """Check each file; 0 when all are valid, 1 otherwise."""
+def check_rule_files(paths: Sequence[str], out: TextIO,
+                     features: frozenset[str] = frozenset()) -> int:
+    """Check each file; 0 when all are valid, 1 otherwise (`features`: experimental PromQL)."""
     failed = False
     for path in paths:
         out.write(f"Checking {path}\n")
-        groups, problems = parse_rule_file(str(path))
+        groups, problems = parse_rule_file(str(path), features)
         if problems:
             failed = True
             out.write("  FAILED:\n")

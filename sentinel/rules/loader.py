@@ -42,8 +42,10 @@ import yaml
 
 from sentinel.config import yamlpos
 from sentinel.config.durations import parse_duration
+from sentinel.promql import durexpr
 from sentinel.promql.compile import compile_expr
 from sentinel.promql.errors import PromQLError
+from sentinel.promql.features import DURATION_EXPR
 from sentinel.rules.template import Template, TemplateSyntaxError, compile_template
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -148,13 +150,18 @@ def expand_paths(paths: list[str]) -> list[str]:
     return out
 
 
-def load_rule_files(paths: list[str]) -> list[RuleGroup]:
-    """All groups of all files; RuleFileError listing every problem found."""
+def load_rule_files(paths: list[str], features: frozenset[str] = frozenset()
+                    ) -> list[RuleGroup]:
+    """All groups of all files; RuleFileError listing every problem found.
+
+    `features`: Prometheus's experimental PromQL flags the expressions may use
+    (sentinel/promql/features.py; the configuration's `promql_features`).
+    """
     problems: list[str] = []
     groups: list[RuleGroup] = []
     seen: dict[str, str] = {}
     for path in expand_paths([str(p) for p in paths]):
-        file_groups, file_problems = parse_rule_file(path)
+        file_groups, file_problems = parse_rule_file(path, features)
         problems += file_problems
         for g, where in file_groups:
             if g.name in seen and seen[g.name].split(":")[0] != path:
@@ -169,7 +176,8 @@ def load_rule_files(paths: list[str]) -> list[RuleGroup]:
     return groups
 
 
-def parse_rule_file(path: str) -> tuple[list[tuple[RuleGroup, str]], list[str]]:
+def parse_rule_file(path: str, features: frozenset[str] = frozenset()
+                    ) -> tuple[list[tuple[RuleGroup, str]], list[str]]:
     """The groups of one file (each with its `file:line:col`) and the problems found."""
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -182,11 +190,12 @@ def parse_rule_file(path: str) -> tuple[list[tuple[RuleGroup, str]], list[str]]:
     except yamlpos.YamlSyntaxError as e:
         problem = e.message.removeprefix("YAML syntax error: ")
         return [], [f"{path}:{e.line}:{e.column}: invalid YAML: {problem}"]
-    return _FileParser(path, text).parse(root)
+    return _FileParser(path, text, features).parse(root)
 
 
 class _FileParser:
-    def __init__(self, path: str, text: str) -> None:
+    def __init__(self, path: str, text: str, features: frozenset[str] = frozenset()) -> None:
+        self.features = features
         self.path = path
         self.lines = text.splitlines()
         self.problems: list[str] = []
@@ -365,7 +374,11 @@ class _FileParser:
 
     def expression(self, node: yaml.Node, text: str, ctx: str) -> Any:
         try:
-            return compile_expr(text)
+            if DURATION_EXPR in self.features:
+                # A rule is an instant query: step() and range() are 0 (positions of
+                # errors refer to the folded text).
+                text = durexpr.rewrite(text, 0, 0)
+            return compile_expr(text, self.features)
         except PromQLError as e:
             line, col = self.expr_position(node, text, e.position)
             msg = getattr(e, "message", str(e))

@@ -63,10 +63,19 @@ def _name_matchers(selector: n.VectorSelector) -> tuple[str | None, list[Matcher
     return None, positive
 
 
+_INFO_SERIES = n.VectorSelector((Matcher("__name__", "=~", ".+_info", dotall=True),))
+
+
 def _selectors(node: Any) -> Iterable[n.VectorSelector]:
     """Every vector selector in an expression tree (inside matrix selectors, calls, …)."""
     if isinstance(node, n.VectorSelector):
         yield node
+        return
+    if isinstance(node, n.Call) and node.func == "info":
+        # info() reads info series its text does not name (target_info, or the `*_info`
+        # its label selector picks); that selector is not a read of its own.
+        yield _INFO_SERIES
+        yield from _selectors(node.args[0])
         return
     if isinstance(node, tuple | list):
         for item in node:

@@ -1,4 +1,6 @@
-"""`sentinel rules test`: rule unit tests in promtool's file format, with promtool 2.42's semantics.
+"""`sentinel rules test`: rule unit tests in promtool's file format and output.
+
+PromQL is Prometheus 3's by default; `--promql 2` gives promtool 2.42's.
 
     rule_files: [vllm.yaml]          # relative to the test file, globs allowed
     evaluation_interval: 1m          # default 1m
@@ -93,12 +95,18 @@ class TestGroup:
     name: str
 
 
-def run_rule_tests(paths: Sequence[str], out: TextIO) -> int:
-    """Run each test file, report like `promtool test rules`; 0 when all pass, else 1."""
+def run_rule_tests(paths: Sequence[str], out: TextIO, semantics: int = 3,
+                   features: frozenset[str] = frozenset()) -> int:
+    """Run each test file, report like `promtool test rules`; 0 when all pass, else 1.
+
+    `semantics` is the PromQL engine's (3: Prometheus 3, 2: Prometheus 2.x as the
+    Debian promtool 2.42); see Engine. `features`: experimental PromQL the rules
+    and test expressions may use, as promtool's `--enable-feature`.
+    """
     failed = False
     for path in paths:
         out.write(f"Unit Testing:  {path}\n")
-        errors = run_test_file(path, out)
+        errors = run_test_file(path, out, semantics, features)
         if errors:
             out.write("  FAILED:\n")
             for e in errors:
@@ -110,7 +118,8 @@ def run_rule_tests(paths: Sequence[str], out: TextIO) -> int:
     return 1 if failed else 0
 
 
-def run_test_file(path: str, out: TextIO) -> list[str]:
+def run_test_file(path: str, out: TextIO, semantics: int = 3,
+                  features: frozenset[str] = frozenset()) -> list[str]:
     """The failures of one test file (empty when it passes)."""
     try:
         doc = _read(path)
@@ -126,7 +135,7 @@ def run_test_file(path: str, out: TextIO) -> list[str]:
         return [str(e)]
     errors: list[str] = []
     for tg in tests:
-        errors += run_test_group(tg, eval_ms, order, rule_files)
+        errors += run_test_group(tg, eval_ms, order, rule_files, semantics, features)
     return errors
 
 
@@ -224,13 +233,18 @@ def _test_group(t: Any) -> TestGroup:
 
 
 def _load_store(tg: TestGroup, horizon_ms: int) -> MemoryStore:
-    """A store holding the input series; sample i at i × interval, the first kept on a tie."""
-    parsed = []
+    """A store holding the input series; sample i at i × interval, the first kept on a tie.
+
+    A series listed twice keeps its last definition, as promtool does (its load
+    command keys the definitions by label set); it keeps its first place.
+    """
+    by_labels: dict[Labels, list[float | None]] = {}
     for series, values in tg.input_series:
         try:
-            parsed.append((parse_series(series), expand_values(values)))
+            by_labels[parse_series(series)] = expand_values(values)
         except ValueError as e:
             raise TestFileError(f"invalid input series {series!r}: {e}") from None
+    parsed = list(by_labels.items())
     # Retention past the newest input sample, so loading never trims the oldest ones.
     newest = max((len(v) * tg.interval_ms for _, v in parsed), default=0)
     store = MemoryStore(retention_ms=max(horizon_ms, newest) + 10 * _LOOKBACK_MS + 86_400_000)
@@ -247,14 +261,15 @@ def _load_store(tg: TestGroup, horizon_ms: int) -> MemoryStore:
 
 
 def run_test_group(
-    tg: TestGroup, eval_ms: int, order: dict[str, int], rule_files: list[str]
+    tg: TestGroup, eval_ms: int, order: dict[str, int], rule_files: list[str],
+    semantics: int = 3, features: frozenset[str] = frozenset(),
 ) -> list[str]:
     """The failures of one test group."""
     max_t = max([a.eval_time_ms for a in tg.alert_tests]
                 + [x.eval_time_ms for x in tg.expr_tests] + [0])
     try:
         store = _load_store(tg, max_t)
-        groups = load_rule_files(rule_files)
+        groups = load_rule_files(rule_files, features)
     except (TestFileError, RuleFileError) as e:
         return [str(e)]
     groups.sort(key=lambda g: order.get(g.name, 0))  # stable: file order otherwise
@@ -262,7 +277,7 @@ def run_test_group(
     # each evaluation the older data is final: subquery steps over it are kept.
     steps = StepCache()
     engine = Engine(store, _LOOKBACK_MS, subquery_step_ms=eval_ms,  # as promtool
-                    step_cache=steps)
+                    step_cache=steps, semantics=semantics, features=features)
     mgr = RuleManager(groups, engine, default_interval_ms=tg.interval_ms or 60_000,
                       external_labels=tg.external_labels, external_url=tg.external_url,
                       store=store)

@@ -42,6 +42,8 @@ class Matcher:
     name: str
     op: str
     value: str
+    # PromQL's regexes in Prometheus 3: `.` matches a newline too (`^(?s:re)$`).
+    dotall: bool = False
     _re: GoRegex | None = field(default=None, init=False, repr=False, compare=False)
     _test: Callable[[str], bool] | None = field(default=None, init=False, repr=False,
                                                compare=False)
@@ -50,7 +52,7 @@ class Matcher:
         if self.op not in ("=", "!=", "=~", "!~"):
             raise ValueError(f"unknown matcher operator {self.op!r}")
         if self.op in ("=~", "!~"):
-            rx = anchored(self.value)
+            rx = anchored(self.value, self.dotall)
             object.__setattr__(self, "_re", rx)
             object.__setattr__(self, "_test", rx.tester())
 
