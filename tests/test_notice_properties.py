@@ -20,7 +20,8 @@ step checks:
 - no false resolve: an incident resolves only when every alert of it truly
   resolved and, for a failure of its target, the target serves (a crash
   counter does not hold a serving target open); nothing follows a resolve but
-  its resolveds or its fixed notice;
+  its resolveds or its fixed notice; and, the other way, once that is so (and
+  the target's first scrape since start was seen) it is resolved;
 - exactly once: one page per receiver, resolveds only to paged receivers with
   send_resolved, one fixed notice per fixed incident (send_resolved off or on)
   and never beside a page, updates only after a page.
@@ -32,7 +33,7 @@ about 20 s of CPU on an idle core. `SENTINEL_NOTICE_EXAMPLES=2000` runs more.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -114,15 +115,18 @@ class NoticeMachine(RuleBasedStateMachine):
         self.lines: list[tuple[int, Line]] = []
         self.since: dict[tuple[int, str], int] = {}
         self.policy = Policy((), "pager", EVAL_MS)
+        self.specs = dict(ALERTS)
 
     # -- setup ----------------------------------------------------------------------
 
     @initialize(pager_resolved=st.booleans(), chat_resolved=st.booleans(),
                 pager_wait=st.sampled_from([0, 30_000]), chat_wait=st.sampled_from([0, 30_000]),
-                chat_fixes=st.booleans())
+                chat_fixes=st.booleans(), down_critical=st.booleans())
     def configure(self, pager_resolved: bool, chat_resolved: bool, pager_wait: int,
-                  chat_wait: int, chat_fixes: bool) -> None:
-        """Receivers as users configure them: send_resolved on or off, a fix told or not."""
+                  chat_wait: int, chat_fixes: bool, down_critical: bool) -> None:
+        """Receivers as users configure them: send_resolved on or off, a fix told or not;
+        the inhibiting alert critical (as shipped) or a warning (a user's rules)."""
+        self.specs[DOWN] = replace(self.specs[DOWN], critical=down_critical)
         self.policy = Policy((Receiver("pager", pager_resolved, pager_wait),
                               Receiver("chat", chat_resolved, chat_wait, tells_fixes=chat_fixes)),
                              "pager", EVAL_MS)
@@ -170,7 +174,7 @@ class NoticeMachine(RuleBasedStateMachine):
     def fire(self, host: str, name: str) -> None:
         """An alert fires (the rule engine reports it; again if it fired already)."""
         target = host
-        spec = ALERTS[name]
+        spec = self.specs[name]
         self.firing.add((target, name))
         if spec.failure:
             self.serving[target] = False
@@ -204,7 +208,7 @@ class NoticeMachine(RuleBasedStateMachine):
         for n in self.open_on(target):
             self.send(n.incident_id, Serving(self.now, up))
 
-    @rule(dt=st.sampled_from([1_000, 5_000, 15_000, 30_000, 60_000, 150_000]))
+    @rule(dt=st.sampled_from([1_000, 5_000, 15_000, 30_000, 60_000, 150_000, 600_000]))
     def tick(self, dt: int) -> None:
         """An evaluation, dt later."""
         self.now += dt
@@ -275,6 +279,9 @@ class NoticeMachine(RuleBasedStateMachine):
                 self.verified.add(n.incident_id)
         self.held.pop(n.incident_id, None)
         self.send(n.incident_id, HoldEnded(self.now, outcome, "restart on " + n.target))
+        if outcome is Outcome.VERIFIED:  # the verification's probe: the target serves
+            for other in self.open_on(n.target):
+                self.send(other.incident_id, Serving(self.now, True))
 
     @rule(data=st.data())
     def runbook(self, data: st.DataObject) -> None:
@@ -312,9 +319,9 @@ class NoticeMachine(RuleBasedStateMachine):
 
     def check_resolution(self, n: Notice) -> None:
         """No false resolve: every alert truly resolved; a failed target serves again."""
-        failure = any(ALERTS[a.name].failure for a in n.alerts)
+        failure = any(self.specs[a.name].failure for a in n.alerts)
         for a in n.alerts:
-            if failure and ALERTS[a.name].event:
+            if failure and self.specs[a.name].event:
                 continue  # a crash counter's window does not hold a serving target open
             assert (n.target, a.name) not in self.firing, f"resolved while {a.name} fires"
         if failure:
@@ -360,6 +367,19 @@ class NoticeMachine(RuleBasedStateMachine):
                         f"incident {n.incident_id} silent to {r} since {start}: {n}"
 
     @invariant()
+    def ends_when_over(self) -> None:
+        """The other half of "it ends when the failure ends": once every alert of it resolved
+        (a crash counter aside) and its target serves, the incident is resolved."""
+        for n in self.notices.values():
+            if not n.open or not self.seen[n.target]:
+                continue
+            failure = any(self.specs[a.name].failure for a in n.alerts)
+            lasting = [a for a in n.alerts if not (failure and self.specs[a.name].event)]
+            if any((n.target, a.name) in self.firing for a in lasting):
+                continue
+            assert failure and not self.serving[n.target], f"over but open: {n}"
+
+    @invariant()
     def fixed_once(self) -> None:
         """A fixed incident nobody was paged for is told once, where fixes are told."""
         for i in self.verified:
@@ -375,7 +395,7 @@ class NoticeMachine(RuleBasedStateMachine):
                            for j, line in self.lines)
 
     def receivers_of(self, n: Notice) -> list[str]:
-        out = sorted({r for a in n.alerts for r in ALERTS[a.name].receivers})
+        out = sorted({r for a in n.alerts for r in self.specs[a.name].receivers})
         return out or ["pager"]
 
     def tellable(self, n: Notice, receiver: str) -> bool:
@@ -385,7 +405,7 @@ class NoticeMachine(RuleBasedStateMachine):
         firing = [a for a in n.alerts if a.firing]
         if firing and all(a.silence is not None for a in firing):
             return False
-        critical = any(ALERTS[a.name].critical for a in n.alerts)
+        critical = any(self.specs[a.name].critical for a in n.alerts)
         return not (firing and not critical
                     and all(a.inhibited_by and not a.inhibited_by_own for a in firing))
 

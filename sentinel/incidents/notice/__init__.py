@@ -7,7 +7,15 @@ returns; tests/test_notice_properties.py drives it through random interleavings
 and checks its three invariants (never silent, no false resolve, exactly once).
 """
 
-from sentinel.incidents.notice.core import covered, over, page_due_ms, receivers, silenced, step
+from sentinel.incidents.notice.core import (
+    covered,
+    inhibition,
+    over,
+    page_due_ms,
+    receivers,
+    silenced,
+    step,
+)
 from sentinel.incidents.notice.placing import place
 from sentinel.incidents.notice.types import (
     Acknowledged,
@@ -42,6 +50,7 @@ __all__ = [
     "Acknowledged", "AlertEntry", "AlertFired", "AlertResolved", "Event", "Hold", "HoldBegun",
     "HoldEnded", "Inhibited", "Kind", "Line", "Message", "Notice", "Outcome", "Policy",
     "Reason", "Receiver", "Restarted", "RouteMuted", "RunbookArrived", "Seen", "Serving",
-    "Silenced", "Step", "Tick", "Uninhibited", "covered", "over", "page_due_ms", "place",
+    "Silenced", "Step", "Tick", "Uninhibited", "covered", "inhibition", "over", "page_due_ms",
+    "place",
     "receivers", "silenced", "step",
 ]

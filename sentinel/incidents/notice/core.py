@@ -87,11 +87,21 @@ def over(n: Notice) -> bool:
     return n.serving is True and not any(a.firing and not a.event for a in n.alerts)
 
 
+def inhibition(critical: bool, by_own: bool) -> Reason:
+    """What an inhibition does to an alert: INHIBITED mutes it; an alert of the same
+    incident (INHIBITED_IN_INCIDENT) or of a critical incident (INHIBITED_CRITICAL) mutes
+    nothing, so joining and inhibition never cut a critical incident's pages to zero."""
+    if by_own:
+        return Reason.INHIBITED_IN_INCIDENT
+    return Reason.INHIBITED_CRITICAL if critical else Reason.INHIBITED
+
+
 def covered(n: Notice) -> bool:
-    """A non-critical incident whose firing alerts another incident's alerts all inhibit."""
+    """An incident whose firing alerts are all muted by another incident's inhibition."""
     firing = n.firing
-    return bool(firing) and not n.critical and all(
-        a.inhibited_by is not None and not a.inhibited_by_own for a in firing)
+    return bool(firing) and all(
+        a.inhibited_by is not None
+        and inhibition(n.critical, a.inhibited_by_own) is Reason.INHIBITED for a in firing)
 
 
 def silenced(n: Notice) -> bool:
@@ -255,8 +265,8 @@ def _pages(n: Notice, now: int, policy: Policy) -> _Out:
         return n, [], said
     msgs: list[Message] = []
     lines: list[Line] = []
-    if n.critical and n.firing and all(a.inhibited_by and not a.inhibited_by_own
-                                       for a in n.firing):
+    if n.firing and all(a.inhibited_by and inhibition(n.critical, a.inhibited_by_own)
+                        is Reason.INHIBITED_CRITICAL for a in n.firing):
         n, lines = _once(n, "inhibited-critical", Line(
             now, Reason.INHIBITED_CRITICAL, Reason.INHIBITED_CRITICAL.value))
     for r in receivers(n, policy):
@@ -312,6 +322,10 @@ def _endings(n: Notice, now: int, policy: Policy) -> _Out:
         msgs.append(Message(now, r, Kind.RESOLVED, tuple(a.name for a in n.alerts)))
         lines.append(Line(now, Reason.RESOLVED, f"{r}: resolved", receiver=r, told=True))
         n = replace(n, told=n.told | {(r, Kind.RESOLVED)})
+    if n.hold is Hold.WAITING and not paged:
+        n, more = _once(n, "ended-held", Line(now, Reason.HELD, "resolved while Sentinel "
+                                              "acted, before the grace ended: nobody paged"))
+        lines += more
     if n.hold is Hold.FIXED and not paged and not n.fixed_told:
         fixers = [r.name for r in policy.receivers if r.tells_fixes]
         ready = [r for r in fixers if r not in dict(n.muted)]
