@@ -229,7 +229,7 @@ def fixed_notification(s: Session, incident_id: int, runbook: dict[str, str],
     group = tuple(sorted((k, v) for k, v in (("alertname", incident.alertname),
                                               ("target", incident.target)) if v))
     key = _key(f"fixed|{incident_id}")
-    return Notification(incident_id, NotificationKind.RESOLVED, alerts, group,
+    return Notification(incident_id, NotificationKind.FIXED, alerts, group,
                         group_key=f"actfirst:{incident_id}", idempotency_key=key)
 
 
