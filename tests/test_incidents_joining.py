@@ -100,3 +100,23 @@ def test_joined_alerts_still_firing_after_the_verified_recovery_do_not_reopen(
     end_on_recovery(incident_db, None, incident_id, T0 + 80 * S, "verified", {})
     assert tracker.process([crash, down, health], T0 + 81 * S) == []
     assert [i.id for i in list_incidents(incident_db)] == [incident_id]
+
+
+def test_each_joined_alert_is_written_under_its_own_name_and_time(
+        incident_db: Database) -> None:
+    """Issue 48: "firing VLLMHBMOutOfMemory … value 0" when TargetDown fired, and "resolved
+    VLLMHBMOutOfMemory" three times, were the joined alerts written under the first's name."""
+    tracker = IncidentTracker(incident_db)
+    incident_id, crash, down, health = _crash_then_down(tracker)
+    at = T0 + 2 * MIN
+    tracker.process([crash, resolved(down, at), resolved(health, at + S)], at + S)
+    lines = [(e.kind, e.message, e.at) for e in get_incident(incident_db, incident_id).timeline
+             if e.kind in ("firing", "resolved")]
+    names = [(kind, message.split(" on ")[0]) for kind, message, _ in lines]
+    assert names == [("firing", "VLLMHBMOutOfMemory"), ("firing", "VLLMTargetDown"),
+                     ("firing", "VLLMHealthCheckFailing"), ("resolved", "VLLMTargetDown"),
+                     ("resolved", "VLLMHealthCheckFailing")]
+    fired = {message.split(" on ")[0]: when for kind, message, when in lines
+             if kind == "firing"}
+    assert fired["VLLMTargetDown"].timestamp() * 1000 == T0 + 35 * S
+    assert fired["VLLMHealthCheckFailing"].timestamp() * 1000 == T0 + 70 * S

@@ -74,6 +74,7 @@ WINDOW_MS = 10 * 60_000
 GRACE_MS = 120_000
 TARGETS = ("a", "b")
 DOWN = "VLLMTargetDown"
+HEALTH = "VLLMHealthCheckFailing"
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Spec:
 ALERTS = {
     "VLLMHBMOutOfMemory": Spec(True, True, True, ("pager", "chat")),
     DOWN: Spec(True, True, False, ("pager", "chat")),
-    "VLLMHealthCheckFailing": Spec(True, True, False, ("pager",)),
+    HEALTH: Spec(True, True, False, ("pager",)),
     "VLLMKVCacheHigh": Spec(False, False, False, ("chat",)),
     "SentinelRuleFailing": Spec(False, False, False, ()),  # no route: the fallback
 }
@@ -121,12 +122,15 @@ class NoticeMachine(RuleBasedStateMachine):
 
     @initialize(pager_resolved=st.booleans(), chat_resolved=st.booleans(),
                 pager_wait=st.sampled_from([0, 30_000]), chat_wait=st.sampled_from([0, 30_000]),
-                chat_fixes=st.booleans(), down_critical=st.booleans())
+                chat_fixes=st.booleans(), down_critical=st.booleans(),
+                health_critical=st.booleans())
     def configure(self, pager_resolved: bool, chat_resolved: bool, pager_wait: int,
-                  chat_wait: int, chat_fixes: bool, down_critical: bool) -> None:
+                  chat_wait: int, chat_fixes: bool, down_critical: bool,
+                  health_critical: bool) -> None:
         """Receivers as users configure them: send_resolved on or off, a fix told or not;
         the inhibiting alert critical (as shipped) or a warning (a user's rules)."""
         self.specs[DOWN] = replace(self.specs[DOWN], critical=down_critical)
+        self.specs[HEALTH] = replace(self.specs[HEALTH], critical=health_critical)
         self.policy = Policy((Receiver("pager", pager_resolved, pager_wait),
                               Receiver("chat", chat_resolved, chat_wait, tells_fixes=chat_fixes)),
                              "pager", EVAL_MS)

@@ -74,6 +74,7 @@ from sentinel.incidents import alert_states
 from sentinel.incidents.convert import (
     dt_to_ms,
     format_value,
+    labels_from_json,
     labels_to_json,
     ms_to_dt,
     value_to_db,
@@ -482,7 +483,7 @@ class IncidentTracker:
         row.state = IncidentAlertState.RESOLVED
         row.resolved_at = ms_to_dt(alert.resolved_at_ms or dt_to_ms(now))
         _event(s, incident, row.resolved_at, TimelineKind.RESOLVED,
-               f"{_subject(incident)}: resolved", {"fingerprint": row.fingerprint})
+               f"{_row_subject(incident, row)}: resolved", {"fingerprint": row.fingerprint})
         incident.updated_at = now
         announced = (incident.id, row.fingerprint, dt_to_ms(row.fired_at)) in self._announced
         return row.notified_firing_at is not None or announced
@@ -499,7 +500,7 @@ class IncidentTracker:
         row.value_recorded_at = now
         row.annotations = labels_to_json(alert.annotations)  # templated with $value
         _event(s, incident, now, TimelineKind.VALUE,
-               f"{_subject(incident)}: value {format_value(alert.value)}",
+               f"{_subject(incident, alert.name)}: value {format_value(alert.value)}",
                {"fingerprint": row.fingerprint, "value": value_to_json(alert.value)})
         incident.updated_at = now
 
@@ -676,11 +677,12 @@ def _fired_events(s: Session, incident: Incident, alert: Alert, now: datetime) -
     fired_at = _fired_at(alert, now)
     active_at = ms_to_dt(alert.active_at_ms)
     data: dict[str, Any] = {"fingerprint": alert.fingerprint}
+    # Under the alert's own name: a joined alert is not the incident's first (issue 48).
+    subject = _subject(incident, alert.name)
     if active_at < fired_at:
-        _event(s, incident, active_at, TimelineKind.PENDING, f"{_subject(incident)}: pending",
-               data)
+        _event(s, incident, active_at, TimelineKind.PENDING, f"{subject}: pending", data)
     _event(s, incident, fired_at, TimelineKind.FIRING,
-           f"{_subject(incident)}: value {format_value(alert.value)}",
+           f"{subject}: value {format_value(alert.value)}",
            {**data, "value": value_to_json(alert.value), "labels": labels_to_json(alert.labels)})
 
 
@@ -710,9 +712,15 @@ def _event(
     s.add(TimelineEvent(incident_id=incident.id, at=at, kind=kind, message=message, data=data))
 
 
-def _subject(incident: Incident) -> str:
-    """`VLLMRequestsQueued on gemma-26b`, as timeline lines start."""
-    return f"{incident.alertname} on {incident.target}" if incident.target else incident.alertname
+def _subject(incident: Incident, alertname: str | None = None) -> str:
+    """`VLLMRequestsQueued on gemma-26b`, as timeline lines start: the alert's own name (a
+    joined alert's differs from the incident's), else the incident's."""
+    name = alertname or incident.alertname
+    return f"{name} on {incident.target}" if incident.target else name
+
+
+def _row_subject(incident: Incident, row: IncidentAlert) -> str:
+    return _subject(incident, label_value(labels_from_json(row.labels), "alertname") or None)
 
 
 def _fired_at(alert: Alert, now: datetime) -> datetime:
