@@ -50,15 +50,21 @@ def test_down_and_health_alerts_of_a_crashed_target_join_its_incident(
     assert [a.name for a in n.alerts] == ["VLLMHBMOutOfMemory"]
 
 
-def test_a_joined_alert_outliving_the_incidents_own_alert_closes_it_quietly(
+def test_a_joined_alert_outliving_the_incidents_own_alert_keeps_its_page_open(
         incident_db: Database) -> None:
+    """Issue 48: the crash counter's window ended while the server was down, and its
+    resolution went out as the page's `resolved`. Now it waits for the incident's end."""
     tracker = IncidentTracker(incident_db)
     incident_id, crash, down, health = _crash_then_down(tracker)
     at = T0 + 2 * MIN
-    (n,) = tracker.process([resolved(crash, at), down, health], at)
-    assert n.kind is NotificationKind.FIRING and not n.alerts == ()  # the crash's resolution
-    out = tracker.process([resolved(down, at + S), resolved(health, at + S)], at + S)
-    assert [(o.kind, len(o.alerts)) for o in out] == []
+    assert tracker.process([resolved(crash, at), down, health], at) == []
+    assert list_incidents(incident_db)[0].status == "open"
+    notes = [e.message for e in get_incident(incident_db, incident_id).timeline
+             if e.kind == "note"]
+    assert "VLLMHBMOutOfMemory on gemma-26b resolved; the incident stays open" in notes[-1]
+    (n,) = tracker.process([resolved(down, at + S), resolved(health, at + S)], at + S)
+    assert n.kind is NotificationKind.RESOLVED and n.incident_id == incident_id
+    assert [a.name for a in n.alerts] == ["VLLMHBMOutOfMemory"]  # its page's own alert, once
     assert list_incidents(incident_db)[0].status == "resolved"
 
 

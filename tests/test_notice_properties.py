@@ -174,9 +174,10 @@ class NoticeMachine(RuleBasedStateMachine):
 
     # -- the world ------------------------------------------------------------------
 
-    @rule(host=st.sampled_from(TARGETS), name=st.sampled_from(NAMES))
-    def fire(self, host: str, name: str) -> None:
-        """An alert fires (the rule engine reports it; again if it fired already)."""
+    @rule(host=st.sampled_from(TARGETS), name=st.sampled_from(NAMES), act=st.booleans())
+    def fire(self, host: str, name: str, act: bool) -> None:
+        """An alert fires (the rule engine reports it; again if it fired already); a new
+        incident's page is held when a policy acts (`act`), as the tracker decides it."""
         target = host
         spec = self.specs[name]
         self.firing.add((target, name))
@@ -186,6 +187,9 @@ class NoticeMachine(RuleBasedStateMachine):
         if n is None:
             n = Notice(len(self.notices) + 1, target, self.now, seen=self.seen[target])
             self.notices[n.incident_id] = n
+            if act:
+                self.send(n.incident_id, HoldBegun(self.now, self.now + GRACE_MS, "restart"))
+                self.held[n.incident_id] = self.now + GRACE_MS
         self.send(n.incident_id, AlertFired(self.now, name, spec.receivers, spec.critical,
                                             spec.failure, spec.event))
         if (target, name) in self.silenced:

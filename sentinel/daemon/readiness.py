@@ -25,12 +25,14 @@ class DataReadiness:
     def __init__(self, targets: Iterable[str]) -> None:
         self._targets = frozenset(targets)
         self._answered: dict[str, int] = {}
+        self._up: dict[str, bool] = {}  # each target's last scrape: did it answer?
         self._attempted: set[str] = set()
         self._round_ms: int | None = None if self._targets else 0
         self._lock = threading.Lock()
 
     def scraped(self, target: str, up: bool, at_ms: int) -> None:
         """A scrape of `target` at `at_ms` finished (`up`: it answered)."""
+        self._up[target] = up  # one dict store: atomic under the GIL
         if up and target in self._answered and self._round_ms is not None:
             return  # the common case, without the lock
         with self._lock:
@@ -39,6 +41,14 @@ class DataReadiness:
             self._attempted.add(target)
             if self._round_ms is None and self._attempted >= self._targets:
                 self._round_ms = at_ms
+
+    def serving(self, target: str) -> bool | None:
+        """Whether the target serves (its last scrape answered; False before the first since
+        start); None for a target Sentinel does not scrape. An incident of a failure of the
+        target ends only when this is True (incidents/ending.py)."""
+        if target not in self._targets:
+            return None
+        return self._up.get(target, False)
 
     def ready(self, alert: Alert, now_ms: int) -> bool:
         """Whether `alert`'s absence at `now_ms` may count."""
