@@ -190,10 +190,14 @@ class NoticeMachine(RuleBasedStateMachine):
             if act:
                 self.send(n.incident_id, HoldBegun(self.now, self.now + GRACE_MS, "restart"))
                 self.held[n.incident_id] = self.now + GRACE_MS
-        self.send(n.incident_id, AlertFired(self.now, name, spec.receivers, spec.critical,
-                                            spec.failure, spec.event))
-        if (target, name) in self.silenced:
-            self.send(n.incident_id, Silenced(self.now, name, "s1"))
+        # Muted as it fires: the evaluation's inhibitions and silences come with it.
+        down = name != DOWN and (target, DOWN) in self.firing
+        src = self.notices[n.incident_id].entry(DOWN)
+        self.send(n.incident_id, AlertFired(
+            self.now, name, spec.receivers, spec.critical, spec.failure, spec.event,
+            inhibited_by=DOWN if down else None,
+            inhibited_by_own=down and src is not None and src.firing,
+            silence="s1" if (target, name) in self.silenced else None))
         for r in self.muted:
             self.send(n.incident_id, RouteMuted(self.now, r, "nights"))
         self.inhibitions(target)

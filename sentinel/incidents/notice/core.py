@@ -179,7 +179,7 @@ def _fired(n: Notice, ev: AlertFired, policy: Policy) -> _Out:
                  fired_at_ms=ev.at_ms if refired else known.fired_at_ms)
     else:
         entry = AlertEntry(ev.name, True, ev.at_ms, ev.receivers, ev.critical, ev.failure,
-                           ev.event)
+                           ev.event, ev.inhibited_by, ev.inhibited_by_own, ev.silence)
         if n.alerts:  # it joined: a line under its own name and time, an update to pages
             lines.append(Line(ev.at_ms, Reason.JOINED,
                               f"{ev.name} on {n.target} joined this incident"))

@@ -89,6 +89,10 @@ class AlertFired:
     critical: bool = False
     failure: bool = False  # a failure of the target: crash, down, stall, start-up
     event: bool = False  # a counter over a window (a crash line): not a condition that lasts
+    # Muted as it fires (the same evaluation's inhibition and silences, decided together).
+    inhibited_by: str | None = None
+    inhibited_by_own: bool = False
+    silence: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
