@@ -208,6 +208,8 @@ def test_a_refused_restart_pages_once_at_the_refusal_then_updates_the_runbook(
             ann["sentinel_remediation"], ann
         assert "cold_cache" in ann["sentinel_remediation"]
         assert ann["runbook"], "the page carries the signature's runbook"
+        # ...and the crash lines (issue 48: no page carried an excerpt).
+        assert "EngineCore encountered a fatal error" in ann["sentinel_excerpt"], ann
         detail = _crash_incident(app)
         refusal = next(e for e in detail.timeline if e.kind == "action"
                        and e.data.get("reason") == "cold_cache")

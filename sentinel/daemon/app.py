@@ -198,7 +198,8 @@ class App:
         if self.lease is None:  # with `ha:`, the leader restores when it takes over
             rules.restore(tracker.load_alert_states(), self._now_ms(),
                           cfg.alert_restore.settings())
-        readiness = DataReadiness(t.name for t in self.query.scraped_targets(cfg.targets))
+        readiness = DataReadiness((t.name for t in self.query.scraped_targets(cfg.targets)),
+                                  self._now_ms)
         rules.ready = readiness.ready
         self._groups = groups
         self.pipeline = Pipeline(

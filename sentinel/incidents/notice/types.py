@@ -166,7 +166,9 @@ class RunbookArrived:
 
 @dataclass(frozen=True, slots=True)
 class Serving:
-    """The target answered (or failed) its probe/scrape: is it serving?"""
+    """The target answered (or failed) its probe/scrape: is it serving? A fact of the
+    target: the caller tells it to every open incident of the target (and a failure alert
+    that fires on the target is Serving(False) to its other incidents)."""
 
     at_ms: int
     serving: bool
