@@ -82,7 +82,10 @@ EXTRA: dict[str, str] = {
     "receivers[].webhook.signature_header": "The header carrying `sha256=<hex HMAC-SHA256 of "
                                             "the body>` when `hmac_secret` is set.",
     "receivers[].slack.timeout": "One request's deadline.",
-    "receivers[].slack.send_resolved": "Also notify when the incident resolves.",
+    "receivers[].slack.send_resolved": "Also notify when the incident resolves. A \"fixed "
+                                       "by Sentinel\" notice is sent either way.",
+    "receivers[].webhook.send_resolved": "Also notify when the incident resolves. A \"fixed "
+                                         "by Sentinel\" notice is sent either way.",
     "receivers[].slack.url_file": "Read `url` from this file instead.",
     "receivers[].pagerduty.timeout": "One request's deadline.",
     "receivers[].pagerduty.send_resolved": "Resolve the PagerDuty incident when Sentinel's "

@@ -146,6 +146,9 @@ class NotificationKind(enum.StrEnum):
     # More about alerts already announced firing (the model's runbook after the page):
     # receivers thread it under the same group key (issue 33).
     UPDATE = "update"
+    # Sentinel fixed the failure before anyone was paged (act first, then tell once): a
+    # kind of its own, so a receiver's `send_resolved: false` does not drop it (issue 48).
+    FIXED = "fixed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -248,3 +248,47 @@ def test_resend_posts_what_was_sent_firing_as_it_is_now(incident_db, loopback,  
     assert len(resender.run(now + 60_000)["am"]) == 1
     assert len(loopback.accepted()) == 2
     rx.close()
+
+
+def test_a_resolve_is_posted_at_once_and_a_failed_post_retried_soon(  # noqa: ANN001
+        incident_db, loopback) -> None:
+    """Issue 48: a resolve reached Alertmanager 90 s after Sentinel resolved it, and after
+    an outage a queued resolve waited minutes more. A change the dispatcher took in goes at
+    the next round (only the alerts that changed); a failed post is retried after RETRY_MS."""
+    from sentinel.incidents.convert import ms_to_dt
+    from sentinel.incidents.models_notify import NotifyGroup
+    from sentinel.respond.notify.alertmanager import AlertmanagerReceiver
+    from sentinel.respond.notify.amresend import RETRY_MS, AlertmanagerResender
+
+    entries = dict([_entry("Crash", "firing"), _entry("Queue", "firing")])
+    with incident_db.session() as s:
+        s.add(NotifyGroup(key="0/am:{}", receiver="am", route="0", group_labels={},
+                          alerts=entries, sent_firing=list(entries), sent_resolved=[], seq=1,
+                          created_at=ms_to_dt(T0), next_flush_at=ms_to_dt(T0 + 3_600_000),
+                          last_sent_at=ms_to_dt(T0)))
+    rx = AlertmanagerReceiver("am", loopback.url(""), resend_interval_ms=60_000)
+    resender = AlertmanagerResender(incident_db, [rx])
+    now = T0 + 10_000
+    assert [r.ok for r in resender.run(now)["am"]] == [True]
+    assert resender.run(now + 1_000, changed=True) == {}  # nothing changed: nothing posted
+
+    def resolve(name: str, at: int) -> None:
+        with incident_db.session() as s:
+            g = s.query(NotifyGroup).one()
+            g.alerts = {**g.alerts, **dict([_entry(name, "inactive", resolved_at=at)])}
+    resolve("Crash", now + 2_000)
+    resender.run(now + 2_000, changed=True)
+    posted = loopback.accepted()[-1].json()
+    assert [(a["labels"]["alertname"], a["endsAt"]) for a in posted] == [  # type: ignore[index]
+        ("Crash", "2024-05-01T12:00:12Z")]
+    loopback.status = 503  # Alertmanager goes away; the next change fails to reach it
+    resolve("Queue", now + 3_000)
+    assert [r.ok for r in resender.run(now + 3_000, changed=True)["am"]] == [False]
+    loopback.status = 200
+    assert resender.run(now + 3_000 + RETRY_MS - 1) == {}
+    (result,) = resender.run(now + 3_000 + RETRY_MS)["am"]  # back: retried now, not in 1 min
+    assert result.ok
+    names = {a["labels"]["alertname"]: a["endsAt"]
+             for a in loopback.accepted()[-1].json()}  # type: ignore[union-attr]
+    assert names["Queue"] == "2024-05-01T12:00:13Z"
+    rx.close()

@@ -208,6 +208,8 @@ def test_a_refused_restart_pages_once_at_the_refusal_then_updates_the_runbook(
             ann["sentinel_remediation"], ann
         assert "cold_cache" in ann["sentinel_remediation"]
         assert ann["runbook"], "the page carries the signature's runbook"
+        # ...and the crash lines (issue 48: no page carried an excerpt).
+        assert "EngineCore encountered a fatal error" in ann["sentinel_excerpt"], ann
         detail = _crash_incident(app)
         refusal = next(e for e in detail.timeline if e.kind == "action"
                        and e.data.get("reason") == "cold_cache")
@@ -286,3 +288,34 @@ def test_an_action_parked_for_approval_is_one_page_carrying_the_approval_links(
         assert "SentinelRemediationAwaitingApproval" not in firing, firing
     finally:
         rig.stop()
+
+
+def test_a_refused_crash_whose_server_stays_down_resolves_only_when_it_serves_again(
+        tmp_path, sock_dir, sink, chat, model) -> None:
+    """Issue 48: the crash counter's window ended while the server was down (its down and
+    health alerts firing) and the page was `resolved`. Now nothing resolves until the
+    server serves again; then the incident resolves, and the page is resolved once."""
+    app, sim, sock, _ = _daemon(tmp_path, sock_dir, False, sink, chat, model)
+    db = app.pipeline.tracker.db
+    try:
+        httpx.post(f"{sim.url}/sim/crash", json={"mode": "down"}).raise_for_status()
+        wait_for(lambda: _pages(sink), 30, "the page")
+
+        def firing() -> set[str]:
+            return {a.name for a in app.pipeline.rules.active_alerts()
+                    if a.state.value == "firing"}
+        wait_for(lambda: CRASH not in firing() and "VLLMTargetDown" in firing(),
+                 WINDOW_S + 60, "the crash counter's window to end while the target is down")
+        # The rule engine let the resolution go only once it was committed: a run now
+        # dispatches and delivers whatever it queued.
+        app.notifier.run_once()
+        assert _pages(sink, "resolved") == [], "resolved while the server is down"
+        assert [i.status for i in queries.list_incidents(db)] == ["open"]
+        httpx.post(f"{sim.url}/sim/state", json={"down": False}).raise_for_status()
+        wait_for(lambda: _pages(sink, "resolved"), 60, "the resolved once it serves again")
+        app.notifier.run_once()
+        assert len(_pages(sink, "resolved")) == 1 and len(_pages(sink)) == 1
+        (incident,) = queries.list_incidents(db)
+        assert incident.status == "resolved"
+    finally:
+        _stop(app, sim, sock)

@@ -50,15 +50,21 @@ def test_down_and_health_alerts_of_a_crashed_target_join_its_incident(
     assert [a.name for a in n.alerts] == ["VLLMHBMOutOfMemory"]
 
 
-def test_a_joined_alert_outliving_the_incidents_own_alert_closes_it_quietly(
+def test_a_joined_alert_outliving_the_incidents_own_alert_keeps_its_page_open(
         incident_db: Database) -> None:
+    """Issue 48: the crash counter's window ended while the server was down, and its
+    resolution went out as the page's `resolved`. Now it waits for the incident's end."""
     tracker = IncidentTracker(incident_db)
     incident_id, crash, down, health = _crash_then_down(tracker)
     at = T0 + 2 * MIN
-    (n,) = tracker.process([resolved(crash, at), down, health], at)
-    assert n.kind is NotificationKind.FIRING and not n.alerts == ()  # the crash's resolution
-    out = tracker.process([resolved(down, at + S), resolved(health, at + S)], at + S)
-    assert [(o.kind, len(o.alerts)) for o in out] == []
+    assert tracker.process([resolved(crash, at), down, health], at) == []
+    assert list_incidents(incident_db)[0].status == "open"
+    notes = [e.message for e in get_incident(incident_db, incident_id).timeline
+             if e.kind == "note"]
+    assert "VLLMHBMOutOfMemory on gemma-26b resolved; the incident stays open" in notes[-1]
+    (n,) = tracker.process([resolved(down, at + S), resolved(health, at + S)], at + S)
+    assert n.kind is NotificationKind.RESOLVED and n.incident_id == incident_id
+    assert [a.name for a in n.alerts] == ["VLLMHBMOutOfMemory"]  # its page's own alert, once
     assert list_incidents(incident_db)[0].status == "resolved"
 
 
@@ -100,3 +106,23 @@ def test_joined_alerts_still_firing_after_the_verified_recovery_do_not_reopen(
     end_on_recovery(incident_db, None, incident_id, T0 + 80 * S, "verified", {})
     assert tracker.process([crash, down, health], T0 + 81 * S) == []
     assert [i.id for i in list_incidents(incident_db)] == [incident_id]
+
+
+def test_each_joined_alert_is_written_under_its_own_name_and_time(
+        incident_db: Database) -> None:
+    """Issue 48: "firing VLLMHBMOutOfMemory … value 0" when TargetDown fired, and "resolved
+    VLLMHBMOutOfMemory" three times, were the joined alerts written under the first's name."""
+    tracker = IncidentTracker(incident_db)
+    incident_id, crash, down, health = _crash_then_down(tracker)
+    at = T0 + 2 * MIN
+    tracker.process([crash, resolved(down, at), resolved(health, at + S)], at + S)
+    lines = [(e.kind, e.message, e.at) for e in get_incident(incident_db, incident_id).timeline
+             if e.kind in ("firing", "resolved")]
+    names = [(kind, message.split(" on ")[0]) for kind, message, _ in lines]
+    assert names == [("firing", "VLLMHBMOutOfMemory"), ("firing", "VLLMTargetDown"),
+                     ("firing", "VLLMHealthCheckFailing"), ("resolved", "VLLMTargetDown"),
+                     ("resolved", "VLLMHealthCheckFailing")]
+    fired = {message.split(" on ")[0]: when for kind, message, when in lines
+             if kind == "firing"}
+    assert fired["VLLMTargetDown"].timestamp() * 1000 == T0 + 35 * S
+    assert fired["VLLMHealthCheckFailing"].timestamp() * 1000 == T0 + 70 * S

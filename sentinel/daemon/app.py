@@ -174,7 +174,7 @@ class App:
         # Act first, then tell once: a page waits while a policy acts (respond/notify/actfirst).
         tracker = IncidentTracker(work_db, outbox=self.notifier.outbox,
                                   join_window_ms=cfg.notify.join_window_ms,
-                                  act_first=act_first(cfg))
+                                  act_first=act_first(cfg), serving=self._serving)
         self.remediation = DaemonRemediation(cfg, self.metrics.registry,
                                              NotifyPager(self.notifier.page, self._now_ms,
                                                          self.notifier.recovered,
@@ -205,7 +205,8 @@ class App:
         if self.lease is None:  # with `ha:`, the leader restores when it takes over
             rules.restore(tracker.load_alert_states(), self._now_ms(),
                           cfg.alert_restore.settings())
-        readiness = DataReadiness(t.name for t in self.query.scraped_targets(cfg.targets))
+        readiness = DataReadiness((t.name for t in self.query.scraped_targets(cfg.targets)),
+                                  self._now_ms)
         rules.ready = readiness.ready
         self._groups = groups
         self.pipeline = Pipeline(
@@ -365,6 +366,13 @@ class App:
         log.info("reloaded: %d targets (%d added, %d removed, %d changed), %d receivers, "
                  "%d rule groups", len(new.targets), len(diff.added), len(diff.removed),
                  len(diff.changed), len(new.receivers), len(groups))
+
+    def _serving(self, target: str) -> bool | None:
+        """Whether the target serves, from this daemon's scrapes (incidents/ending.py)."""
+        pipeline = self.pipeline
+        if pipeline is None or pipeline.readiness is None:
+            return False  # not started: nothing is known to serve yet
+        return pipeline.readiness.serving(target)
 
     def _retune_tracker(self, new: Config) -> None:
         """The incident stage's join window and act-first wait follow the file: which

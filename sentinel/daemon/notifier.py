@@ -68,6 +68,7 @@ class Notifier:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._drain = True  # one more run at stop (stop(drain=False): none)
+        self._ingested = False  # the dispatcher took in alert states since the last resend
         self._thread: threading.Thread | None = None
         self._dispatch_failure = QuietFailure(log, "notify dispatch")
         self._act_first_failure = QuietFailure(log, "notify act-first round")
@@ -216,7 +217,8 @@ class Notifier:
             if again:
                 self._dispatch_and_send()
         try:
-            self.resender.run(self._clock_ms())
+            changed, self._ingested = self._ingested, False
+            self.resender.run(self._clock_ms(), changed=changed)
         except Exception:
             self._metrics.notify_failures.labels("resend").inc()
             self._resend_failure.failed()
@@ -232,7 +234,9 @@ class Notifier:
 
     def _dispatch_and_send(self) -> None:
         try:
-            self.dispatcher.run(self._clock_ms())
+            stats = self.dispatcher.run(self._clock_ms())
+            # New alert states: Alertmanager receivers hear them this round (amresend.py).
+            self._ingested = self._ingested or stats.intents > 0
         except Exception:
             self._metrics.notify_failures.labels("dispatch").inc()
             self._dispatch_failure.failed()  # logged once, then summarised (database down)

@@ -76,7 +76,8 @@ class Takeover:
         with self.lock, pipeline.record_lock:
             tracker = IncidentTracker(pipeline.tracker.db, outbox=self.outbox,
                                       join_window_ms=cfg.notify.join_window_ms,
-                                      act_first=act_first(cfg))
+                                      act_first=act_first(cfg),
+                                      serving=pipeline.tracker.serving)
             saved = tracker.load_alert_states()
             rules = RuleManager(self.groups(), self.backend,
                                 default_interval_ms=cfg.evaluation_interval_ms,

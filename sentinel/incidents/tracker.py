@@ -70,16 +70,18 @@ from sqlalchemy import ColumnClause, String, literal_column, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from sentinel.incidents import alert_states
+from sentinel.incidents import alert_states, ending
 from sentinel.incidents.convert import (
     dt_to_ms,
     format_value,
+    labels_from_json,
     labels_to_json,
     ms_to_dt,
     value_to_db,
     value_to_json,
 )
 from sentinel.incidents.db import Database
+from sentinel.incidents.ending import Serving
 from sentinel.incidents.evidence import attach_recent, first_evidence
 from sentinel.incidents.joining import (
     FAILURE_ALERTS,
@@ -96,7 +98,7 @@ from sentinel.incidents.models import (
     TimelineKind,
 )
 from sentinel.incidents.outboxwriter import OutboxWriter
-from sentinel.incidents.recovery import ended_by_recovery, row_alert
+from sentinel.incidents.recovery import RECOVERED, ended_by_recovery, row_alert
 from sentinel.model import (
     Alert,
     AlertState,
@@ -182,8 +184,15 @@ class IncidentTracker:
         join_alerts: frozenset[str] = FAILURE_ALERTS,
         join_window_ms: int = JOIN_WINDOW_MS,
         act_first: ActFirst | None = None,
+        serving: Serving | None = None,
     ) -> None:
         self.db = db  # public: the daemon's incident API reads through it
+        # Whether a target serves (ending.py): a failure's incident ends only when it does.
+        # Public: an HA takeover hands it to the next tracker.
+        self.serving = serving
+        # Open incidents whose alerts all ended but whose target did not serve yet, by id
+        # (None: not loaded since start); each evaluation closes those that serve again.
+        self._awaiting: dict[int, str] | None = None
         # One incident per failure (joining.py): which alerts join a target's incident.
         self._joins = join_alerts
         self._join_window_ms = join_window_ms
@@ -226,6 +235,8 @@ class IncidentTracker:
             for key in sorted(groups, key=lambda k: (k.alertname, k.target)):
                 for outcome in self._process_key(s, key, groups[key], now, known):
                     _merge_outcome(outcomes, outcome)
+            for outcome in self._serving_again(s, now):
+                _merge_outcome(outcomes, outcome)
             if self.outbox is not None:
                 self._hold_pages(s, list(outcomes.values()), now)
                 self._enqueue(s, list(outcomes.values()), now_ms)
@@ -261,9 +272,8 @@ class IncidentTracker:
                 for alert in gone:
                     if self._resolve(s, incident, rows, alert, now):
                         outcome.resolved.append(alert)
-                if all(r.state == IncidentAlertState.RESOLVED for r in rows.values()):
-                    _close(s, incident, list(rows.values()), now)
-                    outcome.closed = True
+                # Not closed because Sentinel restarted: the target must serve again first.
+                self._settle(s, incident, rows, outcome, now)
                 outcomes.append(outcome)
             if self.outbox is not None:
                 self._enqueue(s, outcomes, now_ms)
@@ -445,10 +455,94 @@ class IncidentTracker:
         for alert in resolved:
             if self._resolve(s, incident, rows, alert, now):
                 outcome.resolved.append(alert)
-        if resolved and rows and all(r.state == IncidentAlertState.RESOLVED for r in rows.values()):
-            _close(s, incident, list(rows.values()), now)
-            outcome.closed = True
+        if resolved and rows:
+            self._settle(s, incident, rows, outcome, now)
         return outcome
+
+    # -- the end of an incident (ending.py; the notice core's rule) ---------------------
+
+    def _settle(self, s: Session, incident: Incident, rows: dict[str, IncidentAlert],
+                outcome: _Outcome, now: datetime) -> None:
+        """Close the incident if it is over; else its page outlives the alert that resolved.
+
+        A resolution is announced while another announced alert of the incident still
+        fires (the page goes on); the last one's waits for the incident's end, so no
+        resolved reaches anyone while a joined alert fires or the target is down.
+        """
+        if ending.ends(incident, rows.values(), self._joins, self.serving):
+            self._end(s, incident, rows, outcome, now)
+            return
+        if outcome.resolved and not any(
+                r.state == IncidentAlertState.FIRING and self._told_firing(incident, r)
+                for r in rows.values()):
+            for alert in outcome.resolved:
+                _event(s, incident, now, TimelineKind.NOTE,
+                       f"{_subject(incident, alert.name)} resolved; the incident stays open "
+                       "(and nobody is told it resolved) until its other alerts resolve and "
+                       "its target serves again", {"fingerprint": alert.fingerprint,
+                                                   "withheld": True})
+            outcome.resolved = []
+        lasting = [r for r in rows.values() if r.state == IncidentAlertState.FIRING
+                   and ending.alertname(r) not in ending.EVENT_ALERTS]
+        if self.serving is not None and incident.target and not lasting:
+            self._waiting(s)[incident.id] = incident.target
+
+    def _end(self, s: Session, incident: Incident, rows: dict[str, IncidentAlert],
+             outcome: _Outcome, now: datetime) -> None:
+        """Close the incident: a crash counter still firing ends with it (its target serves
+        again), and every resolution held back is announced now, once."""
+        counters = [r for r in rows.values() if r.state == IncidentAlertState.FIRING]
+        for row in counters:
+            alert = row_alert(row, dt_to_ms(now))
+            if self._resolve(s, incident, rows, alert, now):
+                outcome.resolved.append(alert)
+        told = {a.fingerprint for a in outcome.resolved}
+        for row in rows.values():
+            if row.fingerprint not in told and row.notified_resolved_at is None \
+                    and self._told_firing(incident, row):
+                outcome.resolved.append(row_alert(row, dt_to_ms(row.resolved_at or now)))
+        _close(s, incident, list(rows.values()), now,
+               {RECOVERED: True, "serving_again": True} if counters else None)
+        outcome.closed = True
+        outcome.key = GroupKey(incident.alertname, incident.target)  # the incident's own
+        self._waiting(s).pop(incident.id, None)
+
+    def _told_firing(self, incident: Incident, row: IncidentAlert) -> bool:
+        return row.notified_firing_at is not None or (
+            (incident.id, row.fingerprint, dt_to_ms(row.fired_at)) in self._announced)
+
+    def _waiting(self, s: Session) -> dict[int, str]:
+        """The incidents waiting for their target to serve (loaded once after a start)."""
+        if self._awaiting is None:
+            firing = select(IncidentAlert.incident_id).where(
+                IncidentAlert.incident_id == Incident.id,
+                IncidentAlert.state == IncidentAlertState.FIRING)
+            self._awaiting = {i: t for i, t in s.execute(select(Incident.id, Incident.target)
+                              .where(Incident.status == _OPEN, Incident.target != "",
+                                     ~firing.exists()))}
+        return self._awaiting
+
+    def _serving_again(self, s: Session, now: datetime) -> list[_Outcome]:
+        """Close the waiting incidents whose target serves again (checked cheaply first)."""
+        if self.serving is None:
+            return []
+        out = []
+        waiting = self._waiting(s)
+        for incident_id, target in sorted(waiting.items()):
+            if not self.serving(target):
+                continue
+            incident = s.get(Incident, incident_id)
+            if incident is None or incident.status != IncidentStatus.OPEN:
+                waiting.pop(incident_id, None)
+                continue
+            rows = _rows(s, incident)
+            if not ending.ends(incident, rows.values(), self._joins, self.serving):
+                continue
+            outcome = _Outcome(incident.id, GroupKey(incident.alertname, incident.target),
+                               [], [], closed=False, now=now)
+            self._end(s, incident, rows, outcome, now)
+            out.append(outcome)
+        return out
 
     def _fire(
         self, s: Session, incident: Incident, rows: dict[str, IncidentAlert], alert: Alert,
@@ -482,7 +576,7 @@ class IncidentTracker:
         row.state = IncidentAlertState.RESOLVED
         row.resolved_at = ms_to_dt(alert.resolved_at_ms or dt_to_ms(now))
         _event(s, incident, row.resolved_at, TimelineKind.RESOLVED,
-               f"{_subject(incident)}: resolved", {"fingerprint": row.fingerprint})
+               f"{_row_subject(incident, row)}: resolved", {"fingerprint": row.fingerprint})
         incident.updated_at = now
         announced = (incident.id, row.fingerprint, dt_to_ms(row.fired_at)) in self._announced
         return row.notified_firing_at is not None or announced
@@ -499,7 +593,7 @@ class IncidentTracker:
         row.value_recorded_at = now
         row.annotations = labels_to_json(alert.annotations)  # templated with $value
         _event(s, incident, now, TimelineKind.VALUE,
-               f"{_subject(incident)}: value {format_value(alert.value)}",
+               f"{_subject(incident, alert.name)}: value {format_value(alert.value)}",
                {"fingerprint": row.fingerprint, "value": value_to_json(alert.value)})
         incident.updated_at = now
 
@@ -507,7 +601,7 @@ class IncidentTracker:
         _tell(outcome)
         if outcome.closed:
             self._announced = {a for a in self._announced if a[0] != outcome.incident_id}
-        for alert in outcome.fired:
+        for alert in outcome.fired if not outcome.joined else ():  # joined: not announced
             fired_ms = dt_to_ms(_fired_at(alert, outcome.now))
             self._announced.add((outcome.incident_id, alert.fingerprint, fired_ms))
         return _notification(outcome)
@@ -541,6 +635,9 @@ def _merge_outcome(outcomes: dict[int, _Outcome], outcome: _Outcome) -> None:
         # The incident's own alerts announce; joined ones only help close it.
         own, other = (known, outcome) if outcome.joined else (outcome, known)
         own.closed = own.closed or other.closed
+        # A joined alert's end may end the incident: the resolutions it announced (only
+        # alerts whose firing was announced) go with the incident's own.
+        own.resolved += [a for a in other.resolved if a not in own.resolved]
         outcomes[outcome.incident_id] = own
         return
     known.fired += outcome.fired
@@ -586,8 +683,8 @@ def _note_join(s: Session, incident: Incident, key: GroupKey, now: datetime,
 
 
 def _notification(outcome: _Outcome) -> Notification | None:
-    if outcome.joined:
-        return None
+    if outcome.joined and not outcome.closed:
+        return None  # a joined alert pages nothing of its own; its end may end the incident
     announced = tuple(outcome.fired + outcome.resolved)
     if not announced:
         return None
@@ -676,23 +773,26 @@ def _fired_events(s: Session, incident: Incident, alert: Alert, now: datetime) -
     fired_at = _fired_at(alert, now)
     active_at = ms_to_dt(alert.active_at_ms)
     data: dict[str, Any] = {"fingerprint": alert.fingerprint}
+    # Under the alert's own name: a joined alert is not the incident's first (issue 48).
+    subject = _subject(incident, alert.name)
     if active_at < fired_at:
-        _event(s, incident, active_at, TimelineKind.PENDING, f"{_subject(incident)}: pending",
-               data)
+        _event(s, incident, active_at, TimelineKind.PENDING, f"{subject}: pending", data)
     _event(s, incident, fired_at, TimelineKind.FIRING,
-           f"{_subject(incident)}: value {format_value(alert.value)}",
+           f"{subject}: value {format_value(alert.value)}",
            {**data, "value": value_to_json(alert.value), "labels": labels_to_json(alert.labels)})
 
 
-def _close(s: Session, incident: Incident, rows: list[IncidentAlert], now: datetime) -> None:
+def _close(s: Session, incident: Incident, rows: list[IncidentAlert], now: datetime,
+           data: dict[str, Any] | None = None) -> None:
     resolved_at = max(r.resolved_at or now for r in rows)
     incident.status = IncidentStatus.RESOLVED
     incident.resolved_at = resolved_at
     incident.resolve_ms = max(0, dt_to_ms(resolved_at) - dt_to_ms(incident.opened_at))
     incident.updated_at = now
     n = len(rows)
+    why = ", its target serves again" if data and data.get("serving_again") else ""
     _event(s, incident, resolved_at, TimelineKind.INCIDENT_RESOLVED,
-           f"incident resolved: {n} alert{'s' if n != 1 else ''} resolved", None)
+           f"incident resolved: {n} alert{'s' if n != 1 else ''} resolved{why}", data)
 
 
 def _mark_notified(row: IncidentAlert, now: datetime) -> None:
@@ -710,9 +810,15 @@ def _event(
     s.add(TimelineEvent(incident_id=incident.id, at=at, kind=kind, message=message, data=data))
 
 
-def _subject(incident: Incident) -> str:
-    """`VLLMRequestsQueued on gemma-26b`, as timeline lines start."""
-    return f"{incident.alertname} on {incident.target}" if incident.target else incident.alertname
+def _subject(incident: Incident, alertname: str | None = None) -> str:
+    """`VLLMRequestsQueued on gemma-26b`, as timeline lines start: the alert's own name (a
+    joined alert's differs from the incident's), else the incident's."""
+    name = alertname or incident.alertname
+    return f"{name} on {incident.target}" if incident.target else name
+
+
+def _row_subject(incident: Incident, row: IncidentAlert) -> str:
+    return _subject(incident, label_value(labels_from_json(row.labels), "alertname") or None)
 
 
 def _fired_at(alert: Alert, now: datetime) -> datetime:

@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 
 # The page's annotation that says what Sentinel tried and why it did not hold.
 REMEDIATION = "sentinel_remediation"
+# The crash lines on a page (issue 48: no page carried them). Stored redacted (logwatch's
+# PromptRedactor); bounded so a page stays readable on a phone and within receivers' limits.
+EXCERPT = "sentinel_excerpt"
+PAGE_EXCERPT_MAX = 2000
 Annotations = Callable[[Session, int], dict[str, str]]
 
 
@@ -188,6 +192,9 @@ def with_act_first(runbook: Annotations | None) -> Annotations:
     def both(s: Session, incident_id: int) -> dict[str, str]:
         extra = dict(runbook(s, incident_id)) if runbook is not None else {}
         _carried(s, incident_id)
+        excerpt = _excerpt(s, incident_id)
+        if excerpt:
+            extra[EXCERPT] = _bounded(excerpt, PAGE_EXCERPT_MAX)
         return {**extra, **hold_annotations(s, incident_id)}
     return both
 
@@ -229,7 +236,7 @@ def fixed_notification(s: Session, incident_id: int, runbook: dict[str, str],
     group = tuple(sorted((k, v) for k, v in (("alertname", incident.alertname),
                                               ("target", incident.target)) if v))
     key = _key(f"fixed|{incident_id}")
-    return Notification(incident_id, NotificationKind.RESOLVED, alerts, group,
+    return Notification(incident_id, NotificationKind.FIXED, alerts, group,
                         group_key=f"actfirst:{incident_id}", idempotency_key=key)
 
 
@@ -302,6 +309,14 @@ def _excerpt(s: Session, incident_id: int) -> str:
     if not data:
         return ""
     return "\n".join(str(line) for line in data.get("excerpt", []))[:4000]
+
+
+def _bounded(text: str, limit: int) -> str:
+    """At most `limit` characters, cut at a line and saying so."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit("\n", 1)[0]
+    return f"{cut}\n[… {len(text) - len(cut)} more characters on the incident's timeline]"
 
 
 def _key(text: str) -> str:

@@ -9,11 +9,17 @@ this job a real Alertmanager resolves alerts Sentinel still has firing.
 What to re-send is read from the aggregation groups in the database (the
 alerts of each group the receiver was last sent as firing, and not muted
 since), so a restart or an HA failover resumes at once: the first run after
-start re-sends everything. An alert that resolved in Sentinel but whose group
-has not flushed yet (a long group_interval) is sent resolved here, so
-Alertmanager resolves it within one resend interval either way. Posting goes
-straight to the receiver, not through the outbox: the next interval is the
-retry, as in Prometheus.
+start re-sends everything. Posting goes straight to the receiver, not through
+the outbox.
+
+Like Prometheus's notifier, a change is not kept for the next interval (issue
+48: a resolve reached Alertmanager 90 s after Sentinel resolved it; after an
+outage a queued resolve waited minutes more): when the dispatcher took in new
+alert states (`run(changed=True)`), every alert whose state differs from what
+Alertmanager was last told is posted at once, resolved ones with their end,
+whatever the group's group_interval. A failed post is retried after
+`RETRY_MS`, not a whole resend interval, so a returning Alertmanager hears at
+once what it missed.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from sentinel.respond.notify.codec import alert_from_json
 
 log = logging.getLogger(__name__)
 
+RETRY_MS = 5_000  # after a failed post: Alertmanager back from an outage hears it soon
+
 Annotations = Callable[[Session, int], dict[str, str]]
 
 
@@ -48,24 +56,57 @@ class AlertmanagerResender:
         self.receivers = {r.name: r for r in receivers if isinstance(r, AlertmanagerReceiver)}
         self.annotations = annotations
         self._next_ms: dict[str, int] = {}  # empty after a start: the first run sends
+        # What each receiver was last told of each alert (fingerprint → state), by posts
+        # that succeeded: a change from it is posted at once.
+        self._told: dict[str, dict[str, str]] = {}
 
-    def run(self, now_ms: int) -> dict[str, list[DeliveryResult]]:
-        """Re-send for every receiver that is due; returns the results per receiver."""
-        due = [n for n, r in self.receivers.items() if now_ms >= self._next_ms.get(n, 0)]
-        if not due:
+    def run(self, now_ms: int, changed: bool = False) -> dict[str, list[DeliveryResult]]:
+        """Re-send for every receiver that is due, and (`changed`: the dispatcher took in new
+        alert states) post every change at once; returns the results per receiver."""
+        due = [n for n in self.receivers if now_ms >= self._next_ms.get(n, 0)]
+        if not due and not changed:
             return {}
+        names = list(self.receivers) if changed else due
         with self.db.session() as s:
             notes = {name: self._notifications(s, name, self.receivers[name].send_resolved)
-                     for name in due}
+                     for name in names}
         out: dict[str, list[DeliveryResult]] = {}
         for name, batch in notes.items():
+            if name not in due:
+                batch = self._changes(name, batch)
+                if not batch:
+                    continue
             rx = self.receivers[name]
-            self._next_ms[name] = now_ms + rx.resend_interval_ms
-            out[name] = [rx.send(n, now_ms) for n in batch]
-            failed = [r for r in out[name] if not r.ok]
+            results = [rx.send(n, now_ms) for n in batch]
+            out[name] = results
+            # A full resend names every alert still told of: the others are forgotten.
+            told = {} if name in due else self._told.get(name, {})
+            self._told[name] = told
+            for n, r in zip(batch, results, strict=True):
+                if r.ok:
+                    told.update((a.fingerprint, a.state.value) for a in n.alerts)
+            failed = [r for r in results if not r.ok]
             if failed:
+                self._next_ms[name] = now_ms + RETRY_MS
                 log.warning("alertmanager %s: resend failed (%d of %d groups): %s", name,
                             len(failed), len(batch), failed[0].detail)
+            elif name in due:
+                self._next_ms[name] = now_ms + rx.resend_interval_ms
+        return out
+
+    def _changes(self, receiver: str, batch: list[Notification]) -> list[Notification]:
+        """The alerts of each notification whose state Alertmanager was not told yet."""
+        told = self._told.get(receiver, {})
+        out = []
+        for n in batch:
+            pairs = [(a, i) for a, i in zip(n.alerts, n.incident_ids, strict=True)
+                     if told.get(a.fingerprint) != a.state.value]
+            if pairs:
+                firing = any(a.state is AlertState.FIRING for a, _ in pairs)
+                out.append(replace(n, alerts=tuple(a for a, _ in pairs),
+                                   kind=NotificationKind.FIRING if firing
+                                   else NotificationKind.RESOLVED,
+                                   incident_ids=tuple(i for _, i in pairs)))
         return out
 
     def _notifications(self, s: Session, receiver: str, send_resolved: bool

@@ -35,6 +35,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from sentinel.incidents import notice
 from sentinel.incidents.convert import dt_to_ms, labels_from_json, ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import (
@@ -47,11 +48,25 @@ from sentinel.incidents.models import (
 )
 from sentinel.incidents.models_notify import NotifyGroup, NotifyIntent
 from sentinel.incidents.operator import acknowledged
-from sentinel.model import Alert, AlertState, Labels, Notification, NotificationKind, labels_of
+from sentinel.model import (
+    Alert,
+    AlertState,
+    Labels,
+    Notification,
+    NotificationKind,
+    label_value,
+    labels_of,
+)
 from sentinel.respond.notify import actfirst
 from sentinel.respond.notify.codec import alert_from_json, alert_to_json
 from sentinel.respond.notify.grouping import idempotency_key, needs_update
-from sentinel.respond.notify.mute import InhibitRule, MuteReason, Silence, mute_reason
+from sentinel.respond.notify.mute import (
+    InhibitRule,
+    MuteReason,
+    Silence,
+    inhibited_by,
+    silenced_by,
+)
 from sentinel.respond.notify.outbox import Outbox
 from sentinel.respond.notify.routing import Route, match_routes, time_muted
 from sentinel.respond.notify.silences import active_silences
@@ -182,7 +197,7 @@ class Dispatcher:
     # -- flush -------------------------------------------------------------
 
     def _flush(self, s: Session, g: NotifyGroup, silences: Sequence[Silence],
-               firing_now: Sequence[Labels], now_ms: int) -> int:
+               firing_now: Sequence[tuple[Labels, int]], now_ms: int) -> int:
         route = self._routes.get(g.route) or self.settings.route
         assert route is not None
         alerts = {fp: dict(e) for fp, e in g.alerts.items()}
@@ -190,12 +205,17 @@ class Dispatcher:
         resolved: list[str] = []
         for fp, entry in sorted(alerts.items()):
             alert = alert_from_json(entry["alert"])
-            reason = mute_reason(alert.labels, silences, self.settings.inhibit_rules, firing_now,
-                                 now_ms)
+            reason, kept = self._mute_reason(alert, int(entry["incident_id"]), silences,
+                                             firing_now, now_ms)
             text = reason.text if reason else None
             if text != entry.get("muted"):
                 entry["muted"] = text
                 _note_mute(s, entry["incident_id"], g.receiver, fp, reason, now_ms)
+            if kept != entry.get("kept"):
+                entry["kept"] = kept
+                if kept is not None:
+                    _note(s, entry["incident_id"], g.receiver, fp, now_ms,
+                          f"{g.receiver}: notified though {kept}", {"kept": kept})
             if reason is None:
                 (firing if alert.state is AlertState.FIRING else resolved).append(fp)
         sent = 0
@@ -203,6 +223,7 @@ class Dispatcher:
         # A route in a mute window (or outside its active ones) sends nothing and keeps
         # what it would have said for the first flush after the window (Alertmanager).
         muted_route = time_muted(route, self.settings.intervals, now_ms)
+        _note_route_muted(s, g.receiver, alerts, muted_route, now_ms)
         if muted_route is not None:
             # Resolved alerts stay too: a page sent before the window is resolved after it.
             log.debug("group %s: not sent, %s", g.key, muted_route)
@@ -228,6 +249,27 @@ class Dispatcher:
         interval = route.group_interval_ms or IDLE_RECHECK_MS
         g.next_flush_at = ms_to_dt(now_ms) + timedelta(milliseconds=interval)
         return sent
+
+    def _mute_reason(self, alert: Alert, incident_id: int, silences: Sequence[Silence],
+                     sources: Sequence[tuple[Labels, int]], now_ms: int,
+                     ) -> tuple[MuteReason | None, str | None]:
+        """What mutes the alert; and, when an inhibition matched but mutes nothing (its
+        source is of the same incident, or the alert's incident is critical: the notice
+        core's rule), the line that says so."""
+        silenced = silenced_by(alert.labels, silences, now_ms)
+        if silenced is not None or not self.settings.inhibit_rules:
+            return silenced, None
+        rules = self.settings.inhibit_rules
+        outside = inhibited_by(alert.labels, rules, [lb for lb, i in sources if i != incident_id])
+        found = outside or inhibited_by(alert.labels, rules,
+                                        [lb for lb, i in sources if i == incident_id])
+        if found is None:
+            return None, None
+        rule = notice.inhibition(label_value(alert.labels, "severity") == "critical",
+                                 by_own=outside is None)
+        if rule is notice.Reason.INHIBITED:
+            return found, None
+        return None, f"{found.text} ({rule.value})"
 
     @staticmethod
     def _sends(s: Session, g: NotifyGroup, alerts: Mapping[str, dict[str, Any]],
@@ -284,9 +326,9 @@ class _Muting:
 
     def __init__(self, s: Session, now_ms: int, inhibits: bool) -> None:
         self._s, self._now_ms, self._inhibits = s, now_ms, inhibits
-        self._got: tuple[Sequence[Silence], Sequence[Labels]] | None = None
+        self._got: tuple[Sequence[Silence], Sequence[tuple[Labels, int]]] | None = None
 
-    def get(self) -> tuple[Sequence[Silence], Sequence[Labels]]:
+    def get(self) -> tuple[Sequence[Silence], Sequence[tuple[Labels, int]]]:
         if self._got is None:
             self._got = (active_silences(self._s, self._now_ms),
                          _firing_labels(self._s) if self._inhibits else [])
@@ -325,11 +367,37 @@ def _note_mute(s: Session, incident_id: int, receiver: str, fp: str, reason: Mut
                         message=message, data={**data, "receiver": receiver, "fingerprint": fp}))
 
 
-def _firing_labels(s: Session) -> list[Labels]:
-    """Labels of every alert firing in an open incident: the sources inhibition looks at."""
-    rows = s.scalars(select(IncidentAlert.labels).join(Incident).where(
-        Incident.status == IncidentStatus.OPEN, IncidentAlert.state == IncidentAlertState.FIRING))
-    return [labels_from_json(r) for r in rows]
+def _firing_labels(s: Session) -> list[tuple[Labels, int]]:
+    """Labels (and incident) of every alert firing in an open incident: the sources
+    inhibition looks at. A source of the alert's own incident mutes nothing."""
+    rows = s.execute(select(IncidentAlert.labels, IncidentAlert.incident_id).join(Incident)
+                     .where(Incident.status == IncidentStatus.OPEN,
+                            IncidentAlert.state == IncidentAlertState.FIRING))
+    return [(labels_from_json(labels), int(i)) for labels, i in rows]
+
+
+def _note(s: Session, incident_id: int, receiver: str, fp: str, now_ms: int, message: str,
+          data: dict[str, Any]) -> None:
+    if incident_id:
+        s.add(TimelineEvent(incident_id=incident_id, at=ms_to_dt(now_ms), kind=TimelineKind.NOTE,
+                            message=message,
+                            data={**data, "receiver": receiver, "fingerprint": fp}))
+
+
+def _note_route_muted(s: Session, receiver: str, alerts: Mapping[str, dict[str, Any]],
+                      muted: str | None, now_ms: int) -> None:
+    """Who was not told because the route is in a mute time interval (once per window per
+    alert), and when the window ended (issue 48: a muted route left no line)."""
+    for fp, entry in sorted(alerts.items()):
+        if entry.get("route_muted") == muted:
+            continue
+        entry["route_muted"] = muted
+        if muted is not None:
+            _note(s, entry["incident_id"], receiver, fp, now_ms,
+                  f"{receiver}: not notified yet, {muted}", {"route_muted": muted})
+        else:
+            _note(s, entry["incident_id"], receiver, fp, now_ms,
+                  f"{receiver}: its mute time interval is over", {"route_muted": None})
 
 
 def _locked(query: Any, db: Database) -> Any:

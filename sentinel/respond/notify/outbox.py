@@ -28,6 +28,8 @@ from sentinel.model import AlertState, Notification, NotificationKind
 from sentinel.respond.notify.codec import alert_to_json, notification_to_json
 
 log = logging.getLogger(__name__)
+# The row kinds that end an incident's story (the row's kind is firing or resolved).
+_ENDINGS = (NotificationKind.RESOLVED, NotificationKind.FIXED)
 
 
 class Outbox:
@@ -55,7 +57,7 @@ class Outbox:
             idempotency_key=notification.idempotency_key,
             # The row's kind is firing or resolved (an update is about firing alerts);
             # the message itself keeps its own kind.
-            kind="resolved" if notification.kind is NotificationKind.RESOLVED else "firing",
+            kind="resolved" if notification.kind in _ENDINGS else "firing",
             notification=notification_to_json(notification), incident_ids=ids,
             status=OutboxStatus.PENDING, attempts=0, next_attempt_at=now, lease_until=None,
             last_error="", escalated_from=escalated_from, created_at=now, finished_at=None)

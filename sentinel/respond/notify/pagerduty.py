@@ -37,7 +37,8 @@ def pagerduty_body(n: Notification, routing_key: str, severity_map: Mapping[str,
                    default_severity: str, external_url: str) -> dict[str, Any]:
     """The Events API v2 event for one notification."""
     key = dedup_key(n.group_key or f"incident/{n.incident_id}")
-    if n.kind is NotificationKind.RESOLVED:
+    if n.kind in (NotificationKind.RESOLVED, NotificationKind.FIXED):
+        # A fix nobody was paged for triggers no page: at most it ends the same dedup_key.
         return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": key}
     firing = [a for a in n.alerts if alert_status(a) == "firing"] or list(n.alerts)
     first = firing[0]
