@@ -57,7 +57,8 @@ def test_shipped_rule_tests_pass_promtool_and_sentinel(name: str) -> None:
 def test_shipped_rule_tests_pass_under_both_promql_semantics(semantics: int) -> None:
     """The shipped tests hold whichever PromQL runs them: CI's promtool is 2.42, Sentinel
     defaults to Prometheus 3 (left-open windows), so their data avoids the difference."""
-    paths = [str(REPO / "rules" / name) for name in ("vllm_test.yaml", "sentinel_test.yaml")]
+    paths = [str(REPO / "rules" / name) for name in (
+        "vllm_test.yaml", "sentinel_test.yaml", "slo/serving_test.yaml")]
     out = io.StringIO()
     assert run_rule_tests(paths, out, semantics=semantics) == 0, out.getvalue()
 
