@@ -28,6 +28,12 @@ the first exception in the group that no signature knows (an assertion in
 the scheduler, an error in a kernel library) is their cause, and the
 catch-all names the event at that line.
 
+One crash, one event: a structural record of a death (the container
+engine's exit, systemd's unit result, the kernel's OOM kill; see
+`deaths.py`) within `deaths.DEDUPE_LINES` lines after an event of the same
+stream is that event's death and opens nothing; an event such a record
+opens shows `deaths.CONTEXT_BEFORE` lines before it.
+
 Time: `flush(now_ms)` on a quiet poll lets an undecided traceback wait
 `fatal.SETTLE_MS` from the batch that brought the stream's last line (not
 from the last poll), on the caller's clock.
@@ -39,7 +45,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sentinel.logs import families, fatal, phase
+from sentinel.logs import deaths, families, fatal, phase
 from sentinel.logs.bytelines import ByteLines, may_hold_long_line
 from sentinel.logs.signatures import TRACEBACK, Signature, SignatureSet
 from sentinel.logs.tracebacks import TracebackTracker
@@ -116,6 +122,7 @@ class _Group:
     statements: list[tuple[str, LogEntry, int | None]] = field(default_factory=list)
     where: list[str] = field(default_factory=list)
     first: tuple[LogEntry, int | None] | None = None  # the group's first line
+    death: bool = False  # opened by a structural record of a death (deaths.py)
 
     def note(self, line: str, entry: LogEntry, line_no: int | None, statement: bool,
              in_traceback: bool = False) -> None:
@@ -179,6 +186,8 @@ class Classifier:
         self._truncated = 0
         self._events = 0
         self._last_line_ms: int | None = None  # when the last non-empty batch came
+        self._event_at: int | None = None  # self._lines when the last event was emitted
+        self._event_ms = 0  # and the time of its last hit (the entries' clock)
         found = signatures.by_name(CATCH_ALL)
         self._catch_all = found if found is not None else DEFAULT_CATCH_ALL
 
@@ -321,6 +330,8 @@ class Classifier:
                     events.extend(self._close())
                 return events
             events.extend(self._close())
+        if signature is not None and self._same_death(line, entry.t_ms):
+            signature = None  # the death of the crash whose event was just emitted
         if signature is not None or starts_tb:
             self._open(entry, line, line_no, signature, starts_tb)
         self._ring.append(line)
@@ -371,6 +382,17 @@ class Classifier:
         group.note(line, entry, line_no, True)
         group.after_left -= 1
         return True
+
+    def _same_death(self, line: str, t_ms: int) -> bool:
+        """A record of a death right after a crash's event of this stream: that crash's death.
+
+        Right after: within `deaths.DEDUPE_LINES` lines of the event's end and
+        `deaths.DEDUPE_MS` of its last hit on the entries' clock (a server
+        restarted in a loop dies again, later).
+        """
+        return self._event_at is not None \
+            and self._lines - self._event_at <= deaths.DEDUPE_LINES \
+            and t_ms - self._event_ms <= deaths.DEDUPE_MS and deaths.is_record(line)
 
     @staticmethod
     def _deciding(group: _Group) -> bool:
@@ -451,6 +473,7 @@ class Classifier:
             group.tb_process = fatal.process_of(line)
         if signature is not None:
             group.hit(signature, entry, line_no)
+            group.death = deaths.is_record(line)
         else:
             group.after_left = _TRACEBACK_AFTER
         self._group = group
@@ -463,10 +486,14 @@ class Classifier:
         sig = best.signature
         sig, entry, line_no, back = self._by_family(group, best)
         keep = max(best.signature.context_before, back)  # a cause further back is shown too
+        if group.death:  # a bare record of a death: the last lines before it say why
+            keep = max(keep, deaths.CONTEXT_BEFORE)
         before = group.before[-keep:] if keep else []
         body = group.head + ([f"… [{group.omitted} lines omitted] …"] if group.omitted else [])
         body += list(group.tail)
         self._events += 1
+        if sig.severity in ("critical", "error"):  # a crash (a refused request kills nothing)
+            self._event_at, self._event_ms = self._lines, max(h.entry.t_ms for h in group.hits)
         return [LogEvent(
             target=entry.target, source=entry.source, signature=sig.name,
             category=sig.category, severity=sig.severity, t_ms=entry.t_ms,
