@@ -192,6 +192,16 @@ class Classifier:
         self._catch_all = found if found is not None else DEFAULT_CATCH_ALL
 
     @property
+    def pending(self) -> LogEntry | None:
+        """The first entry of the event still being assembled (None: nothing is open).
+
+        Its lines are not on record yet: a reader that saves where it stopped
+        saves the position before this entry, so a restart reads them again.
+        """
+        group = self._group
+        return None if group is None or group.first is None else group.first[0]
+
+    @property
     def stats(self) -> ClassifierStats:
         """Lines seen, lines truncated, events emitted."""
         return ClassifierStats(self._lines, self._truncated, self._events)
