@@ -259,3 +259,10 @@ def test_a_rendered_pod_death_is_named_by_its_reason(sigs: SignatureSet) -> None
              "Code: 1, Started: a, Finished: b, Restart Count: 2")
     assert [e.category for e in run(sigs, SERVING + [oom])] == ["host_oom_killed"]
     assert [e.signature for e in run(sigs, SERVING + [error])] == ["unclassified_crash"]
+
+
+def test_a_record_naming_another_cause_is_an_event_of_its_own(sigs: SignatureSet) -> None:
+    kill = ("[ 4018.450000] Out of memory: Killed process 4242 (python3) total-vm:26184840kB, "
+            "anon-rss:15370088kB, file-rss:0kB, shmem-rss:0kB")
+    events = run(sigs, SERVING + CUDA_CRASH + SERVING[:12] + [kill])
+    assert [e.category for e in events] == ["cuda_oom", "host_oom_killed"]

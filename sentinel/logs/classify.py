@@ -188,6 +188,7 @@ class Classifier:
         self._last_line_ms: int | None = None  # when the last non-empty batch came
         self._event_at: int | None = None  # self._lines when the last event was emitted
         self._event_ms = 0  # and the time of its last hit (the entries' clock)
+        self._event_category = ""  # and its category
         found = signatures.by_name(CATCH_ALL)
         self._catch_all = found if found is not None else DEFAULT_CATCH_ALL
 
@@ -340,7 +341,7 @@ class Classifier:
                     events.extend(self._close())
                 return events
             events.extend(self._close())
-        if signature is not None and self._same_death(line, entry.t_ms):
+        if signature is not None and self._same_death(signature, line, entry.t_ms):
             signature = None  # the death of the crash whose event was just emitted
         if signature is not None or starts_tb:
             self._open(entry, line, line_no, signature, starts_tb)
@@ -393,16 +394,20 @@ class Classifier:
         group.after_left -= 1
         return True
 
-    def _same_death(self, line: str, t_ms: int) -> bool:
+    def _same_death(self, signature: Signature, line: str, t_ms: int) -> bool:
         """A record of a death right after a crash's event of this stream: that crash's death.
 
         Right after: within `deaths.DEDUPE_LINES` lines of the event's end and
         `deaths.DEDUPE_MS` of its last hit on the entries' clock (a server
-        restarted in a loop dies again, later).
+        restarted in a loop dies again, later). A record that names a cause of
+        its own (the OOM killer after a CUDA OOM: host memory ran out too) is
+        the same death only when it names the event's category.
         """
         return self._event_at is not None \
             and self._lines - self._event_at <= deaths.DEDUPE_LINES \
-            and t_ms - self._event_ms <= deaths.DEDUPE_MS and deaths.is_record(line)
+            and t_ms - self._event_ms <= deaths.DEDUPE_MS and deaths.is_record(line) \
+            and (signature.priority <= GENERIC_PRIORITY
+                 or signature.category == self._event_category)
 
     @staticmethod
     def _deciding(group: _Group) -> bool:
@@ -504,6 +509,7 @@ class Classifier:
         self._events += 1
         if sig.severity in ("critical", "error"):  # a crash (a refused request kills nothing)
             self._event_at, self._event_ms = self._lines, max(h.entry.t_ms for h in group.hits)
+            self._event_category = sig.category
         return [LogEvent(
             target=entry.target, source=entry.source, signature=sig.name,
             category=sig.category, severity=sig.severity, t_ms=entry.t_ms,

@@ -57,9 +57,10 @@ _DEVICE_WORDS = (r"(?:CUDA|cuda|GPU|gpu|HIP|hip[A-Z]|ROCm|rocm|NPU|npu|HPU|hpu|V
 FAMILIES: tuple[Family, ...] = (
     # TPU/XLA device memory: RESOURCE_EXHAUSTED, "hbm", the allocator's words on a TPU
     Family("tpu_hbm_memory", "xla_hbm_oom",
-           re.compile(r"RESOURCE_EXHAUSTED|(?i:\bhbm\b)|(?:TPU|XLA|xla|[Tt]pu)\b.{0,80}"
-                      + _MEMORY),
-           also=re.compile(_MEMORY + r"|(?i:\bhbm\b)")),
+           # (and the older mixed-case status text, not TensorFlow's GPU wording of it)
+           re.compile(r"RESOURCE_EXHAUSTED|Resource exhausted: (?!OOM when allocating tensor)|"
+                      r"(?i:\bhbm\b)|(?:TPU|XLA|xla|[Tt]pu)\b.{0,80}" + _MEMORY),
+           also=re.compile(_MEMORY + r"|(?i:\bhbm\b)|Attempting to (?:allocate|reserve)")),
     # Accelerator memory: the allocator's words next to a device word
     Family("device_memory", "cuda_oom", re.compile(_MEMORY),
            also=re.compile(_DEVICE_WORDS)),
@@ -80,7 +81,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("collective", "collective_failure",
            re.compile(r"NCCL|nccl[A-Z]|HCCL|[Hh]ccl|RCCL|[Gg]loo\b|\bMPI_|\bMPI\b|oneCCL|"
                       r"(?i:collective(?!_rpc)|all_?reduce|all_?gather|reduce_scatter|all_to_all|"
-                      r"broadcast)|ProcessGroup|DistBackendError|DistNetworkError|"
+                      # a kernel's or module's file name (custom_all_reduce.cu) is no failure
+                      r"broadcast)(?![\w-]*\.(?:cuh?|cpp|cc|h|hpp|py|so)\b)|"
+                      r"ProcessGroup|DistBackendError|DistNetworkError|"
                       r"DistStoreError|TCPStore|c10d|(?i:rendezvous)|ibv_|InfiniBand|NVLink|"
                       r"NET/IB|IBV_WC_|\bUCX\b|UCS_ERR_|\bRDMA\b|RoCE")),
     # Kernel and graph compilation (Triton, Inductor, Dynamo, XLA, MLIR)
