@@ -57,6 +57,9 @@ MAX_EXCERPT_CHARS = 65_536
 MAX_GROUP_LINES = 5_000  # a group this long is closed regardless (a runaway traceback)
 _TRACEBACK_AFTER = 3  # context after a traceback that matched nothing yet
 CATCH_ALL = "unclassified_crash"
+# A fatal marker (error level, abort, exit): an event only with a family's words in its
+# window, named after that family (families.opening); never a name of its own.
+MARKER = "family_fatal_marker"
 START_FAILED = "engine_start_failed"  # what a death while loading is named (phase.py)
 HANG = "engine_hang_watchdog"  # a hang keeps its name in either phase
 SYMPTOM_PRIORITY = 25  # hits at or below this (engine dead, catch-all) are symptoms of a cause
@@ -329,6 +332,8 @@ class Classifier:
               signature: Signature | None, starts_tb: bool) -> list[LogEvent]:
         """Advance the state machine by one line, given what the line matched."""
         self._lines += 1
+        if signature is not None and signature.name == MARKER:
+            signature = self._by_marker(line)
         if signature is not None and signature.unless_after \
                 and self.signatures.follows_benign(signature, self._ring):
             signature = None  # e.g. "Killed" right after vLLM stopped its own workers
@@ -393,6 +398,16 @@ class Classifier:
         group.note(line, entry, line_no, True)
         group.after_left -= 1
         return True
+
+    def _by_marker(self, line: str) -> Signature | None:
+        """A fatal marker's line: the signature of the family its window speaks, or None.
+
+        The window is the error lines among the ring's (the 30 lines before
+        it) and the marker's own line; the earliest cause names it.
+        """
+        texts = [*(b for b in self._ring if families.is_error_line(b)), line]
+        found = families.opening(texts)
+        return None if found is None else self.signatures.by_name(found.signature)
 
     def _same_death(self, signature: Signature, line: str, t_ms: int) -> bool:
         """A record of a death right after a crash's event of this stream: that crash's death.

@@ -11,14 +11,21 @@ and maps it to a family by vocabulary:
   where the error was raised: while loading the model, in the engine's busy
   loop, in a collective.
 
-It is asked only about an event that a generic hit names: the catch-all
+It is asked about an event that a generic hit names: the catch-all
 (an unknown traceback that ended its process, a bare exit code) or a
 signature of a downstream symptom (the engine died, the engine or a shard
 failed to start). Root cause beats symptom: the earliest statement whose
 family is a cause names the event; the engine-hang family (a timeout in the
 engine's own loop) is itself a symptom-level family and names the event only
-when no statement shows a cause. The layer never opens an event, so a log
-that raised nothing still raises nothing.
+when no statement shows a cause.
+
+It may also open an event (`opening`): where a line carries a fatal marker
+(the `family_fatal_marker` signature: an error or fatal level, an abort, an
+exit) and that line, or an error line among the 30 before it, speaks the
+words of a family in `OPENERS`. Only families whose words say a process
+cannot go on open one (device and host memory, collectives, compilers, a
+model cache or file that cannot be written or read); a refused request, a
+slow step or a model's name in a handled error does not.
 
 Each family names a representative signature of the signature file (its
 category and runbook); a signature file without it keeps the generic name.
@@ -104,6 +111,15 @@ FAMILIES: tuple[Family, ...] = (
                       r"(?i:(?:error|fail\w*)\s+(?:when |while |to |in )?"
                       r"(?:initializ\w*|load\w*|start\w*)\s+(?:the )?"
                       r"(?:model|engine|shard|worker|weights|tokenizer))")),
+    # The model cache cannot be written: the hub's download (or the server's cache
+    # directory) refused by the file system (a container user without a home, a
+    # read-only mount); the statement or where it was raised names the cache
+    Family("model_cache", "model_load_failed",
+           re.compile(r"PermissionError|(?i:permission denied|read-only file system|"
+                      r"not a writable directory|EACCES|EROFS)"),
+           where=re.compile(r"(?i:\.cache|huggingface|hf_hub|HF_HOME|TRANSFORMERS_CACHE|"
+                            r"snapshot_download|hub\.py|file_download|model weights|"
+                            r"modelscope|download_dir|cache_dir)")),
     # A model file or directory that is not there, raised while loading
     Family("model_missing", "model_load_failed",
            re.compile(r"(?i:not found|No such file|does not exist|FileNotFoundError|"
@@ -134,6 +150,10 @@ FAMILIES: tuple[Family, ...] = (
                             r"event_loop|model_runner|[Ww]orker|detokeniz|tp_worker)"),
            symptom=True),
 )
+
+# Families whose words next to a fatal marker say a process cannot go on (`opening`).
+OPENERS = frozenset({"tpu_hbm_memory", "device_memory", "host_memory", "collective",
+                     "compilation", "model_cache", "model_missing", "model_corrupt"})
 
 _FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
 # A line outside a traceback that reports an error (a level word or the words of one),
@@ -177,6 +197,19 @@ def family_of(statement: str, where: str) -> Family | None:
         if fam.where is not None and not (fam.where.search(where) or fam.where.search(statement)):
             continue
         return fam
+    return None
+
+
+def opening(statements: Iterable[str]) -> Family | None:
+    """The first of `OPENERS` that these error lines speak (a fatal marker's window), or None.
+
+    The lines say where too (no frames are known outside a traceback): a
+    missing file is a load failure only when its own line names loading.
+    """
+    for text in statements:
+        fam = family_of(text, "")
+        if fam is not None and fam.name in OPENERS:
+            return fam
     return None
 
 
