@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sentinel.collect.linesplit import DEFAULT_MAX_LINE_BYTES, LineSplitter, RawLine, decode_line
+from sentinel.collect.linestamp import line_time_ms
 from sentinel.collect.logrotation import rotated_between
 from sentinel.collect.logsource import SourceHealth
 from sentinel.model import LogEntry
@@ -369,7 +370,11 @@ class LogFileSource:
             start = FilePosition(f.id[0], f.id[1], f.emitted, f.line_no)
             if f.line_no is not None:
                 f.line_no += 1
-            entry = LogEntry(self.target, self.name, now_ms, decode_line(raw), f.line_no)
+            text = decode_line(raw)
+            # The line's own stamp where it prints a plausible one (linestamp.py), so an
+            # incident's clock starts at the crash line, not at the poll that read it.
+            entry = LogEntry(self.target, self.name, line_time_ms(text, now_ms), text,
+                             f.line_no)
             f.emitted = raw.end_offset
             self._starts.append((entry, start))
             out.append(entry)
