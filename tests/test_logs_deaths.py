@@ -266,3 +266,70 @@ def test_a_record_naming_another_cause_is_an_event_of_its_own(sigs: SignatureSet
             "anon-rss:15370088kB, file-rss:0kB, shmem-rss:0kB")
     events = run(sigs, SERVING + CUDA_CRASH + SERVING[:12] + [kill])
     assert [e.category for e in events] == ["cuda_oom", "host_oom_killed"]
+
+
+# -- the invariant, over random streams ----------------------------------------------
+
+RECORDS = [
+    "vllm.service: Main process exited, code=dumped, status=11/SEGV",
+    "vllm.service: Failed with result 'core-dump'.",
+    "2026-12-07T10:00:41.500000000Z container die " + "3f2a" * 16 + " (exitCode=1, image=v, "
+    "name=vllm)",
+    "pod llm/vllm-0 container vllm: Last State: Terminated, Reason: Error, Exit Code: 139, "
+    "Started: a, Finished: b, Restart Count: 1",
+    "Process 4242 (python3) of user 0 dumped core.",
+]
+CRASHES = {"cuda_oom": CUDA_CRASH, "native_crash": [SEGFAULT], "unclassified_crash": [
+    "vllm.service: Main process exited, code=killed, status=6/ABRT"]}
+
+
+def live(sigs: SignatureSet, lines: list[tuple[int, str]], batch: int) -> list[LogEvent]:
+    """As LogWatch feeds a followed stream: polls of up to `batch` lines, and a quiet
+    poll (a flush on Sentinel's clock) wherever the stream paused for more than 2 s."""
+    c = Classifier(sigs)
+    out: list[LogEvent] = []
+    pending: list[LogEntry] = []
+    for i, (t, text) in enumerate(lines):
+        if pending and (len(pending) >= batch or t - pending[-1].t_ms > 2_000):
+            out += c.feed_many(pending, now_ms=pending[-1].t_ms)
+            if t - pending[-1].t_ms > 2_000:
+                out += c.flush(pending[-1].t_ms + 2_000)
+            pending = []
+        pending.append(LogEntry("gpu-a", "journal:vllm.service", t, text, i + 1))
+    return out + c.feed_many(pending) + c.flush()
+
+
+def test_one_crash_is_one_event_whatever_records_follow_it() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    sigs = load_signature_file(ROOT / "rules" / "signatures.yaml")
+
+    @settings(max_examples=60, deadline=None)
+    @given(crash=st.sampled_from(sorted(CRASHES)),
+           records=st.lists(st.sampled_from(RECORDS), max_size=5),
+           gaps=st.lists(st.integers(0, 16), min_size=6, max_size=6),
+           batch=st.integers(1, 9), second=st.booleans())
+    def check(crash: str, records: list[str], gaps: list[int], batch: int,
+              second: bool) -> None:
+        lines: list[tuple[int, str]] = []
+        t = 1_000
+
+        def add(texts: list[str], step: int = 1) -> None:
+            nonlocal t
+            for text in texts:
+                lines.append((t, text))
+                t += step
+
+        add(SERVING[:10])
+        add(CRASHES[crash])
+        for record, gap in zip(records, gaps, strict=False):
+            add(SERVING[:gap])  # records come a few lines apart, within seconds
+            add([record])
+        if second:  # the restarted server dies again, a minute later
+            t += 60_000
+            add(SERVING[:5] + [SEGFAULT] + records[:1])
+        events = live(sigs, lines, batch)
+        assert len(events) == 1 + second, [e.signature for e in events]
+
+    check()

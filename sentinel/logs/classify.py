@@ -414,15 +414,15 @@ class Classifier:
 
         Right after: within `deaths.DEDUPE_LINES` lines of the event's end and
         `deaths.DEDUPE_MS` of its last hit on the entries' clock (a server
-        restarted in a loop dies again, later). A record that names a cause of
-        its own (the OOM killer after a CUDA OOM: host memory ran out too) is
-        the same death only when it names the event's category.
+        restarted in a loop dies again, later). The OOM killer's record after a
+        crash of another kind (a CUDA OOM, then host memory ran out too) names
+        a cause of its own: an event of its own.
         """
         return self._event_at is not None \
             and self._lines - self._event_at <= deaths.DEDUPE_LINES \
             and t_ms - self._event_ms <= deaths.DEDUPE_MS and deaths.is_record(line) \
-            and (signature.priority <= GENERIC_PRIORITY
-                 or signature.category == self._event_category)
+            and (signature.category != deaths.OOM_KILLED
+                 or self._event_category == deaths.OOM_KILLED)
 
     @staticmethod
     def _deciding(group: _Group) -> bool:

@@ -36,6 +36,7 @@ from typing import Any
 # header and "Killed process"). A later one is a death of its own.
 DEDUPE_LINES = 60
 DEDUPE_MS = 20_000  # ...and within this long on the entries' clock: a restart takes longer
+OOM_KILLED = "host_oom_killed"  # a record of this category names its own cause
 # An event a record opens shows this many lines before it (the ring holds 30).
 CONTEXT_BEFORE = 30
 
