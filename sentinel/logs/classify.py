@@ -403,10 +403,10 @@ class Classifier:
         """A fatal marker's line: the signature of the family its window speaks, or None.
 
         The window is the error lines among the ring's (the 30 lines before
-        it) and the marker's own line; the earliest cause names it.
+        it) and the marker's own line, if an error line; the earliest cause
+        names it.
         """
-        texts = [*(b for b in self._ring if families.is_error_line(b)), line]
-        found = families.opening(texts)
+        found = families.opening([*self._ring, line])
         return None if found is None else self.signatures.by_name(found.signature)
 
     def _same_death(self, signature: Signature, line: str, t_ms: int) -> bool:
