@@ -8,6 +8,8 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from sentinel.collect.linesplit import LineSplitter, decode_line
 from sentinel.collect.logfile import FilePosition, LogFileSource, MemoryPositionStore
 
@@ -132,11 +134,8 @@ def test_rotation_between_the_rename_and_the_new_file(tmp_path: Path) -> None:
 
 
 def test_rotated_twice_between_polls(tmp_path: Path) -> None:
-    """What is guaranteed: the open file is read to its end, then the newest file.
-
-    The middle file was created and rotated away without this source ever
-    opening it; its lines are lost (tail -F loses them too).
-    """
+    """The open file is read to its end, then the middle file (created and rotated away
+    without this source ever opening it: found beside the path), then the newest file."""
     log = tmp_path / "vllm.log"
     log.touch()
     src = follow(log)
@@ -148,7 +147,8 @@ def test_rotated_twice_between_polls(tmp_path: Path) -> None:
     (tmp_path / "vllm.log.1").rename(tmp_path / "vllm.log.2")
     log.rename(tmp_path / "vllm.log.1")
     write(log, "c1\n")
-    assert texts(src) == ["a2", "c1"]
+    assert texts(src) == ["a2"]  # the middle file is drained first, at the next poll
+    assert texts(src) == ["b1", "c1"]
 
 
 def test_copytruncate_shorter_than_our_offset(tmp_path: Path) -> None:
@@ -269,6 +269,40 @@ def test_restart_after_rotation_while_stopped_drains_the_old_file(tmp_path: Path
     write(log, "b1\n")
     again = LogFileSource("t", log, offset_store=store)
     assert texts(again) == ["a2", "b1"]
+
+
+def _logrotate(log: Path, keep: int = 5) -> None:
+    """logrotate's default scheme: vllm.log.N -> .N+1, ..., vllm.log -> .1, a new vllm.log."""
+    for n in range(keep - 1, 0, -1):
+        older = log.with_name(f"{log.name}.{n}")
+        if older.exists():
+            older.rename(log.with_name(f"{log.name}.{n + 1}"))
+    log.rename(log.with_name(f"{log.name}.1"))
+    log.touch()
+
+
+@pytest.mark.parametrize("rotations", [1, 2, 3, 4])
+def test_restart_after_several_rotations_while_stopped_reads_every_file_in_order(
+        tmp_path: Path, rotations: int) -> None:
+    """Issue 51: a file rotated several times while Sentinel was stopped is read from where
+    it left off, then each file rotated after it, oldest first, then the new file."""
+    log = tmp_path / "vllm.log"
+    write(log, "old0\n")
+    _logrotate(log)  # a file rotated before the one Sentinel reads: never read again
+    store = MemoryPositionStore()
+    src = follow(log, offset_store=store)
+    write(log, "a1\n")
+    assert texts(src) == ["a1"]
+    src.close()
+    expected = []
+    for r in range(rotations):
+        line = f"r{r}"
+        write(log, f"{line}-x\n{line}-y\n")
+        expected += [f"{line}-x", f"{line}-y"]
+        _logrotate(log)
+    write(log, "new\n")
+    again = LogFileSource("t", log, offset_store=store)
+    assert drain(again) == [*expected, "new"]
 
 
 def test_restart_after_truncation_while_stopped(tmp_path: Path) -> None:

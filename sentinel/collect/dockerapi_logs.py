@@ -19,11 +19,21 @@ A reader thread holds the follow request; when it ends (the container
 restarted, the daemon went away, an idle read timed out) it asks again from
 the newest line it read, after a backoff when it failed. Lines wait in a
 bounded queue; the oldest are dropped (and counted) when polls fall behind.
+
+The container's deaths come from the engine itself too: a second thread
+follows `GET /events` for this container's `die` and `oom` events and puts
+each in the stream as `docker events` prints it (`... container die <id>
+(exitCode=137, ...)`, see `logs/deaths.py`), at its own time, after the
+output before it: a death the server's output never names still opens an
+event, with its last lines as the excerpt, and a death its output named is
+one event. Events share the cursor (their ids are `ev:<timeNano>:<action>`),
+so a restarted Sentinel neither repeats nor skips one after the saved point.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import struct
 import threading
@@ -38,6 +48,7 @@ from sentinel.backoff import exponential
 from sentinel.collect.logcursor import CursorStore, LogCursor
 from sentinel.collect.logparse import parse_docker
 from sentinel.collect.logsource import SourceHealth
+from sentinel.logs.deaths import docker_event_line
 from sentinel.model import LogEntry
 
 log = logging.getLogger(__name__)
@@ -73,6 +84,7 @@ class DockerApiLogSource:
         self._error: str | None = None
         self._cursor: LogCursor | None = None  # what poll() has returned up to
         self._thread: threading.Thread | None = None
+        self._events_thread: threading.Thread | None = None
 
     @property
     def cursor(self) -> LogCursor | None:
@@ -84,7 +96,8 @@ class DockerApiLogSource:
         if self._thread is None:
             self._start()
         with self._lock:
-            batch, self._queue = list(self._queue), deque()
+            # by time: an event read by the other thread goes after the output before it
+            batch, self._queue = sorted(self._queue, key=_first), deque()
             error = self._error
         out = [LogEntry(target=self.target, source=self.name, t_ms=ns // 1_000_000, text=text)
                for ns, _id, text in batch]
@@ -99,8 +112,9 @@ class DockerApiLogSource:
     def close(self) -> None:
         """Stop the reader (the follow request ends within the idle timeout at worst)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        for thread in (self._thread, self._events_thread):
+            if thread is not None:
+                thread.join(timeout=2)
 
     # -- the reader thread -----------------------------------------------------------
 
@@ -112,6 +126,47 @@ class DockerApiLogSource:
         self._thread = threading.Thread(target=self._run, args=(stored,), daemon=True,
                                         name=f"sentinel-docker-logs-{self.container}")
         self._thread.start()
+        self._events_thread = threading.Thread(
+            target=self._run_events, args=(stored,), daemon=True,
+            name=f"sentinel-docker-events-{self.container}")
+        self._events_thread.start()
+
+    def _run_events(self, start: LogCursor) -> None:
+        """Follow the container's die and oom events from the cursor on (see the module doc)."""
+        since_us, seen = _us(start.at), set(start.insert_ids)
+        failures = 0
+        with httpx.Client(transport=httpx.HTTPTransport(uds=self._socket_path),
+                          base_url="http://docker", timeout=httpx.Timeout(
+                              10.0, read=self._idle_timeout_s)) as http:
+            while not self._stop.is_set():
+                try:
+                    since_us = self._follow_events(http, since_us, seen)
+                    failures = 0
+                except httpx.ReadTimeout:
+                    failures = 0
+                except Exception as exc:
+                    failures += 1
+                    log.debug("docker events of %s: %s", self.container, exc)
+                    self._stop.wait(exponential(failures, *BACKOFF_MS) / 1000)
+
+    def _follow_events(self, http: httpx.Client, since_us: int, seen: set[str]) -> int:
+        """One follow request; returns the newest event's microsecond read."""
+        filters = json.dumps({"container": [self.container], "type": ["container"],
+                              "event": ["die", "oom"]})
+        params = {"since": f"{since_us // 1_000_000}.{since_us % 1_000_000:06d}",
+                  "filters": filters}
+        with http.stream("GET", "/events", params=params) as resp:
+            if resp.status_code != 200:
+                resp.read()
+                raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
+            for raw in resp.iter_lines():
+                if self._stop.is_set():
+                    break
+                item = _event_item(raw, since_us, seen)
+                if item is not None:
+                    since_us = max(since_us, item[0] // 1000)
+                    self._push(item)
+        return since_us
 
     def _run(self, start: LogCursor) -> None:
         position = _Position.of(start)
@@ -200,6 +255,27 @@ class _Position:
         return ns, line_id, text
 
 
+def _event_item(raw: str, since_us: int, seen: set[str]) -> tuple[int, str, str] | None:
+    """A die/oom event as a queue item (its time, id, `docker events` line), or None."""
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        return None
+    line = docker_event_line(event) if isinstance(event, dict) else None
+    ns = event.get("timeNano") if line is not None else None
+    if line is None or not isinstance(ns, int) or ns // 1000 < since_us:
+        return None
+    ident = f"ev:{ns}:{event.get('Action')}"
+    if ident in seen:
+        return None
+    seen.add(ident)
+    return ns, ident, line
+
+
+def _first(item: tuple[int, str, str]) -> int:
+    return item[0]
+
+
 def _us(at: datetime) -> int:
     return int(at.replace(microsecond=0).timestamp()) * 1_000_000 + at.microsecond
 
@@ -207,6 +283,8 @@ def _us(at: datetime) -> int:
 def _advance(cursor: LogCursor | None, batch: list[tuple[int, str, str]]) -> LogCursor:
     """The cursor after the batch: its newest microsecond and every id read at it."""
     us = batch[-1][0] // 1000
+    if cursor is not None and _us(cursor.at) > us:
+        return cursor  # a late event from before the newest line: the cursor stays
     at = datetime.fromtimestamp(us // 1_000_000, UTC).replace(microsecond=us % 1_000_000)
     ids = {i for n, i, _ in batch if n // 1000 == us}
     if cursor is not None and cursor.at == at:

@@ -20,10 +20,17 @@ edit. The loop is the informer's, by hand:
 A terminating pod is removed at once (its deletion was intended and must
 not page as "target down"); a pod that is not Ready stays a target, since
 a crashed vLLM is exactly what Sentinel must see.
+
+Deaths: with an `on_death(target, line)` hook, each container whose
+`lastState.terminated` moved on since the pod was last seen (the kubelet
+restarted it after it ended non-zero) is reported once, as one line in
+`kubectl describe`'s words (`logs/deaths.py`), for the target's stream.
+What ended before discovery first saw the pod is history, not reported.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -44,6 +51,7 @@ from sentinel.collect.kubeapi import (
 from sentinel.config.durations import format_duration
 from sentinel.config.kubernetes import KubernetesSDConfig
 from sentinel.config.model import TargetConfig
+from sentinel.logs.deaths import pod_termination_lines
 
 log = logging.getLogger(__name__)
 
@@ -148,10 +156,12 @@ class KubernetesDiscovery:
     def __init__(self, sd: KubernetesSDConfig, on_add: Callable[[TargetConfig], None],
                  on_remove: Callable[[str], None], *, interval_ms: int, timeout_ms: int,
                  metrics: SDMetrics | None = None,
-                 client_factory: Callable[[Any], Any] = api_client) -> None:
+                 client_factory: Callable[[Any], Any] = api_client,
+                 on_death: Callable[[str, str], None] | None = None) -> None:
         self.sd = sd
         self.on_add = on_add
         self.on_remove = on_remove
+        self.on_death = on_death
         self.interval_ms = interval_ms
         self.timeout_ms = timeout_ms
         self.metrics = metrics
@@ -160,6 +170,7 @@ class KubernetesDiscovery:
         self._pods: dict[PodKey, TargetConfig] = {}  # pods that make a target now
         self._names: dict[str, PodKey] = {}  # target name → the pod that holds it
         self._malformed: set[PodKey] = set()  # pods whose object was of the wrong shape
+        self._statuses: dict[PodKey, dict[str, Any]] = {}  # container statuses last seen
         self._synced: set[str] = set()
         self._versions: dict[str, str] = {}  # namespace ("" = all) → resourceVersion to resume
         self._lock = threading.Lock()
@@ -337,6 +348,7 @@ class KubernetesDiscovery:
     def _apply(self, pod: dict[str, Any]) -> None:
         key = (str(meta(pod).get("namespace", "")), str(meta(pod).get("name", "")))
         target, why = safe_pod_target(pod, self.sd, self.interval_ms, self.timeout_ms)
+        self._deaths(key, pod, target)
         if why is not None and key not in self._malformed:
             self._malformed.add(key)  # logged once per pod, not at every event
             log.warning("kubernetes_sd %s: pod %s skipped: %s", self.sd.name, "/".join(key), why)
@@ -358,7 +370,31 @@ class KubernetesDiscovery:
         self._names[target.name] = key
         self._call(self.on_add, target)
 
+    def _deaths(self, key: PodKey, pod: dict[str, Any], target: TargetConfig | None) -> None:
+        """Report each container of `pod` that died since the pod was last seen."""
+        hook = self.on_death
+        if hook is None:
+            return
+        status = pod.get("status")
+        if not isinstance(status, dict):
+            return
+        seen = {"metadata": pod.get("metadata"), "status": {
+            k: status.get(k) for k in ("containerStatuses", "initContainerStatuses")}}
+        old = self._statuses.get(key)
+        self._statuses[key] = seen
+        known = self._pods.get(key)
+        name = target.name if target is not None else known.name if known is not None else None
+        if name is None:
+            return
+        try:
+            lines = pod_termination_lines(old, seen)
+        except (AttributeError, TypeError, ValueError):  # a malformed status: no death read
+            return
+        for line in lines:
+            self._call(functools.partial(hook, name), line)
+
     def _drop(self, key: PodKey) -> None:
+        self._statuses.pop(key, None)
         old = self._pods.pop(key, None)
         if old is not None:
             self._names.pop(old.name, None)

@@ -19,32 +19,44 @@ What each poll does, and why:
 - A missing path is recorded in `health`; the file is picked up from its
   start when it appears.
 
+- Rotated more than once between two polls (or while Sentinel was stopped):
+  the files rotated after the one being read are found beside the path
+  (`vllm.log.1`, `vllm.log.2`, `vllm.log-20261207`: names that start with
+  the file's name, not compressed), those written after it (by modification
+  time) are read in that order, from their start, before the new file.
+
 Guarantees and limits. Every byte of a file this source has opened is read
 exactly once (we hold the descriptor, so renames do not matter). Lost, by
-nature of the rotation scheme: a file that was created and rotated away
-again between two polls (rotated twice between polls) is never opened;
-with copytruncate, lines written after our last poll and before the
-truncation are only in the copy; lines a writer appends to a rotated file
-after the poll that closed it. Line numbers count lines within the current
-file (None where the file was joined at an offset too far in to count).
+nature of the rotation scheme: a rotated file that was compressed or
+deleted before we found it; with copytruncate, lines written after our
+last poll and before the truncation are only in the copy; lines a writer
+appends to a rotated file after the poll that closed it. Line numbers count
+lines within the current file (None where the file was joined at an offset
+too far in to count).
 
 Restart: with a `PositionStore`, the (device, inode, offset, line number) of
 the last line handed out is saved after each poll that moved it (or, with
 `auto_commit=False`, the caller saves `position` under `position_key` in the
-same transaction as the events those lines led to, as the daemon does). On start,
-the same inode resumes at the offset; a different inode means rotation
-while we were down, and the old inode is looked for beside the path (e.g.
-`vllm.log.1`) and drained from the saved offset first.
+same transaction as the events those lines led to, as the daemon does):
+the oldest file not yet read to its end, so a restart in the middle of
+draining rotated files drains them again from there. On start, the same
+inode resumes at the offset; a different inode means rotation while we
+were down: the old inode is looked for beside the path (by inode, whatever
+its name now) and drained from the saved offset first, then each file
+rotated after it, then the new file.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
 from sentinel.collect.linesplit import DEFAULT_MAX_LINE_BYTES, LineSplitter, RawLine, decode_line
+from sentinel.collect.linestamp import line_time_ms
+from sentinel.collect.logrotation import rotated_between
 from sentinel.collect.logsource import SourceHealth
 from sentinel.model import LogEntry
 
@@ -53,7 +65,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_READ_BYTES = 8 * 1024 * 1024
 _CHUNK = 1024 * 1024
 _TAIL_CHECK_BYTES = 64
-_MAX_RETIRED = 4
+_MAX_RETIRED = 16  # rotated files drained at once (one more closes the oldest)
+_MAX_OPENED = 256
+_MAX_STARTS = 20_000  # lines whose start `position_at` can answer
 _MAX_COUNT_BYTES = 256 * 1024 * 1024  # joining a file at its end: count lines up to here
 
 
@@ -103,6 +117,7 @@ class _OpenFile:
         self.id = (st.st_dev, st.st_ino)
         self.lines = LineSplitter(max_line_bytes, offset)
         self.line_no = line_no
+        self.emitted = offset  # where the next line handed out starts
         n = min(offset, _TAIL_CHECK_BYTES)
         self.tail = os.pread(fd, n, offset - n)  # what must stay before our offset
 
@@ -118,6 +133,7 @@ class _OpenFile:
         """Read again from the start (after truncation); the partial line is dropped with it."""
         self.lines.reset(0)
         self.line_no = 0
+        self.emitted = 0
         self.tail = b""
 
     def read(self, budget: int) -> tuple[list[RawLine], int, bool]:
@@ -168,10 +184,16 @@ class LogFileSource:
         )
         self._current: _OpenFile | None = None
         self._retired: list[_OpenFile] = []  # rotated away, drained until a poll finds nothing
+        self._unfinished: _OpenFile | None = None  # the oldest file a poll did not read to its end
+        # Files opened before (device, inode): a rotated file written late is no new file.
+        self._opened: deque[tuple[int, int]] = deque(maxlen=_MAX_OPENED)
         self._joined = False  # first open done: a file appearing later is read from its start
         self._saved: FilePosition | None = None
         self._auto_commit = auto_commit
         self.position: FilePosition | None = None  # after the last poll that opened the file
+        # Where each recent line handed out starts, so a caller still assembling an
+        # event from a line (LogWatch) can save the position before it (`position_at`).
+        self._starts: deque[tuple[LogEntry, FilePosition]] = deque(maxlen=_MAX_STARTS)
 
     def poll(self, now_ms: int) -> list[LogEntry]:
         """New complete lines since the last poll; never raises (errors go to `health`)."""
@@ -207,10 +229,16 @@ class LogFileSource:
         lines, n, eof = cur.read(budget)
         self._emit(cur, lines, now_ms, out)
         if eof and (new := self._rotated_to(cur)) is not None:
+            between = self._rotated_after(cur.id, new.id)
             self._retire(cur, now_ms, out)
+            for f in between:
+                self._retire(f, now_ms, out)
             self._current = new
-            lines, _, _ = new.read(budget - n)
-            self._emit(new, lines, now_ms, out)
+            if between:  # the next poll drains them first, then reads the new file
+                self._unfinished = self._unfinished or between[0]
+            else:
+                lines, _, _ = new.read(budget - n)
+                self._emit(new, lines, now_ms, out)
         self._save()
         return True
 
@@ -232,26 +260,59 @@ class LogFileSource:
         elif self.start_at_end and not self._joined:
             offset, line_no = _join_at_end(fd, st.st_size, self.max_line_bytes)
         self._joined = True
-        return _OpenFile(fd, offset, line_no, self.max_line_bytes)
+        return self._note(_OpenFile(fd, offset, line_no, self.max_line_bytes))
 
     def _resume_rotated(self, saved: FilePosition) -> None:
-        """Rotated while we were down: drain the saved inode first if it is beside the path."""
+        """Rotated while we were down: drain the saved inode first if it is beside the path,
+        then every file rotated after it, oldest first (the new file is read after them)."""
         directory = os.path.dirname(self.path) or "."
         with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.inode() != saved.inode or not entry.is_file(follow_symlinks=False):
-                    continue
-                fd = _open(entry.path)
-                if fd is None:
-                    return
-                st = os.fstat(fd)
-                if (st.st_dev, st.st_ino) != (saved.dev, saved.inode) or st.st_size < saved.offset:
-                    os.close(fd)
-                    return
-                log.info("%s was rotated while stopped; draining %s", self.path, entry.path)
-                old = _OpenFile(fd, saved.offset, saved.line_no, self.max_line_bytes)
-                self._retired.append(old)
-                return
+            found = [e.path for e in entries
+                     if e.inode() == saved.inode and e.is_file(follow_symlinks=False)]
+        fd = _open(found[0]) if found else None
+        if fd is None:
+            log.warning("%s was rotated while stopped and the file read last is gone; "
+                        "lines written to it after the saved position are lost", self.path)
+            return
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (saved.dev, saved.inode) or st.st_size < saved.offset:
+            os.close(fd)
+            return
+        log.info("%s was rotated while stopped; draining %s", self.path, found[0])
+        self._retired.append(self._note(_OpenFile(fd, saved.offset, saved.line_no,
+                                                  self.max_line_bytes)))
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        self._retired += self._rotated_after((saved.dev, saved.inode),
+                                             (now.st_dev, now.st_ino))
+
+    def _rotated_after(self, old: tuple[int, int], new: tuple[int, int]) -> list[_OpenFile]:
+        """The files rotated after `old` and before `new`, opened, oldest first
+        (see `logrotation.rotated_between`)."""
+        held = self._fd_of(old)
+        old_mtime = os.fstat(held).st_mtime_ns if held >= 0 else None
+        out = []
+        for path in rotated_between(self.path, old, new, old_mtime, set(self._opened)):
+            fd = _open(path)
+            if fd is not None:
+                log.info("%s: reading %s, rotated after the file read last", self.path, path)
+                out.append(self._note(_OpenFile(fd, 0, 0, self.max_line_bytes)))
+        return out
+
+    def _note(self, f: _OpenFile) -> _OpenFile:
+        """Remember that `f` was opened (see `_rotated_after`)."""
+        if f.id not in self._opened:
+            self._opened.append(f.id)
+        return f
+
+    def _fd_of(self, file_id: tuple[int, int]) -> int:
+        """The descriptor held for `file_id` (current or retired), or -1."""
+        for f in [*self._retired, *([self._current] if self._current else [])]:
+            if f.id == file_id:
+                return f.fd
+        return -1
 
     def _rotated_to(self, cur: _OpenFile) -> _OpenFile | None:
         """The file now at the path if it is not `cur` (rotation), else None."""
@@ -265,7 +326,7 @@ class LogFileSource:
         if fd is None:
             return None
         log.info("log file %s was rotated; following the new file", self.path)
-        return _OpenFile(fd, 0, 0, self.max_line_bytes)
+        return self._note(_OpenFile(fd, 0, 0, self.max_line_bytes))
 
     def _retire(self, f: _OpenFile, now_ms: int, out: list[LogEntry]) -> None:
         self._retired.append(f)
@@ -273,10 +334,19 @@ class LogFileSource:
             self._close_retired(self._retired.pop(0), now_ms, out)
 
     def _drain_retired(self, now_ms: int, out: list[LogEntry], budget: int) -> int:
-        """Read late writes to rotated files; close each at the first poll that finds none."""
+        """Read late writes to rotated files; close each at the first poll that finds none.
+
+        The first one not read to its end (the budget ran out) is `_unfinished`:
+        its position is what a restart must resume from.
+        """
         used = 0
         keep: list[_OpenFile] = []
+        self._unfinished = None
         for f in self._retired:
+            if used >= budget:
+                keep.append(f)
+                self._unfinished = self._unfinished or f
+                continue
             lines, n, eof = f.read(budget - used)
             used += n
             self._emit(f, lines, now_ms, out)
@@ -284,6 +354,8 @@ class LogFileSource:
                 self._close_retired(f, now_ms, out)
             else:
                 keep.append(f)
+                if not eof:
+                    self._unfinished = self._unfinished or f
         self._retired = keep
         return used
 
@@ -295,14 +367,37 @@ class LogFileSource:
 
     def _emit(self, f: _OpenFile, lines: list[RawLine], now_ms: int, out: list[LogEntry]) -> None:
         for raw in lines:
+            start = FilePosition(f.id[0], f.id[1], f.emitted, f.line_no)
             if f.line_no is not None:
                 f.line_no += 1
-            out.append(LogEntry(self.target, self.name, now_ms, decode_line(raw), f.line_no))
+            text = decode_line(raw)
+            # The line's own stamp where it prints a plausible one (linestamp.py), so an
+            # incident's clock starts at the crash line, not at the poll that read it.
+            entry = LogEntry(self.target, self.name, line_time_ms(text, now_ms), text,
+                             f.line_no)
+            f.emitted = raw.end_offset
+            self._starts.append((entry, start))
+            out.append(entry)
+
+    def position_at(self, entry: LogEntry) -> FilePosition | None:
+        """The position just before `entry` (one of the recent lines `poll` returned), or None.
+
+        A restart that resumes there reads `entry` again: LogWatch saves it
+        instead of `position` while an event that began at `entry` is still
+        being assembled, so a kill -9 in between loses no event.
+        """
+        for found, start in reversed(self._starts):
+            if found is entry:
+                return start
+        return None
 
     def _save(self) -> None:
         if self._current is None:
             return
-        position = self.position = self._current.position()
+        # Lines of the new file are never handed out before the rotated ones are read
+        # to their end, so the oldest unfinished file is where a restart resumes.
+        oldest = self._unfinished if self._unfinished is not None else self._current
+        position = self.position = oldest.position()
         if self._auto_commit and position != self._saved:
             self._store.save(self.position_key, position)
             self._saved = position

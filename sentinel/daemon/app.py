@@ -534,7 +534,13 @@ class App:
         from sentinel.daemon.discovery import DiscoveredTargets
 
         self.discovered = DiscoveredTargets(self.config, self._add_target, self._remove_target,
-                                            self.metrics.registry).start()
+                                            self.metrics.registry, self._pod_death).start()
+
+    def _pod_death(self, target: str, line: str) -> None:
+        """A discovered pod's container died: a line for the target's log stream."""
+        sources = self.sources  # a reload may swap them: the new ones take it
+        if sources is not None:
+            sources.pod_death(target, line)
 
     def _watch_loop(self, jobs: ScrapeJobs) -> None:
         """The I/O loop's heartbeat: a job on the loop beside the scrapes, watched as a worker."""

@@ -2,9 +2,11 @@
 
 The daemon hands two hooks: `add(target)` (a new target, or one whose pod
 changed: schedule or reschedule its scrape) and `remove(name)` (stop
-scraping, mark its series stale). This module only keeps discovery honest
-against the static targets: a discovered name that a static target already
-has is ignored (logged once per name), so a config entry always wins. The
+scraping, mark its series stale), and optionally `death(target, line)`
+(a container of the pod died: a line for the target's log stream). This
+module only keeps discovery honest against the static targets: a
+discovered name that a static target already has is ignored (logged once
+per name), so a config entry always wins. The
 remediation engine learns each discovered target's address too, so a pod
 action and its verification know where the pod is.
 """
@@ -28,7 +30,8 @@ class DiscoveredTargets:
 
     def __init__(self, config: Config, add: Callable[[TargetConfig], None],
                  remove: Callable[[str], None],
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None,
+                 death: Callable[[str, str], None] | None = None) -> None:
         self._static = {t.name for t in config.targets}
         self._add, self._remove = add, remove
         self._ignored: set[str] = set()
@@ -37,7 +40,8 @@ class DiscoveredTargets:
         self.discoveries = [
             KubernetesDiscovery(sd, self._on_add, self._on_remove,
                                 interval_ms=config.scrape_interval_ms,
-                                timeout_ms=config.scrape_timeout_ms, metrics=metrics)
+                                timeout_ms=config.scrape_timeout_ms, metrics=metrics,
+                                on_death=death)
             for sd in config.kubernetes_sd]
 
     def start(self) -> DiscoveredTargets:

@@ -69,7 +69,7 @@ class LogWatch:
         # Where the source stands is saved with the events it led to, and only when it moved.
         cursors = self._moved(getattr(source, "cursor_key", None), getattr(source, "cursor", None))
         positions = self._moved(getattr(source, "position_key", None),
-                                getattr(source, "position", None))
+                                self._position(source, classifier))
         if events or cursors or positions:
             record_log_events(self.db, events, cursors=cursors, positions=positions,
                               now_ms=now_ms)
@@ -80,6 +80,18 @@ class LogWatch:
             log.warning("%s: %s %s in %s", event.target, event.category, event.signature,
                         event.source)
         return events
+
+    @staticmethod
+    def _position(source: LogSource, classifier: Classifier) -> Any:
+        """Where a file source stands, or, while an event is still being assembled, the
+        position before its first line: its lines are read again after a kill -9."""
+        position = getattr(source, "position", None)
+        pending = classifier.pending
+        position_at = getattr(source, "position_at", None)
+        if pending is None or position_at is None:
+            return position
+        before = position_at(pending)
+        return position if before is None else before
 
     def _moved(self, key: str | None, checkpoint: Any) -> dict[str, Any]:
         if key is None or checkpoint is None or self._recorded.get(key) == checkpoint:

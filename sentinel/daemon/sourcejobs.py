@@ -1,14 +1,21 @@
-"""Scheduled jobs for the non-scrape sources: logs, TPU node state, XLA cache."""
+"""Scheduled jobs for the non-scrape sources: logs, TPU node state, XLA cache.
+
+Discovered pods' container deaths (`pod_death`) get a log source per target
+on the first one, polled by a job of its own from then on.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from apscheduler.schedulers.base import BaseScheduler
 
 from sentinel.collect.coldstart import ColdStart, ColdStarts
+from sentinel.collect.pod_deaths import PodDeathSource
 from sentinel.collect.xla_cache import xla_cache_samples
 from sentinel.config import Config
 from sentinel.daemon.logwatch import LogWatch
@@ -26,6 +33,7 @@ from sentinel.logs.signatures import load_signature_file
 from sentinel.store import MemoryStore
 
 log = logging.getLogger(__name__)
+POD_DEATH_POLL_MS = 500
 
 Clock = Callable[[], int]
 Guard = Callable[[str, Callable[..., None]], Callable[..., None]]
@@ -42,7 +50,10 @@ class SourceJobs:
         self.now_ms = now_ms
         self.log_sources = build_log_sources(config, db)
         self.watch = LogWatch(store, db, load_signature_file(signatures_path(config))) \
-            if self.log_sources else None
+            if self.log_sources or config.kubernetes_sd else None
+        self._pod_deaths: dict[str, PolledLogSource] = {}
+        self._scheduled: tuple[BaseScheduler, Guard] | None = None
+        self._lock = threading.Lock()
         self.tpu_sources = build_tpu_sources(config)
         self.xla_watches = build_xla_cache_watches(config)
         self.coldstarts: ColdStarts | None = None  # watch_cold_starts
@@ -93,6 +104,7 @@ class SourceJobs:
 
     def schedule(self, sched: BaseScheduler, guard: Guard, first_run: Any) -> None:
         """Add one interval job per source."""
+        self._scheduled = (sched, guard)
         for p in self.log_sources:
             sched.add_job(guard("logs", self._poll_log), "interval", args=[p],
                           seconds=p.interval_ms / 1000, next_run_time=first_run,
@@ -105,6 +117,23 @@ class SourceJobs:
             sched.add_job(guard("xla_cache", self._scan_xla), "interval", args=[w],
                           seconds=w.interval_ms / 1000, next_run_time=first_run,
                           id=f"xla_cache:{w.target}")
+
+    def pod_death(self, target: str, line: str) -> None:
+        """A discovered pod's container died (discovery's thread): into its target's stream."""
+        if self.watch is None:
+            return
+        with self._lock:
+            polled = self._pod_deaths.get(target)
+            if polled is None:
+                polled = self._pod_deaths[target] = PolledLogSource(
+                    PodDeathSource(target), POD_DEATH_POLL_MS)
+                if self._scheduled is not None:
+                    sched, guard = self._scheduled
+                    sched.add_job(guard("logs", self._poll_log), "interval", args=[polled],
+                                  seconds=POD_DEATH_POLL_MS / 1000, next_run_time=_now_dt(),
+                                  id=f"logs:{target}:{polled.source.name}")
+        assert isinstance(polled.source, PodDeathSource)
+        polled.source.push(line, self.now_ms())
 
     def unschedule(self, sched: BaseScheduler) -> None:
         """Remove the jobs `schedule` added (a reload replaces these sources)."""
@@ -138,5 +167,10 @@ class SourceJobs:
         """Close files, subprocesses and API clients."""
         if self.watch is not None:
             self.watch.close(p.source for p in self.log_sources)
+            self.watch.close(p.source for p in self._pod_deaths.values())
         for source, _ in self.tpu_sources:
             source.close()
+
+
+def _now_dt() -> datetime:
+    return datetime.now(UTC)

@@ -5,6 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def _verdicts(signature: Any, model: Any) -> str:
+    """Both verdicts on the failure family: the crash signature's and the model's."""
+    said = "no signature" if not isinstance(signature, dict) else \
+        f"{signature.get('category')} ({signature.get('signature')})"
+    return f"signature says {said}; model says {model or 'nothing'}"
+
+
 def runbook_lines(data: dict[str, Any]) -> list[str]:
     """Summary, cause, numbered steps and the proposed action; static text or raw text as is."""
     if data.get("source") == "static":
@@ -15,6 +22,9 @@ def runbook_lines(data: dict[str, Any]) -> list[str]:
         return ["(model answer did not validate; shown as received)", *raw.splitlines()[:40]]
     lines = [f"Summary: {book.get('summary', '')}",
              f"Probable cause: {book.get('probable_cause', '')}"]
+    verdict = data.get("signature_verdict")
+    if book.get("family") or isinstance(verdict, dict):
+        lines.append(f"Family: {_verdicts(verdict, book.get('family'))}")
     evidence = book.get("evidence") or []
     if evidence:
         lines.append("Evidence:")

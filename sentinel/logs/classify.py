@@ -28,6 +28,12 @@ the first exception in the group that no signature knows (an assertion in
 the scheduler, an error in a kernel library) is their cause, and the
 catch-all names the event at that line.
 
+One crash, one event: a structural record of a death (the container
+engine's exit, systemd's unit result, the kernel's OOM kill; see
+`deaths.py`) within `deaths.DEDUPE_LINES` lines after an event of the same
+stream is that event's death and opens nothing; an event such a record
+opens shows `deaths.CONTEXT_BEFORE` lines before it.
+
 Time: `flush(now_ms)` on a quiet poll lets an undecided traceback wait
 `fatal.SETTLE_MS` from the batch that brought the stream's last line (not
 from the last poll), on the caller's clock.
@@ -39,7 +45,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sentinel.logs import families, fatal, phase
+from sentinel.logs import deaths, families, fatal, phase
 from sentinel.logs.bytelines import ByteLines, may_hold_long_line
 from sentinel.logs.signatures import TRACEBACK, Signature, SignatureSet
 from sentinel.logs.tracebacks import TracebackTracker
@@ -51,6 +57,9 @@ MAX_EXCERPT_CHARS = 65_536
 MAX_GROUP_LINES = 5_000  # a group this long is closed regardless (a runaway traceback)
 _TRACEBACK_AFTER = 3  # context after a traceback that matched nothing yet
 CATCH_ALL = "unclassified_crash"
+# A fatal marker (error level, abort, exit): an event only with a family's words in its
+# window, named after that family (families.opening); never a name of its own.
+MARKER = "family_fatal_marker"
 START_FAILED = "engine_start_failed"  # what a death while loading is named (phase.py)
 HANG = "engine_hang_watchdog"  # a hang keeps its name in either phase
 SYMPTOM_PRIORITY = 25  # hits at or below this (engine dead, catch-all) are symptoms of a cause
@@ -116,6 +125,7 @@ class _Group:
     statements: list[tuple[str, LogEntry, int | None]] = field(default_factory=list)
     where: list[str] = field(default_factory=list)
     first: tuple[LogEntry, int | None] | None = None  # the group's first line
+    death: bool = False  # opened by a structural record of a death (deaths.py)
 
     def note(self, line: str, entry: LogEntry, line_no: int | None, statement: bool,
              in_traceback: bool = False) -> None:
@@ -179,8 +189,21 @@ class Classifier:
         self._truncated = 0
         self._events = 0
         self._last_line_ms: int | None = None  # when the last non-empty batch came
+        self._event_at: int | None = None  # self._lines when the last event was emitted
+        self._event_ms = 0  # and the time of its last hit (the entries' clock)
+        self._event_category = ""  # and its category
         found = signatures.by_name(CATCH_ALL)
         self._catch_all = found if found is not None else DEFAULT_CATCH_ALL
+
+    @property
+    def pending(self) -> LogEntry | None:
+        """The first entry of the event still being assembled (None: nothing is open).
+
+        Its lines are not on record yet: a reader that saves where it stopped
+        saves the position before this entry, so a restart reads them again.
+        """
+        group = self._group
+        return None if group is None or group.first is None else group.first[0]
 
     @property
     def stats(self) -> ClassifierStats:
@@ -309,6 +332,8 @@ class Classifier:
               signature: Signature | None, starts_tb: bool) -> list[LogEvent]:
         """Advance the state machine by one line, given what the line matched."""
         self._lines += 1
+        if signature is not None and signature.name == MARKER:
+            signature = self._by_marker(line)
         if signature is not None and signature.unless_after \
                 and self.signatures.follows_benign(signature, self._ring):
             signature = None  # e.g. "Killed" right after vLLM stopped its own workers
@@ -321,6 +346,8 @@ class Classifier:
                     events.extend(self._close())
                 return events
             events.extend(self._close())
+        if signature is not None and self._same_death(signature, line, entry.t_ms):
+            signature = None  # the death of the crash whose event was just emitted
         if signature is not None or starts_tb:
             self._open(entry, line, line_no, signature, starts_tb)
         self._ring.append(line)
@@ -371,6 +398,31 @@ class Classifier:
         group.note(line, entry, line_no, True)
         group.after_left -= 1
         return True
+
+    def _by_marker(self, line: str) -> Signature | None:
+        """A fatal marker's line: the signature of the family its window speaks, or None.
+
+        The window is the error lines among the ring's (the 30 lines before
+        it) and the marker's own line, if an error line; the earliest cause
+        names it.
+        """
+        found = families.opening([*self._ring, line])
+        return None if found is None else self.signatures.by_name(found.signature)
+
+    def _same_death(self, signature: Signature, line: str, t_ms: int) -> bool:
+        """A record of a death right after a crash's event of this stream: that crash's death.
+
+        Right after: within `deaths.DEDUPE_LINES` lines of the event's end and
+        `deaths.DEDUPE_MS` of its last hit on the entries' clock (a server
+        restarted in a loop dies again, later). The OOM killer's record after a
+        crash of another kind (a CUDA OOM, then host memory ran out too) names
+        a cause of its own: an event of its own.
+        """
+        return self._event_at is not None \
+            and self._lines - self._event_at <= deaths.DEDUPE_LINES \
+            and t_ms - self._event_ms <= deaths.DEDUPE_MS and deaths.is_record(line) \
+            and (signature.category != deaths.OOM_KILLED
+                 or self._event_category == deaths.OOM_KILLED)
 
     @staticmethod
     def _deciding(group: _Group) -> bool:
@@ -451,6 +503,7 @@ class Classifier:
             group.tb_process = fatal.process_of(line)
         if signature is not None:
             group.hit(signature, entry, line_no)
+            group.death = deaths.is_record(line)
         else:
             group.after_left = _TRACEBACK_AFTER
         self._group = group
@@ -463,10 +516,15 @@ class Classifier:
         sig = best.signature
         sig, entry, line_no, back = self._by_family(group, best)
         keep = max(best.signature.context_before, back)  # a cause further back is shown too
+        if group.death:  # a bare record of a death: the last lines before it say why
+            keep = max(keep, deaths.CONTEXT_BEFORE)
         before = group.before[-keep:] if keep else []
         body = group.head + ([f"… [{group.omitted} lines omitted] …"] if group.omitted else [])
         body += list(group.tail)
         self._events += 1
+        if sig.severity in ("critical", "error"):  # a crash (a refused request kills nothing)
+            self._event_at, self._event_ms = self._lines, max(h.entry.t_ms for h in group.hits)
+            self._event_category = sig.category
         return [LogEvent(
             target=entry.target, source=entry.source, signature=sig.name,
             category=sig.category, severity=sig.severity, t_ms=entry.t_ms,

@@ -11,14 +11,21 @@ and maps it to a family by vocabulary:
   where the error was raised: while loading the model, in the engine's busy
   loop, in a collective.
 
-It is asked only about an event that a generic hit names: the catch-all
+It is asked about an event that a generic hit names: the catch-all
 (an unknown traceback that ended its process, a bare exit code) or a
 signature of a downstream symptom (the engine died, the engine or a shard
 failed to start). Root cause beats symptom: the earliest statement whose
 family is a cause names the event; the engine-hang family (a timeout in the
 engine's own loop) is itself a symptom-level family and names the event only
-when no statement shows a cause. The layer never opens an event, so a log
-that raised nothing still raises nothing.
+when no statement shows a cause.
+
+It may also open an event (`opening`): where a line carries a fatal marker
+(the `family_fatal_marker` signature: an error or fatal level, an abort, an
+exit) and that line, or an error line among the 30 before it, speaks the
+words of a family in `OPENERS`. Only families whose words say a process
+cannot go on open one (device and host memory, collectives, compilers, a
+model cache or file that cannot be written or read); a refused request, a
+slow step or a model's name in a handled error does not.
 
 Each family names a representative signature of the signature file (its
 category and runbook); a signature file without it keeps the generic name.
@@ -28,6 +35,7 @@ the corpus (tests/data/logs/corpus/crash), never from the held-out split.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -57,9 +65,10 @@ _DEVICE_WORDS = (r"(?:CUDA|cuda|GPU|gpu|HIP|hip[A-Z]|ROCm|rocm|NPU|npu|HPU|hpu|V
 FAMILIES: tuple[Family, ...] = (
     # TPU/XLA device memory: RESOURCE_EXHAUSTED, "hbm", the allocator's words on a TPU
     Family("tpu_hbm_memory", "xla_hbm_oom",
-           re.compile(r"RESOURCE_EXHAUSTED|(?i:\bhbm\b)|(?:TPU|XLA|xla|[Tt]pu)\b.{0,80}"
-                      + _MEMORY),
-           also=re.compile(_MEMORY + r"|(?i:\bhbm\b)")),
+           # (and the older mixed-case status text, not TensorFlow's GPU wording of it)
+           re.compile(r"RESOURCE_EXHAUSTED|Resource exhausted: (?!OOM when allocating tensor)|"
+                      r"(?i:\bhbm\b)|(?:TPU|XLA|xla|[Tt]pu)\b.{0,80}" + _MEMORY),
+           also=re.compile(_MEMORY + r"|(?i:\bhbm\b)|Attempting to (?:allocate|reserve)")),
     # Accelerator memory: the allocator's words next to a device word
     Family("device_memory", "cuda_oom", re.compile(_MEMORY),
            also=re.compile(_DEVICE_WORDS)),
@@ -80,7 +89,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("collective", "collective_failure",
            re.compile(r"NCCL|nccl[A-Z]|HCCL|[Hh]ccl|RCCL|[Gg]loo\b|\bMPI_|\bMPI\b|oneCCL|"
                       r"(?i:collective(?!_rpc)|all_?reduce|all_?gather|reduce_scatter|all_to_all|"
-                      r"broadcast)|ProcessGroup|DistBackendError|DistNetworkError|"
+                      # a kernel's or module's file name (custom_all_reduce.cu) is no failure
+                      r"broadcast)(?![\w-]*\.(?:cuh?|cpp|cc|h|hpp|py|so)\b)|"
+                      r"ProcessGroup|DistBackendError|DistNetworkError|"
                       r"DistStoreError|TCPStore|c10d|(?i:rendezvous)|ibv_|InfiniBand|NVLink|"
                       r"NET/IB|IBV_WC_|\bUCX\b|UCS_ERR_|\bRDMA\b|RoCE")),
     # Kernel and graph compilation (Triton, Inductor, Dynamo, XLA, MLIR)
@@ -101,6 +112,15 @@ FAMILIES: tuple[Family, ...] = (
                       r"(?i:(?:error|fail\w*)\s+(?:when |while |to |in )?"
                       r"(?:initializ\w*|load\w*|start\w*)\s+(?:the )?"
                       r"(?:model|engine|shard|worker|weights|tokenizer))")),
+    # The model cache cannot be written: the hub's download (or the server's cache
+    # directory) refused by the file system (a container user without a home, a
+    # read-only mount); the statement or where it was raised names the cache
+    Family("model_cache", "model_load_failed",
+           re.compile(r"PermissionError|(?i:permission denied|read-only file system|"
+                      r"not a writable directory|EACCES|EROFS)"),
+           where=re.compile(r"(?i:\.cache|huggingface|hf_hub|HF_HOME|TRANSFORMERS_CACHE|"
+                            r"snapshot_download|hub\.py|file_download|model weights|"
+                            r"modelscope|download_dir|cache_dir)")),
     # A model file or directory that is not there, raised while loading
     Family("model_missing", "model_load_failed",
            re.compile(r"(?i:not found|No such file|does not exist|FileNotFoundError|"
@@ -132,14 +152,21 @@ FAMILIES: tuple[Family, ...] = (
            symptom=True),
 )
 
+# Families whose words next to a fatal marker say a process cannot go on (`opening`).
+OPENERS = frozenset({"tpu_hbm_memory", "device_memory", "host_memory", "collective",
+                     "compilation", "model_cache", "model_missing", "model_corrupt"})
+
 _FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
 # A line outside a traceback that reports an error (a level word or the words of one),
 # or trouble with a peer that a library logs only as a warning: c10d's store socket
 # "timed out after 1800000ms", a refused or reset connection. Such a line is often
 # the root cause of the engine death printed after it, and carries no error word.
-_ERROR_LINE = re.compile(r"(?i:error|fail|fatal|exception|critical|abort|panic|timed out|"
-                         r"connection refused|connection reset|reset by peer|unreachable|"
-                         r"closed by (?:the )?(?:remote )?peer)|\b[EF]\d{4} ")
+# Matched case-insensitively (the lowercased line), and glog's E/F level prefix.
+_ERROR_WORDS = ("error", "fail", "fatal", "exception", "critical", "abort", "panic",
+                "timed out", "connection refused", "connection reset", "reset by peer",
+                "unreachable")
+_PEER_CLOSED = re.compile(r"closed by (?:the )?(?:remote )?peer")
+_GLOG_LEVEL = re.compile(r"\b[EF]\d{4} ")
 # Source lines and caret markers of a traceback whose header the group did not
 # see (the message, after a `[file:line]`, `|` or no prefix, is indented).
 _SOURCE_LINE = re.compile(r"(?:^|[\]|] )\s{2,}\S|^\s*\^+\s*$|\]\s+\^+\s*$")
@@ -160,8 +187,16 @@ def frames_of(line: str) -> str | None:
 
 
 def is_error_line(line: str) -> bool:
-    """Whether a line outside a traceback reports an error (a statement for `find`)."""
-    return _ERROR_LINE.search(line) is not None and _SOURCE_LINE.search(line) is None
+    """Whether a line outside a traceback reports an error (a statement for `find`).
+
+    The words are looked for as substrings of the lowercased line: a fifth
+    of a case-insensitive regex's cost, paid for every line of a group.
+    """
+    low = line.lower()
+    found = any(word in low for word in _ERROR_WORDS) \
+        or ("closed by" in low and _PEER_CLOSED.search(low) is not None) \
+        or _GLOG_LEVEL.search(line) is not None
+    return found and _SOURCE_LINE.search(line) is None
 
 
 def family_of(statement: str, where: str) -> Family | None:
@@ -175,6 +210,29 @@ def family_of(statement: str, where: str) -> Family | None:
             continue
         return fam
     return None
+
+
+def opening(statements: Iterable[str]) -> Family | None:
+    """The first of `OPENERS` that these lines speak (a fatal marker's window), or None.
+
+    Only error lines count (`is_error_line`). The lines say where too (no
+    frames are known outside a traceback): a missing file is a load failure
+    only when its own line names loading. A line's answer is cached: the
+    same 30 lines are the window of every marker in a burst of them.
+    """
+    for text in statements:
+        fam = _opener_of(text)
+        if fam is not None:
+            return fam
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _opener_of(text: str) -> Family | None:
+    if not is_error_line(text):
+        return None
+    fam = family_of(text, "")
+    return fam if fam is not None and fam.name in OPENERS else None
 
 
 def find(statements: Iterable[str], where: str) -> Found | None:

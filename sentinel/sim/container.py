@@ -12,7 +12,11 @@ What `sentinel sim --docker-socket` exposes through its Docker-API subset:
 - crash: write an HBM OOM traceback to the log file and stop answering
   (`down`, the process exited) or answer /health with 503 (`unhealthy`);
   `engine_dead`: an EngineCore failure, then a clean shutdown that exits 0
-  (vllm #48966), which a supervisor's on-failure restart never catches.
+  (vllm #48966), which a supervisor's on-failure restart never catches;
+  `oom`: the kernel's OOM killer ends the process at its memory limit
+  (exit 137, `OOMKilled`), with no line of its own.
+- every start, stop and death is a Docker event (`start`, `kill`, `oom`,
+  `die` with its `exitCode`, `stop`) that `GET /events` serves.
 - with `lockfile` set, a running process holds libtpu's lock file there: a
   stop removes it, a `down` crash leaves it behind, and a start that finds it
   dies "already in use" by the pid written in it (a stale lock, as libtpu's).
@@ -73,6 +77,9 @@ class SimContainer:
         # What the container printed, (time, line): the Docker API's logs endpoint serves it.
         self.output: list[tuple[float, str]] = []
         self.output_changed = threading.Condition()
+        # Docker's events of this container (the /events endpoint), under output_changed.
+        self.docker_events: list[dict[str, Any]] = []
+        self.oom_killed = False
         self._lock = threading.Lock()
         self.pid = next(_pids)
         self.running = True
@@ -131,7 +138,7 @@ class SimContainer:
                 "Id": f"{abs(hash(self.spec.name)):064x}"[:64], "Name": f"/{self.spec.name}",
                 "Created": _iso(self.started_at), "Path": "vllm", "Args": ["serve"],
                 "State": {"Status": status, "Running": self.running, "Paused": False,
-                          "Restarting": False, "OOMKilled": False, "Dead": False,
+                          "Restarting": False, "OOMKilled": self.oom_killed, "Dead": False,
                           "Pid": self.pid if self.running else 0, "ExitCode": self.exit_code,
                           "Error": self.error, "StartedAt": _iso(self.started_at),
                           "FinishedAt": _iso(self.finished_at)},
@@ -147,11 +154,13 @@ class SimContainer:
             if not self.running:
                 return False
             old = self.pid
+        self.docker_event("kill", signal="15")
         self.sim.set_state(down=True)
         time.sleep(self.spec.stop_s)
         with self._lock:
             self._exit(0, "")
             self._chip_holder = (old, time.monotonic() + self.spec.release_s)
+        self.docker_event("stop")
         if self.spec.lockfile:  # a clean exit releases libtpu's lock file
             Path(self.spec.lockfile).unlink(missing_ok=True)
         return True
@@ -163,9 +172,10 @@ class SimContainer:
             if self.running:
                 return False
             self.pid, self.running, self.exit_code, self.error = next(_pids), True, 0, ""
-            self.started_at, self.finished_at = time.time(), None
+            self.started_at, self.finished_at, self.oom_killed = time.time(), None, False
             self._generation += 1
             generation, holder = self._generation, self._chip_holder
+        self.docker_event("start")
         if holder is not None and time.monotonic() < holder[1]:
             self._die_busy(holder[0])
             return True
@@ -195,8 +205,16 @@ class SimContainer:
 
         `engine_dead`: log an EngineCore death and exit with code 0.
         """
-        if mode not in ("down", "unhealthy", "engine_dead"):
-            raise ValueError(f"crash mode must be down, unhealthy or engine_dead, got {mode!r}")
+        if mode not in ("down", "unhealthy", "engine_dead", "oom"):
+            raise ValueError(
+                f"crash mode must be down, unhealthy, engine_dead or oom, got {mode!r}")
+        if mode == "oom":  # the kernel's OOM killer: SIGKILL, nothing written by the server
+            self.event("crash oom")
+            self.sim.set_state(down=True)
+            with self._lock:
+                self.oom_killed = True
+                self._exit(137, "")
+            return
         if mode == "engine_dead":
             if log:
                 self._log(crashlog.render(crashlog.ENGINE_DEAD_EXIT_0, self.pid))
@@ -233,9 +251,25 @@ class SimContainer:
         except (OSError, ValueError, IndexError):
             return 0
 
+    def docker_event(self, action: str, **attributes: str) -> None:
+        """Record a Docker event of this container, as the engine's /events serves it."""
+        now = time.time_ns()
+        attrs = {"image": "vllm/vllm-tpu:latest", "name": self.spec.name, **attributes}
+        ident = f"{abs(hash(self.spec.name)):064x}"[:64]
+        with self.output_changed:
+            self.docker_events.append({
+                "status": action, "id": ident, "from": attrs["image"], "Type": "container",
+                "Action": action, "Actor": {"ID": ident, "Attributes": attrs},
+                "scope": "local", "time": now // 1_000_000_000, "timeNano": now})
+            self.output_changed.notify_all()
+
     def _exit(self, code: int, error: str) -> None:
+        """The process ended (the caller holds `_lock`): Docker's `oom` and `die` events."""
         self.running, self.exit_code, self.error = False, code, error
         self.finished_at = time.time()
+        if self.oom_killed:
+            self.docker_event("oom")
+        self.docker_event("die", exitCode=str(code))
 
     def _die_busy(self, holder: int) -> None:
         with self._lock:

@@ -9,6 +9,9 @@
     GET  /containers/{name}/logs         the container's output as Docker's multiplexed
                                          stream (stdout/stderr, since=, timestamps=1,
                                          follow=1 keeps the response open)
+    GET  /events                         the containers' start/kill/oom/die/stop events as
+                                         JSON lines (since=, until=, filters=; without
+                                         until the response stays open)
 
 Paths may carry an API version prefix (`/v1.41/...`), as the Docker CLI and
 SDKs send. Unknown containers get 404 `{"message": "No such container: x"}`.
@@ -26,12 +29,13 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from sentinel.sim import dockerlogs
+from sentinel.sim import dockerevents, dockerlogs
 from sentinel.sim.container import ContainerSpec, SimContainer
 
 _PATH = re.compile(r"^(?:/v[0-9.]+)?/containers/([^/]+)/(json|logs|stop|start|restart)$")
 _PING = re.compile(r"^(?:/v[0-9.]+)?/_ping$")
 _LIST = re.compile(r"^(?:/v[0-9.]+)?/containers/json$")
+_EVENTS = re.compile(r"^(?:/v[0-9.]+)?/events$")
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
@@ -85,6 +89,11 @@ class _Handler(BaseHTTPRequestHandler):
         if _LIST.match(path):  # `sentinel init` finds the container serving a URL here
             containers = self.server.containers.values()  # type: ignore[attr-defined]
             self._json(HTTPStatus.OK, [c.summary() for c in containers])
+            return
+        if _EVENTS.match(path):
+            dockerevents.serve(self, list(self.server.containers.values()),  # type: ignore[attr-defined]
+                               parse_qs(urlsplit(self.path).query),
+                               self.server.stopping)  # type: ignore[attr-defined]
             return
         m = _PATH.match(path)
         if not m or m.group(2) not in ("json", "logs"):

@@ -2,6 +2,11 @@
 
 The reply is data to show a human. A proposed remediation is recorded only
 when it names an action on `ALLOWED_ACTIONS`; nothing executes it here.
+
+`family` is the model's own verdict on the failure family, one of the crash
+signatures' categories (`sentinel.logs.CATEGORIES`): the last classifier,
+for a death no signature named (the catch-all), shown beside the
+signature's verdict. A reply without it (an older prompt) still validates.
 """
 
 from __future__ import annotations
@@ -9,6 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from sentinel.logs.signatures import CATEGORIES
 
 # The actions remediation knows (issue 5); a model may only propose one of these.
 ALLOWED_ACTIONS = ("docker_restart", "systemd_restart", "command", "tpu_node_restart",
@@ -21,7 +28,8 @@ MAX_LINE = 500
 RUNBOOK_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["summary", "probable_cause", "evidence", "steps", "remediation", "confidence"],
+    "required": ["summary", "probable_cause", "evidence", "steps", "remediation", "confidence",
+                 "family"],
     "properties": {
         "summary": {"type": "string", "minLength": 1, "maxLength": MAX_LINE},
         "probable_cause": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT},
@@ -31,6 +39,7 @@ RUNBOOK_SCHEMA: dict[str, Any] = {
                   "items": {"type": "string", "minLength": 1, "maxLength": MAX_LINE}},
         "remediation": {"type": "string", "enum": [NO_ACTION, *ALLOWED_ACTIONS]},
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "family": {"type": "string", "enum": list(CATEGORIES)},
     },
 }
 SCHEMA_NAME = "sentinel_runbook"
@@ -50,12 +59,17 @@ class Runbook:
     steps: tuple[str, ...]
     remediation: str | None
     confidence: float
+    family: str | None = None  # one of CATEGORIES, the model's verdict
 
     def to_json(self) -> dict[str, Any]:
         """The runbook as stored on the timeline."""
-        return {"summary": self.summary, "probable_cause": self.probable_cause,
-                "evidence": list(self.evidence), "steps": list(self.steps),
-                "remediation": self.remediation or NO_ACTION, "confidence": self.confidence}
+        out: dict[str, Any] = {
+            "summary": self.summary, "probable_cause": self.probable_cause,
+            "evidence": list(self.evidence), "steps": list(self.steps),
+            "remediation": self.remediation or NO_ACTION, "confidence": self.confidence}
+        if self.family is not None:
+            out["family"] = self.family
+        return out
 
 
 def _text(doc: dict[str, Any], key: str, limit: int) -> str:
@@ -96,6 +110,10 @@ def parse_runbook(text: str) -> Runbook:
     if isinstance(confidence, bool) or not isinstance(confidence, int | float) \
             or not 0 <= confidence <= 1:
         raise InvalidRunbook("confidence: expected a number from 0 to 1")
+    family = doc.get("family")
+    if family is not None and family not in CATEGORIES:
+        raise InvalidRunbook(f"family: {str(family)[:40]!r} is not one of the categories "
+                             f"({', '.join(CATEGORIES)})")
     return Runbook(
         summary=_text(doc, "summary", MAX_LINE),
         probable_cause=_text(doc, "probable_cause", MAX_TEXT),
@@ -103,4 +121,5 @@ def parse_runbook(text: str) -> Runbook:
         steps=_lines(doc, "steps", 1, 12),
         remediation=None if remediation == NO_ACTION else remediation,
         confidence=float(confidence),
+        family=family,
     )

@@ -23,6 +23,7 @@ from sentinel.incidents.db import Database
 from sentinel.incidents.models import TimelineKind
 from sentinel.incidents.operator import claim_diagnosis_requests
 from sentinel.respond.diagnose import records
+from sentinel.respond.diagnose.evidence import Evidence
 from sentinel.respond.diagnose.gather import SeriesReader, gather, target_pairs
 from sentinel.respond.diagnose.service import Diagnoser, ModelAnswer, NoAnswer
 from sentinel.secretpatterns import PromptRedactor
@@ -99,7 +100,7 @@ class DiagnosisWorker:
             ev = dataclasses.replace(ev, target_config=target_pairs(target, self.redactor))
         answer = self.diagnoser.diagnose(ev)
         if isinstance(answer, ModelAnswer):
-            self._store_model(incident_id, now_ms, answer)
+            self._store_model(incident_id, now_ms, answer, ev)
             self._backoff.pop(incident_id, None)
             return True
         if not has_static and ev.static_runbook:
@@ -121,7 +122,8 @@ class DiagnosisWorker:
         delay = exponential(failures, self.settings.retry_ms, self.settings.retry_max_ms)
         self._backoff[incident_id] = _Backoff(now_ms + delay, delay, failures)
 
-    def _store_model(self, incident_id: int, now_ms: int, a: ModelAnswer) -> None:
+    def _store_model(self, incident_id: int, now_ms: int, a: ModelAnswer,
+                     ev: Evidence) -> None:
         chat, validated = a.chat, a.runbook is not None
         data = {
             "source": "model", "endpoint": a.endpoint, "model": a.model,
@@ -135,6 +137,10 @@ class DiagnosisWorker:
             # config secret reached it some other way.
             "prompt": self.redactor.redact(a.fitted.messages[-1]["content"]),
         }
+        if ev.excerpts:  # the signatures' verdict, shown beside the model's family
+            last = ev.excerpts[-1]
+            data["signature_verdict"] = {"signature": last.signature,
+                                         "category": last.category}
         if chat.refusals:  # what the server said of the forms it does not take
             data["refused_forms"] = [{"form": f, "said": self.redactor.redact(m)}
                                      for f, m in chat.refusals]
