@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from ruleeval import RULES, pages  # noqa: E402
 
 from sentinel.api.auth import Auth  # noqa: E402
-from sentinel.api.promdata import evaluate_range  # noqa: E402
+from sentinel.api.promdata import engine_steps, evaluate_range  # noqa: E402
 from sentinel.api.routes import data_source_routes  # noqa: E402
 from sentinel.api.service import ApiService  # noqa: E402
 from sentinel.collect.scrapeseries import SharedSeries, TargetSeries  # noqa: E402
@@ -92,8 +92,9 @@ def main() -> None:
         with httpx.Client(timeout=120) as client:
             for expr in queries():
                 c0 = time.process_time()
-                matrix = evaluate_range(engine.query, expr, start, end, args.step * 1000,
-                                        timeout_s=600)
+                step_ms = args.step * 1000
+                matrix = evaluate_range(engine_steps(engine, expr, start, end, step_ms),
+                                        start, end, step_ms, timeout_s=600)
                 cpu = time.process_time() - c0
                 w0 = time.monotonic()
                 r = client.post(url, data={"query": expr, "start": str(start / 1000),

@@ -95,9 +95,12 @@ class SentinelApi:
         self.server.stop()
 
 
-def serve_store(store: MemoryStore, now_ms: Callable[[], int]) -> SentinelApi:
-    """Sentinel's listener on 127.0.0.1:0 serving the store (reads open, as on loopback)."""
-    engine = Engine(store)
+def serve_store(store: MemoryStore, now_ms: Callable[[], int],
+                features: frozenset[str] = frozenset(), semantics: int = 3) -> SentinelApi:
+    """Sentinel's listener on 127.0.0.1:0 serving the store (reads open, as on loopback),
+    queries run by an engine with these experimental PromQL features (`promql_features`)
+    and this `promql_semantics` (2: as the Debian Prometheus, 2.42, the tests compare with)."""
+    engine = Engine(store, features=features, semantics=semantics)
     service = ApiService(None, query_fn=engine.query,  # type: ignore[arg-type]
                          clock=lambda: now_ms() / 1000)
     auth = Auth([], reads_open=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +25,7 @@ from sentinel.api.federate import exposition
 from sentinel.api.querypool import QueryPool
 from sentinel.api.routes import data_source_routes
 from sentinel.api.service import ApiService
+from sentinel.config import load_config
 from sentinel.config.api import TokenConfig
 from sentinel.daemon.http import StatusServer
 from sentinel.incidents.convert import dt_to_ms
@@ -37,24 +40,28 @@ T0 = 1_700_000_000_000
 SAMPLES = fleet_samples(T0)
 ENGINE = Engine(store_of(SAMPLES))
 EXPRS = ["vllm:num_requests_waiting", "sum by (target) (rate(vllm:request_success_total[1m]))",
-         "up", "vllm:num_preemptions_total", "time()", "count(up) or vector(0)"]
+         "up", "vllm:num_preemptions_total", "time()", "count(up) or vector(0)",
+         "vllm:num_requests_waiting @ start()", "rate(vllm:request_success_total[1m] @ end())",
+         "max_over_time(vllm:num_requests_waiting[5m:1m] @ start())"]
 
 
 @settings(max_examples=60, deadline=None)
 @given(expr=st.sampled_from(EXPRS), start=st.integers(-20, POINTS + 40),
        span=st.integers(0, 60), step_s=st.integers(1, 200))
-def test_each_point_of_a_range_query_is_the_instant_query_at_that_step(
+def test_each_point_of_a_range_query_is_the_engine_s_query_at_that_step(
         expr: str, start: int, span: int, step_s: int) -> None:
     start_ms = T0 + start * STEP_MS
     end_ms = start_ms + span * STEP_MS
-    matrix = promdata.evaluate_range(ENGINE.query, expr, start_ms, end_ms, step_s * 1000)
+    step_ms = step_s * 1000
+    at_fn = promdata.engine_steps(ENGINE, expr, start_ms, end_ms, step_ms)
+    matrix = promdata.evaluate_range(at_fn, start_ms, end_ms, step_ms)
     seen = {tuple(sorted(s["metric"].items())): dict((t, v) for t, v in s["values"])
             for s in matrix}
     assert [s["metric"] for s in matrix] == sorted((s["metric"] for s in matrix),
                                                    key=lambda m: sorted(m.items()))
     points = 0
-    for at in range(start_ms, end_ms + 1, step_s * 1000):
-        result = ENGINE.query(expr, at)
+    for at in range(start_ms, end_ms + 1, step_ms):
+        result = ENGINE.query(expr, at, start_ms=start_ms, end_ms=end_ms, step_ms=step_ms)
         instant = ({(): float(result)} if not isinstance(result, list)
                    else {s.labels: s.value for s in result})
         for labels, value in instant.items():
@@ -66,7 +73,8 @@ def test_each_point_of_a_range_query_is_the_instant_query_at_that_step(
 def test_a_range_query_stops_at_the_deadline_for_the_whole_range() -> None:
     ticks = iter(range(1000))
     with pytest.raises(QueryLimitError) as caught:
-        promdata.evaluate_range(ENGINE.query, "up", T0, T0 + 100 * STEP_MS, STEP_MS,
+        promdata.evaluate_range(lambda at: ENGINE.query("up", at), T0, T0 + 100 * STEP_MS,
+                                STEP_MS,
                                 timeout_s=5, clock=lambda: float(next(ticks)))
     assert caught.value.limit == "query_timeout"
 
@@ -83,14 +91,39 @@ def test_range_parameters_are_refused_as_prometheus_refuses_them() -> None:
         assert caught.value.param == param, bad
 
 
-def test_start_and_end_are_pinned_to_the_range_outside_strings() -> None:
-    pin = promdata.pin_query_times
-    assert pin("up @ start() + up @end ( )", 1_500, 90_000) == "up @ 1.500 + up @ 90.000"
-    text = 'label_replace(up @ start(), "a", "@ end()", "", "") # @ start()'
-    assert pin(text, 0, 5) == 'label_replace(up @ 0.000, "a", "@ end()", "", "") # @ start()'
-    promdata.check_range_expr(pin(text, 0, 5))
+def test_at_start_and_at_end_are_the_range_s_ends_at_every_step() -> None:
+    start, end, step = T0 + 10 * STEP_MS, T0 + 50 * STEP_MS + 7_000, 60_000  # end off-step
+    for expr, at in (("vllm:num_requests_waiting @ start()", start),
+                     ("vllm:num_requests_waiting @ end()", end)):
+        matrix = promdata.evaluate_range(promdata.engine_steps(ENGINE, expr, start, end, step),
+                                         start, end, step)
+        pinned = {dict(s.labels)["target"]: format_float(s.value)
+                  for s in ENGINE.query("vllm:num_requests_waiting", at)}
+        assert {s["metric"]["target"]: {v for _, v in s["values"]} for s in matrix} == {
+            target: {value} for target, value in pinned.items()}, expr
+        assert all(len(s["values"]) == 41 * STEP_MS // step + 1 for s in matrix)
+
+
+def test_a_range_query_compiles_its_text_once() -> None:
+    compiled: list[str] = []
+
+    class Counting(Engine):
+        def compile(self, expr: str, **kw: Any) -> Any:
+            compiled.append(expr)
+            return super().compile(expr, **kw)
+
+    engine = Counting(store_of(SAMPLES))
+    expr, end = "sum(vllm:num_requests_waiting)", T0 + 20 * STEP_MS
+    matrix = promdata.evaluate_range(promdata.engine_steps(engine, expr, T0, end, STEP_MS),
+                                     T0, end, STEP_MS)
+    assert compiled == [expr] and len(matrix[0]["values"]) == 21
+
+
+def test_a_text_the_compiler_refuses_is_refused_before_any_step() -> None:
     with pytest.raises(PromQLError):
-        promdata.check_range_expr(text)
+        promdata.engine_steps(ENGINE, "up[5m", T0, T0 + STEP_MS, STEP_MS)
+    with pytest.raises(PromQLError, match="experimental"):  # the engine's features: none
+        promdata.engine_steps(ENGINE, "vector(step())", T0, T0 + STEP_MS, STEP_MS)
 
 
 def test_the_federate_page_is_the_text_format_sorted_with_timestamps() -> None:
@@ -196,6 +229,67 @@ def test_every_store_read_takes_a_slot_of_the_query_pool(path: str) -> None:
     try:
         r = httpx.get(url + path, timeout=30)
         assert r.status_code == 503 and "max_concurrent_queries" in r.json()["error"], r.text
+    finally:
+        server.stop()
+
+
+def _range(url: str, expr: str, start: int, end: int, step: int) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"{url}/api/v1/query_range", timeout=60, params={
+        "query": expr, "start": str(start / 1000), "end": str(end / 1000),
+        "step": str(step / 1000)}).json()
+    return body
+
+
+def test_start_end_and_step_through_the_listener_with_duration_expressions_on(
+        tmp_path: Path) -> None:
+    """The daemon's `promql_features` on, each step evaluated in the query pool's child."""
+    config = tmp_path / "sentinel.yml"
+    config.write_text("promql_features: [promql-duration-expr, promql-experimental-functions]\n")
+    features = frozenset(load_config(config, environ={}).promql_features)
+    start, end, step = T0 + 20 * STEP_MS, T0 + 80 * STEP_MS + 7_000, 120_000
+    steps = range(start, end + 1, step)
+    api = serve_store(store_of(SAMPLES), lambda: T0 + POINTS * STEP_MS, features)
+    try:
+        def values(expr: str) -> dict[str, list[tuple[float, str]]]:
+            body = _range(api.url, expr, start, end, step)
+            assert body["status"] == "success", (expr, body)
+            return {s["metric"].get("target", ""): [tuple(p) for p in s["values"]]
+                    for s in body["data"]["result"]}
+
+        def instant(expr: str, at: int) -> dict[str, str]:
+            return {dict(s.labels)["target"]: format_float(s.value)
+                    for s in ENGINE.query(expr, at)}
+
+        waiting = "vllm:num_requests_waiting"
+        for expr, at in ((f"{waiting} @ start()", start), (f"{waiting} @ end()", end)):
+            assert values(expr) == {target: [(t / 1000, v) for t in steps]
+                                    for target, v in instant(waiting, at).items()}, expr
+        assert values("vector(step())") == {"": [(t / 1000, "120") for t in steps]}
+        assert values("vector(end() - start())") == {
+            "": [(t / 1000, format_float((end - start) / 1000)) for t in steps]}
+        # A range of two steps (4m): 16 samples at 15 s in the left-open window.
+        assert values(f"count_over_time({waiting}[step() * 2])") == {
+            target: [(t / 1000, instant(f"count_over_time({waiting}[4m])", t)[target])
+                     for t in steps] for target in ("tpu-a", "tpu-b")}
+    finally:
+        api.stop()
+
+
+def test_with_a_remote_backend_at_start_and_end_are_refused_not_read_per_step() -> None:
+    asked: list[tuple[str, int]] = []
+
+    def remote(expr: str, at: int) -> float:
+        asked.append((expr, at))
+        return 1.0
+
+    server, url = _serve(ApiService(None, query_fn=remote))  # type: ignore[arg-type]
+    try:
+        for expr in ("up @ start()", "sum(rate(up[5m:1m] @ end()))"):
+            r = httpx.get(f"{url}/api/v1/query_range", timeout=30,
+                          params={"query": expr, "start": "1", "end": "2", "step": "1"})
+            assert r.status_code == 400, r.text
+            assert r.json()["errorType"] == "bad_data" and "@ start()" in r.json()["error"]
+        assert asked == []
     finally:
         server.stop()
 

@@ -16,6 +16,8 @@ from sentinel.api.federate import exposition
 from sentinel.buildinfo import build_info
 from sentinel.model import METRIC_NAME
 from sentinel.promql import PromQLError
+from sentinel.promql.compile import check_expr_text, compile_expr
+from sentinel.promql.engine import Engine
 from sentinel.promql.limits import QUERY_TIMEOUT_S
 
 _LABEL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -33,15 +35,17 @@ class DataSource:
         return pool.run(fn)
 
     def _store(self) -> Any:
-        from sentinel.promql.engine import Engine
-
         engine = getattr(self.service.query_fn, "__self__", None)
         if not isinstance(engine, Engine):
             raise pd.no_store()
         return engine.store
 
     def query_range(self, params: pd.Params) -> dict[str, Any]:
-        """GET|POST /api/v1/query_range: a matrix, one instant evaluation per step."""
+        """GET|POST /api/v1/query_range: a matrix, one instant evaluation per step.
+
+        The embedded engine evaluates each step with the range's bounds and step; a
+        remote backend answers its instant query at each step (promdata.backend_steps).
+        """
         expr = params.get("query")
         if not expr:
             raise bad_param("query", "required")
@@ -51,11 +55,11 @@ class DataSource:
             raise ApiError(503, "no series store in this process (ask the daemon)")
         engine = getattr(query_fn, "__self__", None)
         timeout = float(getattr(engine, "timeout_s", QUERY_TIMEOUT_S))
-        expr = pd.pin_query_times(expr, start, end)
         try:
-            pd.check_range_expr(expr)  # before a child: what the text or parser refuses
-            result = self._run(lambda: pd.evaluate_range(query_fn, expr, start, end, step,
-                                                         timeout))
+            # Compiled here, once, before a child: what the text or parser refuses needs none.
+            at_fn = (pd.engine_steps(engine, expr, start, end, step)
+                     if isinstance(engine, Engine) else pd.backend_steps(query_fn, expr))
+            result = self._run(lambda: pd.evaluate_range(at_fn, start, end, step, timeout))
         except PromQLError as exc:
             return pd.promql_error(exc)
         return pd.success({"resultType": "matrix", "result": result}, [])
@@ -131,8 +135,13 @@ class DataSource:
         expr = params.get("query")
         if not expr:
             raise bad_param("query", "required")
+        engine = getattr(self.service.query_fn, "__self__", None)
         try:
-            pd.check_range_expr(expr)
+            if isinstance(engine, Engine):
+                engine.compile(expr)
+            else:
+                check_expr_text(expr)
+                compile_expr(expr)
         except PromQLError as exc:
             return pd.promql_error(exc)
         return pd.success([], [])

@@ -10,15 +10,16 @@ query as a whole gets the engine's deadline once, not once per step.
 
 Series, labels and `/federate` read the embedded store: with a remote query
 backend the fleet's series live in that backend, and it is the data source
-to use (503 says so). A range query runs the instant query at each step
-through the same `query(expr, at)` interface the rules use, so its values
-are exactly the instant query's at each step.
+to use (503 says so). A range query runs the engine's instant query at each
+step, given the range's bounds and step (`@ start()`, `@ end()`, `step()`),
+so its values are exactly that query's at each step. With a remote backend
+each step is the backend's instant query, which has no range: expressions
+that depend on it are refused there.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -84,55 +85,52 @@ def _step_ms(raw: str) -> int:
     return ms
 
 
-def check_range_expr(expr: str) -> n.Expr:
-    """The compiled expression of a range query (PromQLError as /api/v1/query raises it).
+def engine_steps(engine: Any, expr: str, start: int, end: int, step: int
+                 ) -> Callable[[int], Any]:
+    """Each step's evaluation of a range query by the embedded engine.
 
-    Call it with `pin_query_times`'s text: an `@ start()` or `@ end()` left in it (one
-    the rewrite could not see) is refused, since the engine's instant query reads both as
-    its own time, where a range query's are the range's ends.
+    The text is compiled once, here (before a child: what the text or parser
+    refuses needs none), and each step evaluates the tree with the range's
+    bounds and step: `@ start()`/`@ end()` are the range's first and last step,
+    `start()`, `end()`, `range()`, `step()` and duration expressions see them.
+    """
+    check_expr_text(expr)  # the text's limits before any rewrite of it
+    node = engine.compile(expr, step_ms=step, range_ms=end - start)
+    return lambda at: engine.query(node, at, start_ms=start, end_ms=end, step_ms=step)
+
+
+def backend_steps(query_fn: Callable[[str, int], Any], expr: str) -> Callable[[int], Any]:
+    """Each step's evaluation of a range query by a remote query backend: its instant query.
+
+    That query has only a time, no range: `@ start()` and `@ end()` are refused, as
+    the backend would read them as each step's own time. The text is compiled without
+    experimental features (the backend's own flags are not known here), so `step()`
+    and duration expressions are refused by the compiler.
     """
     check_expr_text(expr)
-    node = compile_expr(expr)
-    if _uses_query_time(node):
-        raise PromQLError("@ start() and @ end() could not be resolved in this range query: "
-                          "write the range's start or end time after @", None)
-    return node
+    if _at_range_end(compile_expr(expr)):
+        raise PromQLError("@ start() and @ end() cannot be sent to the query backend step "
+                          "by step: query the backend directly, or write the range's start "
+                          "or end time after @", None)
+    return lambda at: query_fn(expr, at)
 
 
-# String literals and comments, blanked before looking for `@ start()` / `@ end()`.
-_NOT_CODE = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|`[^`]*`|#[^\n]*')
-_AT_QUERY = re.compile(r"@\s*(start|end)\s*\(\s*\)")
-
-
-def pin_query_times(expr: str, start_ms: int, end_ms: int) -> str:
-    """The expression with `@ start()` and `@ end()` written as the range's start and end.
-
-    In a range query they are the range's ends (the same at every step), where
-    the instant query each step runs would read them as the step's own time.
-    """
-    masked = _NOT_CODE.sub(lambda m: " " * len(m.group(0)), expr)
-    parts, last = [], 0
-    for m in _AT_QUERY.finditer(masked):
-        ms = start_ms if m.group(1) == "start" else end_ms
-        parts += [expr[last:m.start()], f"@ {ms // 1000}.{ms % 1000:03d}"]
-        last = m.end()
-    return "".join(parts) + expr[last:]
-
-
-def _uses_query_time(node: Any) -> bool:
-    if isinstance(node, n.VectorSelector | n.Subquery) and node.at == n.AT_QUERY:
+def _at_range_end(node: Any) -> bool:
+    if isinstance(node, n.VectorSelector | n.Subquery) and node.at in (n.AT_START, n.AT_END):
         return True
     if isinstance(node, tuple | list):
-        return any(_uses_query_time(x) for x in node)
+        return any(_at_range_end(x) for x in node)
     if dataclasses.is_dataclass(node) and not isinstance(node, type | Matcher):
-        return any(_uses_query_time(getattr(node, f.name)) for f in dataclasses.fields(node))
+        return any(_at_range_end(getattr(node, f.name)) for f in dataclasses.fields(node))
     return False
 
 
-def evaluate_range(query_fn: Callable[[str, int], Any], expr: str, start: int, end: int,
-                   step: int, timeout_s: float = QUERY_TIMEOUT_S,
+def evaluate_range(at_fn: Callable[[int], Any], start: int, end: int, step: int,
+                   timeout_s: float = QUERY_TIMEOUT_S,
                    clock: Callable[[], float] = time.monotonic) -> list[dict[str, Any]]:
-    """The matrix of `expr` evaluated at start, start+step, … ≤ end, in Prometheus's JSON.
+    """The matrix of `at_fn(t)` at t = start, start+step, … ≤ end, in Prometheus's JSON.
+
+    `at_fn` is one step's evaluation (`engine_steps`, `backend_steps`).
 
     Series sorted by labels as Prometheus sorts a range query's matrix; a
     scalar result is one series without labels. QueryLimitError past `timeout_s`
@@ -144,7 +142,7 @@ def evaluate_range(query_fn: Callable[[str, int], Any], expr: str, start: int, e
         if clock() > deadline:
             raise QueryLimitError(f"query ran longer than {timeout_s:g}s (query_timeout)",
                                   "query_timeout")
-        result = query_fn(expr, at)
+        result = at_fn(at)
         ts = at / 1000
         samples = result if isinstance(result, list) else [((), float(result))]
         for sample in samples:

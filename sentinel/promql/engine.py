@@ -120,9 +120,8 @@ class Engine:
                   start_ms: int | None, end_ms: int | None, step_ms: int,
                   any_type: bool) -> Value:
         bounds = (at_ms if start_ms is None else start_ms, at_ms if end_ms is None else end_ms)
-        if isinstance(expr, str) and DURATION_EXPR in self.features:
-            expr = durexpr.rewrite(expr, step_ms, bounds[1] - bounds[0])
-        node = compile_expr(expr, self.features, any_type) if isinstance(expr, str) else expr
+        node = (self.compile(expr, step_ms=step_ms, range_ms=bounds[1] - bounds[0],
+                             any_type=any_type) if isinstance(expr, str) else expr)
         budget = Budget(self.max_points, self.timeout_s)
         budget.precheck_steps(self._steps_of(node))
         evaluator = _Evaluator(self.store, self.lookback_ms, at_ms, bounds,
@@ -131,6 +130,19 @@ class Engine:
         evaluator.query_step_ms = step_ms
         evaluator.given = given
         return evaluator.eval(node)
+
+    def compile(self, expr: str, *, step_ms: int = 0, range_ms: int = 0,
+                any_type: bool = False) -> n.Expr:
+        """The tree `query` evaluates for `expr`, compiled with this engine's features.
+
+        Duration expressions (with their feature on) are folded for a query of this
+        step and range (`step()`, `range()`), so a range query compiles its text once
+        and hands the tree to `query` at each step, with the same bounds and step.
+        PromQLError when the text does not compile.
+        """
+        if DURATION_EXPR in self.features:
+            expr = durexpr.rewrite(expr, step_ms, range_ms)
+        return compile_expr(expr, self.features, any_type)
 
     def _steps_of(self, node: n.Expr) -> int:
         """subquery_steps(node), remembered: rules query the same compiled nodes every
