@@ -14,7 +14,6 @@ from sqlalchemy import insert, select
 from test_notify_delivery import T0, S, alert
 from test_notify_who_was_told import _stage
 
-from sentinel.api import told
 from sentinel.config import load_config
 from sentinel.daemon.app import App
 from sentinel.incidents import Database
@@ -87,39 +86,3 @@ def _copy(src: Database, dst: Database) -> None:
         for m, items in rows.items():
             if items:
                 s.execute(insert(m), items)
-
-
-def _e(at: str, kind: str, data: dict[str, object], message: str = "m") -> dict[str, object]:
-    return {"at": at, "kind": kind, "message": message, "data": data}
-
-
-def test_a_held_page_then_a_fix_reads_as_held_then_fixed_told() -> None:
-    timeline = [
-        _e("t1", "note", {"act_first": "waiting", "grace_ms": 120_000}, "page held up to 120s"),
-        _e("t2", "note", {"act_first": "fixed"}, "not paged: fixed by Sentinel"),
-        _e("t3", "notification_sent", {"receiver": "chat", "kind": "fixed"}),
-    ]
-    s = told.summary(timeline)
-    assert [(n["reason"], n["ended_at"]) for n in s["not_told"]] == [
-        ("held while Sentinel acts", "t2"), ("fixed", None)]
-    assert s["marker"] == {"text": "fixed, told chat", "at": "t3", "told": True}
-    # Still held: the marker says so.
-    assert told.summary(timeline[:1])["marker"]["text"] == "not paged: held while Sentinel acts"
-
-
-def test_a_failed_delivery_is_not_told_until_a_retry_succeeds() -> None:
-    failed = _e("t1", "notification_failed", {"receiver": "pager", "kind": "firing"})
-    assert told.summary([failed])["not_told"][0]["reason"] == "delivery failed"
-    ok = told.summary([failed, _e("t2", "notification_sent",
-                                  {"receiver": "pager", "kind": "firing"})])
-    assert ok["not_told"] == [] and ok["marker"]["text"] == "paged pager"
-
-
-def test_a_mute_window_that_ended_is_shown_with_its_end() -> None:
-    s = told.summary([
-        _e("t1", "note", {"receiver": "oncall", "route_muted": "mute time interval nights"}),
-        _e("t2", "note", {"receiver": "oncall", "route_muted": None}),
-        _e("t3", "notification_sent", {"receiver": "oncall", "kind": "firing"})])
-    assert [(n["reason"], n["ended_at"]) for n in s["not_told"]] == [
-        ("muted by a time interval", "t2")]
-    assert s["marker"]["text"] == "paged oncall"
