@@ -16,13 +16,13 @@ from test_notify_who_was_told import _stage
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
-from sentinel.incidents import Database
+from sentinel.incidents import Database, IncidentTracker
 from sentinel.incidents.models import Incident, IncidentAlert, TimelineEvent
 
 pytestmark = pytest.mark.integration
 
 
-def test_the_page_and_the_list_say_who_was_paged_and_who_was_inhibited(
+def test_the_page_and_the_list_say_who_was_paged_inhibited_or_held(
         tmp_path: Path, loopback: LoopbackReceiver) -> None:  # noqa: F811
     # The story runs on a database of its own, then its rows are copied into the
     # daemon's (a daemon started on them would reconcile them: none of their alerts
@@ -36,6 +36,11 @@ def test_the_page_and_the_list_say_who_was_paged_and_who_was_inhibited(
     kv = alert("gpu-a", "KVCacheHigh", at=T0 + S, severity="warning")
     (inhibited,) = st.tracker.process([down, kv], T0 + S)
     st.tick(T0 + S)
+    # A third incident whose page is held while a policy acts (act first, then tell once).
+    acting = IncidentTracker(db, outbox=st.tracker.outbox, act_first=lambda a: (
+        120 * S, "policy restart acts"))
+    (held,) = acting.process([alert("tpu-b", "VLLMHBMOutOfMemory", at=T0 + 2 * S,
+                                    severity="critical", category="hbm_oom")], T0 + 2 * S)
     st.tick(T0 + 6 * 60 * S)  # the group's group_interval (5 min) after the page
     assert len(loopback.accepted()) == 1  # the premise: one page, the warning muted
     (tmp_path / "sentinel.yaml").write_text(
@@ -72,6 +77,12 @@ def test_the_page_and_the_list_say_who_was_paged_and_who_was_inhibited(
             "incidents"]}
         assert rows[paged.incident_id]["text"] == "paged oncall"
         assert rows[inhibited.incident_id]["text"] == "not paged: inhibited"
+
+        box = httpx.get(f"{base}/incidents/{held.incident_id}").text.split(
+            "<section id=told", 1)[1].split("</section>", 1)[0]
+        assert "not told: held while Sentinel acts" in box and "page held up to 120s" in box
+        assert rows[held.incident_id]["text"] == "not paged: held while Sentinel acts"
+        assert "not paged: held while Sentinel acts 10:00</div>" in listing
     finally:
         app.stop(2)
         db.dispose()
