@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import and_, func, or_, select
 
+from sentinel.api import told
 from sentinel.api.errors import ApiError
 from sentinel.api.params import (
     choice_param,
@@ -93,13 +94,36 @@ def list_incidents(db: Database, params: Mapping[str, str], now_ms: int) -> dict
     q = q.order_by(*prefix[:1], Incident.opened_at.desc(), Incident.id.desc()).limit(limit + 1)
     with db.session() as s:
         rows = s.execute(q).all()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    items = [_summary(r, (int(r.n_alerts), int(r.n_firing))) for r in rows]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        marks = _told_markers(s, [r.id for r in rows])
+    items = [{**_summary(r, (int(r.n_alerts), int(r.n_firing))), "told": marks.get(r.id)}
+             for r in rows]
     last = rows[-1] if rows else None
     return {"incidents": items,
             "next_cursor": encode_cursor(dt_to_ms(last.opened_at), last.id)
             if more and last is not None else None}
+
+
+_TOLD_KINDS = (TimelineKind.NOTIFICATION_SENT, TimelineKind.NOTIFICATION_FAILED,
+               TimelineKind.NOTE)
+
+
+def _told_markers(s: Any, ids: list[int]) -> dict[int, dict[str, Any] | None]:
+    """Each listed incident's "who was told" marker: one query over the page's ids (the
+    (incident_id, at, id) index), folded by `told.markers`."""
+    if not ids:
+        return {}
+    rows = s.execute(select(TimelineEvent.incident_id, TimelineEvent.at, TimelineEvent.kind,
+                            TimelineEvent.message, TimelineEvent.data)
+                     .where(TimelineEvent.incident_id.in_(ids),
+                            TimelineEvent.kind.in_([k.value for k in _TOLD_KINDS]))
+                     .order_by(TimelineEvent.incident_id, TimelineEvent.at, TimelineEvent.id))
+    timelines: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+    for r in rows:
+        timelines[int(r.incident_id)].append({"at": iso(r.at), "kind": r.kind,
+                                              "message": r.message, "data": r.data})
+    return told.markers(timelines)
 
 
 def _summary(r: Any, counts: tuple[int, int]) -> dict[str, Any]:
@@ -146,6 +170,8 @@ def get_incident(db: Database, incident_id: int) -> dict[str, Any]:
                     "fired_at": iso(a.fired_at), "resolved_at": iso(a.resolved_at)}
                    for a in alerts],
         "timeline": timeline,
+        # Who was told, who was not and why, at a glance (issue 48).
+        "told": told.summary(timeline),
         "runbooks": [t for t in timeline if t["kind"] == TimelineKind.RUNBOOK],
         "log_excerpts": [t for t in timeline if t["kind"] == TimelineKind.LOG_EXCERPT],
         "actions": [{"id": a.id, "action": a.action, "policy": a.policy, "step": a.step,

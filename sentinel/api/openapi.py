@@ -42,14 +42,21 @@ SCHEMAS: dict[str, Any] = {
         "target": {"type": "string"}, "status": {"enum": ["open", "resolved"]},
         "category": _NULLABLE_STR, "opened_at": {"type": "string"},
         "resolved_at": _NULLABLE_STR, "alerts": {"type": "integer"},
-        "firing": {"type": "integer"}}},
+        "firing": {"type": "integer"},
+        # Who was told (issue 48): the list's one-line marker, null when nothing yet.
+        "told": {"type": ["object", "null"], "required": ["text", "at", "told"]}}},
     "IncidentPage": {"type": "object", "required": ["incidents", "next_cursor"], "properties": {
         "incidents": {"type": "array", "items": {"$ref": "#/components/schemas/IncidentSummary"}},
         "next_cursor": _NULLABLE_STR}},
     "IncidentDetail": {"type": "object", "required": [
         "incident", "alerts", "timeline", "runbooks", "log_excerpts", "actions", "decisions",
-        "approvals", "notifications"], "properties": {
+        "approvals", "notifications", "told"], "properties": {
         "incident": {"$ref": "#/components/schemas/IncidentSummary"},
+        "told": {"type": "object", "required": ["told", "not_told", "marker"], "properties": {
+            "told": {"type": "array", "items": {
+                "type": "object", "required": ["receiver", "got"]}},
+            "not_told": {"type": "array", "items": {"type": "object", "required": [
+                "receiver", "reason", "detail", "at", "ended_at"]}}}},
         "alerts": {"type": "array"}, "timeline": {"type": "array", "items": {
             "type": "object", "required": ["id", "at", "kind", "message", "data"]}},
         "actions": {"type": "array"}, "approvals": {"type": "array"},

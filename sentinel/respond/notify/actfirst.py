@@ -49,6 +49,7 @@ from sentinel.incidents.models_notify import HoldStatus, NotifyGroup, NotifyHold
 from sentinel.incidents.models_remediation import AttemptStatus, RemediationAttempt
 from sentinel.incidents.recovery import row_alert
 from sentinel.model import Alert, Notification, NotificationKind, labels_of
+from sentinel.respond.notify.cause import cause_annotations
 from sentinel.respond.notify.codec import alert_from_json
 
 log = logging.getLogger(__name__)
@@ -192,10 +193,12 @@ def with_act_first(runbook: Annotations | None) -> Annotations:
     def both(s: Session, incident_id: int) -> dict[str, str]:
         extra = dict(runbook(s, incident_id)) if runbook is not None else {}
         _carried(s, incident_id)
-        excerpt = _excerpt(s, incident_id)
+        data = _excerpt_data(s, incident_id)
+        excerpt = _excerpt_of(data)
         if excerpt:
             extra[EXCERPT] = _bounded(excerpt, PAGE_EXCERPT_MAX)
-        return {**extra, **hold_annotations(s, incident_id)}
+        # A symptom's page names its cause (the dispatcher applies it per alert).
+        return {**extra, **cause_annotations(data), **hold_annotations(s, incident_id)}
     return both
 
 
@@ -303,9 +306,17 @@ def _group_alerts(group: NotifyGroup, incident_id: int) -> list[Alert]:
 
 
 def _excerpt(s: Session, incident_id: int) -> str:
-    data = s.scalar(select(TimelineEvent.data).where(
+    return _excerpt_of(_excerpt_data(s, incident_id))
+
+
+def _excerpt_data(s: Session, incident_id: int) -> dict[str, Any] | None:
+    """The data of the incident's first log excerpt (its first evidence), if any."""
+    return s.scalar(select(TimelineEvent.data).where(
         TimelineEvent.incident_id == incident_id,
         TimelineEvent.kind == TimelineKind.LOG_EXCERPT).order_by(TimelineEvent.at).limit(1))
+
+
+def _excerpt_of(data: dict[str, Any] | None) -> str:
     if not data:
         return ""
     return "\n".join(str(line) for line in data.get("excerpt", []))[:4000]

@@ -58,6 +58,7 @@ from sentinel.model import (
     labels_of,
 )
 from sentinel.respond.notify import actfirst
+from sentinel.respond.notify.cause import lead_with_cause
 from sentinel.respond.notify.codec import alert_from_json, alert_to_json
 from sentinel.respond.notify.grouping import idempotency_key, needs_update
 from sentinel.respond.notify.mute import (
@@ -316,8 +317,8 @@ class Dispatcher:
             return alert
         if not extra:
             return alert
-        return dataclasses.replace(
-            alert, annotations=labels_of({**dict(alert.annotations), **extra}))
+        merged = lead_with_cause({**dict(alert.annotations), **extra}, dict(alert.labels))
+        return dataclasses.replace(alert, annotations=labels_of(merged))
 
 
 class _Muting:
