@@ -15,6 +15,7 @@ import random
 import signal
 import time
 from collections import Counter
+from datetime import datetime
 
 import pytest
 from ha_helpers import (
@@ -97,6 +98,14 @@ def db(fresh_postgres_url):
     d.dispose()
 
 
+def _lease(db: Database) -> tuple[int, datetime, datetime]:
+    """The lease row as the database holds it: (epoch, acquired_at, expires_at)."""
+    with db.session() as s:
+        epoch, acquired, expires = s.execute(text(
+            "SELECT epoch, acquired_at, expires_at FROM ha_leases")).one()
+    return int(epoch), acquired, expires
+
+
 def _start_pair(tmp_path, db, sims, sink) -> tuple[Daemon, Daemon, object]:
     out = write_setup(tmp_path, db.url.render_as_string(hide_password=False),
                       {n: s.url for n, s in sims.items()}, sink.url)
@@ -114,7 +123,7 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
     a, b, out = _start_pair(tmp_path, db, sims, sink)
     kills = set(rng.sample([(r, p) for r in range(1, ROUNDS) for p in ("firing", "resolved")],
                            KILLS))
-    takeovers: list[tuple[float, float]] = []
+    takeovers: list[tuple[float, float, float]] = []
     started = time.monotonic()
     try:
         # Both stores warm: each daemon holds every target's series.
@@ -129,11 +138,15 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
                     before = evaluations(other)
                     t0 = time.monotonic()
                     leader.kill9()
+                    dead = _lease(db)  # the killed leader's last renewal: it renews no more
                     wait(other.leads, LEASE_S + EVAL_S + 30, "the standby to take over")
                     t_lease = time.monotonic() - t0
+                    taken = _lease(db)
+                    assert taken[0] == dead[0] + 1, (dead, taken)
                     wait(lambda o=other, n=before: evaluations(o) > n, EVAL_S + 30,
                          "the new leader's first evaluation")
-                    takeovers.append((t_lease, time.monotonic() - t0))
+                    takeovers.append((t_lease, time.monotonic() - t0,
+                                      (taken[1] - dead[2]).total_seconds()))
                     leader.start()  # back as the standby: two run again
                 wait(lambda st=status, n=r + 1: min(_distinct(sink, st)[t] for t in sims) >= n, 120,
                      f"round {r}: every {status} page")
@@ -156,9 +169,10 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
     dbr = db_report(db)
     lines = action_lines(out)
     print(f"\nHA e2e: {ROUNDS} rounds x {TARGETS} targets in {took:.1f}s, kills at {sorted(kills)}")
-    for i, (lease_s, eval_s) in enumerate(takeovers):
+    for i, (lease_s, eval_s, gap_s) in enumerate(takeovers):
         print(f"  takeover {i + 1}: lease held by the standby after {lease_s:.2f}s, "
-              f"first evaluation after {eval_s:.2f}s (bound {LEASE_S + EVAL_S:.1f}s)")
+              f"first evaluation after {eval_s:.2f}s (wall clock, a figure); taken "
+              f"{gap_s:.2f}s after the old lease expired (the database's clock)")
     print(f"  pages: {sum(report['deliveries'].values())} deliveries, "
           f"{len(report['deliveries'])} keys, redelivered keys {redelivered}")
     print(f"  incidents {dbr['incidents']}, attempts {dbr['attempts']}, "
@@ -195,11 +209,13 @@ def test_twenty_rounds_five_leader_kills_every_page_once_every_action_once(
     lease_ends = max(epoch for _holder, epoch in dbr["leases"]) - 1
     assert KILLS <= lease_ends
     assert abandoned <= lease_ends, (abandoned, lease_ends)
-    # A takeover takes a lease and an interval (printed above; ~3.5 s on a quiet machine).
-    # Beside stress-ng one took 5.1 s, so the bound is loose: it catches a standby that
-    # waits out several leases, not a starved scheduler.
-    for _lease_s, eval_s in takeovers:
-        assert eval_s <= 3 * (LEASE_S + EVAL_S) + 5, takeovers
+    # The standby takes the lease when it expires, not leases later: on the database's
+    # clock (the one the lease itself is kept by), the new epoch was acquired less than two
+    # leases after the killed leader's expired (~0.02 s quiet: the standby sleeps to the
+    # expiry; the slack is for a starved standby thread, not for a standby that waits).
+    # The wall-clock times above only print: the waits for them are waits for events.
+    for _lease_s, _eval_s, gap_s in takeovers:
+        assert 0 <= gap_s < 2 * LEASE_S, takeovers
 
 
 @pytest.mark.slow
