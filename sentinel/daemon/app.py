@@ -313,6 +313,10 @@ class App:
         """Whether scheduler jobs still run past stop's bounded wait for them."""
         return self._jobs_waiter is not None and self._jobs_waiter.is_alive()
 
+    def jobs_running(self) -> bool:
+        """After `stop`: whether a job still runs (the process may exit without it)."""
+        return self._jobs_running()
+
     def _after_jobs(self, close: Callable[[], None]) -> None:
         """Run `close` once the scheduler's jobs have ended: now, or when the last one
         still running after stop's bounded wait ends (it would use a closed client)."""
