@@ -163,7 +163,27 @@ class Health:
 
 def recorded(url: str) -> tuple[int, int, int]:
     """(alerts of RULE firing in alert_states, open incidents of RULE, all of RULE's
-    incidents ever) in the daemon's database."""
+    incidents ever) in the daemon's database.
+
+    SQLite is read through a plain read-only connection: Sentinel's own sessions
+    begin IMMEDIATE (they take the write lock), and this reader must neither wait
+    for the daemon's transactions nor hold them up (WAL readers do neither)."""
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        conn = sqlite3.connect(f"file:{url[len('sqlite:///'):]}?mode=ro", uri=True,
+                               timeout=60)
+        try:
+            q = conn.execute
+            firing = q("SELECT count(*) FROM alert_states WHERE rule = ? AND state = "
+                       "'firing'", (RULE,)).fetchone()[0]
+            open_ = q("SELECT count(*) FROM incidents WHERE alertname = ? AND status = "
+                      "'open'", (RULE,)).fetchone()[0]
+            ever = q("SELECT count(*) FROM incidents WHERE alertname = ?",
+                     (RULE,)).fetchone()[0]
+        finally:
+            conn.close()
+        return int(firing), int(open_), int(ever)
     from sqlalchemy import func, select
 
     from sentinel.incidents.db import Database
