@@ -283,8 +283,14 @@ def run(args: argparse.Namespace, db_url: str, db_name: str, work: Path) -> Stor
                 out.all_recorded_s = time.monotonic() - t0
                 break
             time.sleep(1.0)
-        # Give the notifier the rest of a minute to send what the storm queued.
-        wait(lambda: False, max(0.0, min(deadline, time.monotonic() + 30) - time.monotonic()))
+        # The pages follow the route's group_wait (30 s by default) after the incidents
+        # are committed: wait for the first, then until no message came for 10 s.
+        while time.monotonic() < deadline:
+            rss.append(rss_mb(proc.pid))
+            sent = [m for m in receiver.messages if m[0] >= t0]
+            if sent and time.monotonic() - sent[-1][0] > 10:
+                break
+            time.sleep(1.0)
         t1 = time.monotonic()
         if out.first_page_s is None and receiver.since(t0, "firing"):
             out.first_page_s = receiver.since(t0, "firing")[0][0] - t0
@@ -298,7 +304,12 @@ def run(args: argparse.Namespace, db_url: str, db_name: str, work: Path) -> Stor
         t2 = time.monotonic()
         took = wait(lambda: recorded(db_url)[:2] == (0, 0), args.seconds)
         out.all_resolved_s = took
-        wait(lambda: False, 10)  # the last resolves leave the outbox
+        end = time.monotonic() + args.seconds  # the resolves leave the outbox
+        while time.monotonic() < end:
+            sent = receiver.since(t2, "resolved")
+            if sent and time.monotonic() - sent[-1][0] > 10:
+                break
+            time.sleep(1.0)
         t3 = time.monotonic()
         out.resolves = len(receiver.since(t2, "resolved"))
         out.recovery_gap_s = dog.longest_gap(t2, t3)
@@ -315,6 +326,8 @@ def run(args: argparse.Namespace, db_url: str, db_name: str, work: Path) -> Stor
             proc.kill()
             proc.wait()
         log.close()
+        if args.keep_log:
+            Path(args.keep_log).write_text((work / "sentinel.log").read_text(errors="replace"))
         fleet.stop()
         receiver.stop()
         dog.stop()
@@ -360,6 +373,7 @@ def main() -> int:
     ap.add_argument("--watchdog-sec", type=float, default=10.0,
                     help="the WatchdogSec the daemon is told (it pings at half)")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--keep-log", metavar="FILE", help="copy the daemon's log here")
     args = ap.parse_args()
     _raise_fd_limit()
     cluster = None

@@ -188,3 +188,15 @@ def test_the_table_always_holds_each_groups_last_evaluation(
         b = got[k]
         assert (b.state, b.active_at_ms, b.fired_at_ms, b.last_eval_ms) == (
             a.state, a.active_at_ms, a.fired_at_ms, a.last_eval_ms)
+
+
+def test_rows_of_groups_no_longer_loaded_are_forgotten(incident_db: Database) -> None:
+    from sentinel.incidents.alert_states import forget_groups
+
+    tracker, journal = IncidentTracker(incident_db), AlertStateJournal()
+    evaluate(tracker, journal, "kept", [pending("x", T0, "kept")], T0)
+    evaluate(tracker, journal, "gone", [pending("y", T0, "gone")], T0)
+    assert forget_groups(incident_db, ["kept"]) == 1
+    assert [a.group for a in load(incident_db)] == ["kept"]
+    with incident_db.session() as s:
+        assert s.scalars(select(AlertGroupEvalRow.group_name)).all() == ["kept"]

@@ -47,6 +47,7 @@ from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.selfstore import write_to_store
 from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.daemon.takeover import Takeover
+from sentinel.incidents import alert_states
 from sentinel.incidents.db import Database
 from sentinel.incidents.series_recorder import SeriesRecorder
 from sentinel.incidents.tracker import IncidentTracker
@@ -199,6 +200,8 @@ class App:
         if self.lease is None:  # with `ha:`, the leader restores when it takes over
             rules.restore(tracker.load_alert_states(), self._now_ms(),
                           cfg.alert_restore.settings())
+            # Rows of groups no longer in the rule files: no evaluation will delete them.
+            alert_states.forget_groups(tracker.db, rules.groups)
         readiness = DataReadiness(t.name for t in self.query.scraped_targets(cfg.targets))
         rules.ready = readiness.ready
         self._groups = groups

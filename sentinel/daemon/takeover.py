@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from sentinel.config import Config, TargetConfig
 from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.remediation import DaemonRemediation
+from sentinel.incidents import alert_states
 from sentinel.incidents.alert_states import AlertStateJournal
 from sentinel.incidents.outboxwriter import OutboxWriter
 from sentinel.incidents.tracker import IncidentTracker
@@ -90,6 +91,7 @@ class Takeover:
             cold = [a for a in saved if a.last_eval_ms < self.started_ms]
             n = rules.restore(warm)  # this store saw the whole time: ActiveAt stands
             n += rules.restore(cold, self.now_ms(), cfg.alert_restore.settings())
+            alert_states.forget_groups(tracker.db, rules.groups)  # groups since removed
             rules.ready = pipeline.rules.ready
             self.restore_signatures()
             # Remediation first: if it cannot start, the pipeline is left as it was.
