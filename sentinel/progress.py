@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 # Thread ident → monotonic time of its last unit of work. Plain dict stores and reads:
 # atomic under the interpreter lock, so no lock on the hot path.
@@ -35,6 +36,24 @@ def last(ident: int, now_s: float) -> float | None:
     if ident in _WAITING:
         return now_s
     return _LAST.get(ident)
+
+
+class _Lock(Protocol):
+    def acquire(self, blocking: bool = ...) -> bool: ...  # noqa: D102
+
+    def release(self) -> None: ...  # noqa: D102
+
+
+@contextmanager
+def turn(lock: _Lock) -> Iterator[None]:
+    """Hold `lock`; a wait for it counts as progress (its holder is watched itself)."""
+    if not lock.acquire(blocking=False):
+        with waiting():
+            lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @contextmanager

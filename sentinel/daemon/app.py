@@ -19,6 +19,7 @@ from typing import Any
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from sentinel import progress
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.collect.tlssettings import TLSSettings
@@ -666,7 +667,7 @@ class App:
         assert self.pipeline is not None
         if not self.acting():
             return  # a standby: the leader evaluates (sentinel/daemon/leader.py)
-        with self._group_locks.setdefault(group, threading.Lock()):
+        with progress.turn(self._group_locks.setdefault(group, threading.Lock())):
             if now_ms <= self._last_eval_ms.get(group, -1):
                 return  # a follow-up at a later time ran already: nothing new to see
             self._last_eval_ms[group] = now_ms

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sentinel import progress
 from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
 from sentinel.collect.workerpool import ProcessScraper
 from sentinel.daemon.malloc import trim
@@ -112,7 +113,8 @@ class Pipeline:
                 failed = self.rules.failed_rules(group)
                 if failed:  # as prometheus_rule_evaluation_failures_total: per rule
                     self.metrics.rule_failures.labels(group).inc(failed)
-                with self.record_lock:
+                # A group waiting here behind a storm's evaluation is busy, not stuck.
+                with progress.turn(self.record_lock):
                     if self.reconcile_pending:
                         reconciled = self._reconcile(now_ms)
                     # The group's changes to the rule state are saved in the same

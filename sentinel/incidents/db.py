@@ -163,17 +163,11 @@ class Database:
     def _turn(self) -> Iterator[None]:
         # Every SQLite session writes (BEGIN IMMEDIATE): one at a time per file. An
         # RLock, so a thread that nests sessions fails as it did (busy), not hangs.
-        writer = self._writer
-        if writer is None:
+        if self._writer is None:
             yield
             return
-        if not writer.acquire(blocking=False):
-            with progress.waiting():  # busy behind the writer, not wedged (heartbeat.py)
-                writer.acquire()
-        try:
+        with progress.turn(self._writer):  # busy behind the writer, not wedged (heartbeat.py)
             yield
-        finally:
-            writer.release()
 
     def check(self) -> None:
         """Connect and run `SELECT 1`, raising `DatabaseError` when that fails."""
