@@ -15,11 +15,12 @@ monotonic seconds); only the scheduler adapter and the collector read clocks.
 
 Busy is not dead (issue 49): a worker inside a run (`working`) whose thread
 made progress within 3 of its intervals (a database statement, a rule
-evaluated, or a wait for the SQLite writer: `sentinel.progress`) is busy, not
-stuck, for up to BUSY_LIMIT_INTERVALS of its intervals; an alert storm's first
-evaluation may take minutes, and restarting the daemon into the same storm
-helps no one. A run that shows no progress (a deadlock, a call that never
-returns), or lasts longer than that, is stuck as before.
+evaluated, or a wait for the SQLite writer or the pipeline's record lock:
+`sentinel.progress`) is busy, not stuck, for up to BUSY_LIMIT_INTERVALS of
+its intervals; an alert storm's first evaluation may take minutes, and
+restarting the daemon into the same storm helps no one. A run that shows no
+progress (a deadlock, a call that never returns), or lasts longer than that,
+is stuck as before.
 """
 
 from __future__ import annotations
