@@ -213,6 +213,7 @@ class Storm:
     all_recorded_s: float | None = None
     pages: int = 0
     messages: int = 0
+    pages_by_end: int = 0  # firing messages from the flip to the end of the run
     longest_ping_gap_s: float = 0.0
     watchdog_half_s: float = 0.0
     healthz: dict[str, int] = field(default_factory=dict)
@@ -313,6 +314,7 @@ def run(args: argparse.Namespace, db_url: str, db_name: str, work: Path) -> Stor
         t3 = time.monotonic()
         out.resolves = len(receiver.since(t2, "resolved"))
         out.recovery_gap_s = dog.longest_gap(t2, t3)
+        out.pages_by_end = len(receiver.since(t0, "firing"))
         out.recovery_healthz = health.between(t2, t3)
     finally:
         if health is not None:
@@ -343,7 +345,8 @@ def report(r: Storm) -> None:
         ("targets, database", f"{r.targets}, {r.db}"),
         ("time to first page (for: 30s)", _fmt(r.first_page_s)),
         ("every target's alert recorded", _fmt(r.all_recorded_s)),
-        ("pages / messages sent", f"{r.pages} / {r.messages}"),
+        ("pages / messages in the storm", f"{r.pages} / {r.messages} "
+                                          f"({r.pages_by_end} pages by the end)"),
         ("longest watchdog gap (bound)", f"{r.longest_ping_gap_s:.1f} s "
                                          f"({r.watchdog_half_s:.1f} s)"),
         ("/healthz during the storm", ", ".join(f"{k}: {v}" for k, v in sorted(r.healthz.items()))),
