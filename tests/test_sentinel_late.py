@@ -96,10 +96,14 @@ def test_a_scrape_sentinel_was_too_late_to_finish_writes_no_up(silent: str) -> N
     pipeline = _pipeline(store, scraper, metrics)
     try:
         target = ScrapeTarget(name="fine", url=silent, timeout_ms=300)
-        running = io.submit(pipeline.scrape_async(target, 1_000))
-        # The loop starts the scrape, then is starved past the scrape's deadline.
-        io.call_soon(time.sleep, 0.3 + LATE_S + 0.7)
-        result = running.result(60)
+
+        async def starved():  # noqa: ANN202
+            task = asyncio.ensure_future(pipeline.scrape_async(target, 1_000))
+            await asyncio.sleep(0)  # its first step: the request's deadline is set
+            time.sleep(0.3 + LATE_S + 0.7)  # then the loop cannot run: Sentinel is behind
+            return await task
+
+        result = io.submit(starved()).result(60)
     finally:
         scraper.close()
         io.stop()
