@@ -21,7 +21,7 @@ from fixtures_e2e import wait_for
 from sqlalchemy import text
 
 from sentinel import progress
-from sentinel.daemon.heartbeat import BUSY_LIMIT_INTERVALS, Heartbeats
+from sentinel.daemon.heartbeat import BUSY_LIMIT_MIN_S, Heartbeats
 from sentinel.daemon.systemd import WatchdogPinger
 from sentinel.incidents import db as dbmod
 from sentinel.incidents.db import Database, DatabaseError
@@ -36,11 +36,13 @@ def test_a_run_that_makes_progress_is_busy_and_one_that_does_not_is_stuck() -> N
         progress.mark(10.0)  # a statement, a rule: this thread is still at work
         assert hb.stuck(11.0) == []  # silent 11 intervals, but busy
         assert [s.worker for s in hb.stuck(13.5)] == ["rules:g"]  # no progress for 3.5
-        progress.mark(BUSY_LIMIT_INTERVALS + 0.5)
+        progress.mark(300.0)
+        assert hb.stuck(301.0) == []  # 300 intervals, still making progress: busy
+        progress.mark(BUSY_LIMIT_MIN_S + 0.5)
         # Progress, but running longer than the limit: a livelock is not busy forever.
-        assert [s.worker for s in hb.stuck(BUSY_LIMIT_INTERVALS + 1.0)] == ["rules:g"]
+        assert [s.worker for s in hb.stuck(BUSY_LIMIT_MIN_S + 1.0)] == ["rules:g"]
     # The run ended (at the time passed in): no longer inside a run, it is its last run.
-    [beat] = hb.beats(BUSY_LIMIT_INTERVALS + 1.0)
+    [beat] = hb.beats(BUSY_LIMIT_MIN_S + 1.0)
     assert beat.running_since is None and beat.last_s == 0.0
 
 

@@ -17,8 +17,9 @@ Busy is not dead (issue 49): a worker inside a run (`working`) whose thread
 made progress within 3 of its intervals (a database statement, a rule
 evaluated, or a wait for the SQLite writer or the pipeline's record lock:
 `sentinel.progress`) is busy, not stuck, for up to BUSY_LIMIT_INTERVALS of
-its intervals; an alert storm's first evaluation may take minutes, and
-restarting the daemon into the same storm helps no one. A run that shows no
+its intervals (and at least BUSY_LIMIT_MIN_S); an alert storm's first
+evaluation may take minutes, and restarting the daemon into the same storm
+helps no one. A run that shows no
 progress (a deadlock, a call that never returns), or lasts longer than that,
 is stuck as before.
 """
@@ -50,8 +51,11 @@ from sentinel import progress
 
 STUCK_AFTER_INTERVALS = 3
 # How long a run that keeps making progress may last before it counts as stuck anyway
-# (a livelock looks like progress): 20 intervals, 5 minutes for a 15 s rule group.
+# (a livelock looks like progress): 20 intervals, and at least 10 minutes. A storm's
+# first evaluation at 5,000 targets held the other groups behind it for ~4.5 minutes
+# on a loaded 2-core machine (bench/storm.py); 20 intervals of a 5 s group were not enough.
 BUSY_LIMIT_INTERVALS = 20
+BUSY_LIMIT_MIN_S = 600.0
 HEARTBEAT_EVENTS = EVENT_JOB_ADDED | EVENT_JOB_REMOVED | EVENT_JOB_EXECUTED | EVENT_JOB_ERROR
 
 
@@ -74,8 +78,9 @@ class Beat:
         """Inside a run that makes progress, and not for too long."""
         if self.running_since is None or self.progress_s is None:
             return False
+        limit = max(BUSY_LIMIT_INTERVALS * self.interval_s, BUSY_LIMIT_MIN_S)
         return (now_s - self.progress_s <= intervals * self.interval_s
-                and now_s - self.running_since <= BUSY_LIMIT_INTERVALS * self.interval_s)
+                and now_s - self.running_since <= limit)
 
 
 @dataclass(frozen=True, slots=True)
