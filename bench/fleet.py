@@ -130,6 +130,18 @@ class _Fleet:
         self.n = 0
         self.probes = _ProbeAnswers(_TTFT_S if ttft_s is None else ttft_s)
         self.traffic = _Traffic(traffic, pages, firing)
+        self.mode, self.firing = traffic, firing
+        self.other: _Traffic | None = None  # the pages of the other state, made on demand
+
+    def flip(self, firing: bool) -> None:
+        """Every target serves the firing pages (or the calm ones) from the next scrape on:
+        the whole fleet changes at one instant (bench/storm.py)."""
+        if firing == self.firing:
+            return
+        if self.other is None:
+            self.other = _Traffic(self.mode, page_variants(firing=firing), firing)
+            self.other.served = self.traffic.served  # counters go on growing, no reset
+        self.traffic, self.other, self.firing = self.other, self.traffic, firing
 
     def answer(self, t: _Target, head: bytes) -> None:
         self.counts[t.i] += 1
@@ -299,9 +311,12 @@ async def _serve(n: int, firing: bool, traffic: str = "steady",
         ports.append(server.sockets[0].getsockname()[1])
 
     async def control(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if (await reader.readline()).strip() == b"reset":
+        command = (await reader.readline()).strip()
+        if command == b"reset":
             fleet.counts = [0] * len(fleet.counts)
             fleet.probes.counts.clear()
+        elif command in (b"fire", b"calm"):
+            fleet.flip(command == b"fire")
         hit = sum(1 for c in fleet.counts if c)
         writer.write(json.dumps({"total": fleet.n, "hit": hit,
                                  "probes": dict(fleet.probes.counts)}).encode() + b"\n")
@@ -364,6 +379,13 @@ class FleetProcess:
             out["probes"].update(one["probes"])
         out["probes"] = dict(out["probes"])
         return out
+
+    def flip(self, firing: bool) -> None:
+        """Every helper's targets serve the firing (or calm) pages from their next scrape."""
+        for control in self.controls:
+            with socket.create_connection(("127.0.0.1", control), timeout=10) as s:
+                s.sendall(b"fire\n" if firing else b"calm\n")
+                s.makefile().readline()
 
     def stop(self) -> None:
         """Kill the helpers (by their pids)."""

@@ -84,3 +84,54 @@ class QuietFailure:
             self._since, self._total, self._unreported = None, 0, 0
         self.logger.warning("%s recovered after %d failures over %.0fs", self.what, total,
                             now - since)
+
+
+class QuietTally:
+    """A warning that repeats over many items: one line per interval for all of them.
+
+    Issue 49: a starved daemon logged "N run(s) could not start on time" once a
+    minute per target, ~2,000 lines a minute at fleet size, when the news is one
+    fact: Sentinel is behind. The first occurrence is logged at once; later ones
+    are counted per item and written as one line per `every_s`, with the total,
+    the number of items and the items with the most:
+
+        scrape: 1234 run(s) of 512 targets could not start on time in the last 60s
+        (most: a ×12, b ×10, c ×9)
+
+    Counts left when occurrences stop are written with the next one. Thread safe;
+    the clock is passed in.
+    """
+
+    SHOWN = 3  # items named in a summary line
+
+    def __init__(self, logger: logging.Logger, kind: str, what: str, noun: str, *,
+                 unit: str = "run(s)", every_s: float = SUMMARY_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # noqa: D107
+        self.logger = logger
+        self.kind, self.what, self.noun, self.unit = kind, what, noun, unit
+        self.every_s = every_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._last_line: float | None = None
+
+    def add(self, item: str, n: int = 1) -> None:
+        """`n` more occurrences for `item`; may write the line that is due."""
+        now = self.clock()
+        with self._lock:
+            self._counts[item] = self._counts.get(item, 0) + n
+            last = self._last_line
+            if last is not None and now - last < self.every_s:
+                return
+            counts, self._counts, self._last_line = self._counts, {}, now
+        total = sum(counts.values())
+        if last is None:
+            self.logger.warning("%s %s: %d %s %s (repeats are summarised every %gs for all "
+                                "%ss)", self.kind, item, total, self.unit, self.what,
+                                self.every_s, self.noun)
+            return
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:self.SHOWN]
+        most = ", ".join(f"{name} ×{k}" for name, k in top)
+        self.logger.warning("%s: %d %s of %d %s%s %s in the last %.0fs (most: %s)",
+                            self.kind, total, self.unit, len(counts), self.noun,
+                            "" if len(counts) == 1 else "s", self.what, now - last, most)

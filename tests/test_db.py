@@ -44,7 +44,7 @@ def test_upgrade_builds_schema_from_migrations(db_url: str) -> None:
             "alembic_version", "log_cursors", "log_events", "log_file_positions",
             "notify_intents", "notify_groups", "notify_outbox", "silences",
             "remediation_attempts", "remediation_targets", "approvals", "api_audit",
-            "incident_series", "notify_holds"} <= tables
+            "incident_series", "notify_holds", "alert_group_evals"} <= tables
     with incident_db.engine.connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD
     incident_db.upgrade()  # idempotent

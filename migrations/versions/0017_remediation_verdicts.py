@@ -1,7 +1,7 @@
 """Verdicts on remediations, and demoted policy steps.
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-12-07 15:30:00
 
 Some time after an attempt (default 24 h) it gets a verdict: fixed,
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0017"
-down_revision: str | None = "0015"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

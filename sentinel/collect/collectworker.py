@@ -24,6 +24,7 @@ import sys
 import time
 from array import array
 
+from sentinel.collect.deadlines import SentinelLate
 from sentinel.collect.exposition import ExpositionError
 from sentinel.collect.http1 import HTTPError
 from sentinel.collect.scrape import (
@@ -42,6 +43,7 @@ from sentinel.store.memory import MemoryStore
 log = logging.getLogger("sentinel.collect.worker")
 # The answer to a scrape read after its deadline (the daemon counts it missed).
 EXPIRED = Outcome(False, 0.0, 0, 0, None, None, 0, expired=True)
+LATE = Outcome(False, 0.0, 0, 0, None, None, 0, expired=True, late=True)
 
 
 class Worker:
@@ -90,6 +92,8 @@ class Worker:
         start = time.monotonic()
         try:
             text, openmetrics = await self.scraper.fetch(state)
+        except SentinelLate:  # this worker was behind, not the target: the daemon counts it
+            outcome = LATE
         except (HTTPError, ScrapeError, UnicodeDecodeError, TimeoutError) as e:
             outcome = _failed(start, describe_error(e, target))
         except Exception as e:  # a bug, not the target: record it, keep the worker alive

@@ -18,6 +18,19 @@ import heapq
 import weakref
 from typing import Protocol
 
+# How late the loop may reach a deadline before the timeout is Sentinel's, not the
+# target's: a loop that could not run for this long may have left the answer unread in
+# its socket (issue 49: a starved daemon took 505 targets for down).
+LATE_S = 1.0
+
+
+class SentinelLate(TimeoutError):  # noqa: N818 (a TimeoutError, named for whose it is)
+    """A request's deadline was reached late: Sentinel was behind, the target may be fine.
+
+    A TimeoutError, so code that only knows timeouts still stops; a scrape that
+    knows better counts it as late work, never as the target failing.
+    """
+
 
 class Expiring(Protocol):
     """What a deadline is set on: a numbered request at a time, which it can fail."""
@@ -27,8 +40,8 @@ class Expiring(Protocol):
     def in_flight(self) -> bool:
         """Whether the current request is still waiting."""
 
-    def expire(self) -> None:
-        """Fail the current request with TimeoutError."""
+    def expire(self, late: bool = False) -> None:
+        """Fail the current request with TimeoutError (`SentinelLate` when `late`)."""
 
 
 class Deadlines:
@@ -73,7 +86,7 @@ class Deadlines:
                 return
             heapq.heappop(heap)
             if live:
-                holder.expire()
+                holder.expire(now - when > LATE_S)
 
 
 _LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = (

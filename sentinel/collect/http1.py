@@ -45,7 +45,7 @@ import ssl
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from sentinel.collect.deadlines import Deadlines, deadlines
+from sentinel.collect.deadlines import Deadlines, SentinelLate, deadlines
 from sentinel.collect.httpbody import (
     BodyTooLarge,
     CodedAnswer,
@@ -136,6 +136,7 @@ class _Wire(asyncio.Protocol):
         self.closed = False
         self.connecting: asyncio.Task[object] | None = None
         self.expired = False  # the deadline passed while connecting
+        self.expired_late = False  # ... and the loop reached it late (SentinelLate)
         self.waiter: asyncio.Future[Response | CodedAnswer] | None = None
         self.sink: Callable[[bytes], None] | None = None
         self.max_bytes = max_bytes
@@ -214,7 +215,7 @@ class _Wire(asyncio.Protocol):
             raise HTTPError(f"connection failed: {e.strerror or e}") from None
         finally:
             self.connecting = None
-        raise TimeoutError  # the deadline cancelled the connect
+        raise SentinelLate if self.expired_late else TimeoutError  # the deadline cancelled it
 
     def send(self, request: bytes, sink: Callable[[bytes], None] | None,
              loop: asyncio.AbstractEventLoop, deadline: float | None = None,
@@ -241,13 +242,17 @@ class _Wire(asyncio.Protocol):
             return not self.connecting.done()
         return self.waiter is not None and not self.waiter.done()
 
-    def expire(self) -> None:
-        """The deadline passed: fail the exchange (or the connect) with TimeoutError."""
+    def expire(self, late: bool = False) -> None:
+        """The deadline passed: fail the exchange (or the connect) with TimeoutError.
+
+        `late`: the loop reached the deadline late (Sentinel was behind): `SentinelLate`.
+        """
         if self.connecting is not None:
             self.expired = True
+            self.expired_late = late
             self.connecting.cancel()
             return
-        self._fail(TimeoutError())
+        self._fail(SentinelLate() if late else TimeoutError())
 
     def _fail(self, exc: BaseException) -> None:
         self.close()

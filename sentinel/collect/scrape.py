@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from sentinel.collect.deadlines import SentinelLate
 from sentinel.collect.exposition import ExpositionError
 from sentinel.collect.http1 import Connection, HTTPError, build_request
 from sentinel.collect.ioloop import IOLoop
@@ -104,7 +105,10 @@ class ScrapeResult:
     rule reads them); `limit` names the limit a failed scrape broke.
     `missed`: the scrape did not happen (its collect worker was lost, see
     `sentinel.collect.workerpool`); it was counted as missed, and nothing
-    about the target was written.
+    about the target was written. `late`: it did not finish because Sentinel
+    was behind (its deadline was reached late, `SentinelLate`): nothing about
+    the target was written either (`up` is not 0), it is `missed` too, and the
+    pipeline counts it in `sentinel_scrapes_late_total`.
     """
 
     target: ScrapeTarget
@@ -116,6 +120,7 @@ class ScrapeResult:
     dropped: int = 0
     limit: str | None = None
     missed: bool = False
+    late: bool = False
 
 
 class ScrapeError(Exception):
@@ -183,6 +188,9 @@ class Scraper:
         start = self._clock()
         try:
             text, openmetrics = await self._fetch(state)
+        except SentinelLate:  # Sentinel was behind, not the target: nothing is written
+            return ScrapeResult(target, False, self._clock() - start, 0, 0, None,
+                                missed=True, late=True)
         except (HTTPError, ScrapeError, UnicodeDecodeError, TimeoutError) as e:
             error = describe_error(e, target)
             return self._locked_finish(state, now_ms, start, "", False, error)

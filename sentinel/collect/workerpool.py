@@ -353,13 +353,15 @@ class ProcessScraper:
         w.send(("scrape", state.key, seq, now_ms, give_up_ms))
         answer = await fut
         if answer is None or answer[1].expired or self._states.get(target.name) is not state:
-            return self._missed(target, start)  # the worker died or was late, or the target went
+            # The worker died or was late, or the target went.
+            return self._missed(target, start, answer is not None and answer[1].late)
         with state.lock:
             return self._finish(state, w, answer[0], answer[1], now_ms)
 
-    def _missed(self, target: ScrapeTarget, start: float) -> ScrapeResult:
+    def _missed(self, target: ScrapeTarget, start: float, late: bool = False) -> ScrapeResult:
         self._on_missed(target.name, 1)
-        return ScrapeResult(target, False, self._clock() - start, 0, 0, None, missed=True)
+        return ScrapeResult(target, False, self._clock() - start, 0, 0, None, missed=True,
+                            late=late)
 
     def _sync(self, w: _Worker, state: _Target) -> None:
         """Send the worker the filter and the target's definition if it has not got them."""

@@ -60,6 +60,7 @@ class Outcome:
     values: bytes = b""
     stamped: tuple[tuple[int, int, float], ...] = ()
     expired: bool = False  # not scraped: the request was read after its deadline
+    late: bool = False  # not finished: the worker reached the fetch's deadline late
 
 
 def frame(message: tuple[object, ...]) -> bytes:

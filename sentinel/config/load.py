@@ -198,15 +198,30 @@ def format_path(path: YamlPath) -> str:
 # -- summary -----------------------------------------------------------------------------
 
 
+# Targets shown in full by `config_summary`; a fleet's list is summarised past them.
+SUMMARY_TARGETS = 50
+
+
 def config_summary(config: Config) -> str:
     """The effective configuration as YAML, every section, secrets redacted.
 
     Walks the models generically, so a section added to the config shows up here
     without a summary of its own: keys by their YAML names, durations as `5s`, and
-    every secret-bearing field (`repr=False` in the models) masked.
+    every secret-bearing field (`repr=False` in the models) masked. Past
+    SUMMARY_TARGETS targets, the rest are counted, not printed (issue 49: 50,000
+    targets were ~1.5 million lines and most of a minute of CPU, read by no one).
     """
-    doc = {"config_dir": str(config.config_dir), **_model_doc(config)}
-    text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    shown = config
+    more = len(config.targets) - SUMMARY_TARGETS
+    if more > 0:
+        shown = config.model_copy(update={"targets": config.targets[:SUMMARY_TARGETS]})
+    doc = {"config_dir": str(config.config_dir), **_model_doc(shown)}
+    if more > 0:
+        doc["targets"].append(f"... and {more} more targets, not shown")
+    # libyaml's emitter where PyYAML has it: the pure-Python one took ~60 CPU-s for
+    # 10,000 targets (issue 49); the text is the same.
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    text = yaml.dump(doc, Dumper=dumper, sort_keys=False, default_flow_style=False)
     return Redactor(config.secrets()).redact(text)
 
 

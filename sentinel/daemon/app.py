@@ -19,6 +19,7 @@ from typing import Any
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from sentinel import progress
 from sentinel.collect.accelerators import Accelerators
 from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
@@ -48,6 +49,7 @@ from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.daemon.selfstore import write_to_store
 from sentinel.daemon.sourcejobs import SourceJobs
 from sentinel.daemon.takeover import Takeover
+from sentinel.incidents import alert_states
 from sentinel.incidents.db import Database
 from sentinel.incidents.series_recorder import SeriesRecorder
 from sentinel.incidents.tracker import IncidentTracker
@@ -130,6 +132,7 @@ class App:
         self._scheduler: BackgroundScheduler | None = None
         self._stopping = threading.Event()  # long jobs end early (the evidence job)
         self._jobs_waiter: threading.Thread | None = None  # ends when the jobs have ended
+        self._watchdog: systemd.WatchdogPinger | None = None  # feeds WatchdogSec while healthy
         # The one event loop for network I/O: scrapes now; other async sources submit here.
         self.io: IOLoop | None = None
         self.scrape_jobs: ScrapeJobs | None = None
@@ -205,6 +208,8 @@ class App:
         if self.lease is None:  # with `ha:`, the leader restores when it takes over
             rules.restore(tracker.load_alert_states(), self._now_ms(),
                           cfg.alert_restore.settings())
+            # Rows of groups no longer in the rule files: no evaluation will delete them.
+            alert_states.forget_groups(tracker.db, rules.groups)
         readiness = DataReadiness((t.name for t in self.query.scraped_targets(cfg.targets)),
                                   self._now_ms)
         rules.ready = readiness.ready
@@ -255,6 +260,10 @@ class App:
         if self.lease is not None:
             self.lease.start()  # one round now: a lone daemon leads from the first evaluation
         self.notifier.start()
+        watchdog = systemd.watchdog_interval_s()
+        if watchdog:  # a thread of its own: fed while healthy, a stuck worker gets a restart
+            self._watchdog = systemd.WatchdogPinger(watchdog, self.healthy)
+            self._watchdog.start()
         self._not_ready = None
         systemd.notify("READY=1")
         log.info(
@@ -265,6 +274,9 @@ class App:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop scheduling, let running jobs finish (bounded), close the status server."""
         systemd.notify("STOPPING=1")
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         self._not_ready = "stopping"
         self._stopping.set()
         if self.lease is not None:  # hand the lease back: a standby takes over at once
@@ -316,6 +328,10 @@ class App:
     def _jobs_running(self) -> bool:
         """Whether scheduler jobs still run past stop's bounded wait for them."""
         return self._jobs_waiter is not None and self._jobs_waiter.is_alive()
+
+    def jobs_running(self) -> bool:
+        """After `stop`: whether a job still runs (the process may exit without it)."""
+        return self._jobs_running()
 
     def _after_jobs(self, close: Callable[[], None]) -> None:
         """Run `close` once the scheduler's jobs have ended: now, or when the last one
@@ -623,9 +639,6 @@ class App:
                       next_run_time=_now_dt())
         sched.add_job(self._guard("housekeeping", self._housekeeping_job), "interval",
                       seconds=HOUSEKEEPING_INTERVAL_S, id="housekeeping")
-        watchdog = systemd.watchdog_interval_s()
-        if watchdog:
-            sched.add_job(self._watchdog, "interval", seconds=watchdog, id="watchdog")
         return sched
 
     def _schedule_rule_groups(self, sched: BackgroundScheduler, warmup_ms: int = 0) -> None:
@@ -675,7 +688,10 @@ class App:
             log.exception("scrape job of %s failed", target.name)
 
     def _evaluate_job(self, group: str, interval_ms: int) -> None:
-        self._evaluate_at(group, int(self.clock() * 1000) // interval_ms * interval_ms)
+        # Busy, not stuck, while the run makes progress (heartbeat.py): an alert storm's
+        # evaluation may outlast three intervals without the daemon being dead.
+        with self.heartbeats.working(f"rules:{group}"):
+            self._evaluate_at(group, int(self.clock() * 1000) // interval_ms * interval_ms)
 
     def _follow_evaluate(self, group: str, now_ms: int) -> None:
         """A follow-up evaluation (daemon/follow.py): as the scheduled ones, nothing escapes."""
@@ -694,7 +710,7 @@ class App:
         assert self.pipeline is not None
         if not self.acting():
             return  # a standby: the leader evaluates (sentinel/daemon/leader.py)
-        with self._group_locks.setdefault(group, threading.Lock()):
+        with progress.turn(self._group_locks.setdefault(group, threading.Lock())):
             if now_ms <= self._last_eval_ms.get(group, -1):
                 return  # a follow-up at a later time ran already: nothing new to see
             self._last_eval_ms[group] = now_ms
@@ -761,16 +777,11 @@ class App:
     def _self_metrics_job(self) -> None:
         assert self.pipeline is not None
         m = self.metrics
-        write_to_store((self.missed.scrapes, self.missed.iterations, m.scrapes,
+        write_to_store((self.missed.scrapes, self.missed.iterations, m.scrapes, m.scrapes_late,
                         m.evaluation_failures, m.rule_failures, m.outbox_oldest_age,
                         self._heartbeat_metrics), self.pipeline.store, self._now_ms())
         if self.query is not None:
             self.query.write_metrics(self.pipeline.store, self._now_ms())
-
-    def _watchdog(self) -> None:
-        """Feed systemd's watchdog only while healthy: a stuck worker gets Sentinel restarted."""
-        if self.healthy() is None:  # unhealthy: logged by healthy(), not fed here
-            systemd.notify("WATCHDOG=1")
 
     def _housekeeping_job(self) -> None:
         assert self.pipeline is not None

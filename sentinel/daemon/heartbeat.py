@@ -12,6 +12,16 @@ naming it and since when, the systemd watchdog stops being fed, and
 A run that raised is still a completed run: failures are counted elsewhere;
 this says only whether the worker is alive. Time is passed in (`now_s`,
 monotonic seconds); only the scheduler adapter and the collector read clocks.
+
+Busy is not dead (issue 49): a worker inside a run (`working`) whose thread
+made progress within 3 of its intervals (a database statement, a rule
+evaluated, or a wait for the SQLite writer or the pipeline's record lock:
+`sentinel.progress`) is busy, not stuck, for up to BUSY_LIMIT_INTERVALS of
+its intervals (and at least BUSY_LIMIT_MIN_S); an alert storm's first
+evaluation may take minutes, and restarting the daemon into the same storm
+helps no one. A run that shows no
+progress (a deadlock, a call that never returns), or lasts longer than that,
+is stuck as before.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -36,7 +47,15 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sentinel import progress
+
 STUCK_AFTER_INTERVALS = 3
+# How long a run that keeps making progress may last before it counts as stuck anyway
+# (a livelock looks like progress): 20 intervals, and at least 10 minutes. A storm's
+# first evaluation at 5,000 targets held the other groups behind it for ~4.5 minutes
+# on a loaded 2-core machine (bench/storm.py); 20 intervals of a 5 s group were not enough.
+BUSY_LIMIT_INTERVALS = 20
+BUSY_LIMIT_MIN_S = 600.0
 HEARTBEAT_EVENTS = EVENT_JOB_ADDED | EVENT_JOB_REMOVED | EVENT_JOB_EXECUTED | EVENT_JOB_ERROR
 
 
@@ -52,6 +71,16 @@ class Beat:
     interval_s: float
     last_s: float
     runs: int = 0
+    running_since: float | None = None  # inside a run since then (monotonic)
+    progress_s: float | None = None  # its thread's last unit of work, while running
+
+    def busy(self, now_s: float, intervals: float = STUCK_AFTER_INTERVALS) -> bool:
+        """Inside a run that makes progress, and not for too long."""
+        if self.running_since is None or self.progress_s is None:
+            return False
+        limit = max(BUSY_LIMIT_INTERVALS * self.interval_s, BUSY_LIMIT_MIN_S)
+        return (now_s - self.progress_s <= intervals * self.interval_s
+                and now_s - self.running_since <= limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +106,7 @@ def stuck(beats: Iterable[Beat], now_s: float,
     out = []
     for b in beats:
         silent = now_s - b.last_s
-        if silent > intervals * b.interval_s:
+        if silent > intervals * b.interval_s and not b.busy(now_s, intervals):
             out.append(Stuck(b.worker, b.interval_s, silent, b.runs))
     return sorted(out, key=lambda s: s.worker)
 
@@ -88,6 +117,7 @@ class Heartbeats:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._beats: dict[str, Beat] = {}
+        self._threads: dict[str, int] = {}  # worker → the thread of its run in progress
 
     def expect(self, worker: str, interval_s: float, since_s: float) -> None:
         """Start watching a worker due to run first at `since_s` (monotonic) every interval."""
@@ -101,19 +131,45 @@ class Heartbeats:
             if b is not None:
                 self._beats[worker] = replace(b, last_s=max(b.last_s, now_s), runs=b.runs + 1)
 
+    @contextmanager
+    def working(self, worker: str, now_s: float | None = None) -> Iterator[None]:
+        """A run of `worker` on the calling thread: busy while its thread makes progress."""
+        started = time.monotonic() if now_s is None else now_s
+        with self._lock:
+            b = self._beats.get(worker)
+            if b is not None:
+                self._beats[worker] = replace(b, running_since=started)
+            self._threads[worker] = threading.get_ident()
+        progress.mark(started)
+        try:
+            yield
+        finally:
+            ended = time.monotonic() if now_s is None else now_s
+            with self._lock:
+                self._threads.pop(worker, None)
+                b = self._beats.get(worker)
+                if b is not None:  # ended: its last run is now (the listener counts the run)
+                    self._beats[worker] = replace(b, running_since=None,
+                                                  last_s=max(b.last_s, ended))
+
     def forget(self, worker: str) -> None:
         """Stop watching a worker (a rule group removed by a reload, a job stopped)."""
         with self._lock:
             self._beats.pop(worker, None)
 
-    def beats(self) -> list[Beat]:
-        """A snapshot of every watched worker."""
+    def beats(self, now_s: float | None = None) -> list[Beat]:
+        """A snapshot of every watched worker (with its thread's progress at `now_s`)."""
+        now = time.monotonic() if now_s is None else now_s
         with self._lock:
-            return list(self._beats.values())
+            beats = list(self._beats.values())
+            threads = dict(self._threads)
+        return [replace(b, progress_s=progress.last(threads[b.worker], now))
+                if b.worker in threads and b.running_since is not None else b
+                for b in beats]
 
     def stuck(self, now_s: float) -> list[Stuck]:
         """The stuck workers at `now_s` (monotonic)."""
-        return stuck(self.beats(), now_s)
+        return stuck(self.beats(now_s), now_s)
 
     def unhealthy(self, now_s: float, now_wall_s: float) -> str | None:
         """None when every worker is alive, else one line per stuck worker."""

@@ -10,14 +10,16 @@ time, so each run time that did not happen is exactly one event, and
 `MissedWork.listener` counts it. The counters are
 `sentinel_scrapes_missed_total{target}` and
 `sentinel_rule_group_iterations_missed_total{group}`, the names Prometheus
-uses for its own.
+uses for its own. The log says it once a minute per kind (scrapes, rule
+groups) for every target or group together (`QuietTally`): at fleet size a
+daemon that is behind is behind everywhere, and one line per target a minute
+was ~2,000 lines (issue 49).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -29,6 +31,8 @@ from apscheduler.events import (
     SchedulerEvent,
 )
 from prometheus_client import CollectorRegistry, Counter
+
+from sentinel.quietlog import QuietTally
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +60,7 @@ class _NotCancelled(logging.Filter):
 
 
 class MissedWork:
-    """Counts missed scrapes and rule group iterations; logs each item at most once a minute."""
+    """Counts missed scrapes and rule group iterations; logs each kind at most once a minute."""
 
     def __init__(self, registry: CollectorRegistry,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -68,10 +72,10 @@ class MissedWork:
             "sentinel_rule_group_iterations_missed_total",
             "Rule group evaluations that could not start on time.", ["group"],
             registry=registry)
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._last_log: dict[tuple[str, str], float] = {}
-        self._unlogged: dict[tuple[str, str], int] = {}
+        self._tallies = {
+            kind: QuietTally(log, kind, "could not start on time", noun,
+                             every_s=LOG_EVERY_S, clock=clock)
+            for kind, noun in (("scrape", "target"), ("rule group", "group"))}
 
     def track(self, targets: Iterable[str], groups: Iterable[str]) -> None:
         """Start every target's and group's counter at 0, so the first miss is an increase."""
@@ -102,14 +106,4 @@ class MissedWork:
             self.iteration_missed(name, n)
 
     def _log(self, kind: str, name: str, n: int) -> None:
-        key = (kind, name)
-        now = self._clock()
-        with self._lock:
-            self._unlogged[key] = self._unlogged.get(key, 0) + n
-            last = self._last_log.get(key)
-            if last is not None and now - last < LOG_EVERY_S:
-                return
-            self._last_log[key] = now
-            count = self._unlogged.pop(key)
-        log.warning("%s %s: %d run(s) could not start on time%s", kind, name, count,
-                    "" if last is None else f" in the last {now - last:.0f}s")
+        self._tallies[kind].add(name, n)

@@ -275,7 +275,13 @@ class Notifier:
         while not self._stop.is_set():
             self._wake.clear()
             if self._active():
-                self.run_once()
+                if self._heartbeats is not None:
+                    # Busy, not stuck, while its round makes progress: waiting for the
+                    # SQLite writer behind an alert storm's transaction is (issue 49).
+                    with self._heartbeats.working(WORKER):
+                        self.run_once()
+                else:
+                    self.run_once()
             self._beat()
             self._wake.wait(self._interval_s)
         # Drain: what the last evaluations wrote is sent now (within stop's timeout),

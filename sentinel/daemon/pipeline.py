@@ -22,11 +22,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sentinel import progress
 from sentinel.collect.scrape import Scraper, ScrapeResult, ScrapeTarget
 from sentinel.collect.workerpool import ProcessScraper
 from sentinel.daemon.malloc import trim
 from sentinel.daemon.readiness import DataReadiness
 from sentinel.daemon.selfmetrics import SelfMetrics
+from sentinel.incidents.alert_states import AlertStateJournal
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.model import Alert, AlertState, Notification
 from sentinel.quietlog import QuietFailure
@@ -64,6 +66,13 @@ class Pipeline:
     reconcile_pending: bool = False
     # collect/accelerators.py: each alert gets the runbook that fits its target's accelerator.
     accelerators: Any = None
+    # What the alert_states table holds, per group, so each evaluation writes only its
+    # changes (issue 49). Replace it (a new journal) whenever another process may have
+    # written the table: a takeover.
+    journal: AlertStateJournal = field(default_factory=AlertStateJournal)
+    # Pending and firing alerts per group, for the alert gauges without a walk of every
+    # group's alerts at each group's evaluation.
+    _alert_counts: dict[str, tuple[int, int]] = field(default_factory=dict)
     _failures: dict[str, QuietFailure] = field(default_factory=dict)
 
     def scrape(self, target: ScrapeTarget, now_ms: int) -> ScrapeResult:
@@ -77,6 +86,8 @@ class Pipeline:
     def _count(self, result: ScrapeResult, now_ms: int) -> ScrapeResult:
         # The scraper logs a failure when its reason changes, not at every scrape.
         if result.missed:  # counted as missed by the scraper: neither success nor failure
+            if result.late:  # Sentinel was behind (issue 49): not the target's failure
+                self.metrics.scrapes_late.inc()
             return result
         name = result.target.name
         if self.readiness is not None:
@@ -106,12 +117,20 @@ class Pipeline:
                 failed = self.rules.failed_rules(group)
                 if failed:  # as prometheus_rule_evaluation_failures_total: per rule
                     self.metrics.rule_failures.labels(group).inc(failed)
-                with self.record_lock:
+                # A group waiting here behind a storm's evaluation is busy, not stuck.
+                with progress.turn(self.record_lock):
                     if self.reconcile_pending:
                         reconciled = self._reconcile(now_ms)
-                    # The rule state is saved in the same transaction as the incidents.
-                    notifications = self.tracker.process(alerts, now_ms,
-                                                         states=self.rules.active_alerts())
+                    # The group's changes to the rule state are saved in the same
+                    # transaction as the incidents.
+                    delta = self.journal.delta(group, alerts, now_ms)
+                    try:
+                        notifications = self.tracker.process(alerts, now_ms, states=delta)
+                    except Exception:
+                        # Committed or not, unknown: the group is written whole next time.
+                        self.journal.forget(group)
+                        raise
+                    self.journal.committed(delta)
                     # Committed: only now may resolved alerts leave the rule engine.
                     self.rules.acknowledge(alerts)
             except Exception:
@@ -127,7 +146,7 @@ class Pipeline:
                 # Only matches and queues: actions run off this thread.
                 self.remediator.offer(alerts, now_ms)
         notifications = reconciled + notifications
-        self._count_alerts()
+        self._count_alerts(group, alerts)
         if self.on_queued is not None:
             if notifications:
                 self.on_queued()
@@ -198,12 +217,15 @@ class Pipeline:
                           notification.incident_id)
             return notification
 
-    def _count_alerts(self) -> None:
-        active: list[Alert] = self.rules.active_alerts()
-        for state in (AlertState.PENDING, AlertState.FIRING):
-            self.metrics.alerts.labels(state.value).set(
-                sum(1 for a in active if a.state == state)
-            )
+    def _count_alerts(self, group: str, alerts: Sequence[Alert]) -> None:
+        # Counts this group's alerts only; the others' are remembered from their own
+        # evaluations (a group removed by a reload keeps its last count until restart).
+        pending = sum(1 for a in alerts if a.state is AlertState.PENDING)
+        firing = sum(1 for a in alerts if a.state is AlertState.FIRING)
+        self._alert_counts[group] = (pending, firing)
+        counts = list(self._alert_counts.values())
+        self.metrics.alerts.labels(AlertState.PENDING.value).set(sum(p for p, _ in counts))
+        self.metrics.alerts.labels(AlertState.FIRING.value).set(sum(f for _, f in counts))
 
     def housekeeping(self, now_ms: int) -> None:
         """Drop samples past retention and report store size."""

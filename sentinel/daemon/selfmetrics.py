@@ -84,6 +84,12 @@ class SelfMetrics:
         self.store_bytes = Gauge(
             "sentinel_store_bytes", "Bytes of samples held in the embedded store.", registry=r,
         )
+        # Issue 49: one series for the fleet (a starved daemon is late everywhere at once).
+        self.scrapes_late = Counter(
+            "sentinel_scrapes_late_total",
+            "Scrapes that did not finish because Sentinel was behind (their deadline was "
+            "reached late): not counted as the target failing, `up` not written.", registry=r,
+        )
         self.samples_dropped = Counter(
             "sentinel_store_samples_dropped_total",
             "Scraped samples not stored because no loaded rule reads their series.", registry=r,

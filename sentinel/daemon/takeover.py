@@ -16,7 +16,9 @@ evaluation as leader:
   evaluation: a hot standby) keep their `ActiveAt` as they are, so `for`
   does not restart; older ones go through Prometheus's restore rules
   (rules/restore.py), as after a restart;
-- a fresh incident tracker (its memory of announced pages belongs to one term);
+- a fresh incident tracker (its memory of announced pages belongs to one term) and
+  alert-state journal (each group is written whole at its first evaluation, then as
+  deltas: the last leader wrote the rows);
 - open incidents are reconciled against the restored alerts at the first evaluation;
 - remediation and approvals start (their claims go through the fenced database).
 
@@ -38,6 +40,8 @@ from dataclasses import dataclass
 from sentinel.config import Config, TargetConfig
 from sentinel.daemon.pipeline import Pipeline
 from sentinel.daemon.remediation import DaemonRemediation
+from sentinel.incidents import alert_states
+from sentinel.incidents.alert_states import AlertStateJournal
 from sentinel.incidents.outboxwriter import OutboxWriter
 from sentinel.incidents.tracker import IncidentTracker
 from sentinel.respond.remediate.actfirst_grace import act_first
@@ -88,12 +92,15 @@ class Takeover:
             cold = [a for a in saved if a.last_eval_ms < self.started_ms]
             n = rules.restore(warm)  # this store saw the whole time: ActiveAt stands
             n += rules.restore(cold, self.now_ms(), cfg.alert_restore.settings())
+            alert_states.forget_groups(tracker.db, rules.groups)  # groups since removed
             rules.ready = pipeline.rules.ready
             self.restore_signatures()
             # Remediation first: if it cannot start, the pipeline is left as it was.
             pipeline.remediator = self.remediation.start(tracker.db, self.discovered())
             pipeline.rules = rules
             pipeline.tracker = tracker
+            # The last leader wrote alert_states: each group is written whole once more.
+            pipeline.journal = AlertStateJournal()
             pipeline.reconcile_pending = True
             self.set_leading(True)
         log.info("took over as leader (epoch %d, holder %s): %d alerts restored",

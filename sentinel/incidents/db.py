@@ -1,7 +1,14 @@
 """The database handle: engine, sessions, and the Alembic upgrade that builds the schema.
 
 SQLite (the embedded default) gets WAL, foreign keys and a busy timeout on
-every connection; PostgreSQL goes through psycopg 3. The schema is created
+every connection, and one writer per file in a process: every session on a
+SQLite file waits its turn on one lock before it begins, so Sentinel's own
+threads (rule evaluation, notifier, act-first round, evidence recorder, log
+jobs) queue behind each other instead of racing for SQLite's lock and giving
+up after the busy timeout with "database is locked" (issue 49: a storm's long
+transactions made them do exactly that). The busy timeout remains for other
+processes (a `sentinel` command beside the daemon). PostgreSQL goes through
+psycopg 3 and is unaffected. The schema is created
 only by the migrations in `migrations/` (`Database.upgrade()`), never by
 `metadata.create_all`, so what tests run against is what production runs.
 
@@ -16,6 +23,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +34,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from sentinel import progress
 from sentinel.paths import bundled_dir
 
 MIGRATIONS_ENV = "SENTINEL_MIGRATIONS_DIR"
@@ -128,6 +137,7 @@ class Database:
         self._password = self.url.password
         self.engine = _create_engine(self.url, echo=echo)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._writer = _sqlite_writer(self.url)
 
     @property
     def safe_url(self) -> str:
@@ -145,8 +155,19 @@ class Database:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A session in one transaction: committed on success, rolled back on error."""
-        with self._translate_errors(), self._sessions() as session, session.begin():
+        with self._turn(), self._translate_errors(), self._sessions() as session, \
+                session.begin():
             yield session
+
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        # Every SQLite session writes (BEGIN IMMEDIATE): one at a time per file. An
+        # RLock, so a thread that nests sessions fails as it did (busy), not hangs.
+        if self._writer is None:
+            yield
+            return
+        with progress.turn(self._writer):  # busy behind the writer, not wedged (heartbeat.py)
+            yield
 
     def check(self) -> None:
         """Connect and run `SELECT 1`, raising `DatabaseError` when that fails."""
@@ -265,13 +286,35 @@ class Database:
             raise DatabaseError(message) from e
 
 
+_WRITERS: dict[str, threading.RLock] = {}
+_WRITERS_GUARD = threading.Lock()
+
+
+def _sqlite_writer(url: URL) -> threading.RLock | None:
+    """The lock every session on this SQLite file takes first; None for PostgreSQL.
+
+    Keyed by the file's resolved path, so two `Database` objects on one file (the
+    daemon opens a few) share it; an in-memory database is its own.
+    """
+    if url.get_backend_name() != "sqlite":
+        return None
+    name = url.database or ""
+    if name in ("", ":memory:") or name.startswith("file:"):
+        return threading.RLock()
+    key = str(Path(name).resolve())
+    with _WRITERS_GUARD:
+        return _WRITERS.setdefault(key, threading.RLock())
+
+
 def _scrub(message: str, secret: str | None) -> str:
     return message.replace(secret, "***") if secret else message
 
 
 def _create_engine(url: URL, *, echo: bool) -> Engine:
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, echo=echo, pool_pre_ping=True)
+        engine = create_engine(url, echo=echo, pool_pre_ping=True)
+        event.listen(engine, "after_cursor_execute", _progressed)
+        return engine
     database = url.database or ""
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
     if database in ("", ":memory:"):
@@ -280,9 +323,15 @@ def _create_engine(url: URL, *, echo: bool) -> Engine:
     elif not database.startswith("file:"):
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, echo=echo, **kwargs)
+    event.listen(engine, "after_cursor_execute", _progressed)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+def _progressed(*_args: Any) -> None:
+    # Each statement done is progress of the thread that ran it (sentinel/progress.py).
+    progress.mark()
 
 
 def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:

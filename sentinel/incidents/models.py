@@ -218,8 +218,24 @@ class AlertStateRow(Base):
 
     __table_args__ = (
         CheckConstraint("state IN ('inactive', 'pending', 'firing')", name="state"),
-        Index("ix_alert_states_group_name_rule", "group_name", "rule"),
+        # A delta names its rows by (group, rule, fingerprint); the prefix serves a group.
+        Index("ix_alert_states_group_name_rule_fingerprint", "group_name", "rule",
+              "fingerprint"),
     )
+
+
+class AlertGroupEvalRow(Base):
+    """When a rule group's alert state was last committed: Prometheus's `downAt`.
+
+    Alert rows are written only when they change (alert_states.py); this one
+    row per group moves at every evaluation, so a restart knows how long the
+    group's pending alerts went unevaluated.
+    """
+
+    __tablename__ = "alert_group_evals"
+
+    group_name: Mapped[str] = mapped_column(String, primary_key=True)
+    evaluated_at: Mapped[datetime]
 
 
 class LogCursorRow(Base):

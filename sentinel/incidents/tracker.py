@@ -215,11 +215,12 @@ class IncidentTracker:
         self._join_window_ms = join_window_ms
         self._act_first = act_first
     def process(self, alerts: Sequence[Alert], now_ms: int,
-                states: Sequence[Alert] | None = None) -> list[Notification]:
+                states: Sequence[Alert] | alert_states.AlertStateDelta | None = None
+                ) -> list[Notification]:
         """Apply one evaluation's alerts; return the notifications to deliver.
 
-        With `states` (the rule engine's active alerts), the persisted rule
-        state is replaced in the same transaction.
+        With `states` (the group's delta, or the rule engine's whole set of active
+        alerts), the persisted rule state is written in the same transaction.
         """
         groups: dict[GroupKey, list[Alert]] = {}
         for alert in alerts:

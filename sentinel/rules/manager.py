@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sentinel import progress
 from sentinel.model import Alert, AlertState, Vector
 from sentinel.rules.alerting import AlertingRuleState, ReadyFunc, RuleHealth, TemplateContext
 from sentinel.rules.concurrent import RulePool, dependencies
@@ -166,6 +167,7 @@ class RuleManager:
     def _eval_rule(self, group: _Group, i: int, query: Any, now_ms: int,
                    errors: Mapping[int, str]) -> list[Alert]:
         """Evaluate rule `i` of a group and write its output back; its alerts."""
+        progress.mark()  # each rule is a unit of work: a long group is busy, not stuck
         rule = group.rules[i]
         name, offset = group.spec.name, group.spec.query_offset_ms
         start = time.perf_counter()
