@@ -12,7 +12,9 @@ NOT_METRICS = {"sentinel_session", "sentinel_runbook", "sentinel_mcp_principal",
                "sentinel_outage",  # an annotation on alerts recorded after an outage
                # act-first annotations on pages and "fixed" messages (respond/notify/actfirst)
                "sentinel_action", "sentinel_excerpt", "sentinel_outcome", "sentinel_remediation",
-               "sentinel_time_to_recovery"}
+               "sentinel_time_to_recovery",
+               # a symptom's page names its cause (respond/notify/cause)
+               "sentinel_cause", "sentinel_cause_category"}
 
 
 def _names_in_code() -> set[str]:
