@@ -94,7 +94,14 @@ def test_waiting_for_the_sqlite_writer_is_busy(tmp_path: Path) -> None:
 def test_the_watchdog_is_fed_from_its_own_thread_while_healthy() -> None:
     sent: list[tuple[str, str]] = []
     why: list[str | None] = [None]
-    pinger = WatchdogPinger(0.02, lambda: why[0],
+    unhealthy_checks = [0]
+
+    def healthy() -> str | None:
+        if why[0] is not None:
+            unhealthy_checks[0] += 1
+        return why[0]
+
+    pinger = WatchdogPinger(0.02, healthy,
                             lambda s: sent.append((s, threading.current_thread().name)) or True)
     pinger.start()
     try:
@@ -102,9 +109,11 @@ def test_the_watchdog_is_fed_from_its_own_thread_while_healthy() -> None:
         assert {name for _, name in sent} == {"sentinel-watchdog"}
         assert {s for s, _ in sent} == {"WATCHDOG=1"}
         why[0] = "rules:g: has not completed a run"
-        time.sleep(0.1)  # a ping already under way may still land
+        # The pinger checks, then sends, in one thread: once a check has said unhealthy,
+        # a ping decided before it has landed, so the count is final from here.
+        wait_for(lambda: unhealthy_checks[0] >= 1, 30, "an unhealthy check")
         n = len(sent)
-        time.sleep(0.3)
+        wait_for(lambda: unhealthy_checks[0] >= 6, 30, "five more unhealthy checks")
         assert len(sent) == n  # unhealthy: not fed
     finally:
         pinger.stop()
