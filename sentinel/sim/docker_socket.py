@@ -103,6 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
         if container is None:
             return
         if m.group(2) == "logs":
+            container.event("GET logs")  # a test can wait until a follower is reading
             dockerlogs.serve(self, container, parse_qs(urlsplit(self.path).query),
                              self.server.stopping)  # type: ignore[attr-defined]
             return
