@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -225,6 +226,49 @@ def test_a_crash_written_the_moment_the_daemon_is_ready_is_caught(tmp_path: Path
         assert any("oom" in sig.lower() or "hbm" in sig.lower() for sig, _ in _events(db))
     finally:
         app.stop(5)
+        sock.stop()
+        sim.stop()
+        db.dispose()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_the_daemons_sources_read_from_when_they_were_built_not_first_polled(
+        tmp_path: Path) -> None:
+    """Issue 53, deterministically: the daemon builds its sources (SourceJobs) before it
+    says ready; the container and a log file crash before any poll is scheduled, and
+    both crashes are matched once the polls start."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from sentinel.config import load_config
+    from sentinel.daemon.selfmetrics import SelfMetrics
+    from sentinel.daemon.sourcejobs import SourceJobs
+    from sentinel.store import MemoryStore
+
+    sim = start_sim()
+    folder = Path(tempfile.mkdtemp(prefix="dl-", dir="/tmp"))
+    sock = serve_container(sim, ContainerSpec(name="vllm"), str(folder / "docker.sock"))
+    logfile = tmp_path / "vllm.log"
+    logfile.write_text("INFO: an old line\n")
+    cfg = _daemon_config(tmp_path, sim.url, str(folder / "docker.sock"))
+    cfg.write_text(cfg.read_text() + f"      files: [{logfile}]\n")
+    db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
+    db.upgrade()
+    jobs = SourceJobs(load_config(cfg), MemoryStore(retention_ms=60_000), db, SelfMetrics(),
+                      lambda: int(time.time() * 1000))
+    sched = BackgroundScheduler()
+    try:
+        sim.container.crash("down")  # "ready" said, no poll yet: no request, no read
+        with logfile.open("a") as f:
+            f.write("\n".join(CRASH) + "\n")
+        assert not sim.container.times("GET logs")
+        jobs.schedule(sched, lambda _name, job: job, datetime.now(UTC))
+        sched.start()
+        wait_for(lambda: {src for _, src in _events(db)} >= {"docker:vllm", f"file:{logfile}"},
+                 60, "both crashes matched")
+    finally:
+        sched.shutdown(wait=True)
+        jobs.close()
         sock.stop()
         sim.stop()
         db.dispose()
