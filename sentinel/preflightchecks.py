@@ -8,7 +8,12 @@ cannot pass what `run` then trips on:
                   loaded into an SSLContext, as the scraper loads it
     rule metrics  every `vllm:` name a rule selects is one vLLM exposes (did-you-mean)
     network       (`check config --network`) each model endpoint answers /v1/models
-                  and each receiver's host accepts a connection, naming the URL
+                  and each receiver's host accepts a connection, naming the URL;
+                  through the proxy the environment gives (HTTP_PROXY, HTTPS_PROXY,
+                  ALL_PROXY, NO_PROXY), chosen by httpx as the run-time clients
+                  choose it: the model client and the receivers are httpx clients
+                  that trust the environment (neither has a `proxy_url` key; only
+                  targets do, and `--scrape` follows theirs)
 """
 
 from __future__ import annotations
@@ -105,29 +110,42 @@ def check_network(config: Config) -> list[Finding]:
 def _check_model(i: int, endpoint: object) -> Finding | None:
     import httpx
 
-
     key = format_path(("diagnosis", "endpoints", i, "url"))
     url = str(getattr(endpoint, "url", "")).removesuffix("/v1") + "/v1/models"
     api_key = getattr(endpoint, "api_key", "")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
+    via = _through(url)
+    try:  # httpx's own choice of proxy from the environment, as ModelClient's at run time
         reply = httpx.get(url, headers=headers, timeout=NETWORK_TIMEOUT_S)
     except httpx.HTTPError as exc:
-        return Finding(UNAVAILABLE, key, f"{url}: no answer ({type(exc).__name__}: "
-                       f"{_words(exc)}): start the model server there, or fix the URL; "
-                       "diagnosis asks it at the first crash")
+        return Finding(UNAVAILABLE, key, f"{url}{via}: no answer ({type(exc).__name__}: "
+                       f"{_words(exc)}): start the model server there, or fix the URL"
+                       f"{' or the proxy' if via else ''}; diagnosis asks it at the first "
+                       "crash")
     if reply.status_code >= 400:
-        return Finding(UNAVAILABLE, key, f"{url}: HTTP {reply.status_code}: "
+        return Finding(UNAVAILABLE, key, f"{url}{via}: HTTP {reply.status_code}: "
                        + ("check api_key / api_key_file" if reply.status_code in (401, 403)
-                          else "is this an OpenAI-compatible server (vLLM serves /v1/models)?"))
+                          else "the proxy could not reach it" if via and reply.status_code
+                          in _PROXY_FAILED else
+                          "is this an OpenAI-compatible server (vLLM serves /v1/models)?"))
     return None
 
 
-def _check_receiver(key: str, url: str) -> Finding | None:
-    """A TCP connection to the receiver's host and port; nothing is sent (no test page)."""
+_PROXY_FAILED = (502, 503, 504)  # what a forward proxy answers when the origin is away
 
+
+def _check_receiver(key: str, url: str) -> Finding | None:
+    """The receiver's host and port reached as a notification would reach it.
+
+    Directly: a TCP connection, nothing sent (no test page). Through the proxy the
+    environment gives for the URL (httpx's choice, as at run time): a HEAD of the
+    origin's root through it (the path, a webhook's secret, is never sent), since a
+    connection to the proxy alone says nothing of what lies behind it.
+    """
     u = urlsplit(url)
     origin = f"{u.scheme}://{u.hostname}" + (f":{u.port}" if u.port else "")
+    if _env_proxy(url) is not None:
+        return _check_receiver_through_proxy(key, origin)
     port = u.port or (443 if u.scheme == "https" else 80)
     try:
         socket.create_connection((u.hostname or "", port), timeout=NETWORK_TIMEOUT_S).close()
@@ -137,6 +155,54 @@ def _check_receiver(key: str, url: str) -> Finding | None:
                        f"({exc.strerror or exc}): notifications to it would fail; check "
                        "the URL and that this host may reach it (firewall, proxy)")
     return None
+
+
+def _check_receiver_through_proxy(key: str, origin: str) -> Finding | None:
+    import httpx
+
+    via = _through(origin)
+    try:
+        reply = httpx.head(origin + "/", timeout=NETWORK_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        return Finding(UNAVAILABLE, key, f"{origin}{via}: cannot connect "
+                       f"({type(exc).__name__}: {_words(exc)}): notifications to it would "
+                       "fail; check the proxy (HTTP_PROXY, HTTPS_PROXY, NO_PROXY)")
+    if reply.status_code in _PROXY_FAILED:
+        return Finding(UNAVAILABLE, key, f"{origin}{via}: HTTP {reply.status_code}: the "
+                       "proxy could not reach it; notifications to it would fail")
+    return None
+
+
+def _env_proxy(url: str) -> str | None:
+    """The proxy httpx takes from the environment for `url` (None: direct, or NO_PROXY).
+
+    httpx's own matching (its most specific pattern first), so the pre-flight goes
+    the way the run-time clients go; an httpx without these helpers means "direct".
+    """
+    try:
+        import httpx
+        from httpx._utils import URLPattern, get_environment_proxies
+    except ImportError:
+        return None
+    target = httpx.URL(url)
+    for pattern, proxy in sorted(((URLPattern(k), v) for k, v in
+                                  get_environment_proxies().items()), key=lambda kv: kv[0]):
+        if pattern.matches(target):
+            return proxy
+    return None
+
+
+def _through(url: str) -> str:
+    """' (through the proxy ORIGIN)' when the environment proxies `url`, else ''.
+
+    Only the proxy's origin: credentials in its URL are never shown.
+    """
+    proxy = _env_proxy(url)
+    if proxy is None:
+        return ""
+    p = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return f" (through the proxy {p.scheme}://{p.hostname}" + (f":{p.port})" if p.port
+                                                               else ")")
 
 
 def _words(exc: BaseException) -> str:

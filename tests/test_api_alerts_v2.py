@@ -99,6 +99,7 @@ def _amtool_run(url: str, folder: Path, token: str | None, *args: str) -> str:
         cmd.insert(2, f"--http.config.file={path}")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
+    assert "version" not in out.stderr, out.stderr  # no "amtool version ... are different"
     return out.stdout
 
 

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,96 @@ def test_daemon_stopped_while_the_container_crashes_matches_the_crash_once(
     finally:
         if app is not None:
             app.stop(5)
+        sock.stop()
+        sim.stop()
+        db.dispose()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_lines_written_before_the_first_request_but_after_watching_began_are_read(
+        container, tmp_path: Path) -> None:  # noqa: ANN001
+    """Issue 53: the daemon builds the source (and says ready) before the reader thread
+    sends its first request; a crash written in between is at or after `since_ms`."""
+    sim_container, path = container
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    db.upgrade()
+    sim_container.print(["written before Sentinel began watching"])
+    began_ms = int(time.time() * 1000) + 1  # after that line's timestamp
+    while int(time.time() * 1000) <= began_ms:
+        time.sleep(0.002)  # the next lines are stamped after began_ms
+    reader = _Reader(path, DbCursorStore(db), since_ms=began_ms)
+    sim_container.print(CRASH)  # "ready" said; no request sent yet (no poll yet)
+    assert not sim_container.times("GET logs")
+    assert reader.until("ERROR EngineCore died") == CRASH
+    reader.source.close()
+    db.dispose()
+
+
+@pytest.mark.integration
+def test_a_crash_written_the_moment_the_daemon_is_ready_is_caught(tmp_path: Path) -> None:
+    """Issue 53: "ready" comes before the log follower's first request; the container
+    crashes right after it (the test does not wait for that request) and the crash is
+    matched, from lines the follower asked for since the daemon began watching."""
+    from sentinel.config import load_config
+    from sentinel.daemon.app import App
+
+    sim = start_sim()
+    folder = Path(tempfile.mkdtemp(prefix="dl-", dir="/tmp"))
+    sock = serve_container(sim, ContainerSpec(name="vllm"), str(folder / "docker.sock"))
+    cfg = _daemon_config(tmp_path, sim.url, str(folder / "docker.sock"))
+    db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
+    app = App(load_config(cfg))
+    try:
+        app.start()
+        assert app.ready() is None
+        sim.container.crash("down")
+        wait_for(lambda: _events(db), 60, "the crash written right after ready")
+        assert any("oom" in sig.lower() or "hbm" in sig.lower() for sig, _ in _events(db))
+    finally:
+        app.stop(5)
+        sock.stop()
+        sim.stop()
+        db.dispose()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_the_daemons_sources_read_from_when_they_were_built_not_first_polled(
+        tmp_path: Path) -> None:
+    """Issue 53, deterministically: the daemon builds its sources (SourceJobs) before it
+    says ready; the container and a log file crash before any poll is scheduled, and
+    both crashes are matched once the polls start."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from sentinel.config import load_config
+    from sentinel.daemon.selfmetrics import SelfMetrics
+    from sentinel.daemon.sourcejobs import SourceJobs
+    from sentinel.store import MemoryStore
+
+    sim = start_sim()
+    folder = Path(tempfile.mkdtemp(prefix="dl-", dir="/tmp"))
+    sock = serve_container(sim, ContainerSpec(name="vllm"), str(folder / "docker.sock"))
+    logfile = tmp_path / "vllm.log"
+    logfile.write_text("INFO: an old line\n")
+    cfg = _daemon_config(tmp_path, sim.url, str(folder / "docker.sock"))
+    cfg.write_text(cfg.read_text() + f"      files: [{logfile}]\n")
+    db = Database(f"sqlite:///{tmp_path / 'sentinel.db'}")
+    db.upgrade()
+    jobs = SourceJobs(load_config(cfg), MemoryStore(retention_ms=60_000), db, SelfMetrics(),
+                      lambda: int(time.time() * 1000))
+    sched = BackgroundScheduler()
+    try:
+        sim.container.crash("down")  # "ready" said, no poll yet: no request, no read
+        with logfile.open("a") as f:
+            f.write("\n".join(CRASH) + "\n")
+        assert not sim.container.times("GET logs")
+        jobs.schedule(sched, lambda _name, job: job, datetime.now(UTC))
+        sched.start()
+        wait_for(lambda: {src for _, src in _events(db)} >= {"docker:vllm", f"file:{logfile}"},
+                 60, "both crashes matched")
+    finally:
+        sched.shutdown(wait=True)
+        jobs.close()
         sock.stop()
         sim.stop()
         db.dispose()

@@ -196,3 +196,30 @@ def test_daemon_stopped_while_the_unit_crashes_matches_the_crash_once(
             app.stop(5)
         sim.stop()
         db.dispose()
+
+
+def test_lines_written_after_watching_began_but_before_journalctl_runs_are_read(
+        tmp_path: Path) -> None:
+    """Issue 53: without a saved cursor the source reads `--since` when Sentinel began
+    watching (before it said ready), not from when journalctl first ran."""
+    folder = tmp_path / "journal"
+    folder.mkdir()
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    db.upgrade()
+    write_journal(folder, ["old line"])
+    began_ms = time.time_ns() // 1_000_000 + 1  # after the old line's microsecond
+    while time.time_ns() // 1_000_000 <= began_ms:
+        time.sleep(0.002)
+    source = journal_logs("tpu-a", UNIT, directory=str(folder),
+                          cursor_store=DbCursorStore(db), since_ms=began_ms)
+    crash = crashlog.render(crashlog.HBM_OOM, 4242)
+    write_journal(folder, crash)  # before the first poll starts journalctl
+    texts: list[str] = []
+
+    def read() -> bool:
+        texts.extend(e.text for e in source.poll(int(time.time() * 1000)))
+        return crash[-1] in texts
+    wait_for(read, 30, "the crash from journalctl")
+    assert texts == crash  # nothing from before watching began
+    source.close()
+    db.dispose()

@@ -111,6 +111,51 @@ def test_each_container_death_seen_by_the_watch_is_one_line_and_one_event() -> N
         ("unclassified_crash", "other")]
 
 
+def test_a_death_after_watching_began_is_reported_at_first_sight_once() -> None:
+    """Issue 53: the daemon began watching (and said ready) before discovery's first list;
+    a container that died in between is reported, once, even when the pod leaves the
+    targets (no IP) and comes back, or the list is made again."""
+    api = FakeKube().start()
+    deaths: list[str] = []
+    lock = threading.Lock()
+
+    def on_death(target: str, line: str) -> None:
+        with lock:
+            deaths.append(line)
+
+    sd = KubernetesSDConfig.model_validate({
+        "name": "vllm", "api": {"api_server": api.url}, "namespaces": [NS],
+        "label_selector": "app=vllm", "port": "http", "watch_timeout": "30s",
+        "backoff_initial": "50ms", "backoff_max": "200ms"})
+    began_ms = 1_796_640_000_000  # 2026-12-07T10:40:00Z
+    old = pod("vllm-0", namespace=NS, ip="10.0.0.1", labels={"app": "vllm"})
+    terminated(old, 4, 1, "Error", "2026-12-07T09:00:00Z")  # before Sentinel began
+    fresh = pod("vllm-1", namespace=NS, ip="10.0.0.2", labels={"app": "vllm"})
+    terminated(fresh, 1, 137, "OOMKilled", "2026-12-07T10:40:05Z")  # after "ready"
+    api.put("pods", old)
+    api.put("pods", fresh)
+    d = KubernetesDiscovery(sd, lambda t: None, lambda n: None, interval_ms=5000,
+                            timeout_ms=4000, metrics=SDMetrics(CollectorRegistry()),
+                            on_death=on_death, since_ms=began_ms).start()
+    try:
+        wait_until(lambda: d.synced and api.open_watches == 1, "the first list and its watch")
+        wait_until(lambda: len(deaths) == 1, "the death since watching began")
+        api.update("pods", NS, "vllm-1", lambda p: p["status"].pop("podIP"))
+        api.update("pods", NS, "vllm-1", lambda p: p["status"].update(podIP="10.0.0.3"))
+        api.compact()
+        api.drop_watches()
+        api.update("pods", NS, "vllm-1", lambda p: p["metadata"]["labels"].update(x="y"))
+        wait_until(lambda: api.open_watches == 1 and d.synced, "the watch again")
+        api.update("pods", NS, "vllm-0",
+                   lambda p: terminated(p, 5, 139, "Error", "2026-12-07T10:41:00Z"))
+        wait_until(lambda: len(deaths) == 2, "a later death of the other pod")
+    finally:
+        d.stop()
+        api.stop()
+    assert "pod inference/vllm-1" in deaths[0] and "OOMKilled" in deaths[0]
+    assert "pod inference/vllm-0" in deaths[1] and "Exit Code: 139" in deaths[1]
+
+
 def test_the_daemon_records_a_discovered_pods_death_as_its_targets_event(tmp_path: Path) -> None:
     from sqlalchemy import select
 

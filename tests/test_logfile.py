@@ -55,6 +55,52 @@ def test_joins_an_existing_file_at_its_end_and_counts_its_lines(tmp_path: Path) 
     assert src.health.ok and src.health.last_success_ms == T + 1
 
 
+def test_attached_before_ready_reads_what_was_written_before_the_first_poll(
+        tmp_path: Path) -> None:
+    """Issue 53: the daemon attaches each file before it says ready; lines written between
+    then and the first poll are read, those from before are not."""
+    log = tmp_path / "vllm.log"
+    write(log, "old 1\nold 2\n")
+    src = LogFileSource("t", log)
+    src.attach()
+    write(log, "crash 1\ncrash 2\n")  # after "ready", before the first poll
+    assert [(e.text, e.line_no) for e in src.poll(T)] == [("crash 1", 3), ("crash 2", 4)]
+
+
+def test_attached_then_rotated_before_the_first_poll_drains_the_old_file(
+        tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    write(log, "old\n")
+    src = LogFileSource("t", log)
+    src.attach()
+    write(log, "late 1\n")
+    log.rename(tmp_path / "vllm.log.1")
+    write(log, "new 1\n")
+    assert drain(src) == ["late 1", "new 1"]
+
+
+def test_attached_a_missing_file_is_read_from_its_start_when_it_appears(
+        tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    src = LogFileSource("t", log)
+    src.attach()
+    write(log, "first\n")
+    assert texts(src) == ["first"]
+
+
+def test_a_saved_position_wins_over_the_attached_point(tmp_path: Path) -> None:
+    """An HA standby attaches at its start; the leader's saved position is newer."""
+    log = tmp_path / "vllm.log"
+    store = MemoryPositionStore()
+    write(log, "a\n")
+    src = LogFileSource("t", log, offset_store=store)
+    src.attach()
+    write(log, "b\nc\n")
+    st = os.stat(log)
+    store.save(src.position_key, FilePosition(st.st_dev, st.st_ino, 4, 2))  # past "b"
+    assert texts(src) == ["c"]
+
+
 def test_start_at_beginning_reads_everything(tmp_path: Path) -> None:
     log = tmp_path / "vllm.log"
     write(log, "a\nb\n")

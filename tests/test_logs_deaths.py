@@ -9,6 +9,7 @@ container statuses (`deaths.docker_event_line`, `deaths.pod_termination_lines`).
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -250,6 +251,24 @@ def test_a_pod_status_that_moved_on_is_one_death_per_container() -> None:
     same = pod(1, "2026-12-05T10:05:00Z")
     assert pod_termination_lines(same, same) == []
     assert pod_termination_lines(same, pod(2, "2026-12-05T10:06:00Z", 0, "Completed")) == []
+
+
+def test_at_first_sight_a_death_since_watching_began_is_news() -> None:
+    """Issue 53: discovery's first list can come after the daemon said ready; a death
+    finished since the daemon began watching is reported, an older one is history."""
+    def pod(finished: str) -> dict[str, object]:
+        return {"metadata": {"namespace": "llm", "name": "vllm-0"},
+                "status": {"containerStatuses": [
+                    {"name": "vllm", "restartCount": 1, "lastState": {"terminated": {
+                        "exitCode": 137, "reason": "OOMKilled", "finishedAt": finished}}}]}}
+
+    began = datetime(2026, 12, 5, 10, 5, 0, 400_000, tzinfo=UTC).timestamp()
+    assert pod_termination_lines(None, pod("2026-12-05T10:04:59Z"), began) == []
+    # finishedAt has whole seconds: the second Sentinel began in counts
+    assert len(pod_termination_lines(None, pod("2026-12-05T10:05:00Z"), began)) == 1
+    assert len(pod_termination_lines(None, pod("2026-12-05T10:06:00Z"), began)) == 1
+    assert pod_termination_lines(None, pod("not a time"), began) == []
+    assert pod_termination_lines(None, pod("2026-12-05T10:06:00Z")) == []  # no start given
 
 
 def test_a_rendered_pod_death_is_named_by_its_reason(sigs: SignatureSet) -> None:

@@ -30,10 +30,10 @@ from sentinel.store.memory import MemoryStore
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _check(*args: str) -> subprocess.CompletedProcess[str]:
+def _check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sentinel", "check", "config", *args],
                           capture_output=True, text=True, timeout=90,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **(env or {})})
 
 
 def _not_a_cert(tmp_path: Path) -> Path:
@@ -117,6 +117,93 @@ def test_network_passes_a_live_model_endpoint(tmp_path):
         out = _check("--network", str(cfg))
         assert out.returncode == exitcodes.OK, out.stderr
     finally:
+        sim.stop()
+
+
+def _behind_proxy(tmp_path: Path, model_port: int, hook_port: int) -> Path:
+    """A model endpoint and a webhook named by hosts only the proxy reaches (.invalid)."""
+    cfg = tmp_path / "sentinel.yaml"
+    cfg.write_text(QUIET + f"database: sqlite:///{tmp_path}/s.db\n"
+                   "diagnosis:\n  endpoints:\n"
+                   f"    - name: m\n      url: http://model.invalid:{model_port}\n"
+                   "receivers:\n"
+                   f"  - name: hook\n    webhook:\n      url: http://hook.invalid:{hook_port}/t0k3n\n")
+    return cfg
+
+
+def test_network_goes_through_the_environments_proxy_as_run_does(tmp_path):
+    """Issue 53: `--network` reached endpoints directly while run's httpx clients went
+    through HTTP_PROXY: false failures behind a proxy, false successes past a dead one."""
+    from fakes.forward_proxy import ForwardProxy
+
+    sim = start_sim(auto_traffic=False)
+    proxy = ForwardProxy().start()
+    port = int(sim.url.rsplit(":", 1)[1])
+    cfg = _behind_proxy(tmp_path, port, port)
+    try:
+        out = _check("--network", str(cfg), env={"HTTP_PROXY": proxy.url})
+        assert out.returncode == exitcodes.OK, out.stderr
+        assert ("GET", f"http://model.invalid:{port}/v1/models") in proxy.seen
+        assert ("HEAD", f"http://hook.invalid:{port}/") in proxy.seen  # origin only
+        assert not [u for _, u in proxy.seen if "t0k3n" in u]  # the secret path is not sent
+        # Without the proxy the names resolve nowhere: what run would meet too.
+        direct = _check("--network", str(cfg))
+        assert direct.returncode == exitcodes.UNAVAILABLE, direct.stderr
+        assert "through the proxy" not in direct.stderr
+        # NO_PROXY wins over HTTP_PROXY, as in httpx.
+        bypass = _check("--network", str(cfg),
+                        env={"HTTP_PROXY": proxy.url, "NO_PROXY": "model.invalid"})
+        assert bypass.returncode == exitcodes.UNAVAILABLE, bypass.stderr
+        assert f"diagnosis.endpoints[0].url: http://model.invalid:{port}/v1/models: " \
+               "no answer" in bypass.stderr
+        assert "receivers[0]" not in bypass.stderr
+    finally:
+        proxy.stop()
+        sim.stop()
+
+
+def test_network_names_the_proxy_when_it_or_what_lies_behind_it_is_down(tmp_path):
+    from fakes.forward_proxy import ForwardProxy
+
+    dead = free_port()
+    cfg = _behind_proxy(tmp_path, dead, dead)
+    proxy = ForwardProxy().start()
+    try:  # the proxy answers 502: the endpoints behind it are away
+        out = _check("--network", str(cfg), env={"HTTP_PROXY": f"http://u:pw@{proxy.url[7:]}"})
+    finally:
+        proxy.stop()
+    assert out.returncode == exitcodes.UNAVAILABLE, out.stderr
+    assert (f"{cfg}:7: diagnosis.endpoints[0].url: http://model.invalid:{dead}/v1/models "
+            f"(through the proxy {proxy.url}): HTTP 502: the proxy could not reach it"
+            ) in out.stderr
+    assert (f"{cfg}:11: receivers[0].webhook.url: http://hook.invalid:{dead} (through the "
+            f"proxy {proxy.url}): HTTP 502: the proxy could not reach it") in out.stderr
+    assert "pw" not in out.stderr and "t0k3n" not in out.stderr
+    gone = _check("--network", str(cfg), env={"http_proxy": f"http://127.0.0.1:{dead}"})
+    assert gone.returncode == exitcodes.UNAVAILABLE, gone.stderr
+    assert f"(through the proxy http://127.0.0.1:{dead}): no answer" in gone.stderr
+    assert f"(through the proxy http://127.0.0.1:{dead}): cannot connect" in gone.stderr
+
+
+def test_runs_model_client_goes_the_same_way(tmp_path, monkeypatch):
+    """What the pre-flight follows is what run's ModelClient follows: the environment."""
+    from fakes.forward_proxy import ForwardProxy
+
+    from sentinel.config.diagnosis import ModelEndpointConfig
+    from sentinel.respond.diagnose.client import ModelClient
+
+    sim = start_sim(auto_traffic=False)
+    proxy = ForwardProxy().start()
+    port = int(sim.url.rsplit(":", 1)[1])
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    client = ModelClient(ModelEndpointConfig.model_validate(
+        {"name": "m", "url": f"http://model.invalid:{port}"}))
+    try:
+        assert client.models()
+        assert ("GET", f"http://model.invalid:{port}/v1/models") in proxy.seen
+    finally:
+        client.close()
+        proxy.stop()
         sim.stop()
 
 

@@ -1,7 +1,8 @@
 """A SIGHUP in the first seconds of `sentinel run` is queued, never fatal (issue 53).
 
-A real `sentinel run` process: SIGHUP is sent as soon as the process catches it
-(its /proc status says so: from `hold_sighup`, before the CLI's imports and the
+A real `sentinel run` process (`python -m sentinel` and the console script):
+SIGHUP is sent as soon as the process catches it (its /proc status says so: from
+`hold_sighup`, at the top of the entry module, before the CLI's imports and the
 pre-flight) and then again and again until the daemon is ready. It must come up,
 say in its log that the signal was taken, reload once started, and stop cleanly.
 """
@@ -42,13 +43,22 @@ def _ready(url: str) -> bool:
         return False
 
 
+def _commands() -> list[list[str]]:
+    """`python -m sentinel`, and the console script beside this Python when there is one
+    (it imports `sentinel.cli` first: the handler is installed at that module's top)."""
+    script = Path(sys.executable).parent / "sentinel"
+    return [[sys.executable, "-m", "sentinel"]] + ([[str(script)]] if script.exists() else [])
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
-def test_sighups_while_starting_are_queued_and_the_daemon_comes_up(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", _commands(), ids=lambda c: Path(c[-1]).name)
+def test_sighups_while_starting_are_queued_and_the_daemon_comes_up(
+        tmp_path: Path, command: list[str]) -> None:
     port = free_port()
     cfg = tmp_path / "sentinel.yaml"
     cfg.write_text(f"database: sqlite:///{tmp_path / 's.db'}\nlisten: 127.0.0.1:{port}\n")
     log = (tmp_path / "stderr").open("w+")
-    proc = subprocess.Popen([sys.executable, "-m", "sentinel", "run", "-c", str(cfg)],
+    proc = subprocess.Popen([*command, "run", "-c", str(cfg)],
                             stdout=subprocess.DEVNULL, stderr=log, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
@@ -106,3 +116,23 @@ def test_a_sighup_during_the_preflight_does_not_kill_sentinel(tmp_path: Path) ->
             proc.kill()
     assert proc.returncode == 4, (proc.returncode, err)  # not -SIGHUP
     assert "database" in err and "cannot connect" in err
+
+
+def test_the_console_scripts_module_holds_sighup_before_its_other_imports() -> None:
+    """The console script runs `from sentinel.cli import console`: importing that module
+    for `run` installs the handler before argparse and the command modules load."""
+    code = ("import sys, signal\n"
+            "sys.argv = ['sentinel', 'run']\n"
+            "seen = []\n"
+            "real = signal.signal\n"
+            "def spy(sig, handler):\n"
+            "    mods = sys.modules\n"
+            "    seen.append((int(sig), 'argparse' in mods, 'sentinel.cli.run' in mods))\n"
+            "    return real(sig, handler)\n"
+            "signal.signal = spy\n"
+            "import sentinel.cli\n"
+            "print(seen)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=DEADLINE_S)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"[({int(signal.SIGHUP)}, False, False)]"

@@ -19,11 +19,20 @@ argparse and these modules: handlers import what they need when they run, so
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
-from sentinel import exitcodes
+if sys.argv[1:2] == ["run"]:
+    # The console script imports this module first: hold SIGHUP before anything else
+    # is imported, so a reload sent while the daemon starts is queued, not fatal. What
+    # is left is the interpreter's own start-up (docs/how-to/run-as-a-service.md).
+    from sentinel.daemon.startsignals import hold_sighup
+
+    hold_sighup()
+
+import argparse  # noqa: E402 (after the signal handler, on purpose)
+import os  # noqa: E402
+
+from sentinel import exitcodes  # noqa: E402
 from sentinel.cli import (
     api,
     check,
@@ -78,11 +87,6 @@ def console() -> None:
     commands leave no thread, temporary file or buffered log behind; every
     other command exits normally.
     """
-    if sys.argv[1:2] == ["run"]:
-        # Before the imports: SIGHUP's default action would end a daemon that is starting.
-        from sentinel.daemon.startsignals import hold_sighup
-
-        hold_sighup()
     code, quick = _run(None)
     if quick:
         try:

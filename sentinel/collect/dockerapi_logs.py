@@ -12,8 +12,11 @@ nanosecond). `poll` returns the lines read since the last poll and moves
 `cursor`; LogWatch saves the cursor under `cursor_key` in the same
 transaction as the events it derived, so a restarted Sentinel asks for the
 lines from there and matches a crash written while it was down exactly once.
-Without a saved cursor the source starts at its start time, as `docker logs
---since 0s` did.
+Without a saved cursor the source starts at `since_ms`, the time Sentinel
+began watching (the daemon passes its start, before it reports ready), else
+at its first poll: the follow request is sent by a thread after the first
+poll, so a line the container writes between "ready" and that request is
+still at or after `since` and is read (issue 53).
 
 A reader thread holds the follow request; when it ends (the container
 restarted, the daemon went away, an idle read timed out) it asks again from
@@ -64,6 +67,7 @@ class DockerApiLogSource:
 
     def __init__(self, target: str, container: str, socket_path: str, *,
                  cursor_store: CursorStore, clock: Any = time.time,
+                 since_ms: int | None = None,
                  idle_timeout_s: float = IDLE_TIMEOUT_S,
                  max_queue_lines: int = MAX_QUEUE_LINES) -> None:
         self.target = target
@@ -76,6 +80,7 @@ class DockerApiLogSource:
         self._socket_path = socket_path
         self._store = cursor_store
         self._clock = clock
+        self._since_ms = since_ms
         self._idle_timeout_s = idle_timeout_s
         self._queue: deque[tuple[int, str, str]] = deque()  # (ns, ordinal:hash id, text)
         self._max_lines = max_queue_lines
@@ -121,7 +126,8 @@ class DockerApiLogSource:
     def _start(self) -> None:
         stored = self._store.load(self.cursor_key)
         if stored is None:
-            stored = LogCursor(at=datetime.fromtimestamp(self._clock(), UTC))
+            start_s = self._since_ms / 1000 if self._since_ms is not None else self._clock()
+            stored = LogCursor(at=datetime.fromtimestamp(start_s, UTC))
         self._cursor = stored
         self._thread = threading.Thread(target=self._run, args=(stored,), daemon=True,
                                         name=f"sentinel-docker-logs-{self.container}")

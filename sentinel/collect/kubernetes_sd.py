@@ -25,7 +25,9 @@ Deaths: with an `on_death(target, line)` hook, each container whose
 `lastState.terminated` moved on since the pod was last seen (the kubelet
 restarted it after it ended non-zero) is reported once, as one line in
 `kubectl describe`'s words (`logs/deaths.py`), for the target's stream.
-What ended before discovery first saw the pod is history, not reported.
+What ended before discovery first saw the pod is history, not reported,
+unless it ended after `since_ms` (the daemon's start): discovery's first
+list may come after the daemon reports ready, and a death in between is news.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ CONNECT_TIMEOUT_S = 10.0
 # The client's read timeout exceeds the server's watch timeout by this much, so a
 # stalled connection is noticed and a quiet, healthy one is not cut short.
 READ_SLACK_S = 15.0
+_FIRST_SIGHT_MEMORY = 4_096  # deaths reported at first sight, remembered against repeats
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 PodKey = tuple[str, str]  # (namespace, name)
 
@@ -157,8 +160,10 @@ class KubernetesDiscovery:
                  on_remove: Callable[[str], None], *, interval_ms: int, timeout_ms: int,
                  metrics: SDMetrics | None = None,
                  client_factory: Callable[[Any], Any] = api_client,
-                 on_death: Callable[[str, str], None] | None = None) -> None:
+                 on_death: Callable[[str, str], None] | None = None,
+                 since_ms: int | None = None) -> None:
         self.sd = sd
+        self.since_ms = since_ms  # deaths at or after it are news even at a pod's first sight
         self.on_add = on_add
         self.on_remove = on_remove
         self.on_death = on_death
@@ -171,6 +176,9 @@ class KubernetesDiscovery:
         self._names: dict[str, PodKey] = {}  # target name → the pod that holds it
         self._malformed: set[PodKey] = set()  # pods whose object was of the wrong shape
         self._statuses: dict[PodKey, dict[str, Any]] = {}  # container statuses last seen
+        # Deaths reported at a pod's first sight (since `since_ms`), newest last: a pod
+        # dropped and seen again (not ready, relisted) must not report them again.
+        self._first_sight_deaths: dict[str, None] = {}
         self._synced: set[str] = set()
         self._versions: dict[str, str] = {}  # namespace ("" = all) → resourceVersion to resume
         self._lock = threading.Lock()
@@ -387,11 +395,23 @@ class KubernetesDiscovery:
         if name is None:
             return
         try:
-            lines = pod_termination_lines(old, seen)
+            since = self.since_ms / 1000 if self.since_ms is not None else None
+            lines = pod_termination_lines(old, seen, since)
         except (AttributeError, TypeError, ValueError):  # a malformed status: no death read
             return
+        if old is None:
+            lines = self._new_at_first_sight(lines)
         for line in lines:
             self._call(functools.partial(hook, name), line)
+
+    def _new_at_first_sight(self, lines: list[str]) -> list[str]:
+        """The deaths not reported before (a line names pod, container, finish and count)."""
+        new = [line for line in lines if line not in self._first_sight_deaths]
+        for line in new:
+            self._first_sight_deaths[line] = None
+        while len(self._first_sight_deaths) > _FIRST_SIGHT_MEMORY:
+            del self._first_sight_deaths[next(iter(self._first_sight_deaths))]
+        return new
 
     def _drop(self, key: PodKey) -> None:
         self._statuses.pop(key, None)

@@ -19,8 +19,11 @@ journald's cursor also outlives Sentinel: given a `cursor_store`, the
 journal source exposes `cursor_key` and `cursor` (a LogCursor whose one id
 is journald's `__CURSOR` of the last entry `poll` returned), LogWatch saves
 it with the events those lines gave, and the next Sentinel starts with
-`--after-cursor` instead of `--since now`, so a crash written while it was
-down is read, once.
+`--after-cursor` instead of `--since`, so a crash written while it was
+down is read, once. Without a saved cursor it starts `--since` the time
+Sentinel began watching (`since_ms`, the daemon's start, before it reports
+ready), not "now" at the first poll: a crash written between "ready" and
+the command's start is read too (issue 53).
 """
 
 from __future__ import annotations
@@ -333,11 +336,12 @@ def docker_logs(
 
 def journal_logs(
     target: str, unit: str, journalctl: str = "journalctl", *, directory: str | None = None,
-    cursor_store: CursorStore | None = None, **kwargs: object
+    cursor_store: CursorStore | None = None, since_ms: int | None = None, **kwargs: object
 ) -> CommandLogSource:
     """Follow a systemd unit's journal: `journalctl --follow --output=json`.
 
-    From the cursor saved in `cursor_store` when there is one, else from now on.
+    From the cursor saved in `cursor_store` when there is one, else from
+    `since_ms` (epoch milliseconds), else from the command's start ("now").
     `directory`: read the journal files there (a host's journal mounted in a container).
     """
     base = [journalctl, "--follow", "--output=json", "--no-tail", "--no-pager", "--unit", unit]
@@ -345,7 +349,7 @@ def journal_logs(
         base[1:1] = ["--directory", directory]
     source = CommandLogSource(
         target,
-        [*base, "--since", "now"],
+        [*base, "--since", _journal_since(since_ms)],
         "journal-json",
         name=f"journal:{unit}",
         resume_argv=lambda cursor: [*base, "--after-cursor", cursor],
@@ -354,3 +358,10 @@ def journal_logs(
     if cursor_store is not None:
         source.resume_from(cursor_store, f"journal:{target}:{unit}")
     return source
+
+
+def _journal_since(since_ms: int | None) -> str:
+    """journalctl's `--since`: "@<epoch seconds>" (a fraction is kept), or "now"."""
+    if since_ms is None:
+        return "now"
+    return f"@{since_ms // 1000}.{since_ms % 1000:03d}"

@@ -188,6 +188,7 @@ class LogFileSource:
         # Files opened before (device, inode): a rotated file written late is no new file.
         self._opened: deque[tuple[int, int]] = deque(maxlen=_MAX_OPENED)
         self._joined = False  # first open done: a file appearing later is read from its start
+        self._attached: FilePosition | None = None  # where attach() joined, until the first open
         self._saved: FilePosition | None = None
         self._auto_commit = auto_commit
         self.position: FilePosition | None = None  # after the last poll that opened the file
@@ -204,6 +205,31 @@ class LogFileSource:
         except Exception as e:  # one bad file never stops the loop
             self._failed(f"{self.path}: {type(e).__name__}: {e}")
         return out
+
+    def attach(self) -> None:
+        """Note where the file ends now, before the first poll; never raises.
+
+        The daemon attaches before it reports ready: joined at its end at the
+        first poll instead, a line written between "ready" and that poll would
+        be behind the offset and never read (issue 53). The point noted stands
+        in for a saved position (a saved one wins, as an HA leader's does), so
+        a rotation before the first poll is followed as after a restart.
+        """
+        if self._current is not None or self._joined or not self.start_at_end:
+            return
+        try:
+            fd = _open(self.path)
+            if fd is None:  # it appears later: read from its start, it is all new
+                self._joined = True
+                return
+            try:
+                st = os.fstat(fd)
+                offset, line_no = _join_at_end(fd, st.st_size, self.max_line_bytes)
+            finally:
+                os.close(fd)
+            self._attached = FilePosition(st.st_dev, st.st_ino, offset, line_no)
+        except OSError as e:
+            self._failed(f"{self.path}: {type(e).__name__}: {e}")
 
     def close(self) -> None:
         """Close every open descriptor; the saved position stays where the last poll left it."""
@@ -248,7 +274,8 @@ class LogFileSource:
         if fd is None:
             self._joined = True
             return None
-        saved = self._store.load(self.position_key)
+        saved = self._store.load(self.position_key) or self._attached
+        self._attached = None
         st = os.fstat(fd)
         offset: int = 0
         line_no: int | None = 0

@@ -549,8 +549,11 @@ class App:
             return
         from sentinel.daemon.discovery import DiscoveredTargets
 
+        # Deaths since this daemon's start are news even at a pod's first sight: discovery's
+        # first list may come after "ready" (issue 53).
         self.discovered = DiscoveredTargets(self.config, self._add_target, self._remove_target,
-                                            self.metrics.registry, self._pod_death).start()
+                                            self.metrics.registry, self._pod_death,
+                                            since_ms=self.started_ms).start()
 
     def _pod_death(self, target: str, line: str) -> None:
         """A discovered pod's container died: a line for the target's log stream."""

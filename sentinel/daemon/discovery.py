@@ -31,7 +31,8 @@ class DiscoveredTargets:
     def __init__(self, config: Config, add: Callable[[TargetConfig], None],
                  remove: Callable[[str], None],
                  registry: CollectorRegistry | None = None,
-                 death: Callable[[str, str], None] | None = None) -> None:
+                 death: Callable[[str, str], None] | None = None,
+                 since_ms: int | None = None) -> None:
         self._static = {t.name for t in config.targets}
         self._add, self._remove = add, remove
         self._ignored: set[str] = set()
@@ -41,7 +42,7 @@ class DiscoveredTargets:
             KubernetesDiscovery(sd, self._on_add, self._on_remove,
                                 interval_ms=config.scrape_interval_ms,
                                 timeout_ms=config.scrape_timeout_ms, metrics=metrics,
-                                on_death=death)
+                                on_death=death, since_ms=since_ms)
             for sd in config.kubernetes_sd]
 
     def start(self) -> DiscoveredTargets:

@@ -48,7 +48,7 @@ class SourceJobs:
         self.store = store
         self.metrics = metrics
         self.now_ms = now_ms
-        self.log_sources = build_log_sources(config, db)
+        self.log_sources = build_log_sources(config, db, now_ms())
         self.watch = LogWatch(store, db, load_signature_file(signatures_path(config))) \
             if self.log_sources or config.kubernetes_sd else None
         self._pod_deaths: dict[str, PolledLogSource] = {}

@@ -48,22 +48,34 @@ def has_log_sources(config: Config) -> bool:
                for t in config.targets)
 
 
-def build_log_sources(config: Config, db: Database) -> list[PolledLogSource]:
-    """Every log source of every target."""
+def build_log_sources(config: Config, db: Database, since_ms: int | None = None,
+                      ) -> list[PolledLogSource]:
+    """Every log source of every target, each attached from `since_ms` on.
+
+    `since_ms` is when Sentinel began watching (the daemon's start, before it
+    reports ready): a source without a saved position reads what was written
+    from then on, not from its first poll or request, so a crash written right
+    after "ready" is not lost to the time a follower takes to attach (issue 53).
+    """
     out: list[PolledLogSource] = []
     for t in config.targets:
         every = t.logs.poll_interval_ms
-        # auto_commit off: LogWatch saves the position with the events, as for Cloud Logging.
-        out += [PolledLogSource(LogFileSource(t.name, path, offset_store=DbPositionStore(db),
-                                              auto_commit=False), every)
-                for path in t.logs.files]
+        for path in t.logs.files:
+            # auto_commit off: LogWatch saves the position with the events, as for
+            # Cloud Logging. Attached now: joined at the end the file has before ready.
+            source = LogFileSource(t.name, path, offset_store=DbPositionStore(db),
+                                   auto_commit=False)
+            source.attach()
+            out.append(PolledLogSource(source, every))
         # The Engine API, resumed from the saved cursor (LogWatch saves it with the events).
         out += [PolledLogSource(DockerApiLogSource(t.name, c, t.logs.docker_socket,
-                                                   cursor_store=DbCursorStore(db)), every)
+                                                   cursor_store=DbCursorStore(db),
+                                                   since_ms=since_ms), every)
                 for c in t.logs.docker]
         # journald's cursor, saved by LogWatch with the events: resumed after a restart.
         out += [PolledLogSource(journal_logs(t.name, u, directory=t.logs.journal_directory,
-                                             cursor_store=DbCursorStore(db)), every)
+                                             cursor_store=DbCursorStore(db),
+                                             since_ms=since_ms), every)
                 for u in t.logs.journal]
         if t.logs.cloud_logging is not None:
             out.append(_cloud_logging(t, db))

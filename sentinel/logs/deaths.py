@@ -90,18 +90,22 @@ def docker_event_line(event: dict[str, Any]) -> str | None:
     return f"{_stamp(ns)} container {action} {ident} ({inner})"
 
 
-def pod_termination_lines(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+def pod_termination_lines(old: dict[str, Any] | None, new: dict[str, Any],
+                          since_s: float | None = None) -> list[str]:
     """One line per container of `new` that died since `old` (a pod's JSON, as the API serves it).
 
     A death is a `lastState.terminated` whose `finishedAt` (or the restart
-    count) moved on from `old`'s (None, a pod seen for the first time, has
-    none: what ended before Sentinel looked is history): the kubelet restarted the container after
-    it ended, with that reason and exit code. A container that completed
+    count) moved on from `old`'s: the kubelet restarted the container after
+    it ended, with that reason and exit code. A pod seen for the first time
+    (`old` None) has none, what ended before Sentinel looked is history,
+    unless it ended at or after `since_s` (when Sentinel began watching: a
+    death between the daemon's start and discovery's first list is news,
+    issue 53). A container that completed
     (exit code 0, reason Completed) did not die. Rendered in `kubectl
     describe`'s words: `pod ns/name container vllm: Last State: Terminated,
     Reason: OOMKilled, Exit Code: 137, Started: ..., Finished: ..., Restart Count: 3`.
     """
-    if old is None:
+    if old is None and since_s is None:
         return []  # first sight: what ended before Sentinel looked is history, not news
     before = {s.get("name"): s for s in _statuses(old)}
     meta = new.get("metadata") or {}
@@ -113,7 +117,10 @@ def pod_termination_lines(old: dict[str, Any] | None, new: dict[str, Any]) -> li
             continue
         prev = before.get(status.get("name")) or {}
         prev_term = (prev.get("lastState") or {}).get("terminated") or {}
-        if prev_term.get("finishedAt") == term.get("finishedAt") \
+        if old is None:  # first sight: news only if it ended since Sentinel began watching
+            if not _finished_since(term.get("finishedAt"), since_s):
+                continue
+        elif prev_term.get("finishedAt") == term.get("finishedAt") \
                 and prev.get("restartCount") == status.get("restartCount"):
             continue  # seen already
         code = term.get("exitCode")
@@ -126,6 +133,19 @@ def pod_termination_lines(old: dict[str, Any] | None, new: dict[str, Any]) -> li
             f"Started: {term.get('startedAt')}, Finished: {term.get('finishedAt')}, "
             f"Restart Count: {status.get('restartCount', 0)}")
     return out
+
+
+def _finished_since(finished: object, since_s: float | None) -> bool:
+    """Whether an RFC 3339 `finishedAt` (whole seconds) is at or after `since_s`'s second."""
+    if since_s is None or not isinstance(finished, str):
+        return False
+    try:
+        at = datetime.fromisoformat(finished.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return at.timestamp() >= int(since_s)
 
 
 def _statuses(pod: dict[str, Any] | None) -> list[dict[str, Any]]:
