@@ -37,7 +37,7 @@ from typing import IO, Literal
 
 from sentinel.backoff import exponential
 from sentinel.collect.linesplit import DEFAULT_MAX_LINE_BYTES, LineSplitter, RawLine, decode_line
-from sentinel.collect.logcursor import CursorStore, LogCursor
+from sentinel.collect.logcursor import MAX_STARTS, CursorStore, LogCursor, cursor_before
 from sentinel.collect.logparse import ParsedLine, parse_docker, parse_journal_json
 from sentinel.collect.logsource import SourceHealth
 from sentinel.model import LogEntry
@@ -102,6 +102,8 @@ class CommandLogSource:
         self._closed = False
         self.cursor_key: str | None = None  # set by journal_logs when positions persist
         self._resume_ms = 0  # the time of the entry `resume_token` names
+        # journald's cursor before each recent line handed out (`cursor_at`).
+        self._starts: deque[tuple[LogEntry, LogCursor]] = deque(maxlen=MAX_STARTS)
 
     @property
     def cursor(self) -> LogCursor | None:
@@ -110,6 +112,16 @@ class CommandLogSource:
             return None
         at = datetime.fromtimestamp(self._resume_ms / 1000, UTC)
         return LogCursor(at=at, insert_ids=frozenset({self.resume_token}))
+
+    def cursor_at(self, entry: LogEntry) -> LogCursor | None:
+        """journald's cursor just before `entry` (a recent line `poll` returned), or None.
+
+        LogWatch saves it instead of `cursor` while an event that began at
+        `entry` is still being assembled: a restart resumes `--after-cursor`
+        the record before it, so a kill -9 in the middle of a crash block
+        reads the whole block again and loses none of it.
+        """
+        return cursor_before(self._starts, entry)
 
     def resume_from(self, store: CursorStore, key: str) -> None:
         """Persist positions under `key`; start after the saved one, if there is one."""
@@ -268,8 +280,12 @@ class CommandLogSource:
         self._parse_error = None
         out: list[LogEntry] = []
         for is_stderr, raw in lines:
+            before = self.cursor  # journald's cursor before this record (None: not kept)
             for p in self._parse_one(decode_line(raw), is_stderr, now_ms):
-                out.append(LogEntry(self.target, self.name, p.t_ms, p.text))
+                entry = LogEntry(self.target, self.name, p.t_ms, p.text)
+                if before is not None:
+                    self._starts.append((entry, before))
+                out.append(entry)
         return out
 
     def _parse_one(self, text: str, is_stderr: bool, now_ms: int) -> list[ParsedLine]:

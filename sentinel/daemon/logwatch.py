@@ -67,7 +67,7 @@ class LogWatch:
             events += classifier.flush(now_ms)
         events = [dataclasses.replace(e, excerpt=_REDACTOR.lines(e.excerpt)) for e in events]
         # Where the source stands is saved with the events it led to, and only when it moved.
-        cursors = self._moved(getattr(source, "cursor_key", None), getattr(source, "cursor", None))
+        cursors = self._moved(getattr(source, "cursor_key", None), self._cursor(source, classifier))
         positions = self._moved(getattr(source, "position_key", None),
                                 self._position(source, classifier))
         if events or cursors or positions:
@@ -92,6 +92,18 @@ class LogWatch:
             return position
         before = position_at(pending)
         return position if before is None else before
+
+    @staticmethod
+    def _cursor(source: LogSource, classifier: Classifier) -> Any:
+        """Where a cursor source (Docker, journald, Cloud Logging) stands; while an event
+        is still being assembled, the cursor before its first line (as `_position`)."""
+        cursor = getattr(source, "cursor", None)
+        pending = classifier.pending
+        cursor_at = getattr(source, "cursor_at", None)
+        if pending is None or cursor_at is None:
+            return cursor
+        before = cursor_at(pending)
+        return cursor if before is None else before
 
     def _moved(self, key: str | None, checkpoint: Any) -> dict[str, Any]:
         if key is None or checkpoint is None or self._recorded.get(key) == checkpoint:
