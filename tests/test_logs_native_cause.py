@@ -51,3 +51,23 @@ def test_a_symptom_after_the_abort_still_joins_it(sigs: SignatureSet) -> None:
                          "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an "
                          "issue. See stack trace (above) for the root cause."])
     assert [e.signature for e in events] == ["native_crash"]
+
+
+def test_an_ascend_runtime_record_waits_for_the_collective_that_caused_it(
+        sigs: SignatureSet) -> None:
+    """torch_npu's ACL failure is printed for any failure on the device, a collective's too:
+    a symptom, joined by the HCCL failure after it (one event, named by the collective)."""
+    events = _run(sigs, [
+        "[ERROR] 2025-09-03-03:02:37 (PID:7226, Device:1, RankID:-1) ERR00100 PTA call acl "
+        "api failed",
+        "RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:148 "
+        "HCCL function error: hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, "
+        "&(comm->hcclComm_)), error code is 11"])
+    assert [(e.category, e.signature) for e in events] == [
+        ("interconnect_failure", "collective_failure")]
+
+
+def test_an_ascend_runtime_record_alone_is_an_npu_runtime_error(sigs: SignatureSet) -> None:
+    events = _run(sigs, ["[PID: 91798] 2025-11-29-10:54:13.230.208 "
+                         "AclNN_Runtime_Error(EZ9903): rtKernelLaunchWithHandleV2 failed: 507014"])
+    assert [(e.category, e.signature) for e in events] == [("other", "npu_runtime_error")]
