@@ -1,4 +1,4 @@
-"""A kill -9 in the middle of a crash block loses nothing, on Docker's and journald's cursors.
+"""A kill -9 in the middle of a crash block loses nothing, whatever cursor the source keeps.
 
 LogWatch saves where a source stands with the events it derived. While an
 event is still being assembled (its signature's context-after lines not yet
@@ -151,3 +151,45 @@ def test_journald_follower_killed_mid_block_loses_nothing(db: Database, tmp_path
         db, lambda: journal_logs("tpu-a", UNIT, directory=str(folder),
                                  cursor_store=DbCursorStore(db)),
         lambda lines: write_journal(folder, lines))
+
+
+def test_cloud_logging_poller_killed_mid_block_loses_nothing(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on Cloud Logging (the real client against the local fake of its REST API),
+    with the cursor saved by LogWatch (auto_commit off, as the daemon runs it)."""
+    import random
+
+    from fakes.cloud_logging_server import running_fake
+    from fakes.offline import offline_google_env
+    from google.auth.credentials import AnonymousCredentials
+
+    from sentinel.collect.cloud_logging import CloudLoggingOptions, CloudLoggingSource, make_client
+
+    offline_google_env(monkeypatch)
+    now = 1_795_000_000_000
+    with running_fake("p") as fake:
+        def start() -> CloudLoggingSource:
+            return CloudLoggingSource(
+                "tpu-a", "p", cursor_store=DbCursorStore(db), auto_commit=False,
+                client_factory=lambda: make_client("p", api_endpoint=fake.endpoint,
+                                                   credentials=AnonymousCredentials()),
+                options=CloudLoggingOptions(), rng=random.Random(7))
+
+        def add(lines: list[str], at_ms: int) -> None:
+            for i, line in enumerate(lines):
+                fake.add((at_ms + i) * 1_000_000, line)
+
+        first = _Sentinel(db, start())
+        add(["INFO serving 1", *FIRST], now - 60_000)
+        first.watch.poll(first.source, now)
+        assert FIRST[-1] in first.texts
+        assert first.watch._classifiers[first.source.name].pending is not None
+        first.source.close()  # kill -9 after the poll's transaction
+        assert _events(db) == []
+        add(SECOND, now - 50_000)
+        second = _Sentinel(db, start())
+        second.watch.poll(second.source, now + 1_000)
+        second.watch.poll(second.source, now + 1_000 + 60_000)  # quiet: the event closes
+        events = _events(db)
+        assert [(c, s) for c, s, _ in events] == [("cuda_oom", "cuda_oom")], events
+        assert second.texts[:len(FIRST) + len(SECOND)] == FIRST + SECOND
