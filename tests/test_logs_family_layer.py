@@ -524,3 +524,16 @@ def test_a_peer_lost_in_a_warning_is_the_cause_of_a_later_death(
         sigs: SignatureSet, cause: str) -> None:
     got = events(sigs, f"{cause}\n{FILLER}\n{DEATHS[3]}")
     assert [e.category for e in got][:1] == ["interconnect_failure"]
+
+
+@pytest.mark.parametrize("statement", [
+    "ggml_backend_metal_buffer_type_alloc_buffer: error: failed to allocate buffer, size = 1 MiB",
+    "ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory out of memory",
+    "SYCL backend failed to allocate the KV cache: out of memory",
+    "Level Zero: not enough memory for the compute buffer",
+])
+def test_other_backends_names_are_device_words(statement: str) -> None:
+    """Metal, Vulkan, SYCL, Level Zero name a device as CUDA does: their allocator's refusal is
+    device memory, not the host's (issue 51, tuned batch 8)."""
+    found = families.family_of(statement, "")
+    assert found is not None and found.name == "device_memory"

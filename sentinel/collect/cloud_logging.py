@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -44,7 +44,7 @@ from typing import Any
 from sentinel.backoff import Backoff
 from sentinel.collect.entrytext import DEFAULT_MAX_CHARS, entry_text
 from sentinel.collect.gcp import DEFAULT_BASE_MS, DEFAULT_MAX_MS, classify_error
-from sentinel.collect.logcursor import CursorStore, LogCursor
+from sentinel.collect.logcursor import MAX_STARTS, CursorStore, LogCursor, cursor_before
 from sentinel.collect.logsource import SourceHealth
 from sentinel.model import LogEntry
 
@@ -120,6 +120,8 @@ class CloudLoggingSource:
         self._factory = client_factory or (lambda: make_client(project))
         self._client: Any = None
         self._cursor: LogCursor | None = None
+        # The cursor before each recent line handed out (`cursor_at`).
+        self._starts: deque[tuple[LogEntry, LogCursor]] = deque(maxlen=MAX_STARTS)
         self._auto_commit = auto_commit
         self._backoff = Backoff(self.options.backoff_base_ms, self.options.backoff_max_ms, rng)
 
@@ -127,6 +129,12 @@ class CloudLoggingSource:
     def cursor(self) -> LogCursor | None:
         """Where the source stands (after the last poll); None before the first."""
         return self._cursor
+
+    def cursor_at(self, entry: LogEntry) -> LogCursor | None:
+        """The cursor just before `entry`'s Cloud Logging entry (a recent line `poll`
+        returned), or None: LogWatch saves it while an event that began at `entry` is
+        still being assembled, so a kill -9 in the middle of a crash block loses none of it."""
+        return cursor_before(self._starts, entry)
 
     def poll(self, now_ms: int) -> list[LogEntry]:
         """New entries since the cursor, oldest first; [] while backing off. Never raises."""
@@ -234,13 +242,15 @@ class _Reader:
         if at < self.cursor.at or (at == self.cursor.at and iid in self.cursor.insert_ids):
             return self.taken  # read before (the boundary timestamp is asked for again)
         ids = self.cursor.insert_ids | {iid} if at == self.cursor.at else frozenset({iid})
-        self.cursor = LogCursor(at, ids)
+        before, self.cursor = self.cursor, LogCursor(at, ids)
         self.taken += 1
         if problems:
             src.note_malformed(iid, problems)
         t_ms = (at - _EPOCH) // timedelta(milliseconds=1)
-        self.out.extend(LogEntry(src.target, src.name, t_ms, line, insert_id=iid)
-                        for line in text.text.splitlines())
+        for line in text.text.splitlines():
+            out = LogEntry(src.target, src.name, t_ms, line, insert_id=iid)
+            src._starts.append((out, before))  # every line of the entry: read again from it
+            self.out.append(out)
         return self.taken
 
 

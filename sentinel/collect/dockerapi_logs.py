@@ -48,7 +48,7 @@ from typing import Any
 import httpx
 
 from sentinel.backoff import exponential
-from sentinel.collect.logcursor import CursorStore, LogCursor
+from sentinel.collect.logcursor import MAX_STARTS, CursorStore, LogCursor, cursor_before
 from sentinel.collect.logparse import parse_docker
 from sentinel.collect.logsource import SourceHealth
 from sentinel.logs.deaths import docker_event_line
@@ -88,6 +88,8 @@ class DockerApiLogSource:
         self._stop = threading.Event()
         self._error: str | None = None
         self._cursor: LogCursor | None = None  # what poll() has returned up to
+        # The cursor before each recent line handed out (`cursor_at`).
+        self._starts: deque[tuple[LogEntry, LogCursor]] = deque(maxlen=MAX_STARTS)
         self._thread: threading.Thread | None = None
         self._events_thread: threading.Thread | None = None
 
@@ -95,6 +97,15 @@ class DockerApiLogSource:
     def cursor(self) -> LogCursor | None:
         """Where the lines returned so far end (saved by LogWatch with their events)."""
         return self._cursor
+
+    def cursor_at(self, entry: LogEntry) -> LogCursor | None:
+        """The cursor just before `entry` (one of the recent lines `poll` returned), or None.
+
+        A restart that resumes there reads `entry` again: LogWatch saves it
+        instead of `cursor` while an event that began at `entry` is still being
+        assembled, so a kill -9 in the middle of a crash block loses none of it.
+        """
+        return cursor_before(self._starts, entry)
 
     def poll(self, now_ms: int) -> list[LogEntry]:
         """Lines read since the last poll, oldest first; never raises."""
@@ -104,10 +115,14 @@ class DockerApiLogSource:
             # by time: an event read by the other thread goes after the output before it
             batch, self._queue = sorted(self._queue, key=_first), deque()
             error = self._error
-        out = [LogEntry(target=self.target, source=self.name, t_ms=ns // 1_000_000, text=text)
-               for ns, _id, text in batch]
-        if batch:
-            self._cursor = _advance(self._cursor, batch)
+        out = []
+        for item in batch:
+            entry = LogEntry(target=self.target, source=self.name, t_ms=item[0] // 1_000_000,
+                             text=item[2])
+            if self._cursor is not None:
+                self._starts.append((entry, self._cursor))
+            self._cursor = _advance(self._cursor, [item])
+            out.append(entry)
         if error is None:
             self.health = SourceHealth(True, None, now_ms)
         else:

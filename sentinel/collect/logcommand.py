@@ -40,7 +40,7 @@ from typing import IO, Literal
 
 from sentinel.backoff import exponential
 from sentinel.collect.linesplit import DEFAULT_MAX_LINE_BYTES, LineSplitter, RawLine, decode_line
-from sentinel.collect.logcursor import CursorStore, LogCursor
+from sentinel.collect.logcursor import MAX_STARTS, CursorStore, LogCursor
 from sentinel.collect.logparse import ParsedLine, parse_docker, parse_journal_json
 from sentinel.collect.logsource import SourceHealth
 from sentinel.model import LogEntry
@@ -105,6 +105,9 @@ class CommandLogSource:
         self._closed = False
         self.cursor_key: str | None = None  # set by journal_logs when positions persist
         self._resume_ms = 0  # the time of the entry `resume_token` names
+        # journald's cursor before each recent line handed out (`cursor_at`).
+        # (the token and its time: the LogCursor is built only when asked for)
+        self._starts: deque[tuple[LogEntry, tuple[str, int]]] = deque(maxlen=MAX_STARTS)
 
     @property
     def cursor(self) -> LogCursor | None:
@@ -113,6 +116,20 @@ class CommandLogSource:
             return None
         at = datetime.fromtimestamp(self._resume_ms / 1000, UTC)
         return LogCursor(at=at, insert_ids=frozenset({self.resume_token}))
+
+    def cursor_at(self, entry: LogEntry) -> LogCursor | None:
+        """journald's cursor just before `entry` (a recent line `poll` returned), or None.
+
+        LogWatch saves it instead of `cursor` while an event that began at
+        `entry` is still being assembled: a restart resumes `--after-cursor`
+        the record before it, so a kill -9 in the middle of a crash block
+        reads the whole block again and loses none of it.
+        """
+        for found, (token, ms) in reversed(self._starts):
+            if found is entry:
+                return LogCursor(at=datetime.fromtimestamp(ms / 1000, UTC),
+                                 insert_ids=frozenset({token}))
+        return None
 
     def resume_from(self, store: CursorStore, key: str) -> None:
         """Persist positions under `key`; start after the saved one, if there is one."""
@@ -271,8 +288,14 @@ class CommandLogSource:
         self._parse_error = None
         out: list[LogEntry] = []
         for is_stderr, raw in lines:
+            # journald's cursor before this record (None: not kept, or none read yet)
+            token = self.resume_token if self.cursor_key is not None else None
+            before = None if token is None else (token, self._resume_ms)
             for p in self._parse_one(decode_line(raw), is_stderr, now_ms):
-                out.append(LogEntry(self.target, self.name, p.t_ms, p.text))
+                entry = LogEntry(self.target, self.name, p.t_ms, p.text)
+                if before is not None:
+                    self._starts.append((entry, before))
+                out.append(entry)
         return out
 
     def _parse_one(self, text: str, is_stderr: bool, now_ms: int) -> list[ParsedLine]:

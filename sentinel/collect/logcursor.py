@@ -9,9 +9,16 @@ missed (the boundary timestamp is read again) and nothing is counted twice.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
+
+from sentinel.model import LogEntry
+
+# Recent lines whose cursor before them a source remembers (`cursor_before`): an event
+# being assembled spans fewer (the classifier closes a group at 5,000 lines).
+MAX_STARTS = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,3 +58,17 @@ class MemoryCursorStore:
     def save(self, key: str, cursor: LogCursor) -> None:
         """Keep the cursor."""
         self.cursors[key] = cursor
+
+
+def cursor_before(starts: deque[tuple[LogEntry, LogCursor]],
+                  entry: LogEntry) -> LogCursor | None:
+    """The cursor a source stood at just before handing out `entry`, or None.
+
+    `starts` pairs each recent entry with the cursor before it, oldest first
+    (searched newest first: the entry asked for is an open event's first line).
+    Identity, not equality: two equal lines are two entries.
+    """
+    for found, before in reversed(starts):
+        if found is entry:
+            return before
+    return None

@@ -27,6 +27,9 @@ class PodDeathSource:
     def __init__(self, target: str) -> None:
         self.target = target
         self.name = SOURCE
+        # Records of deaths only: LogWatch joins them to the crash events of the target's
+        # other streams (logs/deathjoin.py), so a death the server's log named is one event.
+        self.structural = True
         self.health = SourceHealth()
         self.dropped_lines = 0
         self._lines: deque[tuple[int, str]] = deque()

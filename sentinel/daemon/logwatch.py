@@ -21,6 +21,7 @@ from sentinel.collect.logsource import LogSource
 from sentinel.incidents.db import Database
 from sentinel.incidents.log_events import record_log_events, signature_counts_since
 from sentinel.logs.classify import DEFAULT_CATCH_ALL, Classifier
+from sentinel.logs.deathjoin import DeathJoin, Reason
 from sentinel.logs.signatures import SignatureSet
 from sentinel.model import LogEvent, labels_of
 from sentinel.secretpatterns import PromptRedactor
@@ -46,6 +47,7 @@ class LogWatch:
         self._counts: dict[str, dict[tuple[str, str], int]] = {}  # target → (sig, cat) → n
         self._recorded: dict[str, object] = {}  # checkpoint key → the cursor/position on record
         self._counted: dict[str, int] = {}  # target → when its counters were last written
+        self.joins = DeathJoin()  # records of deaths joined to the crash events of other streams
         # collect/accelerators.py: vLLM's start-up lines say what each target runs on.
         self.accelerators: Any = None
         # collect/coldstart.py: starts, compile lines and serving, per target.
@@ -66,8 +68,17 @@ class LogWatch:
             # line, which an empty poll does not move).
             events += classifier.flush(now_ms)
         events = [dataclasses.replace(e, excerpt=_REDACTOR.lines(e.excerpt)) for e in events]
+        # A death seen by a stream of records only (a pod's status) and by the server's own
+        # words elsewhere is one event (logs/deathjoin.py): the record may wait for the other.
+        joined = self.joins.admit(source.target, events, bool(getattr(source, "structural", False)),
+                                  now_ms)
+        for record, reason in joined.decided:
+            if reason is not Reason.NO_CAUSE:
+                log.info("%s: %s in %s is the death of a crash already matched (%s)",
+                         record.target, record.signature, record.source, reason.value)
+        events = joined.events
         # Where the source stands is saved with the events it led to, and only when it moved.
-        cursors = self._moved(getattr(source, "cursor_key", None), getattr(source, "cursor", None))
+        cursors = self._moved(getattr(source, "cursor_key", None), self._cursor(source, classifier))
         positions = self._moved(getattr(source, "position_key", None),
                                 self._position(source, classifier))
         if events or cursors or positions:
@@ -92,6 +103,18 @@ class LogWatch:
             return position
         before = position_at(pending)
         return position if before is None else before
+
+    @staticmethod
+    def _cursor(source: LogSource, classifier: Classifier) -> Any:
+        """Where a cursor source (Docker, journald, Cloud Logging) stands; while an event
+        is still being assembled, the cursor before its first line (as `_position`)."""
+        cursor = getattr(source, "cursor", None)
+        pending = classifier.pending
+        cursor_at = getattr(source, "cursor_at", None)
+        if pending is None or cursor_at is None:
+            return cursor
+        before = cursor_at(pending)
+        return cursor if before is None else before
 
     def _moved(self, key: str | None, checkpoint: Any) -> dict[str, Any]:
         if key is None or checkpoint is None or self._recorded.get(key) == checkpoint:

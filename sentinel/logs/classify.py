@@ -62,6 +62,7 @@ CATCH_ALL = "unclassified_crash"
 MARKER = "family_fatal_marker"
 START_FAILED = "engine_start_failed"  # what a death while loading is named (phase.py)
 HANG = "engine_hang_watchdog"  # a hang keeps its name in either phase
+NATIVE = "native_crash"  # a process's native death: a cause printed after it joins it
 SYMPTOM_PRIORITY = 25  # hits at or below this (engine dead, catch-all) are symptoms of a cause
 GENERIC_PRIORITY = 30  # hits at or below this (and the catch-all) may be renamed by family
 MAX_STATEMENTS = 400  # statements and frames kept per group for the family layer
@@ -434,15 +435,21 @@ class Classifier:
         """Whether a new signature's hit belongs to the open group rather than its own event.
 
         An unclaimed traceback is the context of what follows it; within the
-        window, a symptom joins its cause and a cause joins its symptoms.
+        window, a symptom joins its cause and a cause joins its symptoms. A
+        native death (an abort, a fatal signal) is how a process ends after its
+        cause, and a runtime prints the two in either order: a cause that
+        follows it within its window joins it and names the event.
         """
         if not group.hits:
             return deciding or group.after_left > 0
         if group.after_left <= 0:
             return False
-        best = max(h.signature.priority for h in group.hits)
+        top = max(group.hits, key=lambda h: h.signature.priority).signature
+        best = top.priority
+        crash = signature.severity in ("critical", "error")
         return (signature.priority <= SYMPTOM_PRIORITY or best <= SYMPTOM_PRIORITY
-                or (signature.priority < best and signature.severity in ("critical", "error")))
+                or (signature.priority < best and crash)
+                or (top.name == NATIVE and signature.priority > best and crash))
 
     def _decide(self, group: _Group, entry: LogEntry, line: str, line_no: int | None) -> bool:
         """One line after an unclaimed traceback: keep waiting, or decide its fate."""

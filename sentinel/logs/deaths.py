@@ -19,6 +19,10 @@ process" after its task table) is the same death and opens nothing
 (`DEDUPE_LINES`), and an event opened by a record shows the last lines
 before it (`CONTEXT_BEFORE`), since the record itself says nothing of why.
 
+Across streams (a pod's status is a stream of records only, the server's
+output another), `deathjoin.py` keeps the same rule: a record beside a crash
+event of the target's other streams is that crash's death.
+
 `docker_event_line` and `pod_termination_lines` render the API objects of
 the two sources that have no log line for a death (Docker's event stream,
 a pod's container statuses) in their CLIs' own words, so they enter the
@@ -47,7 +51,8 @@ _RECORD = re.compile(
     r"Exit Code: +[0-9]|"
     # systemd and systemd-coredump
     r"Main process exited, code=|Failed with result '|killed by the OOM killer|"
-    r"of user [0-9]+ dumped core|^ *Signal: [0-9]+ \([A-Z]+\)|"
+    r"of user [0-9]+ dumped core|^ *Signal: [0-9]+ \([A-Z]+\)|terminated abnormally with signal|"
+    r"ANOM_ABEND |"
     # the kernel: faults naming the process, the OOM killer's report
     r"segfault at [0-9a-f]+ ip |traps: \S+\[[0-9]+\] |Killed process [0-9]+ \(|"
     r"invoked oom-killer: |oom-kill:constraint=|\] +uid +tgid +total_vm +rss|oom_reaper: |"

@@ -59,6 +59,10 @@ _MEMORY = (r"(?i:out of memory|OutOfMemory|\bOOM\b|failed to allocate|allocation
            r"ALLOC_FAILED|MemoryAllocation|RESOURCE_EXHAUSTED)")
 _DEVICE_WORDS = (r"(?:CUDA|cuda|GPU|gpu|HIP|hip[A-Z]|ROCm|rocm|NPU|npu|HPU|hpu|VRAM|vram|"
                  r"PT_DEVMEM|[Hh]abana|Gaudi|synDevice|"
+                 # the other backends' names: Apple Metal, Vulkan, Intel SYCL/Level Zero/XPU,
+                 # Apple MPS, Huawei CANN, Moore Threads MUSA (ggml names its buffers by them)
+                 r"[Mm]etal|MTL|[Vv]ulkan|vk::|SYCL|sycl|[Ll]evel[ _][Zz]ero|XPU|xpu|MPS|CANN|"
+                 r"MUSA|"
                  r"[Dd]evice|cuBLAS|CUBLAS|cudnn|CUDNN|torch\.OutOfMemoryError|"
                  r"torch\.cuda\.OutOfMemoryError|OutOfMemoryError\()")
 
