@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from notify_helpers import LoopbackReceiver, make_stage
 from sqlalchemy import select
+from test_notify_delivery import hook
 
+from sentinel.config.notify import RouteConfig
 from sentinel.incidents import Database, IncidentTracker, get_incident, list_incidents
 from sentinel.incidents.fleet import FleetPolicy
 from sentinel.incidents.fleet_hook import FleetCorrelator
 from sentinel.incidents.models import Incident
 from sentinel.incidents.models_fleet import FleetMember
 from sentinel.model import Alert, AlertState, NotificationKind, labels_of
+from sentinel.respond.notify.routing import build_route
 
 T0 = 1_795_255_205_000
 S = 1000
@@ -152,3 +156,41 @@ def test_a_fraction_of_a_small_group_is_a_fleet(incident_db: Database) -> None:
 def test_turned_off_pages_per_target(incident_db: Database) -> None:
     t = tracker(incident_db, enabled=False)
     assert len(t.process([alert(x) for x in TARGETS[:12]], T0)) == 12
+
+
+def test_through_the_notification_path_one_page_updates_and_one_resolve(
+        incident_db: Database, loopback: LoopbackReceiver) -> None:
+    """Tracker → outbox → dispatcher → sender → a webhook on loopback, as the daemon wires
+    them: one page, a later count as an `update` under the page's group key no sooner than
+    the route's group_interval, one resolve; never a per-target message."""
+    route = RouteConfig.model_validate({"receiver": "oncall", "group_by": ["target"],
+                                        "group_wait": "0s", "group_interval": "1m"})
+    stage = make_stage(incident_db, {"oncall": hook(loopback)}, route)
+    stage.tracker.fleet = FleetCorrelator(
+        FleetPolicy(), target_labels={t: {} for t in TARGETS},
+        route=build_route(route, ["oncall"]), updates=stage.dispatcher.outbox)
+    firing = [alert(x) for x in TARGETS[:12]]
+    stage.tracker.process(firing, T0)
+    stage.tick(T0 + S)
+    [page] = [r.json() for r in loopback.accepted()]
+    assert isinstance(page, dict) and page["status"] == "firing" and len(page["alerts"]) == 1
+    assert "on 12 of 20 targets" in page["alerts"][0]["annotations"]["summary"]
+    # Two more targets within the interval: nothing yet; after it, one update.
+    more = firing + [alert(x, at=T0 + 10 * S) for x in TARGETS[12:14]]
+    stage.tracker.process(more, T0 + 10 * S)
+    stage.tick(T0 + 11 * S)
+    assert len(loopback.accepted()) == 1
+    stage.tracker.process(more, T0 + 70 * S)
+    stage.tick(T0 + 71 * S)
+    bodies = [r.json() for r in loopback.accepted()]
+    assert [b["status"] for b in bodies] == ["firing", "update"]  # type: ignore[index]
+    update = bodies[1]
+    assert isinstance(update, dict) and update["groupKey"] == page["groupKey"]
+    assert "on 14 of 20 targets" in update["alerts"][0]["annotations"]["summary"]
+    # Everyone recovers: one resolve for the fleet, nothing per target.
+    now = T0 + 200 * S
+    stage.tracker.process([gone(a, now) for a in more], now)
+    stage.tick(now + S)
+    stage.tick(now + 2 * S)
+    assert [b["status"] for b in (r.json() for r in loopback.accepted())] == [  # type: ignore[index]
+        "firing", "update", "resolved"]

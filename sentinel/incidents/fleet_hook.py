@@ -95,6 +95,7 @@ class _Group:
     labels: Labels = ()  # the fleet alert's labels (alertname, fleet, severity, group)
     rule_group: str = "fleet"
     active_at_ms: int = 0
+    opened_ms: int = 0  # the fleet alert's startsAt, the same on every message
     example: str = ""  # the first member's own summary, shown on the page
 
 
@@ -127,6 +128,12 @@ class FleetCorrelator:
         self._groups: dict[_Key, _Group] | None = None  # None: not loaded since start
         self._quiet: set[int] = set()
         self._staged: tuple[dict[_Key, _Group], set[int]] | None = None
+
+    def fresh(self) -> FleetCorrelator:
+        """The same configuration with no state: it reads the open fleet incidents back
+        (an HA takeover: the last leader wrote them)."""
+        return FleetCorrelator(self.policy, target_labels=self._labels, route=self._route,
+                               updates=self._updates, breakdown_by=self._breakdown_by)
 
     # -- the tracker's hook ---------------------------------------------------------
 
@@ -244,7 +251,7 @@ class FleetCorrelator:
         s.flush()
         example = dict(first.annotations).get("summary", "")
         g = replace(g, incident_id=incident.id, labels=labels, rule_group=first.group,
-                    active_at_ms=active, example=example)
+                    active_at_ms=active, opened_ms=now_ms, example=example)
         _line(s, incident.id, now, f"remediation: {fleet.FLEET_WIDE_WHY}",
               {"remediation": "withheld", "guard": fleet.Guard.FLEET_WIDE.value})
         return g
@@ -336,7 +343,7 @@ class FleetCorrelator:
                      annotations=labels_of(annotations),
                      state=AlertState.INACTIVE if resolved else AlertState.FIRING,
                      value=float(m.count), active_at_ms=g.active_at_ms, last_eval_ms=now_ms,
-                     fired_at_ms=now_ms if not resolved else g.active_at_ms,
+                     fired_at_ms=g.opened_ms or now_ms,
                      resolved_at_ms=now_ms if resolved else None)
 
     def _update(self, s: Session, g: _Group, alert: Alert, now_ms: int) -> None:
@@ -390,7 +397,8 @@ class FleetCorrelator:
             group = tuple((k, label_value(labels, k)) for k in self.policy.group_by)
             groups[(incident.alertname, group)] = _Group(
                 state, incident.id, labels,
-                active_at_ms=dt_to_ms(incident.evidence_at or incident.opened_at))
+                active_at_ms=dt_to_ms(incident.evidence_at or incident.opened_at),
+                opened_ms=dt_to_ms(incident.opened_at))
         return groups, quiet
 
 
