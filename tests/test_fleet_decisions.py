@@ -3,6 +3,8 @@ test over random interleavings of per-target alerts firing and resolving."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,8 +43,12 @@ def ob(at: int, fired: frozenset[str] = frozenset(), resolved: frozenset[str] = 
     (20, 4),  # 20 % of 20
     (100, 10),  # 20 % would be 20: the minimum is smaller
 ])
-def test_threshold_is_the_smaller_rule(size: int, expected: int) -> None:
-    assert threshold(P, size) == expected
+def test_threshold_is_the_smaller_rule_in_a_label_group(size: int, expected: int) -> None:
+    assert threshold(replace(P, group_by=("pool",)), size) == expected
+
+
+def test_the_whole_fleet_counts_by_the_minimum_alone() -> None:
+    assert threshold(P, 5) == threshold(P, 20) == 10
 
 
 def test_each_reason() -> None:

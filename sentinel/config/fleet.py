@@ -3,17 +3,18 @@
     fleet:
       enabled: true
       min_targets: 10       # fleet-wide at 10 targets of a group...
-      min_fraction: 0.2     # ...or 20 % of the group's configured targets (at least 3)
+      min_fraction: 0.2     # ...or 20 % of a label group's targets (at least 3)
       window: 5m            # ...that went active within this window
       group_by: []          # target labels that split the fleet (none: one fleet)
       breakdown_by: []      # target labels the page counts members by (pool=a100: 3,900)
       list_limit: 20        # targets named on the page; the rest are counted
 
 Why these defaults: ten servers failing the same way within five minutes is
-rarely ten coincidences, and ten pages for it are nine too many; 20 % of a small
-pool (at least three servers) is as telling. Five minutes covers a fleet whose
-scrapes and evaluations spread one instant's failure over a few intervals, and a
-rollout wave; unrelated failures an hour apart stay their own incidents.
+rarely ten coincidences, and ten pages for it are nine too many; 20 % of a pool
+(`group_by`; at least three servers) is as telling. Without `group_by` the
+fraction does not apply: a small fleet's servers keep their own pages. Five
+minutes covers a fleet whose scrapes and evaluations spread one instant's failure
+over a few intervals, and a rollout wave; unrelated failures an hour apart stay their own incidents.
 The decisions are in sentinel/incidents/fleet.py.
 """
 
@@ -36,7 +37,7 @@ class FleetConfig(Strict):
     enabled: bool = True
     # Fleet-wide when the alert went active on at least this many targets of a group...
     min_targets: int = Field(DEFAULT_MIN_TARGETS, ge=2)
-    # ...or on this fraction of the group's configured targets (never fewer than 3)...
+    # ...or this fraction of a group_by group's configured targets (never fewer than 3)...
     min_fraction: float = Field(DEFAULT_MIN_FRACTION, gt=0, le=1)
     # ...within this window (pending targets count: a fleet fires over a few evaluations).
     window_ms: PositiveDuration = Field(DEFAULT_WINDOW_MS, alias="window")

@@ -6,7 +6,8 @@ day is a thousand incidents and a thousand pages. Here, per alert name and
 label group (`FleetPolicy.group_by`; none: the whole fleet is one group):
 
 - **Opening.** When the alert is active (pending or firing) on at least
-  `threshold(policy, size)` targets of the group that went active within
+  `threshold(policy, size)` targets of the group (`min_targets`, or `min_fraction`
+  of a label group's targets, whichever is smaller) that went active within
   `window_ms` of now, and fires on at least one of them, ONE fleet incident
   opens (`Reason.OPENED`): every target it fires on is a member, and one page
   says what and how many. Counting pending targets too matters: a fleet that
@@ -58,8 +59,12 @@ class FleetPolicy:
 
 
 def threshold(policy: FleetPolicy, size: int) -> int:
-    """How many targets of a group of `size` make a fleet-wide failure (the smaller rule)."""
-    if size <= 0:  # the group's size is unknown (targets discovered, not configured)
+    """How many targets of a group of `size` make a fleet-wide failure (the smaller rule).
+
+    The fraction is of a label group (`group_by`: a pool, a zone); for the whole fleet
+    `min_targets` alone decides, so a small fleet's servers keep their own pages.
+    """
+    if not policy.group_by or size <= 0:  # the whole fleet, or a group of unknown size
         return policy.min_targets
     by_fraction = max(FRACTION_FLOOR, math.ceil(policy.min_fraction * size))
     return min(policy.min_targets, by_fraction)
