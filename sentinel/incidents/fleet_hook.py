@@ -53,7 +53,9 @@ from sentinel.respond.notify.routing import Route, match_routes
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "fleet/"
-FLEET_LABEL = "fleet"  # on the fleet alert: its group (`all`: the whole fleet)
+# On the fleet alert: `<alert>/<group>` (`all`: the whole fleet), so the implicit route
+# (grouped by target and fleet) sends each fleet incident as a message of its own.
+FLEET_LABEL = "fleet"
 REMEDIATION = "sentinel_remediation"  # the page's annotation, as act-first's
 _Key = tuple[str, Labels]  # (alert name, group labels)
 
@@ -322,8 +324,8 @@ class FleetCorrelator:
 
     def _alert(self, g: _Group, m: fleet.Message, now_ms: int) -> Alert:
         name = label_value(g.labels, "alertname")
-        group = label_value(g.labels, FLEET_LABEL)
-        where = "" if group == "all" else group
+        where = label_value(g.labels, FLEET_LABEL).split("/", 1)[-1]
+        where = "" if where == "all" else where
         firing = g.state.firing
         text = fleet.headline(name, m.count, m.size, where)
         parts = fleet.breakdown({t: self._labels.get(t, {}) for t in firing},
@@ -409,8 +411,7 @@ def _target(a: Alert) -> str:
 def _fleet_labels(key: _Key, severity: str) -> Labels:
     name, group = key
     values = {k: v for k, v in group if v}
-    base = {"alertname": name,
-            FLEET_LABEL: ", ".join(f"{k}={v}" for k, v in values.items()) or "all"}
+    base = {"alertname": name, FLEET_LABEL: _key_text(key)[len(KEY_PREFIX):]}
     if severity:
         base["severity"] = severity
     return labels_of({**values, **base})
