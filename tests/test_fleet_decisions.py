@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sentinel.incidents import fleet
+from sentinel.incidents import fleet, fleet_page
 from sentinel.incidents.fleet import (
     FleetPolicy,
     FleetState,
@@ -92,11 +92,11 @@ def test_the_remediation_guard() -> None:
 
 
 def test_the_page_says_what_and_how_many() -> None:
-    assert fleet.headline("KV cache over 85 %", 4812, 5000, "") == \
+    assert fleet_page.headline("KV cache over 85 %", 4812, 5000, "") == \
         "KV cache over 85 % on 4,812 of 5,000 targets"
     members = {f"a{i}": {"pool": "a100"} for i in range(3)} | {"h": {"pool": "h100"}}
-    assert fleet.breakdown(members, ("pool",)) == "pool=a100: 3, pool=h100: 1"
-    assert fleet.listing({f"t{i}" for i in range(5)}, 2) == "t0, t1, and 3 more"
+    assert fleet_page.breakdown(members, ("pool",)) == "pool=a100: 3, pool=h100: 1"
+    assert fleet_page.listing({f"t{i}" for i in range(5)}, 2) == "t0, t1, and 3 more"
 
 
 # -- the property ----------------------------------------------------------------------

@@ -26,7 +26,8 @@ label group (`FleetPolicy.group_by`; none: the whole fleet is one group):
 the new state, a `Reason` and at most one `Message` out; no clock, no database.
 `remediation` is the guard the remediation stage asks: a target of an open fleet
 incident is not acted on by itself (restarting every server is not a fix for a
-bad rollout). `incidents/fleet_hook.py` does the I/O around it;
+bad rollout). `incidents/fleet_page.py` says it on the page, `incidents/fleet_hook.py`
+does the I/O around it;
 tests/test_fleet_properties.py checks the invariants over random interleavings.
 """
 
@@ -202,39 +203,3 @@ def remediation(st: FleetState | None, target: str) -> Guard:
     if st is not None and st.open and target in st.members:
         return Guard.FLEET_WIDE
     return Guard.ALLOWED
-
-
-# -- what the page says ----------------------------------------------------------------
-
-
-def headline(what: str, count: int, size: int, group: str) -> str:
-    """`KV cache over 85 % on 4,812 of 5,000 targets (pool=a100)`."""
-    of = f" of {size:,}" if size > 0 else ""
-    noun = "target" if count == 1 and size <= 1 else "targets"
-    where = f" ({group})" if group else ""
-    return f"{what} on {count:,}{of} {noun}{where}"
-
-
-def breakdown(labels_by_target: Mapping[str, Mapping[str, str]], keys: tuple[str, ...],
-              limit: int = 10) -> str:
-    """`pool=a100: 3,900, pool=h100: 912`: the members counted by each label's value."""
-    parts: list[str] = []
-    for key in keys:
-        counts: dict[str, int] = {}
-        for labels in labels_by_target.values():
-            value = labels.get(key)
-            if value:
-                counts[value] = counts.get(value, 0) + 1
-        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        parts += [f"{key}={v}: {n:,}" for v, n in ranked[:limit]]
-        if len(ranked) > limit:
-            parts.append(f"{key}: {len(ranked) - limit} more values")
-    return ", ".join(parts)
-
-
-def listing(targets: frozenset[str] | set[str], limit: int) -> str:
-    """The members named on the page, bounded: `t1, t2, … and 4,790 more`."""
-    names = sorted(targets)
-    shown = ", ".join(names[:limit])
-    rest = len(names) - limit
-    return f"{shown}, and {rest:,} more" if rest > 0 else shown

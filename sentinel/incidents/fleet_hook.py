@@ -34,7 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from sentinel.config.notify import DEFAULT_GROUP_INTERVAL_MS
-from sentinel.incidents import fleet
+from sentinel.incidents import fleet, fleet_page
 from sentinel.incidents.convert import dt_to_ms, labels_from_json, labels_to_json, ms_to_dt
 from sentinel.incidents.models import Incident, IncidentStatus, TimelineEvent, TimelineKind
 from sentinel.incidents.models_fleet import FleetMember
@@ -56,7 +56,6 @@ KEY_PREFIX = "fleet/"
 # On the fleet alert: `<alert>/<group>` (`all`: the whole fleet), so the implicit route
 # (grouped by target and fleet) sends each fleet incident as a message of its own.
 FLEET_LABEL = "fleet"
-REMEDIATION = "sentinel_remediation"  # the page's annotation, as act-first's
 _Key = tuple[str, Labels]  # (alert name, group labels)
 
 
@@ -323,30 +322,11 @@ class FleetCorrelator:
         return FleetNews(g.incident_id, alert.name, fired=(alert,))
 
     def _alert(self, g: _Group, m: fleet.Message, now_ms: int) -> Alert:
-        name = label_value(g.labels, "alertname")
-        where = label_value(g.labels, FLEET_LABEL).split("/", 1)[-1]
-        where = "" if where == "all" else where
-        firing = g.state.firing
-        text = fleet.headline(name, m.count, m.size, where)
-        parts = fleet.breakdown({t: self._labels.get(t, {}) for t in firing},
-                                self._breakdown_by)
-        summary = f"{text}: {parts}" if parts else text
-        if m.kind is fleet.Kind.RESOLVED:
-            summary = f"{name}: every target of the fleet incident recovered"
-        annotations = {"summary": summary, REMEDIATION: fleet.FLEET_WIDE_WHY,
-                       "sentinel_fleet_count": str(m.count), "sentinel_fleet_size": str(m.size)}
-        if firing:
-            shown = fleet.listing(firing, self.policy.list_limit)
-            annotations["description"] = f"firing on: {shown}"
-        if g.example:
-            annotations["example"] = g.example
-        resolved = m.kind is fleet.Kind.RESOLVED
-        return Alert(group=g.rule_group, rule=name, labels=g.labels,
-                     annotations=labels_of(annotations),
-                     state=AlertState.INACTIVE if resolved else AlertState.FIRING,
-                     value=float(m.count), active_at_ms=g.active_at_ms, last_eval_ms=now_ms,
-                     fired_at_ms=g.opened_ms or now_ms,
-                     resolved_at_ms=now_ms if resolved else None)
+        page = fleet_page.Page(label_value(g.labels, "alertname"), g.labels,
+                               fleet_page.where(g.labels, FLEET_LABEL), g.rule_group,
+                               g.active_at_ms, g.opened_ms, g.example)
+        return fleet_page.fleet_alert(page, m, g.state.firing, self._labels,
+                                      self._breakdown_by, self.policy.list_limit, now_ms)
 
     def _update(self, s: Session, g: _Group, alert: Alert, now_ms: int) -> None:
         """The new count to every group that sent the page, under its group key."""
