@@ -78,6 +78,12 @@ def test_many_targets_at_once_open_one_fleet_incident_and_one_page(
         members = s.scalars(select(FleetMember)).all()
         assert {m.target for m in members} == set(TARGETS[:12])
         assert all(m.quiet and m.incident_id for m in members)
+    # The fleet incident's own timeline: the guard, and what the page said.
+    fleet_view = get_incident(incident_db, fleet_incident.id)
+    assert fleet_view is not None and fleet_view.incident.summary == summary
+    lines = [e.message for e in fleet_view.timeline]
+    assert any(m.startswith("remediation: fleet-wide failure") for m in lines), lines
+    assert f"page: {summary}" in lines, lines
 
 
 def test_a_few_targets_page_each_as_before(incident_db: Database) -> None:
