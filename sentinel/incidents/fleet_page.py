@@ -4,7 +4,7 @@
 says what and how many (`VLLMKVCacheHigh on 4,812 of 5,000 targets: pool=a100:
 3,900, pool=h100: 912`), `description` names the members (bounded), `example`
 is a member's own summary, `sentinel_remediation` why nothing is restarted
-target by target, and `sentinel_fleet_count`/`_size` the numbers.
+target by target, and `fleet_count`/`fleet_size` the numbers.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def fleet_alert(p: Page, m: Message, firing: frozenset[str],
     if resolved:
         summary = f"{p.name}: every target of the fleet incident recovered"
     annotations = {"summary": summary, REMEDIATION: FLEET_WIDE_WHY,
-                   "sentinel_fleet_count": str(m.count), "sentinel_fleet_size": str(m.size)}
+                   "fleet_count": str(m.count), "fleet_size": str(m.size)}
     if firing:
         annotations["description"] = f"firing on: {listing(firing, list_limit)}"
     if p.example:
