@@ -200,3 +200,53 @@ def test_through_the_notification_path_one_page_updates_and_one_resolve(
     stage.tick(now + 2 * S)
     assert [b["status"] for b in (r.json() for r in loopback.accepted())] == [  # type: ignore[index]
         "firing", "update", "resolved"]
+
+
+class _Rules:
+    """The rule engine's side of one evaluation: these alerts, nothing failed."""
+
+    def __init__(self) -> None:
+        self.alerts: list[Alert] = []
+
+    def evaluate_group(self, group: str, now_ms: int) -> list[Alert]:
+        return self.alerts
+
+    def failed_rules(self, group: str) -> int:
+        return 0
+
+    def acknowledge(self, alerts: list[Alert]) -> None:
+        pass
+
+
+class _Remediator:
+    """Records what the pipeline offers to remediation."""
+
+    def __init__(self) -> None:
+        self.offered: list[list[str]] = []
+
+    def offer(self, alerts: list[Alert], now_ms: int) -> None:
+        self.offered.append(sorted(f"{a.name}/{dict(a.labels)['target']}" for a in alerts))
+
+
+def test_the_pipeline_offers_remediation_no_member_of_a_fleet_incident(
+        incident_db: Database) -> None:
+    """An evaluation through the daemon's pipeline: a fleet-wide failure's alerts are not
+    offered to remediation (guard `fleet_wide`); another alert on a target still is."""
+    from sentinel.daemon.pipeline import Pipeline
+    from sentinel.daemon.selfmetrics import SelfMetrics
+    from sentinel.store.memory import MemoryStore
+
+    rules, remediator = _Rules(), _Remediator()
+    pipeline = Pipeline(store=MemoryStore(retention_ms=60_000), scraper=None,  # type: ignore[arg-type]
+                        rules=rules, tracker=tracker(incident_db),  # type: ignore[arg-type]
+                        receivers=(), metrics=SelfMetrics(), remediator=remediator)
+    few = [alert(x) for x in TARGETS[:2]]
+    rules.alerts = few
+    pipeline.evaluate("vllm", T0)
+    assert remediator.offered[-1] == [f"{NAME}/{t}" for t in TARGETS[:2]]  # not fleet-wide
+    other = replace(alert(TARGETS[19]), labels=labels_of(
+        {"alertname": "VLLMEngineDead", "target": TARGETS[19]}))
+    rules.alerts = [alert(x, at=T0 + 5 * S) for x in TARGETS[:12]] + [other]
+    pipeline.evaluate("vllm", T0 + 5 * S)
+    assert remediator.offered[-1] == [f"VLLMEngineDead/{TARGETS[19]}"]
+    assert len(fleet_incidents(incident_db)) == 1
