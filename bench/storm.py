@@ -24,9 +24,15 @@ then every target goes calm again and it prints the time until every alert and
 incident is resolved, and the resolves sent. Finally SIGTERM, and how long the
 daemon took to exit. Figures from a shared machine: compare runs of one session.
 
-What this does not show yet (issue 49): fleet-wide correlation (one fleet incident,
-one page). Sentinel still opens an incident per target and the default route
-groups by target, so the pages figure is about one per target.
+Pages, messages and resolves count the messages about the storm's alert; Sentinel's
+own alerts (a loaded machine makes it miss scrapes and evaluations, and it says so)
+are listed apart. Fleet-wide correlation (incidents/fleet.py): the storm opens ONE fleet incident
+(every target keeps its own incident, joined to it) and the receiver gets one
+page for it; a later count is an `update` message no sooner than the route's
+group_interval (5 min with the implicit route: usually after this run), and the
+fleet's resolve comes when the last target recovered. It prints the fleet
+incidents opened and the updates too. Before correlation the pages figure was
+about one per target.
 """
 
 from __future__ import annotations
@@ -62,7 +68,10 @@ class Receiver:
     """A webhook receiver on loopback: every message, when it came, firing or resolved."""
 
     def __init__(self) -> None:
-        self.messages: list[tuple[float, str, int]] = []  # (monotonic, status, alerts)
+        # (monotonic, status, alerts): messages about RULE (the storm's fleet incident)
+        self.messages: list[tuple[float, str, int]] = []
+        # (monotonic, status, alertnames): every other message (Sentinel's own alerts)
+        self.others: list[tuple[float, str, str]] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -70,10 +79,14 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 try:
                     doc = json.loads(body)
-                    status, n = doc.get("status", "?"), len(doc.get("alerts", []))
+                    status, alerts = doc.get("status", "?"), doc.get("alerts", [])
                 except ValueError:
-                    status, n = "?", 0
-                outer.messages.append((time.monotonic(), status, n))
+                    status, alerts = "?", []
+                names = sorted({a.get("labels", {}).get("alertname", "") for a in alerts})
+                if RULE in names:
+                    outer.messages.append((time.monotonic(), status, len(alerts)))
+                else:
+                    outer.others.append((time.monotonic(), status, ",".join(names)))
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -162,8 +175,8 @@ class Health:
 # -- the database, read beside the daemon ---------------------------------------------
 
 def recorded(url: str) -> tuple[int, int, int]:
-    """(alerts of RULE firing in alert_states, open incidents of RULE, all of RULE's
-    incidents ever) in the daemon's database.
+    """(alerts of RULE firing in alert_states, open per-target incidents of RULE, fleet
+    incidents of RULE ever) in the daemon's database.
 
     SQLite is read through a plain read-only connection: Sentinel's own sessions
     begin IMMEDIATE (they take the write lock), and this reader must neither wait
@@ -178,8 +191,8 @@ def recorded(url: str) -> tuple[int, int, int]:
             firing = q("SELECT count(*) FROM alert_states WHERE rule = ? AND state = "
                        "'firing'", (RULE,)).fetchone()[0]
             open_ = q("SELECT count(*) FROM incidents WHERE alertname = ? AND status = "
-                      "'open'", (RULE,)).fetchone()[0]
-            ever = q("SELECT count(*) FROM incidents WHERE alertname = ?",
+                      "'open' AND target != ''", (RULE,)).fetchone()[0]
+            ever = q("SELECT count(*) FROM incidents WHERE alertname = ? AND target = ''",
                      (RULE,)).fetchone()[0]
         finally:
             conn.close()
@@ -195,9 +208,10 @@ def recorded(url: str) -> tuple[int, int, int]:
             firing = conn.scalar(select(func.count()).select_from(AlertStateRow).where(
                 AlertStateRow.rule == RULE, AlertStateRow.state == "firing")) or 0
             open_ = conn.scalar(select(func.count()).select_from(Incident).where(
-                Incident.alertname == RULE, Incident.status == "open")) or 0
+                Incident.alertname == RULE, Incident.status == "open",
+                Incident.target != "")) or 0
             ever = conn.scalar(select(func.count()).select_from(Incident).where(
-                Incident.alertname == RULE)) or 0
+                Incident.alertname == RULE, Incident.target == "")) or 0
     finally:
         db.dispose()
     return int(firing), int(open_), int(ever)
@@ -214,6 +228,9 @@ class Storm:
     pages: int = 0
     messages: int = 0
     pages_by_end: int = 0  # firing messages from the flip to the end of the run
+    updates_by_end: int = 0  # update messages (a fleet incident's new count)
+    others: dict[str, int] = field(default_factory=dict)  # Sentinel's own, by alert names
+    fleet_incidents: int = 0  # fleet incidents of RULE opened
     longest_ping_gap_s: float = 0.0
     watchdog_half_s: float = 0.0
     healthz: dict[str, int] = field(default_factory=dict)
@@ -315,6 +332,12 @@ def run(args: argparse.Namespace, db_url: str, db_name: str, work: Path) -> Stor
         out.resolves = len(receiver.since(t2, "resolved"))
         out.recovery_gap_s = dog.longest_gap(t2, t3)
         out.pages_by_end = len(receiver.since(t0, "firing"))
+        out.updates_by_end = len(receiver.since(t0, "update"))
+        out.fleet_incidents = recorded(db_url)[2]
+        for at, status, names in receiver.others:
+            if at >= t0:
+                key = f"{status} {names}"
+                out.others[key] = out.others.get(key, 0) + 1
         out.recovery_healthz = health.between(t2, t3)
     finally:
         if health is not None:
@@ -346,7 +369,11 @@ def report(r: Storm) -> None:
         ("time to first page (for: 30s)", _fmt(r.first_page_s)),
         ("every target's alert recorded", _fmt(r.all_recorded_s)),
         ("pages / messages in the storm", f"{r.pages} / {r.messages} "
-                                          f"({r.pages_by_end} pages by the end)"),
+                                          f"({r.pages_by_end} pages, {r.updates_by_end} "
+                                          "updates by the end)"),
+        ("fleet incidents opened", str(r.fleet_incidents)),
+        (f"other messages (not {RULE})", "; ".join(f"{k}: {v}" for k, v in
+                                                   sorted(r.others.items())) or "none"),
         ("longest watchdog gap (bound)", f"{r.longest_ping_gap_s:.1f} s "
                                          f"({r.watchdog_half_s:.1f} s)"),
         ("/healthz during the storm", ", ".join(f"{k}: {v}" for k, v in sorted(r.healthz.items()))),

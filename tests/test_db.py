@@ -34,7 +34,7 @@ def _incident(key: str, status: str = "open", **kw: object) -> Incident:
     return Incident(**fields)
 
 
-HEAD = "0017"  # the newest migration: bump it with each new one
+HEAD = "0018"  # the newest migration: bump it with each new one
 
 
 def test_upgrade_builds_schema_from_migrations(db_url: str) -> None:

@@ -71,7 +71,7 @@ def test_implicit_route_sends_every_alert_to_every_receiver() -> None:
     routes = match_routes(root, labels_of({"alertname": "X", "target": "t"}))
     # Grouped by target (issue 33): one server's alerts are one message, one page.
     assert [(r.receiver, r.group_wait_ms, r.group_by) for r in routes] == [
-        ("a", 0, ("target",)), ("b", 0, ("target",))]
+        ("a", 0, ("target", "fleet")), ("b", 0, ("target", "fleet"))]
     assert build_route(None, []) is None
     other = match_routes(root, labels_of({"alertname": "Y", "target": "t"}))
     assert [r.group_key(labels_of({"alertname": "Y", "target": "t"})) for r in other] == [

@@ -47,6 +47,7 @@ def test_diff_targets_names_what_went_came_and_changed():
     ({"retention": "1h"}, "retention"),
     ({"external_url": "https://sentinel.example.com"}, "external_url"),
     ({"probe_interval": "1m"}, "probe_interval"),
+    ({"fleet": {"min_targets": 20}}, "fleet"),
 ])
 def test_keys_the_daemon_holds_need_a_restart(update, key):
     lines = restart_needed(_config(), _config(**update))

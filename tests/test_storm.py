@@ -5,13 +5,14 @@ into an alert; a real App on SQLite scrapes and evaluates them, with a webhook
 receiver on loopback and a real NOTIFY_SOCKET datagram socket for the
 watchdog. Checked while the storm is recorded and until it has resolved:
 
-- every target's alert is recorded (firing in alert_states, an open incident);
+- every target's alert is recorded (firing in alert_states, an open incident of
+  its own: the history per target still answers);
+- ONE fleet incident opens, every target's incident joined to it, and the
+  receiver gets ONE page saying how many (incidents/fleet.py);
 - /healthz answers 200 every time it is asked (busy is not dead);
 - the watchdog is pinged on time: no gap that systemd (WatchdogSec) would act on;
-- then the fleet recovers and every alert and incident resolves.
-
-Not here (another part of issue 49, not built yet): fleet-wide correlation, one
-fleet incident and one page; this asserts what is built.
+- then the fleet recovers: every alert and incident resolves, and the fleet's
+  one page gets one resolve (no per-target messages at any point).
 
 bench/storm.py measures the same at 1,000 and 5,000 targets.
 """
@@ -19,6 +20,7 @@ bench/storm.py measures the same at 1,000 and 5,000 targets.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import threading
 import time
@@ -32,6 +34,7 @@ from notify_helpers import LoopbackReceiver
 from sqlalchemy import func, select
 
 from sentinel.incidents.models import AlertStateRow, Incident
+from sentinel.incidents.models_fleet import FleetMember
 
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
@@ -146,13 +149,36 @@ def _config(folder: Path, fleet: Fleet, hook: str) -> Path:
 
 
 def _recorded(app) -> tuple[int, int]:  # noqa: ANN001
-    """(StormQueued alerts firing in alert_states, open StormQueued incidents)."""
+    """(StormQueued alerts firing in alert_states, open per-target StormQueued incidents)."""
     with app.pipeline.tracker.db.session() as s:
         firing = s.scalar(select(func.count()).select_from(AlertStateRow).where(
             AlertStateRow.rule == "StormQueued", AlertStateRow.state == "firing"))
         open_ = s.scalar(select(func.count()).select_from(Incident).where(
-            Incident.alertname == "StormQueued", Incident.status == "open"))
+            Incident.alertname == "StormQueued", Incident.status == "open",
+            Incident.target != ""))
     return int(firing or 0), int(open_ or 0)
+
+
+def _fleet(app) -> list[tuple[str, int]]:  # noqa: ANN001
+    """(status, members) of every StormQueued fleet incident."""
+    with app.pipeline.tracker.db.session() as s:
+        rows = s.execute(select(Incident.status, func.count(FleetMember.target))
+                         .join(FleetMember, FleetMember.fleet_incident_id == Incident.id)
+                         .where(Incident.group_key.startswith("fleet/StormQueued/"))
+                         .group_by(Incident.id, Incident.status).order_by(Incident.id)).all()
+    return [(str(status), int(n)) for status, n in rows]
+
+
+def _messages(loopback: LoopbackReceiver) -> list[tuple[str, int, str]]:
+    """(status, alerts, first summary) of every message the receiver accepted."""
+    out = []
+    for r in loopback.accepted():
+        doc = r.json()
+        assert isinstance(doc, dict)
+        alerts = doc.get("alerts", [])
+        summary = alerts[0].get("annotations", {}).get("summary", "") if alerts else ""
+        out.append((str(doc.get("status")), len(alerts), summary))
+    return out
 
 
 def test_a_fleet_wide_failure_is_recorded_while_sentinel_stays_healthy(
@@ -193,7 +219,15 @@ def test_a_fleet_wide_failure_is_recorded_while_sentinel_stays_healthy(
         assert healthz and set(healthz) == {200}, f"/healthz during the storm: {healthz}"
         gap = pings.longest_gap(t0, t1)
         assert gap < WATCHDOG_SEC, f"no watchdog ping for {gap:.1f}s: systemd would restart"
-        wait_for(lambda: loopback.accepted(), 120, "the pages to go out")
+        wait_for(lambda: loopback.accepted(), 120, "the page to go out")
+        # One fleet incident with every target as a member; one page, saying how many.
+        wait_for(lambda: _fleet(app) == [("open", TARGETS)], 120,
+                 f"one fleet incident with {TARGETS} members")
+        pages = [m for m in _messages(loopback) if m[0] == "firing"]
+        assert len(pages) == 1, pages
+        # What and how many when the threshold was crossed (the rest joined after it: the
+        # count goes as an update once the route's group_interval allows).
+        assert re.match(rf"StormQueued on [0-9,]+ of {TARGETS:,} targets", pages[0][2]), pages
 
         fleet.firing = False  # the fleet recovers
         healthz.clear()
@@ -202,6 +236,12 @@ def test_a_fleet_wide_failure_is_recorded_while_sentinel_stays_healthy(
         t2 = time.monotonic()
         assert set(healthz) == {200}, f"/healthz during the recovery: {healthz}"
         assert pings.longest_gap(t1, t2) < WATCHDOG_SEC
+        # The fleet incident resolved when its last target recovered: one resolve.
+        assert _fleet(app) == [("resolved", TARGETS)]
+        wait_for(lambda: any(m[0] == "resolved" for m in _messages(loopback)), 120,
+                 "the fleet's resolve")
+        kinds = [m[0] for m in _messages(loopback)]
+        assert kinds.count("firing") == 1 and kinds.count("resolved") == 1, kinds
     finally:
         app.stop(5)
         pings.stop()

@@ -40,6 +40,7 @@ from sentinel.config.database import DEFAULT_DATABASE, resolve_sqlite_path
 from sentinel.config.diagnosis import DiagnosisConfig
 from sentinel.config.durations import format_duration, parse_duration
 from sentinel.config.evidence import EvidenceConfig
+from sentinel.config.fleet import FleetConfig
 from sentinel.config.ha import HAConfig
 from sentinel.config.kubernetes import KubernetesSDConfig
 from sentinel.config.notify import (
@@ -218,6 +219,8 @@ class Config(Strict, ScrapeClientMixin):
     diagnosis: DiagnosisConfig | None = None
     notify: NotifyConfig = NotifyConfig.model_validate({})
     remediation: RemediationConfig = RemediationConfig.model_validate({})
+    # One alert on many targets at once is one fleet incident and one page (issue 49).
+    fleet: FleetConfig = FleetConfig.model_validate({})
     # Probes of every target's serving path; 0 turns them off (sentinel.config.probe).
     probe_interval_ms: Duration = Field(DEFAULT_PROBE_INTERVAL_MS, alias="probe_interval")
     probe_canary_concurrency: int = Field(DEFAULT_CANARY_CONCURRENCY, ge=1)

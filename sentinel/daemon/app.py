@@ -26,6 +26,7 @@ from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.collect.workerpool import ProcessScraper, workers_for
 from sentinel.config import Config
 from sentinel.daemon import coldstartjob, gcpolicy, heartbeat, systemd
+from sentinel.daemon.fleetwiring import fleet_correlator
 from sentinel.daemon.follow import ScrapeFollower, may_follow
 from sentinel.daemon.http import StatusServer
 from sentinel.daemon.metriccheckjob import MetricCheckJob
@@ -175,9 +176,11 @@ class App:
                                  heartbeats=self.heartbeats,
                                  active=self.acting if self.lease is not None else None)
         # Act first, then tell once: a page waits while a policy acts (respond/notify/actfirst).
+        # One alert on many targets at once: one fleet incident, one page (issue 49).
         tracker = IncidentTracker(work_db, outbox=self.notifier.outbox,
                                   join_window_ms=cfg.notify.join_window_ms,
-                                  act_first=act_first(cfg), serving=self._serving)
+                                  act_first=act_first(cfg), serving=self._serving,
+                                  fleet=fleet_correlator(cfg, self.notifier.outbox))
         self.remediation = DaemonRemediation(cfg, self.metrics.registry,
                                              NotifyPager(self.notifier.page, self._now_ms,
                                                          self.notifier.recovered,

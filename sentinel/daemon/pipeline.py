@@ -143,8 +143,11 @@ class Pipeline:
                 return reconciled
             failure.ok()
             if self.remediator is not None:
-                # Only matches and queues: actions run off this thread.
-                self.remediator.offer(alerts, now_ms)
+                # Only matches and queues: actions run off this thread. A target of a
+                # fleet-wide failure is not acted on by itself (incidents/fleet.py).
+                fleet = getattr(self.tracker, "fleet", None)
+                self.remediator.offer(alerts if fleet is None else fleet.offered(alerts),
+                                      now_ms)
         notifications = reconciled + notifications
         self._count_alerts(group, alerts)
         if self.on_queued is not None:

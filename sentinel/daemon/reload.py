@@ -36,7 +36,7 @@ RESTART_KEYS: tuple[str, ...] = (
     "external_url", "evaluation_interval_ms", "promql_semantics", "promql_features",
     "retention_ms", "keep_all_series",
     "max_series", "alert_restore", "probe_interval_ms", "probe_canary_concurrency",
-    "collect_workers",
+    "collect_workers", "fleet",
 )
 # Target keys read by the log, TPU and XLA-cache sources: a change rebuilds those sources.
 SOURCE_KEYS: tuple[str, ...] = ("logs", "tpu", "xla_cache_path")

@@ -81,7 +81,9 @@ class Takeover:
             tracker = IncidentTracker(pipeline.tracker.db, outbox=self.outbox,
                                       join_window_ms=cfg.notify.join_window_ms,
                                       act_first=act_first(cfg),
-                                      serving=pipeline.tracker.serving)
+                                      serving=pipeline.tracker.serving,
+                                      fleet=(pipeline.tracker.fleet.fresh()
+                                             if pipeline.tracker.fleet else None))
             saved = tracker.load_alert_states()
             rules = RuleManager(self.groups(), self.backend,
                                 default_interval_ms=cfg.evaluation_interval_ms,

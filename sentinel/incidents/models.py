@@ -34,6 +34,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 # which imports none of them); imported here, one way, so that `Base.metadata`
 # (migrations' drift test, alembic env) sees every table.
 from sentinel.incidents import models_api as _models_api  # noqa: F401
+from sentinel.incidents import models_fleet as _models_fleet  # noqa: F401
 from sentinel.incidents import models_ha as _models_ha  # noqa: F401
 from sentinel.incidents import models_notify as _models_notify  # noqa: F401
 from sentinel.incidents import models_remediation as _models_remediation  # noqa: F401

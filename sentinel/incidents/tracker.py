@@ -83,6 +83,7 @@ from sentinel.incidents.convert import (
 from sentinel.incidents.db import Database
 from sentinel.incidents.ending import Serving
 from sentinel.incidents.evidence import attach_recent, first_evidence
+from sentinel.incidents.fleet_hook import FleetCorrelator
 from sentinel.incidents.joining import (
     FAILURE_ALERTS,
     JOIN_WINDOW_MS,
@@ -185,8 +186,12 @@ class IncidentTracker:
         join_window_ms: int = JOIN_WINDOW_MS,
         act_first: ActFirst | None = None,
         serving: Serving | None = None,
+        fleet: FleetCorrelator | None = None,
     ) -> None:
         self.db = db  # public: the daemon's incident API reads through it
+        # A fleet-wide failure is one incident (fleet_hook.py); public: the pipeline asks
+        # it which alerts remediation may act on, and an HA takeover hands it on.
+        self.fleet = fleet
         # Whether a target serves (ending.py): a failure's incident ends only when it does.
         # Public: an HA takeover hands it to the next tracker.
         self.serving = serving
@@ -238,12 +243,34 @@ class IncidentTracker:
                     _merge_outcome(outcomes, outcome)
             for outcome in self._serving_again(s, now):
                 _merge_outcome(outcomes, outcome)
+            quiet = self._correlate(s, alerts, outcomes, now_ms)
+            told = [o for o in outcomes.values() if o.incident_id not in quiet]
             if self.outbox is not None:
-                self._hold_pages(s, list(outcomes.values()), now)
-                self._enqueue(s, list(outcomes.values()), now_ms)
+                self._hold_pages(s, told, now)
+                self._enqueue(s, told, now_ms)
             if states is not None:
                 alert_states.save_in(s, states)
-        return [n for o in outcomes.values() if (n := self._after_commit(o)) is not None]
+        if self.fleet is not None:
+            self.fleet.committed()
+        return [n for o in outcomes.values()
+                if (n := self._after_commit(o)) is not None and o.incident_id not in quiet]
+
+    def _correlate(self, s: Session, alerts: Sequence[Alert], outcomes: dict[int, _Outcome],
+                   now_ms: int) -> frozenset[int]:
+        """Fleet-wide failures (fleet_hook.py): the member incidents that page nothing of
+        their own; the fleet incidents' page, count and resolve join the outcomes."""
+        if self.fleet is None:
+            return frozenset()
+        touched = {(o.key.alertname, o.key.target): o.incident_id
+                   for o in outcomes.values() if not o.joined}
+        found = self.fleet.correlate(s, alerts, touched,
+                                     [o.incident_id for o in outcomes.values() if o.opened],
+                                     now_ms)
+        for n in found.news:
+            outcomes[n.incident_id] = _Outcome(n.incident_id, GroupKey(n.alertname, ""),
+                                               list(n.fired), list(n.resolved), n.closed,
+                                               ms_to_dt(now_ms))
+        return found.quiet
 
     def reconcile(self, firing: Sequence[Alert], now_ms: int) -> list[Notification]:
         """Resolve the open incidents' firing rows whose alert the rule engine does not fire.

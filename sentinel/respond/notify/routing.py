@@ -32,7 +32,10 @@ ALL_LABELS = "..."
 # alerts (its crash signature, down, health failing, latency); grouped by target they are one
 # message, and one PagerDuty incident (its dedup_key is the group's key), not one per alert
 # name. Alertmanager's own default (group by nothing) would merge the whole fleet instead.
-IMPLICIT_GROUP_BY = ("target",)
+# A fleet incident's alert (incidents/fleet.py) has no target but a `fleet` label of its
+# own: grouped by it too, its page is a message of its own, not one shared with
+# Sentinel's own alerts (which have neither label).
+IMPLICIT_GROUP_BY = ("target", "fleet")
 
 
 @dataclass(frozen=True, slots=True)
