@@ -330,7 +330,7 @@ def test_docker_restart_refuses_to_restart_over_a_start_since_the_failure(tmp_pa
         time.sleep(0.01)  # StartedAt strictly after the failure, at Docker's resolution
         sim.container.start()  # the person
         check = ACTIONS["docker_restart"].check(replace(base, since_ms=failed_ms))
-        assert check.reason is Reason.PRECONDITION and "not by Sentinel" in check.summary
+        assert check.reason is Reason.STARTED_ELSEWHERE and "not by Sentinel" in check.summary
         # Unknown since (a person asked through the API or the CLI): no such refusal.
         assert ACTIONS["docker_restart"].check(base).ok
         assert sim.container.times("POST") == []

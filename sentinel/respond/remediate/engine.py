@@ -147,8 +147,8 @@ class Engine:
             return decide(req, t, f, e, self.now_ms())
 
         result = self._prepare(c, req, claim, guards, manual, force_dry_run, approved)
-        if isinstance(result, Result) and result.decision.reason not in (Reason.DONE,
-                                                                         Reason.IN_PROGRESS):
+        if isinstance(result, Result) and result.decision.reason not in (
+                Reason.DONE, Reason.IN_PROGRESS, Reason.STARTED_ELSEWHERE):
             self._not_fixed(c, result)
         return result
 

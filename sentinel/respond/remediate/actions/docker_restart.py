@@ -65,7 +65,7 @@ class DockerRestart:
             # restart now would kill a start that may be about to serve (on a TPU, the
             # new process would also find the chip held). Its verify tells the rest.
             after_s = ((info.started_at_ms or 0) - (ctx.since_ms or 0)) / 1000
-            return Check.refuse(Reason.PRECONDITION, (
+            return Check.refuse(Reason.STARTED_ELSEWHERE, (
                 f"container {name} was started again {after_s:.0f}s after the failure began, "
                 "not by Sentinel: not restarting over that start"),
                 container=name, started_at_ms=info.started_at_ms)
