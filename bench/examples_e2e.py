@@ -9,7 +9,8 @@ failures (tests/examples_cases.py says how each example meets each):
     refused    a crash whose restart is refused, the server down 7 minutes: 1 page,
                0 resolved until it serves
     no-policy  a crash no policy covers, the server back after 2.5 minutes: 1 page,
-               resolved within one evaluation + group_interval of serving again
+               resolved within one evaluation + group_interval of serving again (counted
+               from when a health probe can see it: + the 15 s probe interval)
     down       a target down with no crash line: 1 page
 
 The 7 and 2.5 minutes are real (--scale 1): 7 minutes outlasts the crash counter's
