@@ -24,10 +24,12 @@ and range selectors (the crash counter's 5-minute window is 30 s, VLLMTargetDown
 without one Sentinel's implicit route sends at once), act-first's grace (12 s), each
 policy step's verify_deadline and timeout, and the failures' durations (7 min is 42 s,
 2.5 min is 15 s: still longer than the counter window and a group_interval, which is the
-point). Scrape, evaluation and probe intervals are 1 s. The four cases of a scenario run
-at once, each with its own daemon; each test waits for the messages its cases need (a
-resolved message after serving again, the notice) with generous deadlines, and asserts
-counts and order, never how long anything took.
+point). Scrape, evaluation and probe intervals are 1 s. The daemon's `clock` (App's
+argument) only offsets the time it reads: its scheduler, the simulators, the Docker socket
+and the fake APIs run in real time, so the windows are scaled rather than the clock driven.
+The four cases of a scenario run at once, each with its own daemon; each test waits for
+the messages its cases need (a resolved message after serving again, the notice) with
+generous deadlines, and asserts counts and order, never how long anything took.
 """
 
 from __future__ import annotations
