@@ -74,6 +74,21 @@ def test_new_log_evidence_after_the_recovery_is_a_new_failure(incident_db: Datab
     assert n.incident_id != incident_id
 
 
+def test_a_late_copy_of_the_crash_line_from_a_second_source_is_not_a_new_failure(
+        incident_db: Database) -> None:
+    """Issue 48 (tpu-v6e example: docker logs and Cloud Logging): the crash line's copy that
+    Cloud Logging delivers after the verified restart carries the crash's own time; it is
+    the same failure, so the alert still firing neither re-opens the incident nor pages."""
+    tracker, crash, incident_id = _opened(incident_db)
+    end_on_recovery(incident_db, None, incident_id, T0 + 10 * S, "verified", {})
+    record_log_events(incident_db, [LogEvent(
+        target="gemma-26b", source="cloud-logging:my-project", signature="xla_hbm_oom",
+        category="hbm_oom", severity="critical", t_ms=T0 - 2 * S, line_no=None,
+        excerpt=("RESOURCE_EXHAUSTED",), runbook="")], now_ms=T0 + 25 * S)
+    assert tracker.process([replace(crash, last_eval_ms=T0 + 26 * S)], T0 + 26 * S) == []
+    assert [i.id for i in list_incidents(incident_db)] == [incident_id]
+
+
 def test_an_occurrence_that_outlives_the_recovery_by_far_opens_a_new_incident(
         incident_db: Database) -> None:
     tracker, crash, incident_id = _opened(incident_db)

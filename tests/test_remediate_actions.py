@@ -7,7 +7,9 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -311,3 +313,27 @@ def test_backup_of_an_empty_cache_never_overwrites_a_good_copy(tmp_path) -> None
     out = ACTIONS["xla_cache_backup"].run(
         ActionContext(target(tmp_path, tmp_path / "empty"), {}, backup, 10))
     assert not out.ok and (durable / "graph-2.bin").exists()
+
+
+def test_docker_restart_refuses_to_restart_over_a_start_since_the_failure(tmp_path, sock_dir
+                                                                         ) -> None:
+    """Issue 48 (tpu-v6e example, refused crash): a person starts the container the policy
+    refused to restart cold; the start fills the cache, and a restart now (warm) would kill
+    a start that serves or is about to. A container started after the failure began is
+    someone else's start: refused, and nothing is asked of Docker."""
+    sim, sock, path = sim_container(sock_dir, warm_dir(tmp_path))
+    try:
+        sim.container.crash("down")
+        failed_ms = int(time.time() * 1000)
+        base = docker_ctx(path, target(tmp_path))
+        assert ACTIONS["docker_restart"].check(replace(base, since_ms=failed_ms)).ok  # exited
+        time.sleep(0.01)  # StartedAt strictly after the failure, at Docker's resolution
+        sim.container.start()  # the person
+        check = ACTIONS["docker_restart"].check(replace(base, since_ms=failed_ms))
+        assert check.reason is Reason.STARTED_ELSEWHERE and "not by Sentinel" in check.summary
+        # Unknown since (a person asked through the API or the CLI): no such refusal.
+        assert ACTIONS["docker_restart"].check(base).ok
+        assert sim.container.times("POST") == []
+    finally:
+        sock.stop()
+        sim.stop()

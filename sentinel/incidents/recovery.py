@@ -10,8 +10,9 @@ incident does not wait for it:
 - `ended_by_recovery` tells the tracker that an alert still firing is that same
   occurrence (it became active before the recovery ended it), so it neither
   re-opens the incident nor pages again. New evidence ends that: a log event on
-  the target recorded after the recovery is a new failure, and an occurrence
-  still firing `STILL_FIRING_MS` after the recovery is one the restart did not fix.
+  the target recorded after the recovery, and of a time after it, is a new failure
+  (a lagging source's copy of the old line is not), and an occurrence still firing
+  `STILL_FIRING_MS` after the recovery is one the restart did not fix.
 """
 
 from __future__ import annotations
@@ -128,10 +129,13 @@ def ended_by_recovery(s: Session, target: str, alert: Alert, now: datetime) -> s
         return None
     if not _resolved_by_recovery(s, last.id):
         return None
+    # New log evidence after the recovery is a new failure; a copy of the old line that a
+    # lagging source (Cloud Logging beside docker logs) records late carries the crash's
+    # own time, before the recovery: the same failure.
     if target and s.scalar(select(LogEventRow.id).where(
-            LogEventRow.target == target, LogEventRow.created_at > last.resolved_at)
-            .limit(1)) is not None:
-        return None  # new log evidence after the recovery: a new failure
+            LogEventRow.target == target, LogEventRow.created_at > last.resolved_at,
+            LogEventRow.at > last.resolved_at).limit(1)) is not None:
+        return None
     return f"still firing from before the verified recovery of incident {last.id}"
 
 

@@ -62,6 +62,9 @@ class ActionContext:
     params: Any  # the step's action settings (sentinel.config.remediation.*Config)
     timeout_s: float
     allow_cold: bool = False
+    # When the failure the action answers began (the alert's active time); None: unknown.
+    # A container started after it was restarted by someone else since (docker_restart).
+    since_ms: int | None = None
 
     def deadline(self) -> float:
         """A monotonic deadline `timeout_s` from now."""

@@ -9,6 +9,7 @@ is missing; transport failures (socket gone, timeout) say so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -39,6 +40,7 @@ class ContainerInfo:
     image: str = ""
     devices: tuple[str, ...] = ()  # HostConfig.Devices: paths on the host (/dev/nvidia0)
     gpus: bool = False  # HostConfig.DeviceRequests asks for GPUs (`docker run --gpus`)
+    started_at_ms: int | None = None  # State.StartedAt (None: never started, or unreadable)
 
     def mounted(self, path: str) -> str | None:
         """The host path of a container path under a mount; None when no mount covers it."""
@@ -76,7 +78,18 @@ def parse_inspect(body: dict[str, Any]) -> ContainerInfo:
                          status=str(state.get("Status", "")),
                          error=str(state.get("Error", "")), env=env, mounts=mounts,
                          image=str((body.get("Config") or {}).get("Image", "")),
-                         devices=devices, gpus=gpus)
+                         devices=devices, gpus=gpus,
+                         started_at_ms=_docker_time_ms(state.get("StartedAt")))
+
+
+def _docker_time_ms(value: object) -> int | None:
+    """Docker's RFC 3339 time (nanoseconds, `Z`) in ms; None for its zero time or garbage."""
+    if not isinstance(value, str) or value.startswith("0001-"):
+        return None
+    try:
+        return int(datetime.fromisoformat(value).timestamp() * 1000)
+    except ValueError:
+        return None
 
 
 class DockerClient:

@@ -147,8 +147,8 @@ class Engine:
             return decide(req, t, f, e, self.now_ms())
 
         result = self._prepare(c, req, claim, guards, manual, force_dry_run, approved)
-        if isinstance(result, Result) and result.decision.reason not in (Reason.DONE,
-                                                                         Reason.IN_PROGRESS):
+        if isinstance(result, Result) and result.decision.reason not in (
+                Reason.DONE, Reason.IN_PROGRESS, Reason.STARTED_ELSEWHERE):
             self._not_fixed(c, result)
         return result
 
@@ -163,7 +163,9 @@ class Engine:
         spec = c.policy.steps[decision.step]
         action = self.actions[spec.kind]
         ctx = ActionContext(self._target(c.target), c.labels, spec.params,
-                            spec.timeout_ms / 1000, c.policy.allow_cold)
+                            spec.timeout_ms / 1000, c.policy.allow_cold,
+                            None if manual else state.not_ours_since(
+                                self.db, c.incident_id, c.target, c.active_at_ms, self.now_ms()))
         check = action.check(ctx)
         if not check.ok:
             assert check.reason is not None

@@ -57,6 +57,10 @@ class Reason(enum.StrEnum):
     PRECONDITION = "precondition"
     # Kubernetes: the pod is the only ready one of its workload (allow_last_ready: false).
     LAST_READY = "last_ready"
+    # docker_restart: the container was started after the failure began, not by Sentinel (a
+    # person, Docker's restart policy): restarting over that start would kill it. Pages
+    # nothing itself; the incident's hold or its page tells the rest.
+    STARTED_ELSEWHERE = "started_elsewhere"
 
 
 # Refusals a human must hear about; the others resolve themselves with time.

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from sentinel.incidents.convert import ms_to_dt, opt_dt_to_ms, opt_ms_to_dt
+from sentinel.incidents.convert import dt_to_ms, ms_to_dt, opt_dt_to_ms, opt_ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident, TimelineEvent, TimelineKind
 from sentinel.incidents.models_remediation import (
@@ -334,6 +334,15 @@ def attempts(db: Database, incident_id: int | None = None) -> list[RemediationAt
         query = query.where(RemediationAttempt.incident_id == incident_id)
     with db.session() as s:
         return list(s.scalars(query).all())
+
+
+def not_ours_since(db: Database, incident_id: int, target: str, since_ms: int,
+                   now_ms: int) -> int:
+    """Since when a start of `target` is not Sentinel's: the failure's start (`since_ms`), or
+    the end of Sentinel's last attempt on it for this incident (one still running: now)."""
+    ends = [dt_to_ms(a.finished_at) if a.finished_at is not None else now_ms
+            for a in attempts(db, incident_id) if a.target == target]
+    return max([since_ms, *ends])
 
 
 def _state_of(row: RemediationTarget) -> TargetState:

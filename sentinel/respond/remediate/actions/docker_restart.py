@@ -40,6 +40,12 @@ CACHE_ENV = XLA_ENV
 POLL_S = 0.05
 
 
+def restarted_since(info: ContainerInfo, since_ms: int | None) -> bool:
+    """The container runs a process started after `since_ms` (the failure's start)."""
+    return since_ms is not None and info.running and info.started_at_ms is not None \
+        and info.started_at_ms > since_ms
+
+
 class DockerRestart:
     """The docker_restart action."""
 
@@ -54,6 +60,15 @@ class DockerRestart:
                 info = docker.inspect(name)
         except (TemplateError, DockerError) as exc:
             return Check.refuse(Reason.PRECONDITION, str(exc))
+        if restarted_since(info, ctx.since_ms):
+            # A person (or Docker's restart policy) started it after the failure began: a
+            # restart now would kill a start that may be about to serve (on a TPU, the
+            # new process would also find the chip held). Its verify tells the rest.
+            after_s = ((info.started_at_ms or 0) - (ctx.since_ms or 0)) / 1000
+            return Check.refuse(Reason.STARTED_ELSEWHERE, (
+                f"container {name} was started again {after_s:.0f}s after the failure began, "
+                "not by Sentinel: not restarting over that start"),
+                container=name, started_at_ms=info.started_at_ms)
         return self._check_cache(ctx, name, info)
 
     def _check_cache(self, ctx: ActionContext, name: str, info: ContainerInfo) -> Check:
