@@ -29,6 +29,7 @@ from sentinel.incidents.recovery import end_on_recovery
 from sentinel.model import Notification
 from sentinel.quietlog import QuietFailure
 from sentinel.respond.notify import actfirst
+from sentinel.respond.notify.alertmanager import AlertmanagerReceiver
 from sentinel.respond.notify.amresend import AlertmanagerResender
 from sentinel.respond.notify.depth import outbox_depth
 from sentinel.respond.notify.dispatcher import Dispatcher, DispatchSettings
@@ -89,7 +90,8 @@ class Notifier:
             inhibit_rules=tuple(InhibitRule.from_config(r) for r in n.inhibit_rules),
             send_resolved=send_resolved(config), watchdog=n.watchdog,
             annotations=actfirst.with_act_first(self._annotations),
-            intervals=interval_table(config.time_intervals))
+            intervals=interval_table(config.time_intervals),
+            direct=frozenset(r.name for r in receivers if isinstance(r, AlertmanagerReceiver)))
         for r in receivers:  # the counter shows every receiver from the start
             for outcome in ("success", "retry", "failure"):
                 self._metrics.notifications.labels(r.name, outcome)
@@ -100,7 +102,8 @@ class Notifier:
             RetryPolicy(n.retry_initial_ms, n.retry_max_ms, n.give_up_after_ms),
             lease_ms=receiver_timeouts_ms(config), on_delivery=self._count,
             may_send=self._may_send)
-        # Alertmanager receivers get their firing alerts again every resend interval.
+        # Alertmanager receivers are fed as Prometheus feeds them: changes at once, every
+        # alert again each resend interval (amfeed.py, amresend.py), not through the outbox.
         self.resender = AlertmanagerResender(self._db, receivers, self._annotations)
         self._interval_s = n.interval_ms / 1000
         # Its heartbeat interval: one send may take a receiver's whole timeout, so the
@@ -236,7 +239,7 @@ class Notifier:
         try:
             stats = self.dispatcher.run(self._clock_ms())
             # New alert states: Alertmanager receivers hear them this round (amresend.py).
-            self._ingested = self._ingested or stats.intents > 0
+            self._ingested = self._ingested or stats.intents > 0 or stats.pushed > 0
         except Exception:
             self._metrics.notify_failures.labels("dispatch").inc()
             self._dispatch_failure.failed()  # logged once, then summarised (database down)

@@ -57,7 +57,7 @@ from sentinel.model import (
     label_value,
     labels_of,
 )
-from sentinel.respond.notify import actfirst
+from sentinel.respond.notify import actfirst, amfeed
 from sentinel.respond.notify.cause import lead_with_cause
 from sentinel.respond.notify.codec import alert_from_json, alert_to_json
 from sentinel.respond.notify.grouping import idempotency_key, needs_update
@@ -96,6 +96,9 @@ class DispatchSettings:
     annotations: Callable[[Session, int], dict[str, str]] | None = None
     # The config's named time intervals, for routes' mute/active_time_intervals.
     intervals: Mapping[str, tuple[TimeInterval, ...]] = field(default_factory=dict)
+    # Receivers fed as Prometheus feeds Alertmanager (amfeed.py): every change at the
+    # run that takes it in, no group_wait or group_interval of Sentinel's, no outbox.
+    direct: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,7 @@ class DispatchStats:
 
     intents: int
     messages: int
+    pushed: int = 0  # changes of what Alertmanager receivers hold (the resender posts them)
 
 
 def watchdog_alert(now_ms: int) -> Alert:
@@ -124,10 +128,12 @@ class Dispatcher:
         self.outbox = outbox
         self.settings = settings
         self._routes = _by_path(settings.route)
+        self._pushed = 0  # of the run in progress
 
     def run(self, now_ms: int) -> DispatchStats:
         """Route new intents, flush due groups; one transaction."""
         now = ms_to_dt(now_ms)
+        self._pushed = 0
         with self.db.session() as s:
             groups: dict[str, NotifyGroup] = {}
             muting = _Muting(s, now_ms, bool(self.settings.inhibit_rules))
@@ -152,7 +158,7 @@ class Dispatcher:
             due = s.scalars(_locked(select(NotifyGroup).where(
                 NotifyGroup.next_flush_at <= now).order_by(NotifyGroup.id), self.db)).all()
             messages += sum(self._flush(s, g, *muting.get(), now_ms) for g in due)
-        return DispatchStats(len(intents), messages)
+        return DispatchStats(len(intents), messages, self._pushed)
 
     # -- ingest ------------------------------------------------------------
 
@@ -177,20 +183,23 @@ class Dispatcher:
                 if group in s.deleted:
                     s.flush()  # the key is free for the group that follows
                     group = None
+            direct = route.receiver in self.settings.direct
             if group is None:
-                group = _new_group(key, route, alert.labels, at_ms)
+                group = _new_group(key, route, alert.labels, at_ms, direct)
                 s.add(group)
             groups[key] = group
             if only_if_absent and fp in group.alerts:
                 continue
             alerts = dict(group.alerts)
-            muted = alerts.get(fp, {}).get("muted")
+            before = alerts.get(fp, {})
             alerts[fp] = {"alert": alert_to_json(alert), "incident_id": incident_id,
-                          "muted": muted}
+                          "muted": before.get("muted")}
+            if "pushed" in before:  # what Alertmanager holds stands until the flush
+                alerts[fp]["pushed"] = before["pushed"]
             group.alerts = alerts
             # A change is sent no sooner than group_interval after the last message.
             last = dt_to_ms(group.last_sent_at) if group.last_sent_at else at_ms
-            wake = max(at_ms, last + route.group_interval_ms)
+            wake = at_ms if direct else max(at_ms, last + route.group_interval_ms)
             if wake < dt_to_ms(group.next_flush_at):
                 group.next_flush_at = ms_to_dt(wake)
         return sent
@@ -219,6 +228,8 @@ class Dispatcher:
                           f"{g.receiver}: notified though {kept}", {"kept": kept})
             if reason is None:
                 (firing if alert.state is AlertState.FIRING else resolved).append(fp)
+        if g.receiver in self.settings.direct:
+            return self._push(s, g, route, alerts, now_ms)
         sent = 0
         send_resolved = self.settings.send_resolved.get(g.receiver, True)
         # A route in a mute window (or outside its active ones) sends nothing and keeps
@@ -250,6 +261,20 @@ class Dispatcher:
         interval = route.group_interval_ms or IDLE_RECHECK_MS
         g.next_flush_at = ms_to_dt(now_ms) + timedelta(milliseconds=interval)
         return sent
+
+    def _push(self, s: Session, g: NotifyGroup, route: Route,
+              alerts: dict[str, dict[str, Any]], now_ms: int) -> int:
+        """An Alertmanager receiver's flush: what it is to hold now (amfeed.py), no message."""
+        muted_route = time_muted(route, self.settings.intervals, now_ms)
+        _note_route_muted(s, g.receiver, alerts, muted_route, now_ms)
+        kept, changed = amfeed.push(alerts, muted_route is None, now_ms)
+        self._pushed += changed
+        if not kept:
+            s.delete(g)
+            return 0
+        g.alerts = kept
+        g.next_flush_at = ms_to_dt(now_ms) + timedelta(milliseconds=IDLE_RECHECK_MS)
+        return 0
 
     def _mute_reason(self, alert: Alert, incident_id: int, silences: Sequence[Silence],
                      sources: Sequence[tuple[Labels, int]], now_ms: int,
@@ -344,13 +369,15 @@ def _due_before_change(group: NotifyGroup, fp: str, alert: Alert, at_ms: int) ->
     return bool((entry["alert"]["state"] == "firing") != (alert.state is AlertState.FIRING))
 
 
-def _new_group(key: str, route: Route, labels: Labels, now_ms: int) -> NotifyGroup:
+def _new_group(key: str, route: Route, labels: Labels, now_ms: int, direct: bool
+               ) -> NotifyGroup:
     now = ms_to_dt(now_ms)
+    wait_ms = 0 if direct else route.group_wait_ms
     return NotifyGroup(
         key=key, receiver=route.receiver, route=route.path,
         group_labels=dict(route.group_labels(labels)), alerts={}, sent_firing=[],
         sent_resolved=[], seq=0, created_at=now,
-        next_flush_at=now + timedelta(milliseconds=route.group_wait_ms), last_sent_at=None)
+        next_flush_at=now + timedelta(milliseconds=wait_ms), last_sent_at=None)
 
 
 def _note_mute(s: Session, incident_id: int, receiver: str, fp: str, reason: MuteReason | None,
