@@ -9,6 +9,7 @@ and checks its three invariants (never silent, no false resolve, exactly once).
 
 from sentinel.incidents.notice.core import (
     covered,
+    first_kind,
     inhibition,
     over,
     page_due_ms,
@@ -50,7 +51,6 @@ __all__ = [
     "Acknowledged", "AlertEntry", "AlertFired", "AlertResolved", "Event", "Hold", "HoldBegun",
     "HoldEnded", "Inhibited", "Kind", "Line", "Message", "Notice", "Outcome", "Policy",
     "Reason", "Receiver", "Restarted", "RouteMuted", "RunbookArrived", "Seen", "Serving",
-    "Silenced", "Step", "Tick", "Uninhibited", "covered", "inhibition", "over", "page_due_ms",
-    "place",
-    "receivers", "silenced", "step",
+    "Silenced", "Step", "Tick", "Uninhibited", "covered", "first_kind", "inhibition", "over",
+    "page_due_ms", "place", "receivers", "silenced", "step",
 ]

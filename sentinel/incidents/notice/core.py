@@ -14,8 +14,11 @@
   target serves again; a crash counter (`event`) does not hold a target that
   serves again open. A resolve the rule engine reports before the target's first
   scrape since Sentinel started is deferred until that scrape is evaluated.
+- **Joined alerts reach their own routes.** A receiver that only an alert which
+  joined the incident routes to is told too: paged when such an alert is
+  critical, else told once, as an update, that it joined (`first_kind`).
 - **Exactly once.** One page per receiver; later facts are updates to it; one
-  resolved per paged receiver with `send_resolved`; one `fixed` notice when
+  resolved per told receiver with `send_resolved`; one `fixed` notice when
   Sentinel fixed it before anyone was paged, whatever `send_resolved` says.
 
 Each withheld message leaves a timeline line saying who was not told and why,
@@ -110,6 +113,17 @@ def silenced(n: Notice) -> bool:
     return bool(firing) and all(a.silence is not None for a in firing)
 
 
+def first_kind(n: Notice, receiver: str) -> Kind:
+    """How a receiver is first told of the incident: a page where its first alert routes
+    (the incident's page) or where a critical alert of it routes; an update where only
+    joined warnings route, so joining never leaves a route of a firing alert silent."""
+    first = n.alerts[0].receivers if n.alerts else ()
+    if not first or receiver in first:
+        return Kind.PAGE
+    mine = [a for a in n.alerts if receiver in a.receivers]
+    return Kind.PAGE if not mine or any(a.critical for a in mine) else Kind.UPDATE
+
+
 def page_due_ms(n: Notice, receiver: str, policy: Policy) -> int:
     """When the page to `receiver` is due: group_wait after its first alert fired, and no
     sooner than the incident became tellable (one evaluation later after a verified fix,
@@ -180,12 +194,15 @@ def _fired(n: Notice, ev: AlertFired, policy: Policy) -> _Out:
     else:
         entry = AlertEntry(ev.name, True, ev.at_ms, ev.receivers, ev.critical, ev.failure,
                            ev.event, ev.inhibited_by, ev.inhibited_by_own, ev.silence)
-        if n.alerts:  # it joined: a line under its own name and time, an update to pages
+        joined = bool(n.alerts)
+        told = _told(n)
+        n = replace(n, alerts=n.alerts + (entry,))
+        if joined:  # a line under its own name and time, an update to whoever was told
             lines.append(Line(ev.at_ms, Reason.JOINED,
                               f"{ev.name} on {n.target} joined this incident"))
+            # (a receiver told by an update whom this critical alert pages gets the page)
             msgs = [Message(ev.at_ms, r, Kind.UPDATE, (ev.name,), f"{ev.name} joined")
-                    for r in _paged(n)]
-        n = replace(n, alerts=n.alerts + (entry,))
+                    for r in told if (r, Kind.PAGE) in n.told or first_kind(n, r) is Kind.UPDATE]
     if ev.failure:
         n = replace(n, serving=False)
     return n, msgs, lines
@@ -270,13 +287,21 @@ def _pages(n: Notice, now: int, policy: Policy) -> _Out:
         n, lines = _once(n, "inhibited-critical", Line(
             now, Reason.INHIBITED_CRITICAL, Reason.INHIBITED_CRITICAL.value))
     for r in receivers(n, policy):
-        if (r, Kind.PAGE) in n.told or now < page_due_ms(n, r, policy):
+        kind = first_kind(n, r)
+        if (r, Kind.PAGE) in n.told or (r, kind) in n.told or now < page_due_ms(n, r, policy):
             continue
         if (interval := dict(n.muted).get(r)) is not None:
             n, more = _once(n, f"muted:{r}:{interval}", Line(
                 now, Reason.MUTED_INTERVAL, f"{r}: not told yet, muted by time interval "
                 f"{interval}", receiver=r))
             lines += more
+            continue
+        if kind is Kind.UPDATE:  # reached by joined warnings only: told, not paged
+            joined = tuple(a.name for a in n.alerts if r in a.receivers)
+            msgs.append(Message(now, r, Kind.UPDATE, joined, f"{', '.join(joined)} joined"))
+            lines.append(Line(now, Reason.JOINED_TOLD, f"{r}: told {', '.join(joined)} "
+                              f"joined ({Reason.JOINED_TOLD.value})", receiver=r, told=True))
+            n = replace(n, told=n.told | {(r, Kind.UPDATE)})
             continue
         msgs.append(Message(now, r, Kind.PAGE, _shown(n), n.hold_why))
         lines.append(Line(now, Reason.PAGED, f"{r}: paged", receiver=r, told=True))
@@ -309,7 +334,7 @@ def _endings(n: Notice, now: int, policy: Policy) -> _Out:
     """A resolved incident: its resolveds (paged receivers) or its one fixed notice."""
     msgs: list[Message] = []
     lines: list[Line] = []
-    paged = _paged(n)
+    paged = _told(n)
     for r in paged:
         if (r, Kind.RESOLVED) in n.told or r in dict(n.muted):
             continue
@@ -348,6 +373,11 @@ def _endings(n: Notice, now: int, policy: Policy) -> _Out:
 
 def _paged(n: Notice) -> list[str]:
     return sorted(r for r, k in n.told if k is Kind.PAGE)
+
+
+def _told(n: Notice) -> list[str]:
+    """Receivers told it fires (paged, or told a warning joined): they hear its end."""
+    return sorted({r for r, k in n.told if k in (Kind.PAGE, Kind.UPDATE)})
 
 
 def _shown(n: Notice) -> tuple[str, ...]:

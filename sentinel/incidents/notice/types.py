@@ -37,6 +37,7 @@ class Reason(enum.StrEnum):
     FIXED = "fixed"
     FIXED_TIMELINE_ONLY = "fixed, told on the timeline only"
     JOINED = "joined"
+    JOINED_TOLD = "a warning joined: told as an update, not paged"
     HELD = "held while Sentinel acts"
     RELEASED = "hold released"
     SILENCED = "silenced"
