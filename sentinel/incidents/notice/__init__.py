@@ -11,6 +11,7 @@ from sentinel.incidents.notice.core import (
     covered,
     first_kind,
     inhibition,
+    joined_route,
     over,
     page_due_ms,
     receivers,
@@ -51,6 +52,6 @@ __all__ = [
     "Acknowledged", "AlertEntry", "AlertFired", "AlertResolved", "Event", "Hold", "HoldBegun",
     "HoldEnded", "Inhibited", "Kind", "Line", "Message", "Notice", "Outcome", "Policy",
     "Reason", "Receiver", "Restarted", "RouteMuted", "RunbookArrived", "Seen", "Serving",
-    "Silenced", "Step", "Tick", "Uninhibited", "covered", "first_kind", "inhibition", "over",
-    "page_due_ms", "place", "receivers", "silenced", "step",
+    "Silenced", "Step", "Tick", "Uninhibited", "covered", "first_kind", "inhibition",
+    "joined_route", "over", "page_due_ms", "place", "receivers", "silenced", "step",
 ]

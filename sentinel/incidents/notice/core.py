@@ -124,6 +124,16 @@ def first_kind(n: Notice, receiver: str) -> Kind:
     return Kind.PAGE if not mine or any(a.critical for a in mine) else Kind.UPDATE
 
 
+def joined_route(told: bool, critical: bool) -> Reason:
+    """What a joined alert does on one of its routes (first_kind, read per route by the
+    daemon's dispatcher): where the incident's page went (`told`), nothing of its own
+    (JOINED: one page per incident); elsewhere a page if it is critical (PAGED), else
+    one update that it joined (JOINED_TOLD). Never silence."""
+    if told:
+        return Reason.JOINED
+    return Reason.PAGED if critical else Reason.JOINED_TOLD
+
+
 def page_due_ms(n: Notice, receiver: str, policy: Policy) -> int:
     """When the page to `receiver` is due: group_wait after its first alert fired, and no
     sooner than the incident became tellable (one evaluation later after a verified fix,

@@ -61,6 +61,7 @@ from sentinel.respond.notify import actfirst, amfeed
 from sentinel.respond.notify.cause import lead_with_cause
 from sentinel.respond.notify.codec import alert_from_json, alert_to_json
 from sentinel.respond.notify.grouping import idempotency_key, needs_update
+from sentinel.respond.notify.joined import UPDATE, JoinedRoutes
 from sentinel.respond.notify.mute import (
     InhibitRule,
     MuteReason,
@@ -144,13 +145,14 @@ class Dispatcher:
             intents = s.scalars(_locked(query.order_by(NotifyIntent.id).limit(BATCH),
                                         self.db)).all()
             messages = 0
+            joins = JoinedRoutes(s)
             for it in intents:
                 it.dispatched_at = now
                 # Timed as when it was written: a run late by a restart acts as the runs
                 # it stands in for would have.
                 at_ms = min(now_ms, dt_to_ms(it.created_at))
                 messages += self._ingest(s, groups, alert_from_json(it.alert), it.incident_id,
-                                         at_ms, now_ms, muting)
+                                         at_ms, now_ms, muting, joins)
             if self.settings.watchdog:
                 self._ingest(s, groups, watchdog_alert(now_ms), 0, now_ms, now_ms, muting,
                              only_if_absent=True)
@@ -164,16 +166,26 @@ class Dispatcher:
 
     def _ingest(self, s: Session, groups: dict[str, NotifyGroup], alert: Alert,
                 incident_id: int, at_ms: int, now_ms: int, muting: _Muting,
-                only_if_absent: bool = False) -> int:
+                joins: JoinedRoutes | None = None, only_if_absent: bool = False) -> int:
         """Put the alert into its routes' groups; returns how many messages that sent."""
         if self.settings.route is None:
             return 0
         sent = 0
         for route in match_routes(self.settings.route, alert.labels):
+            direct = route.receiver in self.settings.direct
+            # A joined alert: nothing of its own where the incident's page went (joined.py);
+            # Alertmanager hears every alert and groups them itself.
+            why = None if joins is None or direct else joins.decide(alert, incident_id,
+                                                                     route.receiver)
+            if why is notice.Reason.JOINED:
+                continue
             key = route.group_key(alert.labels)
             group = groups.get(key) or s.scalars(
                 select(NotifyGroup).where(NotifyGroup.key == key)).one_or_none()
             fp = alert.fingerprint
+            if why is None and joins is not None and not direct \
+                    and joins.unheard_end(alert, incident_id, group):
+                continue
             if group is not None and _due_before_change(group, fp, alert, at_ms):
                 # The group was due before this change of the alert came (a dispatcher
                 # that was not restarted in between would have sent it): send it now, or
@@ -183,7 +195,6 @@ class Dispatcher:
                 if group in s.deleted:
                     s.flush()  # the key is free for the group that follows
                     group = None
-            direct = route.receiver in self.settings.direct
             if group is None:
                 group = _new_group(key, route, alert.labels, at_ms, direct)
                 s.add(group)
@@ -196,6 +207,10 @@ class Dispatcher:
                           "muted": before.get("muted")}
             if "pushed" in before:  # what Alertmanager holds stands until the flush
                 alerts[fp]["pushed"] = before["pushed"]
+            if why is notice.Reason.JOINED_TOLD:  # a joined warning: told as an update
+                alerts[fp][UPDATE] = True
+            elif joins is not None and alert.state is AlertState.FIRING:
+                joins.told(incident_id, route.receiver)
             group.alerts = alerts
             # A change is sent no sooner than group_interval after the last message.
             last = dt_to_ms(group.last_sent_at) if group.last_sent_at else at_ms
@@ -320,9 +335,12 @@ class Dispatcher:
         resolved = [fp for fp in shown if fp not in firing]
         ordered = [fp for fp in shown if fp in firing] + resolved
         ids = tuple(int(alerts[fp]["incident_id"]) for fp in ordered)
+        kind = NotificationKind.FIRING if firing else NotificationKind.RESOLVED
+        if firing and all(alerts[fp].get(UPDATE) for fp in firing):
+            kind = NotificationKind.UPDATE  # joined warnings only: no page (joined.py)
         return Notification(
             incident_id=next((i for i in ids if i), 0),
-            kind=NotificationKind.FIRING if firing else NotificationKind.RESOLVED,
+            kind=kind,
             alerts=tuple(self._annotated(s, alert_from_json(alerts[fp]["alert"]), incident)
                          for fp, incident in zip(ordered, ids, strict=True)),
             group_labels=labels_from_json(g.group_labels), group_key=g.key,
