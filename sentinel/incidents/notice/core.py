@@ -118,10 +118,12 @@ def first_kind(n: Notice, receiver: str) -> Kind:
     (the incident's page) or where a critical alert of it routes; an update where only
     joined warnings route, so joining never leaves a route of a firing alert silent."""
     first = n.alerts[0].receivers if n.alerts else ()
-    if not first or receiver in first:
-        return Kind.PAGE
     mine = [a for a in n.alerts if receiver in a.receivers]
-    return Kind.PAGE if not mine or any(a.critical for a in mine) else Kind.UPDATE
+    # The daemon's rule, per route (joined.py): the incident's page went where its first
+    # alert routes; elsewhere the joined alerts' severity decides.
+    why = joined_route(not first or receiver in first or not mine,
+                       any(a.critical for a in mine))
+    return Kind.UPDATE if why is Reason.JOINED_TOLD else Kind.PAGE
 
 
 def joined_route(told: bool, critical: bool) -> Reason:
