@@ -23,6 +23,7 @@ from sentinel.config.timeintervals import interval_table
 from sentinel.daemon.heartbeat import Heartbeats
 from sentinel.daemon.receivers import build_receivers, receiver_timeouts_ms, send_resolved
 from sentinel.daemon.selfmetrics import SelfMetrics
+from sentinel.incidents import notice
 from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.recovery import end_on_recovery
@@ -266,11 +267,11 @@ class Notifier:
             # lease before it could): decided here, at once, not at the grace's end.
             outcomes = actfirst.outcomes(s, busy=RUNNING.__contains__)
             for o in outcomes:
-                if not o.verified:
+                if actfirst.ends(o, now_ms) is notice.Reason.RELEASED:
                     actfirst.release(s, o.incident_id, ms_to_dt(now_ms), o.why)
             released = actfirst.expire(s, ms_to_dt(now_ms))
-        for o in outcomes:
-            if o.verified:  # ends the incident, drops the page, tells chat (each once)
+        for o in outcomes:  # FIXED ends the incident, drops the page, tells chat (each once)
+            if actfirst.ends(o, now_ms) is notice.Reason.FIXED:
                 self.recovered(o.incident_id, o.at_ms, o.why, o.data)
         return bool(updates or released or outcomes)
 

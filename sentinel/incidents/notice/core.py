@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from sentinel.incidents.notice.rules import hold_ends, inhibition, joined_route, mute, muted
 from sentinel.incidents.notice.types import (
     Acknowledged,
     AlertEntry,
@@ -90,27 +91,19 @@ def over(n: Notice) -> bool:
     return n.serving is True and not any(a.firing and not a.event for a in n.alerts)
 
 
-def inhibition(critical: bool, by_own: bool) -> Reason:
-    """What an inhibition does to an alert: INHIBITED mutes it; an alert of the same
-    incident (INHIBITED_IN_INCIDENT) or of a critical incident (INHIBITED_CRITICAL) mutes
-    nothing, so joining and inhibition never cut a critical incident's pages to zero."""
-    if by_own:
-        return Reason.INHIBITED_IN_INCIDENT
-    return Reason.INHIBITED_CRITICAL if critical else Reason.INHIBITED
-
-
 def covered(n: Notice) -> bool:
     """An incident whose firing alerts are all muted by another incident's inhibition."""
     firing = n.firing
     return bool(firing) and all(
-        a.inhibited_by is not None
-        and inhibition(n.critical, a.inhibited_by_own) is Reason.INHIBITED for a in firing)
+        mute(False, a.inhibited_by is not None, a.inhibited_by_own, n.critical)
+        is Reason.INHIBITED for a in firing)
 
 
 def silenced(n: Notice) -> bool:
     """Every firing alert is silenced."""
     firing = n.firing
-    return bool(firing) and all(a.silence is not None for a in firing)
+    return bool(firing) and all(
+        muted(mute(a.silence is not None, False, False, n.critical)) for a in firing)
 
 
 def first_kind(n: Notice, receiver: str) -> Kind:
@@ -124,16 +117,6 @@ def first_kind(n: Notice, receiver: str) -> Kind:
     why = joined_route(not first or receiver in first or not mine,
                        any(a.critical for a in mine))
     return Kind.UPDATE if why is Reason.JOINED_TOLD else Kind.PAGE
-
-
-def joined_route(told: bool, critical: bool) -> Reason:
-    """What a joined alert does on one of its routes (first_kind, read per route by the
-    daemon's dispatcher): where the incident's page went (`told`), nothing of its own
-    (JOINED: one page per incident); elsewhere a page if it is critical (PAGED), else
-    one update that it joined (JOINED_TOLD). Never silence."""
-    if told:
-        return Reason.JOINED
-    return Reason.PAGED if critical else Reason.JOINED_TOLD
 
 
 def page_due_ms(n: Notice, receiver: str, policy: Policy) -> int:
@@ -258,7 +241,7 @@ def _outcome(n: Notice, ev: HoldEnded) -> _Out:
         n = replace(n, serving=True)
     if n.hold is not Hold.WAITING:  # the page went already: the outcome is an update to it
         return n, [Message(ev.at_ms, r, Kind.UPDATE, _shown(n), why) for r in _paged(n)], []
-    if ev.outcome is Outcome.VERIFIED:
+    if hold_ends(ev.outcome, ev.at_ms, n.hold_deadline_ms) is Reason.FIXED:
         n = replace(n, hold=Hold.FIXED, hold_why=why, unblocked_at_ms=ev.at_ms)
         return n, [], [Line(ev.at_ms, Reason.FIXED, f"not paged: fixed by Sentinel ({why})")]
     n = replace(n, hold=Hold.RELEASED, hold_why=why, unblocked_at_ms=ev.at_ms)
@@ -271,7 +254,8 @@ def _outcome(n: Notice, ev: HoldEnded) -> _Out:
 def _decide(n: Notice, now: int, policy: Policy) -> _Out:
     lines: list[Line] = []
     msgs: list[Message] = []
-    if n.open and n.hold is Hold.WAITING and now >= n.hold_deadline_ms:
+    if n.open and n.hold is Hold.WAITING \
+            and hold_ends(None, now, n.hold_deadline_ms) is Reason.RELEASED:
         n, msgs, lines = _outcome(n, HoldEnded(now, Outcome.TIMED_OUT,
                                                "not verified recovered by the deadline"))
     if n.open and over(n):

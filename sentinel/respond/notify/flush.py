@@ -116,15 +116,16 @@ class GroupFlusher:
         # what it would have said for the first flush after the window (Alertmanager).
         muted_route = time_muted(route, self.settings.intervals, now_ms)
         note_route_muted(s, g.receiver, alerts, muted_route, now_ms)
-        if muted_route is not None:
+        why = self._decide(s, g, alerts, firing, resolved, send_resolved,
+                           route.repeat_interval_ms, now_ms, muted_route is not None)
+        if why is notice.Reason.MUTED_INTERVAL:
             # Resolved alerts stay too: a page sent before the window is resolved after it.
             log.debug("group %s: not sent, %s", g.key, muted_route)
             g.alerts = alerts
             g.next_flush_at = ms_to_dt(now_ms) + timedelta(
                 milliseconds=route.group_interval_ms or IDLE_RECHECK_MS)
             return 0
-        if (firing or resolved) and self._sends(s, g, alerts, firing, resolved, send_resolved,
-                                                route.repeat_interval_ms, now_ms):
+        if why in (notice.Reason.CHANGED, notice.Reason.REPEATED):
             shown = firing + (resolved if send_resolved else [])
             if shown:
                 g.seq += 1
@@ -163,37 +164,40 @@ class GroupFlusher:
         source is of the same incident, or the alert's incident is critical: the notice
         core's rule), the line that says so."""
         silenced = silenced_by(alert.labels, silences, now_ms)
-        if silenced is not None or not self.settings.inhibit_rules:
-            return silenced, None
         rules = self.settings.inhibit_rules
-        outside = inhibited_by(alert.labels, rules, [lb for lb, i in sources if i != incident_id])
-        found = outside or inhibited_by(alert.labels, rules,
-                                        [lb for lb, i in sources if i == incident_id])
-        if found is None:
+        outside = found = None
+        if silenced is None and rules:
+            outside = inhibited_by(alert.labels, rules,
+                                   [lb for lb, i in sources if i != incident_id])
+            found = outside or inhibited_by(alert.labels, rules,
+                                            [lb for lb, i in sources if i == incident_id])
+        why = notice.mute(silenced is not None, found is not None, by_own=outside is None,
+                          critical=label_value(alert.labels, "severity") == "critical")
+        if why is None:
             return None, None
-        rule = notice.inhibition(label_value(alert.labels, "severity") == "critical",
-                                 by_own=outside is None)
-        if rule is notice.Reason.INHIBITED:
-            return found, None
-        return None, f"{found.text} ({rule.value})"
+        if notice.muted(why):
+            return silenced or found, None
+        assert found is not None
+        return None, f"{found.text} ({why.value})"
 
     @staticmethod
-    def _sends(s: Session, g: NotifyGroup, alerts: Mapping[str, dict[str, Any]],
-               firing: list[str], resolved: list[str], send_resolved: bool, repeat_ms: int,
-               now_ms: int) -> bool:
-        """needs_update, except that a mere repeat of acknowledged incidents is not sent."""
+    def _decide(s: Session, g: NotifyGroup, alerts: Mapping[str, dict[str, Any]],
+                firing: list[str], resolved: list[str], send_resolved: bool, repeat_ms: int,
+                now_ms: int, route_muted: bool) -> notice.Reason:
+        """The core's `group_flush`, with Alertmanager's needs_update saying what changed
+        (a mere repeat of acknowledged incidents is not sent: they have it already)."""
         def needs(repeat: int) -> bool:
-            return needs_update(
+            return bool(firing or resolved) and needs_update(
                 sent_firing=g.sent_firing, sent_resolved=g.sent_resolved, firing=firing,
                 resolved=resolved, send_resolved=send_resolved,
                 last_sent_ms=dt_to_ms(g.last_sent_at) if g.last_sent_at else None,
                 now_ms=now_ms, repeat_ms=repeat)
-        if not needs(repeat_ms):
-            return False
-        if needs(NO_REPEAT_MS):
-            return True  # something changed: acknowledged or not, it is news
-        # Only the repeat_interval is due: a person who acknowledged has it already.
-        return not acknowledged(s, [int(alerts[fp]["incident_id"]) for fp in firing])
+        if route_muted:
+            return notice.group_flush(True, False, False, False)
+        changed = needs(NO_REPEAT_MS)  # acknowledged or not, it is news
+        repeat_due = not changed and needs(repeat_ms)
+        ack = repeat_due and acknowledged(s, [int(alerts[fp]["incident_id"]) for fp in firing])
+        return notice.group_flush(False, changed, repeat_due, ack)
 
     def _message(self, s: Session, g: NotifyGroup, alerts: Mapping[str, dict[str, Any]],
                  shown: list[str], firing: list[str]) -> Notification:
