@@ -12,11 +12,13 @@ import pytest
 from sentinel.incidents.notice import (
     Outcome,
     Reason,
+    fixed_to,
     group_flush,
     hold_ends,
     joined_route,
     mute,
     muted,
+    resolved_to,
 )
 
 
@@ -63,3 +65,10 @@ def test_hold_ends(outcome: Outcome | None, now: int, reason: Reason) -> None:
 def test_group_flush(route_muted: bool, changed: bool, repeat_due: bool, acked: bool,
                      reason: Reason) -> None:
     assert group_flush(route_muted, changed, repeat_due, acked) is reason
+
+
+def test_resolved_to_and_fixed_to() -> None:
+    assert resolved_to(True) is Reason.RESOLVED
+    assert resolved_to(False) is Reason.SEND_RESOLVED_OFF
+    assert fixed_to("chat") is Reason.FIXED
+    assert fixed_to(None) is Reason.FIXED_TIMELINE_ONLY

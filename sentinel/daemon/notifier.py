@@ -174,7 +174,8 @@ class Notifier:
     def _tell_fixed(self, s: Session, incident_id: int, now_ms: int, data: dict[str, Any]
                     ) -> None:
         receiver = self._act_first_receiver
-        if receiver is None:  # a documented choice: the timeline alone says it was fixed
+        if notice.fixed_to(receiver) is notice.Reason.FIXED_TIMELINE_ONLY or receiver is None:
+            # a documented choice: the timeline alone says it was fixed
             actfirst.note(s, incident_id, ms_to_dt(now_ms), "no notify.act_first.receiver: "
                           "the fix is told on this timeline only", {"act_first": "untold"})
             return

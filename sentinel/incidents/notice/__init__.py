@@ -22,12 +22,14 @@ from sentinel.incidents.notice.core import (
 )
 from sentinel.incidents.notice.placing import place
 from sentinel.incidents.notice.rules import (
+    fixed_to,
     group_flush,
     hold_ends,
     inhibition,
     joined_route,
     mute,
     muted,
+    resolved_to,
 )
 from sentinel.incidents.notice.types import (
     Acknowledged,
@@ -62,7 +64,7 @@ __all__ = [
     "Acknowledged", "AlertEntry", "AlertFired", "AlertResolved", "Event", "Hold", "HoldBegun",
     "HoldEnded", "Inhibited", "Kind", "Line", "Message", "Notice", "Outcome", "Policy",
     "Reason", "Receiver", "Restarted", "RouteMuted", "RunbookArrived", "Seen", "Serving",
-    "Silenced", "Step", "Tick", "Uninhibited", "covered", "first_kind", "group_flush",
+    "Silenced", "Step", "Tick", "Uninhibited", "covered", "first_kind", "fixed_to", "group_flush",
     "hold_ends", "inhibition", "joined_route", "mute", "muted", "over", "page_due_ms", "place",
-    "receivers", "silenced", "step",
+    "receivers", "resolved_to", "silenced", "step",
 ]

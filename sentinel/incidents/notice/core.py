@@ -29,7 +29,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sentinel.incidents.notice.rules import hold_ends, inhibition, joined_route, mute, muted
+from sentinel.incidents.notice.rules import (
+    fixed_to,
+    hold_ends,
+    inhibition,
+    joined_route,
+    mute,
+    muted,
+    resolved_to,
+)
 from sentinel.incidents.notice.types import (
     Acknowledged,
     AlertEntry,
@@ -334,7 +342,7 @@ def _endings(n: Notice, now: int, policy: Policy) -> _Out:
     for r in paged:
         if (r, Kind.RESOLVED) in n.told or r in dict(n.muted):
             continue
-        if not policy.receiver(r).send_resolved:
+        if resolved_to(policy.receiver(r).send_resolved) is Reason.SEND_RESOLVED_OFF:
             n, more = _once(n, f"noresolve:{r}", Line(
                 now, Reason.SEND_RESOLVED_OFF, f"{r}: not told it resolved "
                 "(send_resolved is off)", receiver=r))
@@ -350,7 +358,7 @@ def _endings(n: Notice, now: int, policy: Policy) -> _Out:
     if n.hold is Hold.FIXED and not paged and not n.fixed_told:
         fixers = [r.name for r in policy.receivers if r.tells_fixes]
         ready = [r for r in fixers if r not in dict(n.muted)]
-        if not fixers:
+        if fixed_to(fixers[0] if fixers else None) is Reason.FIXED_TIMELINE_ONLY:
             n, more = _once(n, "fixed-untold", Line(
                 now, Reason.FIXED_TIMELINE_ONLY, "fixed by Sentinel: no receiver tells "
                 "fixes (notify.act_first.receiver), told on this timeline only"))

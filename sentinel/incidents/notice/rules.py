@@ -66,3 +66,15 @@ def group_flush(route_muted: bool, changed: bool, repeat_due: bool,
     if not repeat_due:
         return Reason.NOTHING_NEW
     return Reason.ACKNOWLEDGED if acknowledged else Reason.REPEATED
+
+
+def resolved_to(send_resolved: bool) -> Reason:
+    """Whether a receiver told of an incident hears it resolved: RESOLVED, or
+    SEND_RESOLVED_OFF (the "fixed" notice is a kind of its own: `fixed_to`)."""
+    return Reason.RESOLVED if send_resolved else Reason.SEND_RESOLVED_OFF
+
+
+def fixed_to(receiver: str | None) -> Reason:
+    """Where a fix nobody was paged for is told: FIXED (to `notify.act_first.receiver`,
+    whatever its send_resolved), or FIXED_TIMELINE_ONLY when none is named."""
+    return Reason.FIXED if receiver else Reason.FIXED_TIMELINE_ONLY

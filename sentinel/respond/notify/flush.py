@@ -111,7 +111,8 @@ class GroupFlusher:
         if g.receiver in self.settings.direct:
             return self._push(s, g, route, alerts, now_ms)
         sent = 0
-        send_resolved = self.settings.send_resolved.get(g.receiver, True)
+        send_resolved = notice.resolved_to(self.settings.send_resolved.get(
+            g.receiver, True)) is notice.Reason.RESOLVED
         # A route in a mute window (or outside its active ones) sends nothing and keeps
         # what it would have said for the first flush after the window (Alertmanager).
         muted_route = time_muted(route, self.settings.intervals, now_ms)
