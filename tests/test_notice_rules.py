@@ -14,6 +14,7 @@ from sentinel.incidents.notice import (
     Reason,
     fixed_to,
     group_flush,
+    hold_begins,
     hold_ends,
     joined_route,
     mute,
@@ -72,3 +73,13 @@ def test_resolved_to_and_fixed_to() -> None:
     assert resolved_to(False) is Reason.SEND_RESOLVED_OFF
     assert fixed_to("chat") is Reason.FIXED
     assert fixed_to(None) is Reason.FIXED_TIMELINE_ONLY
+
+
+@pytest.mark.parametrize(("new_page", "grace", "reason"), [
+    (True, 120_000, Reason.HELD),
+    (True, 0, Reason.PAGED),
+    (True, None, Reason.PAGED),  # no policy acts
+    (False, 120_000, None),  # joined, missed, or paged already
+])
+def test_hold_begins(new_page: bool, grace: int | None, reason: Reason | None) -> None:
+    assert hold_begins(new_page, grace) is reason

@@ -70,7 +70,7 @@ from sqlalchemy import ColumnClause, String, literal_column, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from sentinel.incidents import alert_states, ending
+from sentinel.incidents import alert_states, ending, notice
 from sentinel.incidents.convert import (
     dt_to_ms,
     format_value,
@@ -287,12 +287,13 @@ class IncidentTracker:
         """A new incident's page waits while a policy acts on it, or goes at once (noted so
         a runbook that comes later is sent as an update)."""
         for o in outcomes:
-            if not o.opened or o.joined or o.missed or not o.fired:
-                continue
-            held = self._act_first(o.fired[0]) if self._act_first is not None else None
-            if held is not None and held[0] > 0:
+            new_page = o.opened and not o.joined and not o.missed and bool(o.fired)
+            held = self._act_first(o.fired[0]) if new_page and self._act_first else None
+            why = notice.hold_begins(new_page, held[0] if held is not None else None)
+            if why is notice.Reason.HELD:
+                assert held is not None
                 actfirst_hold(s, o.incident_id, now, held[0], held[1])
-            else:
+            elif why is notice.Reason.PAGED:
                 actfirst_paged(s, o.incident_id, now)
 
     def _enqueue(self, s: Session, outcomes: list[_Outcome], now_ms: int) -> None:

@@ -24,6 +24,7 @@ from sentinel.incidents.notice.placing import place
 from sentinel.incidents.notice.rules import (
     fixed_to,
     group_flush,
+    hold_begins,
     hold_ends,
     inhibition,
     joined_route,
@@ -62,9 +63,9 @@ from sentinel.incidents.notice.types import (
 
 __all__ = [
     "Acknowledged", "AlertEntry", "AlertFired", "AlertResolved", "Event", "Hold", "HoldBegun",
-    "HoldEnded", "Inhibited", "Kind", "Line", "Message", "Notice", "Outcome", "Policy",
-    "Reason", "Receiver", "Restarted", "RouteMuted", "RunbookArrived", "Seen", "Serving",
-    "Silenced", "Step", "Tick", "Uninhibited", "covered", "first_kind", "fixed_to", "group_flush",
+    "HoldEnded", "Inhibited", "Kind", "Line", "Message", "Notice", "Outcome", "Policy", "Reason",
+    "Receiver", "Restarted", "RouteMuted", "RunbookArrived", "Seen", "Serving", "Silenced", "Step",
+    "Tick", "Uninhibited", "covered", "first_kind", "fixed_to", "group_flush", "hold_begins",
     "hold_ends", "inhibition", "joined_route", "mute", "muted", "over", "page_due_ms", "place",
-    "receivers", "resolved_to", "silenced", "step",
+    "receivers", "resolved_to", "silenced", "step"
 ]

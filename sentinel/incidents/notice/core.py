@@ -31,6 +31,7 @@ from dataclasses import replace
 
 from sentinel.incidents.notice.rules import (
     fixed_to,
+    hold_begins,
     hold_ends,
     inhibition,
     joined_route,
@@ -236,8 +237,9 @@ def _mute(n: Notice, ev: RouteMuted) -> Notice:
 
 
 def _hold(n: Notice, ev: HoldBegun) -> tuple[Notice, list[Line]]:
-    if n.hold is not Hold.NONE or _paged(n):
-        return n, []  # a page that went (or a hold decided) is not held again
+    new_page = n.hold is Hold.NONE and not _paged(n)  # a page that went is not held again
+    if hold_begins(new_page, ev.deadline_ms - ev.at_ms) is not Reason.HELD:
+        return n, []
     n = replace(n, hold=Hold.WAITING, hold_deadline_ms=ev.deadline_ms)
     return n, [Line(ev.at_ms, Reason.HELD, f"page held up to "
                     f"{(ev.deadline_ms - ev.at_ms) / 1000:g}s while Sentinel acts: {ev.policy}")]

@@ -44,6 +44,15 @@ def joined_route(told: bool, critical: bool) -> Reason:
     return Reason.PAGED if critical else Reason.JOINED_TOLD
 
 
+def hold_begins(new_page: bool, grace_ms: int | None) -> Reason | None:
+    """A first page about to be owed: HELD while a remediation policy acts (its grace is
+    positive), else PAGED (it goes at once, and may be updated later); None when no new
+    page is owed (the alert joined, the occurrence was missed, a page went already)."""
+    if not new_page:
+        return None
+    return Reason.HELD if grace_ms is not None and grace_ms > 0 else Reason.PAGED
+
+
 def hold_ends(outcome: Outcome | None, now_ms: int, deadline_ms: int) -> Reason:
     """A waiting act-first hold, now: FIXED (the action was verified: nobody is paged),
     RELEASED (any other outcome, or its deadline passed: the page goes), or HELD."""
