@@ -20,6 +20,7 @@ from sentinel.incidents.notice import (
     mute,
     muted,
     resolved_to,
+    runbook_update,
 )
 
 
@@ -83,3 +84,13 @@ def test_resolved_to_and_fixed_to() -> None:
 ])
 def test_hold_begins(new_page: bool, grace: int | None, reason: Reason | None) -> None:
     assert hold_begins(new_page, grace) is reason
+
+
+@pytest.mark.parametrize(("paged", "runbook", "told", "reason"), [
+    (True, True, False, Reason.UPDATED),
+    (False, True, False, None),  # the page will carry it
+    (True, False, False, None),  # no runbook yet
+    (True, True, True, None),  # told already
+])
+def test_runbook_update(paged: bool, runbook: bool, told: bool, reason: Reason | None) -> None:
+    assert runbook_update(paged, runbook, told) is reason

@@ -31,6 +31,7 @@ from sentinel.incidents.notice.rules import (
     mute,
     muted,
     resolved_to,
+    runbook_update,
 )
 from sentinel.incidents.notice.types import (
     Acknowledged,
@@ -67,5 +68,6 @@ __all__ = [
     "Receiver", "Restarted", "RouteMuted", "RunbookArrived", "Seen", "Serving", "Silenced", "Step",
     "Tick", "Uninhibited", "covered", "first_kind", "fixed_to", "group_flush", "hold_begins",
     "hold_ends", "inhibition", "joined_route", "mute", "muted", "over", "page_due_ms", "place",
-    "receivers", "resolved_to", "silenced", "step"
+    "receivers", "resolved_to", "runbook_update", "silenced",
+    "step"
 ]

@@ -38,6 +38,7 @@ from sentinel.incidents.notice.rules import (
     mute,
     muted,
     resolved_to,
+    runbook_update,
 )
 from sentinel.incidents.notice.types import (
     Acknowledged,
@@ -315,7 +316,7 @@ def _pages(n: Notice, now: int, policy: Policy) -> _Out:
         if n.runbook:
             n = replace(n, runbook_told=n.runbook_told | {r})
     for r in _paged(n):  # the model's runbook after the page: one update each
-        if n.runbook and r not in n.runbook_told and r not in dict(n.muted):
+        if runbook_update(True, n.runbook, r in n.runbook_told) and r not in dict(n.muted):
             msgs.append(Message(now, r, Kind.UPDATE, _shown(n), "the model's runbook"))
             n = replace(n, runbook_told=n.runbook_told | {r})
     return n, msgs, lines

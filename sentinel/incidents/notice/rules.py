@@ -87,3 +87,10 @@ def fixed_to(receiver: str | None) -> Reason:
     """Where a fix nobody was paged for is told: FIXED (to `notify.act_first.receiver`,
     whatever its send_resolved), or FIXED_TIMELINE_ONLY when none is named."""
     return Reason.FIXED if receiver else Reason.FIXED_TIMELINE_ONLY
+
+
+def runbook_update(paged: bool, runbook: bool, told: bool) -> Reason | None:
+    """The model's runbook stored after a page went: one update (UPDATED) to the page's
+    receiver; None while no page went (the page will carry it), no runbook is stored yet,
+    or it was told already."""
+    return Reason.UPDATED if paged and runbook and not told else None

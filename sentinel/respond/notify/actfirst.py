@@ -272,8 +272,10 @@ def updates(s: Session, runbook: Annotations, now: datetime
         NotifyHold.update_sent_at.is_(None))).all()
     for row in rows:
         groups = _groups_of(s, row.incident_id)
-        if not groups or not _has_model_runbook(s, row.incident_id):
-            continue  # no page out yet (it will carry the runbook), or no runbook yet
+        # No page out yet (it will carry the runbook), or no runbook yet: nothing owed.
+        if notice.runbook_update(bool(groups), bool(groups) and _has_model_runbook(
+                s, row.incident_id), told=False) is None:
+            continue
         row.model_runbook, row.update_sent_at = True, now
         extra = {**runbook(s, row.incident_id), **hold_annotations(s, row.incident_id)}
         sent = []
