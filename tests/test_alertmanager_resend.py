@@ -4,9 +4,10 @@ The daemon (App) scrapes the simulator; a queue-backlog rule fires while the
 simulator reports a backlog. The
 only receiver is a real Alertmanager (Debian's `prometheus-alertmanager`)
 whose own route sends to a webhook sink, so anything Alertmanager decides
-(firing, resolved) is seen there as well as in its API. Sentinel's route has a
-long group_interval and repeat_interval, as a real route would: only the
-resend job keeps Alertmanager up to date. Clearing the backlog resolves the
+(firing, resolved) is seen there as well as in its API. Sentinel's route has an
+hour's group_wait, group_interval and repeat_interval: Alertmanager is fed as
+Prometheus feeds it (amfeed.py, amresend.py), so none of them delays it, and the
+alert reaching it at all within the test's deadline shows that. Clearing the backlog resolves the
 alert in Sentinel; Alertmanager must follow within one resend interval.
 
 Alertmanager reads endsAt against its own wall clock, so these tests run in
@@ -17,8 +18,6 @@ resend interval, 5 minutes of firing).
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -26,9 +25,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from fixtures_alertmanager import RealAlertmanager as _Alertmanager
 from fixtures_e2e import wait_for, write_config
-from fixtures_http import http
-from fixtures_prometheus import start_listening
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
@@ -52,40 +50,12 @@ groups:
 """
 
 
-def _am_binary() -> str:
-    path = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("prometheus-alertmanager is required under CI=true")
-        pytest.skip("prometheus-alertmanager not installed")
-    return path
-
-
-class RealAlertmanager:
-    """Debian's Alertmanager on loopback, routing everything at once to a webhook sink."""
-
-    def __init__(self, folder: Path, resolve_timeout: str, hook_url: str) -> None:
-        (folder / "am.yml").write_text(
-            f"global: {{resolve_timeout: {resolve_timeout}}}\n"
-            "route: {receiver: hook, group_by: [alertname], group_wait: 0s, "
-            "group_interval: 1s, repeat_interval: 1h}\n"
-            f"receivers: [{{name: hook, webhook_configs: [{{url: '{hook_url}', "
-            "send_resolved: true}]}]\n")
-        # Port 0, read back from its log once it is ready (start_listening).
-        self.proc, self.url = start_listening(
-            [_am_binary(), f"--config.file={folder / 'am.yml'}",
-             f"--storage.path={folder / 'am-data'}", "--web.listen-address=127.0.0.1:0",
-             "--cluster.listen-address="], folder / "alertmanager.log")
+class RealAlertmanager(_Alertmanager):
+    """The shared Alertmanager, asked about ServingAlert."""
 
     def active(self) -> list[dict]:
-        """The alerts Alertmanager holds as not resolved (its API leaves resolved ones out)."""
-        resp = http.get(f"{self.url}/api/v2/alerts", timeout=5)
-        resp.raise_for_status()
-        return [a for a in resp.json() if a["labels"].get("alertname") == "ServingAlert"]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+        """ServingAlert as Alertmanager holds it, if not resolved."""
+        return self.alerts("ServingAlert")
 
 
 def test_postable_alerts_end_ahead_while_firing_and_at_resolution_when_resolved() -> None:
@@ -134,7 +104,7 @@ receivers:
   - name: am
     alertmanager: {{url: '{am.url}', resend_interval: {resend}, timeout: 2s}}
 notify:
-  route: {{receiver: am, group_by: [alertname], group_wait: 0s, group_interval: 1h,
+  route: {{receiver: am, group_by: [alertname], group_wait: 1h, group_interval: 1h,
            repeat_interval: 4h}}
 """)
     app = App(load_config(cfg))
@@ -229,22 +199,30 @@ def test_issue_figures_five_minutes_against_resolve_timeout_1m(
     _stays_firing_then_resolves(tmp_path, sim, am_hook, "1m", 60.0, 300.0, SLOW)
 
 
+def _alert(name: str, state: str, resolved_at: int | None = None) -> Alert:
+    return Alert(group="g", rule=name, labels=labels_of({"alertname": name}), annotations=(),
+                 state=AlertState(state), value=1.0, active_at_ms=T0, last_eval_ms=T0,
+                 fired_at_ms=T0, resolved_at_ms=resolved_at)
+
+
 def _entry(name: str, state: str, *, muted: str | None = None,
-           resolved_at: int | None = None) -> tuple[str, dict]:
+           resolved_at: int | None = None, pushed: bool = True) -> tuple[str, dict]:
+    """A group entry whose last flush pushed it as it is (amfeed.py), unless `pushed` is off."""
     from sentinel.respond.notify.codec import alert_to_json
 
-    alert = Alert(group="g", rule=name, labels=labels_of({"alertname": name}), annotations=(),
-                  state=AlertState(state), value=1.0, active_at_ms=T0, last_eval_ms=T0,
-                  fired_at_ms=T0, resolved_at_ms=resolved_at)
-    return alert.fingerprint, {"alert": alert_to_json(alert), "incident_id": 0, "muted": muted}
+    alert = _alert(name, state, resolved_at)
+    entry = {"alert": alert_to_json(alert), "incident_id": 0, "muted": muted}
+    if pushed:
+        entry["pushed"] = alert_to_json(alert)
+    return alert.fingerprint, entry
 
 
 @pytest.mark.parametrize("send_resolved", [True, False])
-def test_resend_posts_what_was_sent_firing_as_it_is_now(incident_db, loopback,  # noqa: ANN001
+def test_resend_posts_what_the_last_flush_pushed(incident_db, loopback,  # noqa: ANN001
                                                         send_resolved: bool) -> None:
-    """Firing → endsAt ahead; resolved since (group not flushed yet) → its end, unless
-    send_resolved is off; muted since, or never sent firing → left out; then nothing
-    until the resend interval has passed."""
+    """Firing → endsAt ahead; resolved → its end, unless send_resolved is off; muted
+    since, or not pushed yet → left out; then nothing until the resend interval has
+    passed."""
     from sentinel.incidents.convert import ms_to_dt
     from sentinel.incidents.models_notify import NotifyGroup
     from sentinel.respond.notify.alertmanager import AlertmanagerReceiver
@@ -252,11 +230,10 @@ def test_resend_posts_what_was_sent_firing_as_it_is_now(incident_db, loopback,  
 
     entries = dict([_entry("Firing", "firing"), _entry("Muted", "firing", muted="silenced"),
                     _entry("Ended", "inactive", resolved_at=T0 + 5_000),
-                    _entry("Waiting", "firing")])
-    sent = [fp for fp, e in entries.items() if e["alert"]["rule"] != "Waiting"]
+                    _entry("Waiting", "firing", pushed=False)])
     with incident_db.session() as s:
         s.add(NotifyGroup(key="0/am:{}", receiver="am", route="0", group_labels={},
-                          alerts=entries, sent_firing=sent, sent_resolved=[], seq=1,
+                          alerts=entries, sent_firing=[], sent_resolved=[], seq=1,
                           created_at=ms_to_dt(T0), next_flush_at=ms_to_dt(T0 + 3_600_000),
                           last_sent_at=ms_to_dt(T0)))
     rx = AlertmanagerReceiver("am", loopback.url(""), send_resolved=send_resolved,
@@ -289,7 +266,7 @@ def test_a_resolve_is_posted_at_once_and_a_failed_post_retried_soon(  # noqa: AN
     entries = dict([_entry("Crash", "firing"), _entry("Queue", "firing")])
     with incident_db.session() as s:
         s.add(NotifyGroup(key="0/am:{}", receiver="am", route="0", group_labels={},
-                          alerts=entries, sent_firing=list(entries), sent_resolved=[], seq=1,
+                          alerts=entries, sent_firing=[], sent_resolved=[], seq=1,
                           created_at=ms_to_dt(T0), next_flush_at=ms_to_dt(T0 + 3_600_000),
                           last_sent_at=ms_to_dt(T0)))
     rx = AlertmanagerReceiver("am", loopback.url(""), resend_interval_ms=60_000)

@@ -38,10 +38,11 @@ def test_down_and_health_alerts_of_a_crashed_target_join_its_incident(
     notes = [e.message for e in detail.timeline if e.kind == "note"]
     assert notes == [
         "VLLMTargetDown on gemma-26b joined this incident: the same target, within 10 min "
-        "of VLLMHBMOutOfMemory (one failure, one incident; it pages nothing of its own)",
+        "of VLLMHBMOutOfMemory (one failure, one incident; it pages nothing where the "
+        "incident's page goes; its own routes are told)",
         "VLLMHealthCheckFailing on gemma-26b joined this incident: the same target, within "
-        "10 min of VLLMHBMOutOfMemory (one failure, one incident; it pages nothing of its "
-        "own)"]
+        "10 min of VLLMHBMOutOfMemory (one failure, one incident; it pages nothing where "
+        "the incident's page goes; its own routes are told)"]
     # The joined alerts resolve quietly; the incident ends with its last alert.
     at = T0 + 2 * MIN
     assert tracker.process([crash, resolved(down, at), resolved(health, at)], at) == []

@@ -43,6 +43,11 @@ CRASH = AlertFired(0, "VLLMHBMOutOfMemory", ("pager", "chat"), critical=True, fa
                    event=True)
 DOWN = AlertFired(10 * S, "VLLMTargetDown", ("pager", "chat"), critical=True, failure=True)
 KV = AlertFired(0, "VLLMKVCacheHigh", ("chat",))
+# The health probe's alert routes to the pager only; the down alert joins it with routes
+# of its own (a critical one pages, a warning is told it joined).
+HEALTH = AlertFired(0, "VLLMHealthCheckFailing", ("pager",), critical=True, failure=True)
+DOWN_WARNING = AlertFired(10 * S, "VLLMTargetDown", ("chat",), failure=True)
+DOWN_PAGER = AlertFired(10 * S, "VLLMTargetDown", ("ops",), critical=True, failure=True)
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,19 @@ STORIES = [
                                                                             ("chat",)),
            Seen(20 * S)),
           (("chat", Kind.PAGE),), Reason.NOT_SEEN_YET),
+    Story("a warning joins with a route of its own: that receiver is told, as an update",
+          (HEALTH, Tick(30 * S), DOWN_WARNING, Tick(45 * S)),
+          (("pager", Kind.PAGE), ("pager", Kind.UPDATE), ("chat", Kind.UPDATE)),
+          Reason.JOINED_TOLD),
+    Story("a critical alert joins with a route of its own: that receiver is paged",
+          (HEALTH, Tick(30 * S), DOWN_PAGER, Tick(45 * S)),
+          (("pager", Kind.PAGE), ("pager", Kind.UPDATE), ("ops", Kind.PAGE)), Reason.PAGED),
+    Story("told a warning joined, then a critical alert joins there: paged then, once",
+          (HEALTH, Tick(30 * S), DOWN_WARNING, Tick(45 * S),
+           AlertFired(50 * S, "VLLMHBMOutOfMemory", ("chat",), critical=True, failure=True,
+                      event=True), Tick(65 * S)),
+          (("pager", Kind.PAGE), ("pager", Kind.UPDATE), ("chat", Kind.UPDATE),
+           ("pager", Kind.UPDATE), ("chat", Kind.PAGE)), Reason.JOINED_TOLD),
     Story("the model's runbook after the page: one update to each paged receiver",
           (KV, RunbookArrived(5 * S), RunbookArrived(6 * S), Tick(10 * S)),
           (("chat", Kind.PAGE), ("chat", Kind.UPDATE)), Reason.PAGED),

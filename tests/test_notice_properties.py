@@ -16,15 +16,20 @@ step checks:
 
 - never silent: an open incident continuously tellable to a receiver (not
   held, acknowledged, all-silenced, covered by another incident's inhibition;
-  the receiver not muted) for group_wait + one evaluation has paged it;
+  the receiver not muted) for group_wait + one evaluation has told it, a
+  joined alert's own routes included: paged where its first alert or a
+  critical alert routes, told as an update where only joined warnings route
+  (`VLLMHealthCheckFailing` routes to the pager only, `VLLMTargetDown` to chat
+  as well, critical or a warning by the draw);
 - no false resolve: an incident resolves only when every alert of it truly
   resolved and, for a failure of its target, the target serves (a crash
   counter does not hold a serving target open); nothing follows a resolve but
   its resolveds or its fixed notice; and, the other way, once that is so (and
   the target's first scrape since start was seen) it is resolved;
-- exactly once: one page per receiver, resolveds only to paged receivers with
+- exactly once: one page per receiver, resolveds only to told receivers with
   send_resolved, one fixed notice per fixed incident (send_resolved off or on)
-  and never beside a page, updates only after a page.
+  and never beside a page, updates only after a page (or the one that tells a
+  receiver a warning joined).
 
 CI runs EXAMPLES examples (default 1000) of up to STEPS steps (default 50):
 about 20 s of CPU on an idle core. `SENTINEL_NOTICE_EXAMPLES=5000` runs more.
@@ -75,6 +80,7 @@ GRACE_MS = 120_000
 TARGETS = ("a", "b")
 DOWN = "VLLMTargetDown"
 HEALTH = "VLLMHealthCheckFailing"
+STALL = "VLLMEngineStalled"
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,10 @@ ALERTS = {
     "VLLMHBMOutOfMemory": Spec(True, True, True, ("pager", "chat")),
     DOWN: Spec(True, True, False, ("pager", "chat")),
     HEALTH: Spec(True, True, False, ("pager",)),
+    # A route of a user's: stalls go to the inference team ("ops"), as warnings or pages
+    # (drawn); the crash incident's page never reaches ops, so a stall that joins it
+    # must tell ops itself.
+    STALL: Spec(False, True, False, ("ops",)),
     "VLLMKVCacheHigh": Spec(False, False, False, ("chat",)),
     "SentinelRuleFailing": Spec(False, False, False, ()),  # no route: the fallback
 }
@@ -123,17 +133,18 @@ class NoticeMachine(RuleBasedStateMachine):
     @initialize(pager_resolved=st.booleans(), chat_resolved=st.booleans(),
                 pager_wait=st.sampled_from([0, 30_000]), chat_wait=st.sampled_from([0, 30_000]),
                 chat_fixes=st.booleans(), down_critical=st.booleans(),
-                health_critical=st.booleans())
+                health_critical=st.booleans(), stall_critical=st.booleans())
     def configure(self, pager_resolved: bool, chat_resolved: bool, pager_wait: int,
                   chat_wait: int, chat_fixes: bool, down_critical: bool,
-                  health_critical: bool) -> None:
+                  health_critical: bool, stall_critical: bool) -> None:
         """Receivers as users configure them: send_resolved on or off, a fix told or not;
         the inhibiting alert critical (as shipped) or a warning (a user's rules)."""
         self.specs[DOWN] = replace(self.specs[DOWN], critical=down_critical)
         self.specs[HEALTH] = replace(self.specs[HEALTH], critical=health_critical)
+        self.specs[STALL] = replace(self.specs[STALL], critical=stall_critical)
         self.policy = Policy((Receiver("pager", pager_resolved, pager_wait),
-                              Receiver("chat", chat_resolved, chat_wait, tells_fixes=chat_fixes)),
-                             "pager", EVAL_MS)
+                              Receiver("chat", chat_resolved, chat_wait, tells_fixes=chat_fixes),
+                              Receiver("ops", pager_resolved, chat_wait)), "pager", EVAL_MS)
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -172,6 +183,20 @@ class NoticeMachine(RuleBasedStateMachine):
         return any(i == incident and m.receiver == receiver and m.kind is Kind.PAGE
                    for i, m in self.sent)
 
+    def told(self, incident: int, receiver: str) -> bool:
+        """Paged, or told (an update) that an alert joined."""
+        return any(i == incident and m.receiver == receiver
+                   and m.kind in (Kind.PAGE, Kind.UPDATE) for i, m in self.sent)
+
+    def pages(self, n: Notice, receiver: str) -> bool:
+        """The spec's reading of a route's severity: a receiver is paged where the
+        incident's first alert routes, or a critical alert of it; where only joined
+        warnings route, it is told they joined, as an update."""
+        first = self.specs[n.alerts[0].name].receivers or ("pager",)
+        return receiver in first or any(
+            self.specs[a.name].critical and receiver in self.specs[a.name].receivers
+            for a in n.alerts)
+
     # -- the world ------------------------------------------------------------------
 
     @rule(host=st.sampled_from(TARGETS), name=st.sampled_from(NAMES), act=st.booleans())
@@ -205,6 +230,18 @@ class NoticeMachine(RuleBasedStateMachine):
                 if other.incident_id != n.incident_id:
                     self.send(other.incident_id, Serving(self.now, False))
         self.inhibitions(target)
+
+    @rule(data=st.data())
+    def join(self, data: st.DataObject) -> None:
+        """A failure alert the open failure incident of its target does not hold yet fires:
+        it joins (drawn apart from `fire` so joins, with routes of their own, are common)."""
+        live = [n for n in self.notices.values() if n.open and n.failure]
+        if not live:
+            return
+        n = data.draw(st.sampled_from(live))
+        new = [a for a in NAMES if self.specs[a].failure and n.entry(a) is None]
+        if new:
+            self.fire(n.target, data.draw(st.sampled_from(new)), act=False)
 
     @rule(host=st.sampled_from(TARGETS), name=st.sampled_from(NAMES))
     def resolve(self, host: str, name: str) -> None:
@@ -353,23 +390,28 @@ class NoticeMachine(RuleBasedStateMachine):
             assert not any(x.kind is Kind.FIXED for x in mine), "a page after a fixed notice"
             assert was_open and n.open
         elif m.kind is Kind.UPDATE:
-            assert self.paged(incident, m.receiver), "an update with no page before it"
+            assert self.told(incident, m.receiver) or (
+                m.why.endswith("joined") and not self.pages(n, m.receiver)), \
+                "an update with no page before it, and not a warning that joined"
             assert was_open, "an update after the end"
         elif m.kind is Kind.RESOLVED:
             assert not same, "second resolved"
             assert receiver.send_resolved
-            assert self.paged(incident, m.receiver), "resolved, never paged"
+            assert self.told(incident, m.receiver), "resolved, never told it fired"
             assert not n.open
         else:
             assert m.kind is Kind.FIXED
             assert not same, "second fixed notice"
             assert receiver.tells_fixes
-            assert not any(x.kind is Kind.PAGE for x in mine), "fixed notice after a page"
+            assert not any(x.kind in (Kind.PAGE, Kind.UPDATE) for x in mine), \
+                "fixed notice after a page"
             assert not n.open
 
     @invariant()
     def never_silent(self) -> None:
-        """An open incident tellable to a receiver for group_wait + one evaluation paged it."""
+        """An open incident tellable to a receiver for group_wait + one evaluation told it:
+        every route of its alerts, a joined alert's own routes too (joining may turn a page
+        into an update, never into silence), and a route of a critical alert is paged."""
         for n in self.notices.values():
             for r in self.receivers_of(n):
                 key = (n.incident_id, r)
@@ -379,8 +421,10 @@ class NoticeMachine(RuleBasedStateMachine):
                 start = self.since.setdefault(key, self.now)
                 wait = self.policy.receiver(r).group_wait_ms
                 if self.now >= start + wait + EVAL_MS:
-                    assert self.paged(n.incident_id, r), \
+                    assert self.told(n.incident_id, r), \
                         f"incident {n.incident_id} silent to {r} since {start}: {n}"
+                    assert self.paged(n.incident_id, r) or not self.pages(n, r), \
+                        f"incident {n.incident_id}: {r} routes a critical alert, not paged: {n}"
 
     @invariant()
     def ends_when_over(self) -> None:
@@ -400,7 +444,8 @@ class NoticeMachine(RuleBasedStateMachine):
         """A fixed incident nobody was paged for is told once, where fixes are told."""
         for i in self.verified:
             n = self.notices[i]
-            if n.open or any(j == i and m.kind is Kind.PAGE for j, m in self.sent):
+            if n.open or any(j == i and m.kind in (Kind.PAGE, Kind.UPDATE)
+                             for j, m in self.sent):
                 continue
             fixed = [m for j, m in self.sent if j == i and m.kind is Kind.FIXED]
             if any(r.tells_fixes for r in self.policy.receivers):

@@ -23,12 +23,14 @@ from sentinel.config.timeintervals import interval_table
 from sentinel.daemon.heartbeat import Heartbeats
 from sentinel.daemon.receivers import build_receivers, receiver_timeouts_ms, send_resolved
 from sentinel.daemon.selfmetrics import SelfMetrics
+from sentinel.incidents import notice
 from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.db import Database
 from sentinel.incidents.recovery import end_on_recovery
 from sentinel.model import Notification
 from sentinel.quietlog import QuietFailure
 from sentinel.respond.notify import actfirst
+from sentinel.respond.notify.alertmanager import AlertmanagerReceiver
 from sentinel.respond.notify.amresend import AlertmanagerResender
 from sentinel.respond.notify.depth import outbox_depth
 from sentinel.respond.notify.dispatcher import Dispatcher, DispatchSettings
@@ -89,7 +91,8 @@ class Notifier:
             inhibit_rules=tuple(InhibitRule.from_config(r) for r in n.inhibit_rules),
             send_resolved=send_resolved(config), watchdog=n.watchdog,
             annotations=actfirst.with_act_first(self._annotations),
-            intervals=interval_table(config.time_intervals))
+            intervals=interval_table(config.time_intervals),
+            direct=frozenset(r.name for r in receivers if isinstance(r, AlertmanagerReceiver)))
         for r in receivers:  # the counter shows every receiver from the start
             for outcome in ("success", "retry", "failure"):
                 self._metrics.notifications.labels(r.name, outcome)
@@ -100,7 +103,8 @@ class Notifier:
             RetryPolicy(n.retry_initial_ms, n.retry_max_ms, n.give_up_after_ms),
             lease_ms=receiver_timeouts_ms(config), on_delivery=self._count,
             may_send=self._may_send)
-        # Alertmanager receivers get their firing alerts again every resend interval.
+        # Alertmanager receivers are fed as Prometheus feeds them: changes at once, every
+        # alert again each resend interval (amfeed.py, amresend.py), not through the outbox.
         self.resender = AlertmanagerResender(self._db, receivers, self._annotations)
         self._interval_s = n.interval_ms / 1000
         # Its heartbeat interval: one send may take a receiver's whole timeout, so the
@@ -170,7 +174,8 @@ class Notifier:
     def _tell_fixed(self, s: Session, incident_id: int, now_ms: int, data: dict[str, Any]
                     ) -> None:
         receiver = self._act_first_receiver
-        if receiver is None:  # a documented choice: the timeline alone says it was fixed
+        if notice.fixed_to(receiver) is notice.Reason.FIXED_TIMELINE_ONLY or receiver is None:
+            # a documented choice: the timeline alone says it was fixed
             actfirst.note(s, incident_id, ms_to_dt(now_ms), "no notify.act_first.receiver: "
                           "the fix is told on this timeline only", {"act_first": "untold"})
             return
@@ -236,7 +241,7 @@ class Notifier:
         try:
             stats = self.dispatcher.run(self._clock_ms())
             # New alert states: Alertmanager receivers hear them this round (amresend.py).
-            self._ingested = self._ingested or stats.intents > 0
+            self._ingested = self._ingested or stats.intents > 0 or stats.pushed > 0
         except Exception:
             self._metrics.notify_failures.labels("dispatch").inc()
             self._dispatch_failure.failed()  # logged once, then summarised (database down)
@@ -263,11 +268,11 @@ class Notifier:
             # lease before it could): decided here, at once, not at the grace's end.
             outcomes = actfirst.outcomes(s, busy=RUNNING.__contains__)
             for o in outcomes:
-                if not o.verified:
+                if actfirst.ends(o, now_ms) is notice.Reason.RELEASED:
                     actfirst.release(s, o.incident_id, ms_to_dt(now_ms), o.why)
             released = actfirst.expire(s, ms_to_dt(now_ms))
-        for o in outcomes:
-            if o.verified:  # ends the incident, drops the page, tells chat (each once)
+        for o in outcomes:  # FIXED ends the incident, drops the page, tells chat (each once)
+            if actfirst.ends(o, now_ms) is notice.Reason.FIXED:
                 self.recovered(o.incident_id, o.at_ms, o.why, o.data)
         return bool(updates or released or outcomes)
 

@@ -62,7 +62,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -70,7 +70,7 @@ from sqlalchemy import ColumnClause, String, literal_column, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from sentinel.incidents import alert_states, ending
+from sentinel.incidents import alert_states, ending, notice
 from sentinel.incidents.convert import (
     dt_to_ms,
     format_value,
@@ -170,6 +170,9 @@ class _Outcome:
     opened: bool = False
     missed: bool = False  # fired and resolved inside a database outage (`_missed`)
     joined: bool = False  # alerts that joined another key's incident: they page nothing
+    # Joined alerts that fired, merged into the incident's own outcome: their own routes
+    # hear of them (the dispatcher sends them only where the incident's page did not go).
+    joined_fired: list[Alert] = field(default_factory=list)
 
 
 class IncidentTracker:
@@ -311,12 +314,13 @@ class IncidentTracker:
         """A new incident's page waits while a policy acts on it, or goes at once (noted so
         a runbook that comes later is sent as an update)."""
         for o in outcomes:
-            if not o.opened or o.joined or o.missed or not o.fired:
-                continue
-            held = self._act_first(o.fired[0]) if self._act_first is not None else None
-            if held is not None and held[0] > 0:
+            new_page = o.opened and not o.joined and not o.missed and bool(o.fired)
+            held = self._act_first(o.fired[0]) if new_page and self._act_first else None
+            why = notice.hold_begins(new_page, held[0] if held is not None else None)
+            if why is notice.Reason.HELD:
+                assert held is not None
                 actfirst_hold(s, o.incident_id, now, held[0], held[1])
-            else:
+            elif why is notice.Reason.PAGED:
                 actfirst_paged(s, o.incident_id, now)
 
     def _enqueue(self, s: Session, outcomes: list[_Outcome], now_ms: int) -> None:
@@ -325,6 +329,7 @@ class IncidentTracker:
         for outcome in outcomes:
             notification = _notification(outcome)
             if notification is None:
+                self._enqueue_joined(s, outcome, now_ms)
                 continue
             if outcome.missed:  # its firing first, timed when it fired: then it is sent
                 for a in outcome.resolved:
@@ -338,6 +343,24 @@ class IncidentTracker:
                     IncidentAlert.incident_id == outcome.incident_id,
                     IncidentAlert.fingerprint.in_(fps))):
                 _mark_notified(row, now)
+            # After the incident's own: the dispatcher sees where its page goes first.
+            self._enqueue_joined(s, outcome, now_ms)
+
+    def _enqueue_joined(self, s: Session, outcome: _Outcome, now_ms: int) -> None:
+        """Joined alerts that fired: intents, so their own routes are told (issue 48: a
+        joined alert paged nothing, and a route only it matched stayed silent). They are
+        marked told: they fire no intent again, and the incident's end announces them."""
+        joined = outcome.joined_fired + (outcome.fired if outcome.joined else [])
+        if not joined or outcome.closed:
+            return
+        assert self.outbox is not None
+        self.outbox.enqueue(s, Notification(outcome.incident_id, NotificationKind.FIRING,
+                                            tuple(joined), outcome.key.labels), now_ms)
+        fps = [a.fingerprint for a in joined]
+        for row in s.scalars(select(IncidentAlert).where(
+                IncidentAlert.incident_id == outcome.incident_id,
+                IncidentAlert.fingerprint.in_(fps))):
+            _mark_notified(row, ms_to_dt(now_ms))
 
     def record_notification(
         self,
@@ -500,9 +523,12 @@ class IncidentTracker:
         if ending.ends(incident, rows.values(), self._joins, self.serving):
             self._end(s, incident, rows, outcome, now)
             return
+        # A joined alert's end is told with the incident's (its own routes were told only
+        # of it: its end alone would be a false resolve there); nor does it hold up another's.
+        outcome.resolved = [a for a in outcome.resolved if a.name == incident.alertname]
         if outcome.resolved and not any(
                 r.state == IncidentAlertState.FIRING and self._told_firing(incident, r)
-                for r in rows.values()):
+                and ending.alertname(r) == incident.alertname for r in rows.values()):
             for alert in outcome.resolved:
                 _event(s, incident, now, TimelineKind.NOTE,
                        f"{_subject(incident, alert.name)} resolved; the incident stays open "
@@ -663,6 +689,7 @@ def _merge_outcome(outcomes: dict[int, _Outcome], outcome: _Outcome) -> None:
         # The incident's own alerts announce; joined ones only help close it.
         own, other = (known, outcome) if outcome.joined else (outcome, known)
         own.closed = own.closed or other.closed
+        own.joined_fired += other.fired + other.joined_fired
         # A joined alert's end may end the incident: the resolutions it announced (only
         # alerts whose firing was announced) go with the incident's own.
         own.resolved += [a for a in other.resolved if a not in own.resolved]
@@ -706,13 +733,13 @@ def _note_join(s: Session, incident: Incident, key: GroupKey, now: datetime,
     _event(s, incident, now, TimelineKind.NOTE,
            f"{key.alertname} on {key.target} joined this incident: the same target, within "
            f"{window_ms // 60_000} min of {incident.alertname} (one failure, one incident; "
-           "it pages nothing of its own)",
+           "it pages nothing where the incident's page goes; its own routes are told)",
            {"joined": key.alertname, "target": key.target, "window_ms": window_ms})
 
 
 def _notification(outcome: _Outcome) -> Notification | None:
     if outcome.joined and not outcome.closed:
-        return None  # a joined alert pages nothing of its own; its end may end the incident
+        return None  # joined alerts' intents are _enqueue_joined's; their end may end it
     announced = tuple(outcome.fired + outcome.resolved)
     if not announced:
         return None

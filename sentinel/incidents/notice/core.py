@@ -14,8 +14,11 @@
   target serves again; a crash counter (`event`) does not hold a target that
   serves again open. A resolve the rule engine reports before the target's first
   scrape since Sentinel started is deferred until that scrape is evaluated.
+- **Joined alerts reach their own routes.** A receiver that only an alert which
+  joined the incident routes to is told too: paged when such an alert is
+  critical, else told once, as an update, that it joined (`first_kind`).
 - **Exactly once.** One page per receiver; later facts are updates to it; one
-  resolved per paged receiver with `send_resolved`; one `fixed` notice when
+  resolved per told receiver with `send_resolved`; one `fixed` notice when
   Sentinel fixed it before anyone was paged, whatever `send_resolved` says.
 
 Each withheld message leaves a timeline line saying who was not told and why,
@@ -26,6 +29,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from sentinel.incidents.notice.rules import (
+    fixed_to,
+    hold_begins,
+    hold_ends,
+    inhibition,
+    joined_route,
+    mute,
+    muted,
+    resolved_to,
+    runbook_update,
+)
 from sentinel.incidents.notice.types import (
     Acknowledged,
     AlertEntry,
@@ -87,27 +101,32 @@ def over(n: Notice) -> bool:
     return n.serving is True and not any(a.firing and not a.event for a in n.alerts)
 
 
-def inhibition(critical: bool, by_own: bool) -> Reason:
-    """What an inhibition does to an alert: INHIBITED mutes it; an alert of the same
-    incident (INHIBITED_IN_INCIDENT) or of a critical incident (INHIBITED_CRITICAL) mutes
-    nothing, so joining and inhibition never cut a critical incident's pages to zero."""
-    if by_own:
-        return Reason.INHIBITED_IN_INCIDENT
-    return Reason.INHIBITED_CRITICAL if critical else Reason.INHIBITED
-
-
 def covered(n: Notice) -> bool:
     """An incident whose firing alerts are all muted by another incident's inhibition."""
     firing = n.firing
     return bool(firing) and all(
-        a.inhibited_by is not None
-        and inhibition(n.critical, a.inhibited_by_own) is Reason.INHIBITED for a in firing)
+        mute(False, a.inhibited_by is not None, a.inhibited_by_own, n.critical)
+        is Reason.INHIBITED for a in firing)
 
 
 def silenced(n: Notice) -> bool:
     """Every firing alert is silenced."""
     firing = n.firing
-    return bool(firing) and all(a.silence is not None for a in firing)
+    return bool(firing) and all(
+        muted(mute(a.silence is not None, False, False, n.critical)) for a in firing)
+
+
+def first_kind(n: Notice, receiver: str) -> Kind:
+    """How a receiver is first told of the incident: a page where its first alert routes
+    (the incident's page) or where a critical alert of it routes; an update where only
+    joined warnings route, so joining never leaves a route of a firing alert silent."""
+    first = n.alerts[0].receivers if n.alerts else ()
+    mine = [a for a in n.alerts if receiver in a.receivers]
+    # The daemon's rule, per route (joined.py): the incident's page went where its first
+    # alert routes; elsewhere the joined alerts' severity decides.
+    why = joined_route(not first or receiver in first or not mine,
+                       any(a.critical for a in mine))
+    return Kind.UPDATE if why is Reason.JOINED_TOLD else Kind.PAGE
 
 
 def page_due_ms(n: Notice, receiver: str, policy: Policy) -> int:
@@ -180,12 +199,15 @@ def _fired(n: Notice, ev: AlertFired, policy: Policy) -> _Out:
     else:
         entry = AlertEntry(ev.name, True, ev.at_ms, ev.receivers, ev.critical, ev.failure,
                            ev.event, ev.inhibited_by, ev.inhibited_by_own, ev.silence)
-        if n.alerts:  # it joined: a line under its own name and time, an update to pages
+        joined = bool(n.alerts)
+        told = _told(n)
+        n = replace(n, alerts=n.alerts + (entry,))
+        if joined:  # a line under its own name and time, an update to whoever was told
             lines.append(Line(ev.at_ms, Reason.JOINED,
                               f"{ev.name} on {n.target} joined this incident"))
+            # (a receiver told by an update whom this critical alert pages gets the page)
             msgs = [Message(ev.at_ms, r, Kind.UPDATE, (ev.name,), f"{ev.name} joined")
-                    for r in _paged(n)]
-        n = replace(n, alerts=n.alerts + (entry,))
+                    for r in told if (r, Kind.PAGE) in n.told or first_kind(n, r) is Kind.UPDATE]
     if ev.failure:
         n = replace(n, serving=False)
     return n, msgs, lines
@@ -216,8 +238,9 @@ def _mute(n: Notice, ev: RouteMuted) -> Notice:
 
 
 def _hold(n: Notice, ev: HoldBegun) -> tuple[Notice, list[Line]]:
-    if n.hold is not Hold.NONE or _paged(n):
-        return n, []  # a page that went (or a hold decided) is not held again
+    new_page = n.hold is Hold.NONE and not _paged(n)  # a page that went is not held again
+    if hold_begins(new_page, ev.deadline_ms - ev.at_ms) is not Reason.HELD:
+        return n, []
     n = replace(n, hold=Hold.WAITING, hold_deadline_ms=ev.deadline_ms)
     return n, [Line(ev.at_ms, Reason.HELD, f"page held up to "
                     f"{(ev.deadline_ms - ev.at_ms) / 1000:g}s while Sentinel acts: {ev.policy}")]
@@ -229,7 +252,7 @@ def _outcome(n: Notice, ev: HoldEnded) -> _Out:
         n = replace(n, serving=True)
     if n.hold is not Hold.WAITING:  # the page went already: the outcome is an update to it
         return n, [Message(ev.at_ms, r, Kind.UPDATE, _shown(n), why) for r in _paged(n)], []
-    if ev.outcome is Outcome.VERIFIED:
+    if hold_ends(ev.outcome, ev.at_ms, n.hold_deadline_ms) is Reason.FIXED:
         n = replace(n, hold=Hold.FIXED, hold_why=why, unblocked_at_ms=ev.at_ms)
         return n, [], [Line(ev.at_ms, Reason.FIXED, f"not paged: fixed by Sentinel ({why})")]
     n = replace(n, hold=Hold.RELEASED, hold_why=why, unblocked_at_ms=ev.at_ms)
@@ -242,7 +265,8 @@ def _outcome(n: Notice, ev: HoldEnded) -> _Out:
 def _decide(n: Notice, now: int, policy: Policy) -> _Out:
     lines: list[Line] = []
     msgs: list[Message] = []
-    if n.open and n.hold is Hold.WAITING and now >= n.hold_deadline_ms:
+    if n.open and n.hold is Hold.WAITING \
+            and hold_ends(None, now, n.hold_deadline_ms) is Reason.RELEASED:
         n, msgs, lines = _outcome(n, HoldEnded(now, Outcome.TIMED_OUT,
                                                "not verified recovered by the deadline"))
     if n.open and over(n):
@@ -270,7 +294,8 @@ def _pages(n: Notice, now: int, policy: Policy) -> _Out:
         n, lines = _once(n, "inhibited-critical", Line(
             now, Reason.INHIBITED_CRITICAL, Reason.INHIBITED_CRITICAL.value))
     for r in receivers(n, policy):
-        if (r, Kind.PAGE) in n.told or now < page_due_ms(n, r, policy):
+        kind = first_kind(n, r)
+        if (r, Kind.PAGE) in n.told or (r, kind) in n.told or now < page_due_ms(n, r, policy):
             continue
         if (interval := dict(n.muted).get(r)) is not None:
             n, more = _once(n, f"muted:{r}:{interval}", Line(
@@ -278,13 +303,20 @@ def _pages(n: Notice, now: int, policy: Policy) -> _Out:
                 f"{interval}", receiver=r))
             lines += more
             continue
+        if kind is Kind.UPDATE:  # reached by joined warnings only: told, not paged
+            joined = tuple(a.name for a in n.alerts if r in a.receivers)
+            msgs.append(Message(now, r, Kind.UPDATE, joined, f"{', '.join(joined)} joined"))
+            lines.append(Line(now, Reason.JOINED_TOLD, f"{r}: told {', '.join(joined)} "
+                              f"joined ({Reason.JOINED_TOLD.value})", receiver=r, told=True))
+            n = replace(n, told=n.told | {(r, Kind.UPDATE)})
+            continue
         msgs.append(Message(now, r, Kind.PAGE, _shown(n), n.hold_why))
         lines.append(Line(now, Reason.PAGED, f"{r}: paged", receiver=r, told=True))
         n = replace(n, told=n.told | {(r, Kind.PAGE)})
         if n.runbook:
             n = replace(n, runbook_told=n.runbook_told | {r})
     for r in _paged(n):  # the model's runbook after the page: one update each
-        if n.runbook and r not in n.runbook_told and r not in dict(n.muted):
+        if runbook_update(True, n.runbook, r in n.runbook_told) and r not in dict(n.muted):
             msgs.append(Message(now, r, Kind.UPDATE, _shown(n), "the model's runbook"))
             n = replace(n, runbook_told=n.runbook_told | {r})
     return n, msgs, lines
@@ -309,11 +341,11 @@ def _endings(n: Notice, now: int, policy: Policy) -> _Out:
     """A resolved incident: its resolveds (paged receivers) or its one fixed notice."""
     msgs: list[Message] = []
     lines: list[Line] = []
-    paged = _paged(n)
+    paged = _told(n)
     for r in paged:
         if (r, Kind.RESOLVED) in n.told or r in dict(n.muted):
             continue
-        if not policy.receiver(r).send_resolved:
+        if resolved_to(policy.receiver(r).send_resolved) is Reason.SEND_RESOLVED_OFF:
             n, more = _once(n, f"noresolve:{r}", Line(
                 now, Reason.SEND_RESOLVED_OFF, f"{r}: not told it resolved "
                 "(send_resolved is off)", receiver=r))
@@ -329,7 +361,7 @@ def _endings(n: Notice, now: int, policy: Policy) -> _Out:
     if n.hold is Hold.FIXED and not paged and not n.fixed_told:
         fixers = [r.name for r in policy.receivers if r.tells_fixes]
         ready = [r for r in fixers if r not in dict(n.muted)]
-        if not fixers:
+        if fixed_to(fixers[0] if fixers else None) is Reason.FIXED_TIMELINE_ONLY:
             n, more = _once(n, "fixed-untold", Line(
                 now, Reason.FIXED_TIMELINE_ONLY, "fixed by Sentinel: no receiver tells "
                 "fixes (notify.act_first.receiver), told on this timeline only"))
@@ -348,6 +380,11 @@ def _endings(n: Notice, now: int, policy: Policy) -> _Out:
 
 def _paged(n: Notice) -> list[str]:
     return sorted(r for r, k in n.told if k is Kind.PAGE)
+
+
+def _told(n: Notice) -> list[str]:
+    """Receivers told it fires (paged, or told a warning joined): they hear its end."""
+    return sorted({r for r, k in n.told if k in (Kind.PAGE, Kind.UPDATE)})
 
 
 def _shown(n: Notice) -> tuple[str, ...]:

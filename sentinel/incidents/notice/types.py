@@ -37,6 +37,7 @@ class Reason(enum.StrEnum):
     FIXED = "fixed"
     FIXED_TIMELINE_ONLY = "fixed, told on the timeline only"
     JOINED = "joined"
+    JOINED_TOLD = "a warning joined: told as an update, not paged"
     HELD = "held while Sentinel acts"
     RELEASED = "hold released"
     SILENCED = "silenced"
@@ -48,6 +49,9 @@ class Reason(enum.StrEnum):
     SEND_RESOLVED_OFF = "send_resolved is off"
     STILL_FAILING = "alerts resolved, but the target does not serve yet"
     NOT_SEEN_YET = "resolve deferred: the target's first scrape since start not yet seen"
+    CHANGED = "something new to tell"
+    REPEATED = "told again: the repeat interval passed"
+    NOTHING_NEW = "nothing new to tell"
 
 
 @dataclass(frozen=True, slots=True)

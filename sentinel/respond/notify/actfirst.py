@@ -37,6 +37,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from sentinel.incidents import notice
 from sentinel.incidents.convert import dt_to_ms, ms_to_dt
 from sentinel.incidents.models import (
     Incident,
@@ -110,9 +111,12 @@ def release(s: Session, incident_id: int, now: datetime, why: str) -> bool:
 
 
 def expire(s: Session, now: datetime) -> list[int]:
-    """Release the holds whose grace ran out before a verified recovery."""
-    ids = list(s.scalars(select(NotifyHold.incident_id).where(
-        NotifyHold.status == HoldStatus.WAITING.value, NotifyHold.deadline_at <= now)))
+    """Release the holds whose grace ran out before a verified recovery (the core's
+    `hold_ends`; the query reads only the holds it can release)."""
+    rows = s.execute(select(NotifyHold.incident_id, NotifyHold.deadline_at).where(
+        NotifyHold.status == HoldStatus.WAITING.value, NotifyHold.deadline_at <= now)).all()
+    ids = [i for i, deadline in rows
+           if notice.hold_ends(None, dt_to_ms(now), dt_to_ms(deadline)) is notice.Reason.RELEASED]
     for incident_id in ids:
         release(s, incident_id, now, "not verified recovered within the act-first grace")
     return ids
@@ -128,6 +132,12 @@ class Outcome:
     why: str  # the page's `sentinel_remediation`, or the recovery's words
     at_ms: int  # when the attempt finished
     data: dict[str, Any]  # for a verified one: what `Pager.recovered` is handed
+
+
+def ends(o: Outcome, now_ms: int) -> notice.Reason:
+    """How the finished attempt ends its hold (the core's `hold_ends`): FIXED or RELEASED."""
+    outcome = notice.Outcome.VERIFIED if o.verified else notice.Outcome.FAILED
+    return notice.hold_ends(outcome, now_ms, now_ms)
 
 
 def outcomes(s: Session, busy: Callable[[int], bool] = lambda _: False) -> list[Outcome]:
@@ -262,8 +272,10 @@ def updates(s: Session, runbook: Annotations, now: datetime
         NotifyHold.update_sent_at.is_(None))).all()
     for row in rows:
         groups = _groups_of(s, row.incident_id)
-        if not groups or not _has_model_runbook(s, row.incident_id):
-            continue  # no page out yet (it will carry the runbook), or no runbook yet
+        # No page out yet (it will carry the runbook), or no runbook yet: nothing owed.
+        if notice.runbook_update(bool(groups), bool(groups) and _has_model_runbook(
+                s, row.incident_id), told=False) is None:
+            continue
         row.model_runbook, row.update_sent_at = True, now
         extra = {**runbook(s, row.incident_id), **hold_annotations(s, row.incident_id)}
         sent = []

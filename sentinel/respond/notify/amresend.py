@@ -1,25 +1,24 @@
-"""Re-send to Alertmanager receivers what they were told is firing, every resend interval.
+"""Post to Alertmanager receivers what they are to hold: changes at once, all every minute.
 
-Prometheus's notifier posts every firing alert to Alertmanager each
-`resend_interval` (1 m) with endsAt 4 intervals ahead; Alertmanager expires an
-alert whose endsAt has passed. Sentinel's dispatcher sends a group's message
-once and repeats it only on the route's repeat_interval (hours), so without
-this job a real Alertmanager resolves alerts Sentinel still has firing.
+This is Prometheus's notifier for Sentinel's alerts. The dispatcher's flush of
+an Alertmanager receiver's group (amfeed.py: no group_wait, no group_interval,
+no outbox message) records in each entry what Alertmanager is to hold; this job
+posts it:
 
-What to re-send is read from the aggregation groups in the database (the
-alerts of each group the receiver was last sent as firing, and not muted
-since), so a restart or an HA failover resumes at once: the first run after
-start re-sends everything. Posting goes straight to the receiver, not through
-the outbox.
+- every alert whose pushed state differs from what the receiver was last told,
+  at the run that took the change in (`run(changed=True)`), resolved ones with
+  their end (issue 48: a new alert waited Sentinel's group_wait; a resolve
+  reached Alertmanager 90 s after Sentinel resolved it);
+- everything pushed, every `resend_interval` (1 m), firing alerts with endsAt 4
+  intervals ahead, so Alertmanager never expires an alert Sentinel still has
+  firing, and resolved ones for 15 minutes after their end;
+- after a failed post, everything again `RETRY_MS` later, not a whole interval
+  later, so a returning Alertmanager hears at once what it missed.
 
-Like Prometheus's notifier, a change is not kept for the next interval (issue
-48: a resolve reached Alertmanager 90 s after Sentinel resolved it; after an
-outage a queued resolve waited minutes more): when the dispatcher took in new
-alert states (`run(changed=True)`), every alert whose state differs from what
-Alertmanager was last told is posted at once, resolved ones with their end,
-whatever the group's group_interval. A failed post is retried after
-`RETRY_MS`, not a whole resend interval, so a returning Alertmanager hears at
-once what it missed.
+What to post is read from the database, so a restart or an HA failover resumes
+at once: the first run after start posts everything. Posting goes straight to
+the receiver, not through the outbox: a queued post of an old state, delivered
+late, would undo a newer one.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from sentinel.incidents.convert import labels_from_json
 from sentinel.incidents.db import Database
 from sentinel.incidents.models_notify import NotifyGroup
 from sentinel.model import Alert, AlertState, Notification, NotificationKind, labels_of
+from sentinel.respond.notify import amfeed
 from sentinel.respond.notify.alertmanager import AlertmanagerReceiver
 from sentinel.respond.notify.base import DeliveryResult
 from sentinel.respond.notify.codec import alert_from_json
@@ -115,7 +115,7 @@ class AlertmanagerResender:
                            .order_by(NotifyGroup.id)).all()
         out = []
         for g in groups:
-            alerts = [(a, i) for a, i in self._alerts(s, g.alerts, g.sent_firing)
+            alerts = [(a, i) for a, i in self._alerts(s, g.alerts)
                       if send_resolved or a.state is AlertState.FIRING]
             if not alerts:
                 continue
@@ -127,17 +127,15 @@ class AlertmanagerResender:
                 group_key=g.key, incident_ids=tuple(i for _, i in alerts)))
         return out
 
-    def _alerts(self, s: Session, entries: Mapping[str, dict], sent_firing: list[str]
-                ) -> list[tuple[Alert, int]]:
-        """The group's alerts last sent as firing, as they are now; muted ones are left out."""
+    def _alerts(self, s: Session, entries: Mapping[str, dict]) -> list[tuple[Alert, int]]:
+        """What the group's last flush said Alertmanager is to hold (amfeed.py)."""
         out = []
-        for fp in sent_firing:
-            entry = entries.get(fp)
-            if entry is None or entry.get("muted"):
-                continue  # resolved and flushed (the dispatcher sent that), or silenced since
+        for _, entry in sorted(entries.items()):
+            pushed = amfeed.told(entry)
+            if pushed is None:
+                continue  # not pushed yet, or muted since
             incident_id = int(entry["incident_id"])
-            out.append((self._annotated(s, alert_from_json(entry["alert"]), incident_id),
-                        incident_id))
+            out.append((self._annotated(s, alert_from_json(pushed), incident_id), incident_id))
         return out
 
     def _annotated(self, s: Session, alert: Alert, incident_id: int) -> Alert:
