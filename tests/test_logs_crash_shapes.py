@@ -217,3 +217,18 @@ def test_batching_never_changes_the_answer_and_each_report_is_one_event(
     reports = sum(p not in ("serving", "loading") for p in parts)
     assert len(events) <= reports
     assert (reports == 0) <= (events == [])
+
+
+def test_importing_the_compiler_is_not_compiling(sigs: SignatureSet) -> None:
+    """A traceback through Inductor's modules at import time is no compile failure."""
+    lines = ["Traceback (most recent call last):",
+             '  File "/opt/venv/lib/python3.12/site-packages/vllm/env_override.py", line 500, '
+             "in <module>",
+             "    import torch._inductor.lowering as _lowering",
+             '  File "/opt/venv/lib/python3.12/site-packages/torch/_inductor/lowering.py", '
+             "line 7896, in <module>",
+             "    from . import kernel",
+             "ModuleNotFoundError: import of torch._inductor.async_compile halted; None in "
+             "sys.modules"]
+    events = run(sigs, SERVING + lines)
+    assert [e.category for e in events] == ["other"]

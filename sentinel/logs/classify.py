@@ -34,6 +34,14 @@ engine's exit, systemd's unit result, the kernel's OOM kill; see
 stream is that event's death and opens nothing; an event such a record
 opens shows `deaths.CONTEXT_BEFORE` lines before it.
 
+Crash reports known by their shape (`SHAPES`: the kernel's oops, a
+debugger's backtrace of a fatal signal, a runtime's error status) are
+symptom-level hits: a cause joins and names them, a report while loading is
+a start-up failure (`phase.py`), and one right after a crash's event is that
+crash's. A frame line outside any traceback with no header in the ring
+(`FRAMES`) starts a traceback whose header was cut; only an exception line
+after its frames makes it a crash report.
+
 Time: `flush(now_ms)` on a quiet poll lets an undecided traceback wait
 `fatal.SETTLE_MS` from the batch that brought the stream's last line (not
 from the last poll), on the caller's clock.

@@ -157,11 +157,12 @@ FAMILIES: tuple[Family, ...] = (
                             r"get_tokenizer|cached_file|hf_hub_download|snapshot_download|"
                             r"gguf)")),
     # An exception raised inside the kernel compiler (Inductor's code generation,
-    # Triton's compiler, their compile workers), whatever its words
+    # Triton's compiler, their compile workers), whatever its words; a frame is
+    # "path function", and a module's import (`<module>`) is not compiling
     Family("compile_path", "xla_compile_failed",
            re.compile(r"(?:Error|Exception)\b"),
-           where=re.compile(r"torch/_inductor/|compile_to_module|codecache\.py|"
-                            r"async_compile|triton/compiler/|triton_heuristics")),
+           where=re.compile(r"(?:torch/_inductor/|triton/compiler/)\S* (?!<)|"
+                            r"compile_to_module")),
     # The engine stopped making progress: a timeout or watchdog in its own loop
     Family("engine_hang", "engine_hang_watchdog",
            re.compile(r"TimeoutError|(?i:timed out|time out|timeout|watchdog|heartbeat|"
