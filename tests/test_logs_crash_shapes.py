@@ -177,6 +177,11 @@ def test_model_failed_to_load_in_either_word_order_is_a_load_failure(
      'Thread 1 "llama-server" received signal SIGINT, Interrupt.',
      "#0  0x00007ffff7a9e0ce in __futex_abstimed_wait_common () from libc.so.6",
      "#1  0x0000555555601234 in server_queue::start_loop() ()"],
+    # a hung process's backtrace through a signal handler (SIGCHLD), the process alive
+    ["#6  0x000000000048d1a5 in ProcWait::proc_key(int) ()",
+     "#7  0x000000000048d224 in ProcWait::SIGCHLD_handler(int) ()",
+     "#8  <signal handler called>",
+     "#9  0x00007fdb3bccaa85 in ?? () from /lib64/libc.so.6"],
     # a status dumped at debug level, a fallback warned about
     ["DEBUG 12-07 10:00:01 [rocm.py:40] hipMemGetInfo returned hipErrorInvalidValue "
      "for the probe; retrying",
@@ -191,7 +196,8 @@ def test_model_failed_to_load_in_either_word_order_is_a_load_failure(
      '  File "/app/tool_parser.py", line 80, in extract', "    json.loads(text)",
      "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
      "INFO 12-07 10:00:04 [engine.py:300] Added request chatcmpl-8."],
-], ids=["kernel-warning", "developer-gdb", "debug-status", "frames-only", "handled-traceback"])
+], ids=["kernel-warning", "developer-gdb", "hang-in-signal-handler", "debug-status",
+        "frames-only", "handled-traceback"])
 def test_healthy_look_alikes_raise_nothing(sigs: SignatureSet, lines: list[str]) -> None:
     assert run(sigs, SERVING + lines + SERVING) == []
 
