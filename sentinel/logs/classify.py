@@ -34,6 +34,14 @@ engine's exit, systemd's unit result, the kernel's OOM kill; see
 stream is that event's death and opens nothing; an event such a record
 opens shows `deaths.CONTEXT_BEFORE` lines before it.
 
+Crash reports known by their shape (`SHAPES`: the kernel's oops, a
+debugger's backtrace of a fatal signal, a runtime's error status) are
+symptom-level hits: a cause joins and names them, a report while loading is
+a start-up failure (`phase.py`), and one right after a crash's event is that
+crash's. A frame line outside any traceback with no header in the ring
+(`FRAMES`) starts a traceback whose header was cut; only an exception line
+after its frames makes it a crash report.
+
 Time: `flush(now_ms)` on a quiet poll lets an undecided traceback wait
 `fatal.SETTLE_MS` from the batch that brought the stream's last line (not
 from the last poll), on the caller's clock.
@@ -63,6 +71,12 @@ MARKER = "family_fatal_marker"
 START_FAILED = "engine_start_failed"  # what a death while loading is named (phase.py)
 HANG = "engine_hang_watchdog"  # a hang keeps its name in either phase
 NATIVE = "native_crash"  # a process's native death: a cause printed after it joins it
+# A frame line outside any traceback with no header in the ring: a traceback whose
+# header was cut; it starts a traceback there and is never a hit of its own.
+FRAMES = "python_frames_cut"
+# Crash reports by their shape (an oops, a debugger's backtrace, a runtime's error
+# status): symptom-level, so a cause names them, and a start-up failure while loading.
+SHAPES = frozenset({"native_crash_report", "accelerator_status_error"})
 SYMPTOM_PRIORITY = 25  # hits at or below this (engine dead, catch-all) are symptoms of a cause
 GENERIC_PRIORITY = 30  # hits at or below this (and the catch-all) may be renamed by family
 MAX_STATEMENTS = 400  # statements and frames kept per group for the family layer
@@ -127,6 +141,7 @@ class _Group:
     where: list[str] = field(default_factory=list)
     first: tuple[LogEntry, int | None] | None = None  # the group's first line
     death: bool = False  # opened by a structural record of a death (deaths.py)
+    tb_cut: bool = False  # the traceback's header was cut: it started at a frame line
 
     def note(self, line: str, entry: LogEntry, line_no: int | None, statement: bool,
              in_traceback: bool = False) -> None:
@@ -335,6 +350,8 @@ class Classifier:
         self._lines += 1
         if signature is not None and signature.name == MARKER:
             signature = self._by_marker(line)
+        elif signature is not None and signature.name == FRAMES:
+            signature, starts_tb = None, starts_tb or self._cut_traceback()
         if signature is not None and signature.unless_after \
                 and self.signatures.follows_benign(signature, self._ring):
             signature = None  # e.g. "Killed" right after vLLM stopped its own workers
@@ -371,6 +388,8 @@ class Classifier:
                 return True
             group.traceback = None
             group.after_left = group.window()
+            if group.tb_cut and group.exception is None and not group.hits:
+                return False  # frames that ended without an exception: no crash report
         deciding = self._deciding(group)
         if starts_tb and (group.after_left > 0 or deciding):
             group.traceback = TracebackTracker.start(line)
@@ -410,18 +429,32 @@ class Classifier:
         found = families.opening([*self._ring, line])
         return None if found is None else self.signatures.by_name(found.signature)
 
+    def _cut_traceback(self) -> bool:
+        """A frame line here starts a traceback whose header was cut.
+
+        Only outside a traceback being read, and only when no header is among
+        the lines the ring holds (a frame after a header is that traceback's).
+        """
+        group = self._group
+        if group is not None and group.traceback is not None:
+            return False
+        return not any(TRACEBACK in line for line in self._ring)
+
     def _same_death(self, signature: Signature, line: str, t_ms: int) -> bool:
         """A record of a death right after a crash's event of this stream: that crash's death.
 
         Right after: within `deaths.DEDUPE_LINES` lines of the event's end and
         `deaths.DEDUPE_MS` of its last hit on the entries' clock (a server
-        restarted in a loop dies again, later). The OOM killer's record after a
+        restarted in a loop dies again, later). A crash report known by its shape
+        (`SHAPES`: a debugger's backtrace, the kernel's oops) is such a record too. The
+        OOM killer's record after a
         crash of another kind (a CUDA OOM, then host memory ran out too) names
         a cause of its own: an event of its own.
         """
         return self._event_at is not None \
             and self._lines - self._event_at <= deaths.DEDUPE_LINES \
-            and t_ms - self._event_ms <= deaths.DEDUPE_MS and deaths.is_record(line) \
+            and t_ms - self._event_ms <= deaths.DEDUPE_MS \
+            and (deaths.is_record(line) or signature.name in SHAPES) \
             and (signature.category != deaths.OOM_KILLED
                  or self._event_category == deaths.OOM_KILLED)
 
@@ -457,6 +490,8 @@ class Classifier:
         if verdict is fatal.Verdict.FATAL and group.exception is not None \
                 and fatal.is_benign(group.exception[1]):
             verdict = fatal.Verdict.SURVIVED  # an operator's stop: the teardown is expected
+        if verdict is fatal.Verdict.FATAL and group.tb_cut and group.exception is None:
+            verdict = fatal.Verdict.SURVIVED  # frames without an exception: not a crash report
         if verdict is fatal.Verdict.SURVIVED:
             group.tb_header = None  # handled: the group closes without an event
             return False
@@ -481,6 +516,9 @@ class Classifier:
         """
         if group.tb_header is None or (group.exception is None and not ended):
             return
+        if group.tb_cut and group.exception is None:
+            group.tb_header = None  # frames alone, cut at both ends: nothing says it ended
+            return
         exception = group.exception[1] if group.exception is not None else ""
         if fatal.by_shape(group.tb_header, group.tb_before, exception, group.tb_process):
             self._crash(group)
@@ -504,7 +542,8 @@ class Classifier:
         group.note(line, entry, line_no, not starts_tb, starts_tb)
         if starts_tb:
             group.traceback = TracebackTracker.start(line)
-            group.tb_header = line
+            group.tb_cut = TRACEBACK not in line
+            group.tb_header = group.traceback.header() if group.tb_cut else line
             group.tb_start = (entry, line_no)
             group.tb_before = self._ring[-1] if self._ring else ""
             group.tb_process = fatal.process_of(line)
@@ -573,12 +612,14 @@ class Classifier:
     def _by_phase(self, group: _Group, best: _Hit) -> Signature:
         """An engine's death while the server was still loading is a start-up failure.
 
-        Only a death (category engine_dead, a symptom) with no cause is asked;
+        Only a death (category engine_dead, a symptom, or a crash report known by
+        its shape: `SHAPES`) with no cause is asked;
         the lines before the group and its own first lines say the phase
         (`phase.py`). The engine-hang watchdog keeps its name.
         """
         sig = best.signature
-        if sig.category != "engine_dead" or sig.priority > SYMPTOM_PRIORITY \
+        death = sig.category == "engine_dead" or sig.name in SHAPES
+        if not death or sig.priority > SYMPTOM_PRIORITY \
                 or sig.name == HANG or not phase.loading([*group.before, *group.head]):
             return sig
         start = self.signatures.by_name(START_FAILED)

@@ -89,9 +89,14 @@ FAMILIES: tuple[Family, ...] = (
                       r"|(?i:exceed|too long|longer than|greater than|larger than)"
                       r".{0,80}(?i:context|\btokens?\b|max_model_len|\bn_ctx\b|window)"),
            also=re.compile(r"(?i:token|context|window|n_ctx|max_model_len|max_seq_len)")),
-    # Collectives between ranks and hosts, whatever the library
+    # A failure while capturing the device graph (CUDA or HIP graphs): the server is
+    # still starting, whatever reported it (the process-group watchdog, the runtime)
+    Family("graph_capture", "engine_startup_exception",
+           re.compile(r"(?i:stream is capturing|stream ?capture|graph capture|"
+                      r"capturing (?:cuda |hip )?graphs?|capture_begin|capture_model)")),
+    # Collectives between ranks and hosts, whatever the library (HCCL's EI/EJ codes too)
     Family("collective", "collective_failure",
-           re.compile(r"NCCL|nccl[A-Z]|HCCL|[Hh]ccl|RCCL|[Gg]loo\b|\bMPI_|\bMPI\b|oneCCL|"
+           re.compile(r"\bE[IJ]\d{4}\b|NCCL|nccl[A-Z]|HCCL|[Hh]ccl|RCCL|[Gg]loo\b|\bMPI_|\bMPI\b|oneCCL|"
                       r"(?i:collective(?!_rpc)|all_?reduce|all_?gather|reduce_scatter|all_to_all|"
                       # a kernel's or module's file name (custom_all_reduce.cu) is no failure
                       r"broadcast)(?![\w-]*\.(?:cuh?|cpp|cc|h|hpp|py|so)\b)|"
@@ -103,6 +108,7 @@ FAMILIES: tuple[Family, ...] = (
            re.compile(r"(?i:compil(?:e|ation|er)\b.{0,60}(?:error|fail)|"
                       r"(?:error|fail\w*).{0,60}\bcompil(?:e|ation|ing)\b)|"
                       r"CompilationError|BackendCompilerFailed|InductorError|LoweringException|"
+                      r"torch\._inductor\.exc|PTXASError|triton\.compiler\.errors|"
                       r"[Tt]riton.{0,40}(?:[Ee]rror|[Ff]ail)|PassManager|MLIR|ptxas|nvcc")),
     # The model could not be fetched or loaded: credentials, missing or bad files,
     # an architecture or adapter the server does not know, an initialisation failure.
@@ -115,7 +121,11 @@ FAMILIES: tuple[Family, ...] = (
                       r"weights?\b|architecture|trust_remote_code|adapter|LoRA)|"
                       r"(?i:(?:error|fail\w*)\s+(?:when |while |to |in )?"
                       r"(?:initializ\w*|load\w*|start\w*)\s+(?:the )?"
-                      r"(?:model|engine|shard|worker|weights|tokenizer))")),
+                      r"(?:model|engine|shard|worker|weights|tokenizer))|"
+                      # the other word order: "model failed to load", "weights could not
+                      # be loaded"
+                      r"(?i:(?:model|weights|shard|tokenizer)\s+(?:failed|could not)\s+"
+                      r"(?:to\s+)?(?:be\s+)?load)")),
     # The model cache cannot be written: the hub's download (or the server's cache
     # directory) refused by the file system (a container user without a home, a
     # read-only mount); the statement or where it was raised names the cache
@@ -146,6 +156,13 @@ FAMILIES: tuple[Family, ...] = (
                             r"load_state_dict|load_weights|get_model|model_loader|"
                             r"get_tokenizer|cached_file|hf_hub_download|snapshot_download|"
                             r"gguf)")),
+    # An exception raised inside the kernel compiler (Inductor's code generation,
+    # Triton's compiler, their compile workers), whatever its words; a frame is
+    # "path function", and a module's import (`<module>`) is not compiling
+    Family("compile_path", "xla_compile_failed",
+           re.compile(r"(?:Error|Exception)\b"),
+           where=re.compile(r"(?:torch/_inductor/|triton/compiler/)\S* (?!<)|"
+                            r"compile_to_module")),
     # The engine stopped making progress: a timeout or watchdog in its own loop
     Family("engine_hang", "engine_hang_watchdog",
            re.compile(r"TimeoutError|(?i:timed out|time out|timeout|watchdog|heartbeat|"
@@ -158,7 +175,8 @@ FAMILIES: tuple[Family, ...] = (
 
 # Families whose words next to a fatal marker say a process cannot go on (`opening`).
 OPENERS = frozenset({"tpu_hbm_memory", "device_memory", "host_memory", "collective",
-                     "compilation", "model_cache", "model_missing", "model_corrupt"})
+                     "compilation", "graph_capture", "model_cache", "model_missing",
+                     "model_corrupt"})
 
 _FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
 # A line outside a traceback that reports an error (a level word or the words of one),

@@ -27,7 +27,8 @@ _LOADING = re.compile(
     r"llm server loading model|llama_model_load|llm_load_tensors|load_tensors:|"
     r"Loading model weights|Starting to load model|Loading safetensors|"
     r"Load weight begin|Init torch distributed|Memory profiling|"
-    r"Capturing (?:CUDA graph|cudagraph)|Starting shard|Waiting for shard to be ready|"
+    r"Capturing (?:CUDA graph|cudagraph)|(?i:capture (?:cuda |hip )?graph)|"
+    r"Starting shard|Waiting for shard to be ready|"
     r"(?i:loading (?:the )?model)"
 )
 _SERVING = re.compile(

@@ -14,6 +14,10 @@ up to digits when the prefix starts with a timestamp) and its body is:
 - after the exception line, anything that does not look like the start of a
   new log record: XLA's multi-line messages ("Total hbm usage >= 65.05G:",
   "Program hbm requirement ...") continue without indentation.
+
+A traceback whose header line was cut (a collector's line limit, a quoted
+excerpt) starts at its first frame line: the prefix is what precedes
+`File "..."` without the frame's indentation.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ _LOG_START = re.compile(
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d )"
 )
 _DIGITS = re.compile(r"\d")
+# A traceback's frame line, where the header was cut: `  File "x.py", line 3, in f`.
+_FRAME = re.compile(r'File "[^"]+", line \d+, in ')
+# The exception line that ends a traceback: `ValueError: x`, `torch._dynamo.exc.Foo: y`.
+_EXCEPTION = re.compile(r"\s*[A-Za-z_][\w.]*(?:Error|Exception|Failure|Fault|Exit)\b")
 
 
 @dataclass(slots=True)
@@ -43,14 +51,25 @@ class TracebackTracker:
     prefix: str
     fuzzy: bool  # prefix starts with a timestamp: compare it up to digits
     after_exception: bool = False
+    cut: bool = False  # started at a frame line: the header was cut
 
     @classmethod
     def start(cls, line: str) -> TracebackTracker:
         """A tracker for the traceback whose header is `line`."""
+        if TRACEBACK not in line and (frame := _FRAME.search(line)) is not None:
+            # a traceback whose header was cut: the prefix is what precedes the frame
+            # without the frame's own indentation (`[core.py:398]   File ...`)
+            prefix = line[: frame.start()].rstrip()
+            prefix = f"{prefix} " if prefix else ""
+            return cls(prefix, prefix[:1].isdigit(), cut=True)
         prefix = line[: line.find(TRACEBACK)] if TRACEBACK in line else ""
         if prefix and not prefix[-1].isspace() and prefix[-1] not in ")]|:>":
             prefix = ""  # junk glued to the header (a terminal's "^C" echo), not a log prefix
         return cls(prefix, prefix[:1].isdigit())
+
+    def header(self) -> str:
+        """The header line this traceback has or would have had (its prefix and the marker)."""
+        return f"{self.prefix}{TRACEBACK}"
 
     def _body(self, line: str) -> str | None:
         """The line without the traceback's prefix, or None when the prefix differs."""
@@ -69,9 +88,13 @@ class TracebackTracker:
         if body.startswith(TRACEBACK):
             self.after_exception = False
             return True
+        if TRACEBACK in body:
+            return False  # another process's traceback (another prefix) begins
         if not body.strip() or body[0] in " \t" or body.startswith(_CHAINS):
             return True
         if not self.after_exception:
+            if self.cut and _EXCEPTION.match(body) is None:
+                return False  # frames of a cut traceback end at an exception or not at all
             self.after_exception = True  # the exception line: `torch.OutOfMemoryError: ...`
             return True
         return _LOG_START.match(body) is None
