@@ -63,9 +63,20 @@ TUNED_ACCURACY = 0.97
 # floor guards the measured figure; a fresh batch is the honest check. Batch 8 (41
 # crash files, 34 non-NVIDIA, gathered blind while that round ran), measured once after
 # it: 22 of 41 (53.7 %; 19 with the code before the round), 26 of 41 raised an event,
-# the split 237 of 274 (86.5 %), no healthy file flagged.
+# the split 237 of 274 (86.5 %), no healthy file flagged. A third round (crash reports
+# open events by their shape) took batch 8 to 26 of 41 (optimistic: its misses were
+# known); batch 9 (34 crash files, gathered blind during that round), measured once after
+# it: 16 of 34 (47.1 %; 10 with the code before both rounds), 23 raised an event, the
+# split 259 of 308 (84.1 %), and one of its 11 healthy files flagged (also flagged by the
+# code before both rounds: HELD_FLAGGED below).
 HELD_OUT_ACCURACY = 0.90
-HELD_OUT_FLOOR = 0.86
+HELD_OUT_FLOOR = 0.84
+# Held-out healthy files the classifier flags, as measured: the split is never tuned on,
+# so a miss stays until family work on the tuned part fixes it (strict: a fix shows).
+HELD_FLAGGED = {
+    "llamacpp_27374_windows_server_fit_params_abort_warning_continues.log":
+        "issue 51: held-out batch 9's healthy file flagged at its one measurement",
+}
 
 
 def read(path: Path) -> tuple[dict[str, str], list[str]]:
@@ -143,8 +154,8 @@ def test_the_held_out_split_stays_at_its_measured_floor(sigs: SignatureSet) -> N
     assert share >= HELD_OUT_FLOOR, f"{share:.1%}: {misses}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 51 is open: fresh held-out batch 8 scored "
-                   "22 of 41 and took the split to 86.5 %")
+@pytest.mark.xfail(strict=True, reason="issue 51 is open: fresh held-out batches 8 and 9 "
+                   "scored 22 of 41 and 16 of 34 and took the split to 84.1 %")
 def test_the_held_out_split_names_at_least_90_percent_of_crashes(sigs: SignatureSet) -> None:
     share, misses = accuracy(sigs, HELD_CRASHES)
     assert share >= HELD_OUT_ACCURACY, f"{share:.1%}: {misses}"
@@ -156,7 +167,12 @@ def test_batching_does_not_change_the_answer(sigs: SignatureSet, path: Path) -> 
     assert classify(sigs, lines, batch=1) == classify(sigs, lines)
 
 
-@pytest.mark.parametrize("path", HEALTHY + HELD_HEALTHY, ids=lambda p: p.stem)
+def _healthy_params() -> list[object]:
+    return [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=HELD_FLAGGED[p.name]))
+            if p.name in HELD_FLAGGED else p for p in HEALTHY + HELD_HEALTHY]
+
+
+@pytest.mark.parametrize("path", _healthy_params(), ids=lambda p: p.stem)
 def test_no_healthy_or_tricky_log_produces_an_event(sigs: SignatureSet, path: Path) -> None:
     _, lines = read(path)
     events = classify(sigs, lines)
