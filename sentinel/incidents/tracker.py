@@ -70,7 +70,7 @@ from sqlalchemy import ColumnClause, String, literal_column, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from sentinel.incidents import alert_states, ending
+from sentinel.incidents import alert_states, ending, opening
 from sentinel.incidents.convert import (
     dt_to_ms,
     format_value,
@@ -89,6 +89,7 @@ from sentinel.incidents.joining import (
     incident_to_join,
     joined_incident,
 )
+from sentinel.incidents.keys import GroupKey, group_key
 from sentinel.incidents.models import (
     Incident,
     IncidentAlert,
@@ -102,7 +103,6 @@ from sentinel.incidents.recovery import RECOVERED, ended_by_recovery, row_alert
 from sentinel.model import (
     Alert,
     AlertState,
-    Labels,
     Notification,
     NotificationKind,
     label_value,
@@ -129,31 +129,6 @@ VALUE_EVENT_MIN_CHANGE = 0.10
 # A literal, not a bound parameter: SQLite only uses the partial unique index
 # when the query's WHERE repeats the index's condition verbatim.
 _OPEN: ColumnClause[str] = literal_column("'open'", String())
-
-
-@dataclass(frozen=True, slots=True)
-class GroupKey:
-    """What alerts are grouped by: one open incident per key."""
-
-    alertname: str
-    target: str
-
-    @property
-    def text(self) -> str:
-        """The stored group key; alert names cannot contain '/', so it is unambiguous."""
-        return f"{self.alertname}/{self.target}"
-
-    @property
-    def labels(self) -> Labels:
-        """The key as the notification's group labels."""
-        return tuple(sorted((k, v) for k, v in (("alertname", self.alertname),
-                                                ("target", self.target)) if v))
-
-
-def group_key(alert: Alert) -> GroupKey:
-    """The incident key of an alert: alertname and target (or instance) label."""
-    target = label_value(alert.labels, "target") or label_value(alert.labels, "instance")
-    return GroupKey(alert.name, target)
 
 
 @dataclass(slots=True)
@@ -233,7 +208,13 @@ class IncidentTracker:
             # an alert storm (a fleet's `up == 0`) per-key lookups of open incidents
             # and their rows were most of the evaluation time.
             known = _preload(s, [k.text for k in groups])
+            opened = self._open_together(s, groups, known, now)
             for key in sorted(groups, key=lambda k: (k.alertname, k.target)):
+                if key in opened:
+                    outcome = self._apply(s, opened[key], {}, key, groups[key], [], now)
+                    outcome.opened = True
+                    _merge_outcome(outcomes, outcome)
+                    continue
                 for outcome in self._process_key(s, key, groups[key], now, known):
                     _merge_outcome(outcomes, outcome)
             for outcome in self._serving_again(s, now):
@@ -244,6 +225,21 @@ class IncidentTracker:
             if states is not None:
                 alert_states.save_in(s, states)
         return [n for o in outcomes.values() if (n := self._after_commit(o)) is not None]
+
+    def _open_together(self, s: Session, groups: dict[GroupKey, list[Alert]],
+                       known: dict[str, tuple[Incident, dict[str, IncidentAlert]]],
+                       now: datetime) -> dict[GroupKey, Incident]:
+        """Open the evaluation's plain new incidents in one batch (opening.py, issue 49): a
+        fleet that fails together costs a few statements, not ten per target. The keys
+        that may join, were ended by a recovery or lost a race take `_process_key`."""
+        fresh = {k: alerts for k, alerts in groups.items() if k.text not in known}
+        keys = opening.plain_keys(s, fresh, groups, self._joins, self._join_window_ms, now)
+        firsts = [(key, fresh[key][0]) for key in keys]
+        incidents = opening.insert(s, firsts, now) if firsts else None
+        if incidents is None:
+            return {}
+        opening.attach_evidence(s, [(i, a) for i, (_, a) in zip(incidents, firsts, strict=True)])
+        return dict(zip(keys, incidents, strict=True))
 
     def reconcile(self, firing: Sequence[Alert], now_ms: int) -> list[Notification]:
         """Resolve the open incidents' firing rows whose alert the rule engine does not fire.
@@ -295,6 +291,7 @@ class IncidentTracker:
     def _enqueue(self, s: Session, outcomes: list[_Outcome], now_ms: int) -> None:
         assert self.outbox is not None
         now = ms_to_dt(now_ms)
+        told: dict[int, set[str]] = {}  # incident id → the fingerprints its message names
         for outcome in outcomes:
             notification = _notification(outcome)
             if notification is None:
@@ -306,11 +303,16 @@ class IncidentTracker:
                     self.outbox.enqueue(s, replace(notification, kind=NotificationKind.FIRING,
                                                    alerts=(fired,)), a.fired_at_ms)
             self.outbox.enqueue(s, notification, now_ms)
-            fps = [a.fingerprint for a in notification.alerts]
+            told.setdefault(outcome.incident_id, set()).update(
+                a.fingerprint for a in notification.alerts)
+        # One read for the whole evaluation (not one per incident, each flushing the
+        # session first): a storm's thousand new incidents are marked together.
+        ids = sorted(told)
+        for i in range(0, len(ids), opening.CHUNK):
             for row in s.scalars(select(IncidentAlert).where(
-                    IncidentAlert.incident_id == outcome.incident_id,
-                    IncidentAlert.fingerprint.in_(fps))):
-                _mark_notified(row, now)
+                    IncidentAlert.incident_id.in_(ids[i:i + opening.CHUNK]))):
+                if row.fingerprint in told[row.incident_id]:
+                    _mark_notified(row, now)
 
     def record_notification(
         self,
@@ -717,16 +719,7 @@ def _open_incident(s: Session, key: GroupKey) -> Incident | None:
 
 def _insert_incident(s: Session, key: GroupKey, alert: Alert, now: datetime) -> Incident:
     """Open an incident; if another writer opened one for the key meanwhile, use that."""
-    annotations = dict(alert.annotations)
-    incident = Incident(
-        group_key=key.text, alertname=key.alertname, target=key.target,
-        status=IncidentStatus.OPEN, severity=label_value(alert.labels, "severity"),
-        summary=annotations.get("summary") or annotations.get("description") or "",
-        labels=labels_to_json(alert.labels), opened_at=_fired_at(alert, now),
-        resolved_at=None, updated_at=now,
-        category=label_value(alert.labels, "category") or None,
-        detect_ms=max(0, dt_to_ms(_fired_at(alert, now)) - alert.active_at_ms),
-    )
+    incident = opening.new_incident(key, alert, now)
     try:
         with s.begin_nested():
             s.add(incident)
@@ -823,7 +816,7 @@ def _row_subject(incident: Incident, row: IncidentAlert) -> str:
 
 
 def _fired_at(alert: Alert, now: datetime) -> datetime:
-    return ms_to_dt(alert.fired_at_ms) if alert.fired_at_ms is not None else now
+    return opening.fired_at(alert, now)
 
 
 def _significant(last: float | None, value: float, change: float) -> bool:
