@@ -99,6 +99,7 @@ from sentinel.incidents.models import (
     TimelineKind,
 )
 from sentinel.incidents.outboxwriter import OutboxWriter
+from sentinel.incidents.quiet import RowFacts, quiet_keys
 from sentinel.incidents.recovery import RECOVERED, ended_by_recovery, row_alert
 from sentinel.model import (
     Alert,
@@ -207,9 +208,12 @@ class IncidentTracker:
             # Two queries for the whole evaluation, not three per alert group: under
             # an alert storm (a fleet's `up == 0`) per-key lookups of open incidents
             # and their rows were most of the evaluation time.
-            known = _preload(s, [k.text for k in groups])
-            opened = self._open_together(s, groups, known, now)
-            for key in sorted(groups, key=lambda k: (k.alertname, k.target)):
+            # Keys with nothing to record are found with one compact read (quiet.py).
+            quiet = quiet_keys(s, groups, lambda row, alert: self._settled(row, alert, now))
+            busy = {k: alerts for k, alerts in groups.items() if k not in quiet}
+            known = _preload(s, [k.text for k in busy])
+            opened = self._open_together(s, groups, busy, known, now)
+            for key in sorted(busy, key=lambda k: (k.alertname, k.target)):
                 if key in opened:
                     outcome = self._apply(s, opened[key], {}, key, groups[key], [], now)
                     outcome.opened = True
@@ -227,12 +231,13 @@ class IncidentTracker:
         return [n for o in outcomes.values() if (n := self._after_commit(o)) is not None]
 
     def _open_together(self, s: Session, groups: dict[GroupKey, list[Alert]],
+                       busy: dict[GroupKey, list[Alert]],
                        known: dict[str, tuple[Incident, dict[str, IncidentAlert]]],
                        now: datetime) -> dict[GroupKey, Incident]:
         """Open the evaluation's plain new incidents in one batch (opening.py, issue 49): a
         fleet that fails together costs a few statements, not ten per target. The keys
         that may join, were ended by a recovery or lost a race take `_process_key`."""
-        fresh = {k: alerts for k, alerts in groups.items() if k.text not in known}
+        fresh = {k: alerts for k, alerts in busy.items() if k.text not in known}
         keys = opening.plain_keys(s, fresh, groups, self._joins, self._join_window_ms, now)
         firsts = [(key, fresh[key][0]) for key in keys]
         incidents = opening.insert(s, firsts, now) if firsts else None
@@ -240,6 +245,18 @@ class IncidentTracker:
             return {}
         opening.attach_evidence(s, [(i, a) for i, (_, a) in zip(incidents, firsts, strict=True)])
         return dict(zip(keys, incidents, strict=True))
+
+    def _settled(self, row: RowFacts, alert: Alert, now: datetime) -> bool:
+        """Whether `_process_key` would leave this firing alert's row as it is: the same
+        occurrence, already announced, no value event due (`_fire`, `_maybe_value_event`)."""
+        if row.state != IncidentAlertState.FIRING or row.fired_at < ms_to_dt(alert.active_at_ms):
+            return False
+        if row.notified_firing_at is None and (
+                (row.incident_id, row.fingerprint, dt_to_ms(row.fired_at)) not in self._announced):
+            return False
+        last_at = row.value_recorded_at or row.fired_at
+        return ((now - last_at).total_seconds() * 1000 < self._value_interval_ms
+                or not _significant(row.value, alert.value, self._value_change))
 
     def reconcile(self, firing: Sequence[Alert], now_ms: int) -> list[Notification]:
         """Resolve the open incidents' firing rows whose alert the rule engine does not fire.
