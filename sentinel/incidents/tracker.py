@@ -406,7 +406,8 @@ class IncidentTracker:
                 outcome.joined = joined
                 out.append(outcome)
                 if outcome.closed:
-                    s.flush()  # the closed incident leaves the partial unique index first
+                    if firing:  # the closed incident leaves the partial unique index first
+                        s.flush()  # (only then: a flush per incident was most of a recovery)
                     incident, joined = None, False
         else:
             for alert in resolved:
