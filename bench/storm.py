@@ -59,10 +59,16 @@ RULE = "VLLMRequestsQueued"
 # -- what the daemon tells the outside ------------------------------------------------
 
 class Receiver:
-    """A webhook receiver on loopback: every message, when it came, firing or resolved."""
+    """A webhook receiver on loopback: every message, when it came, firing or resolved.
+
+    Messages about RULE are the storm's; the others (a self-alert such as
+    SentinelOverloaded on a starved machine) are counted apart by alert name, so
+    they never pass for the storm's first page."""
 
     def __init__(self) -> None:
-        self.messages: list[tuple[float, str, int]] = []  # (monotonic, status, alerts)
+        # (monotonic, status, alerts, about RULE)
+        self.messages: list[tuple[float, str, int, bool]] = []
+        self.other: dict[str, int] = {}  # messages not about RULE, by their alert names
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -71,9 +77,14 @@ class Receiver:
                 try:
                     doc = json.loads(body)
                     status, n = doc.get("status", "?"), len(doc.get("alerts", []))
+                    names = {a.get("labels", {}).get("alertname", "?")
+                             for a in doc.get("alerts", [])}
                 except ValueError:
-                    status, n = "?", 0
-                outer.messages.append((time.monotonic(), status, n))
+                    status, n, names = "?", 0, set()
+                outer.messages.append((time.monotonic(), status, n, RULE in names))
+                if RULE not in names:
+                    key = f"{status} {','.join(sorted(names))}"
+                    outer.other[key] = outer.other.get(key, 0) + 1
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -85,8 +96,9 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def since(self, t0: float, status: str) -> list[tuple[float, str, int]]:
-        return [m for m in self.messages if m[0] >= t0 and m[1] == status]
+    def since(self, t0: float, status: str) -> list[tuple[float, str, int, bool]]:
+        """The messages about RULE of this status from t0 on."""
+        return [m for m in self.messages if m[0] >= t0 and m[1] == status and m[3]]
 
     def stop(self) -> None:
         self.httpd.shutdown()
@@ -223,6 +235,8 @@ class Storm:
     recovery_gap_s: float = 0.0
     recovery_healthz: dict[str, int] = field(default_factory=dict)
     sigterm_exit_s: float | None = None
+    other_messages: dict[str, int] = field(default_factory=dict)  # not about RULE
+    load: tuple[float, ...] = ()  # load average at the flip
 
 
 def config(work: Path, ports: list[int], listen: int, db_url: str, hook: str) -> Path:
@@ -271,6 +285,7 @@ def run(args: argparse.Namespace, db_url: str, db_name: str, work: Path) -> Stor
         time.sleep(args.settle)
         print(f"{args.targets} targets scraped; flipping every target into "
               f"{RULE} at once", flush=True)
+        out.load = tuple(round(x, 1) for x in os.getloadavg())
         t0 = time.monotonic()
         fleet.flip(True)
         deadline = t0 + args.seconds
@@ -296,7 +311,7 @@ def run(args: argparse.Namespace, db_url: str, db_name: str, work: Path) -> Stor
         if out.first_page_s is None and receiver.since(t0, "firing"):
             out.first_page_s = receiver.since(t0, "firing")[0][0] - t0
         out.pages = len(receiver.since(t0, "firing"))
-        out.messages = len([m for m in receiver.messages if m[0] >= t0])
+        out.messages = len([m for m in receiver.messages if m[0] >= t0 and m[3]])
         out.longest_ping_gap_s = dog.longest_gap(t0, t1)
         out.healthz = health.between(t0, t1)
         out.rss_mb_max = max(rss)
@@ -316,6 +331,7 @@ def run(args: argparse.Namespace, db_url: str, db_name: str, work: Path) -> Stor
         out.recovery_gap_s = dog.longest_gap(t2, t3)
         out.pages_by_end = len(receiver.since(t0, "firing"))
         out.recovery_healthz = health.between(t2, t3)
+        out.other_messages = dict(receiver.other)
     finally:
         if health is not None:
             health.stop()
@@ -343,6 +359,7 @@ def _fmt(v: float | None) -> str:
 def report(r: Storm) -> None:
     rows = [
         ("targets, database", f"{r.targets}, {r.db}"),
+        ("load average at the flip", " ".join(f"{x:g}" for x in r.load)),
         ("time to first page (for: 30s)", _fmt(r.first_page_s)),
         ("every target's alert recorded", _fmt(r.all_recorded_s)),
         ("pages / messages in the storm", f"{r.pages} / {r.messages} "
@@ -357,6 +374,8 @@ def report(r: Storm) -> None:
         ("recovery: /healthz", ", ".join(f"{k}: {v}" for k, v in
                                          sorted(r.recovery_healthz.items()))),
         ("SIGTERM to exit", _fmt(r.sigterm_exit_s)),
+        ("other messages (not the storm's)", ", ".join(
+            f"{k} ×{v}" for k, v in sorted(r.other_messages.items())) or "none"),
     ]
     width = max(len(k) for k, _ in rows)
     print()
