@@ -1,7 +1,9 @@
 """Fleet benchmark: N loopback vLLM targets scraped by Sentinel, then by Prometheus, same run.
 
 Run: `python bench/fleet.py --targets 1000 --seconds 60` (unattended); `--workers 2`
-sets Sentinel's `collect_workers`, `--pairs N` interleaves N Sentinel/Prometheus pairs.
+sets Sentinel's `collect_workers`, `--pairs N` interleaves N Sentinel/Prometheus pairs,
+`--pending` keeps an alert pending on every target (VLLMRequestsQueued's `for` raised to
+1 h in a copy of the shipped rules both load); each block says the load average.
 CPU and RSS are the measured process's plus its children's (the collect workers).
 
 One helper process serves a real vLLM /metrics page (tests/data/vllm_metrics.txt,
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import ctypes
 import functools
 import gzip
@@ -451,6 +454,28 @@ def metrics(port: int) -> dict[str, float]:
     return out
 
 
+def active_alerts(port: int) -> dict[str, int]:
+    """Active alerts by state, as /api/v1/alerts lists them (Sentinel and Prometheus)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/alerts", timeout=120) as r:
+            doc = json.loads(r.read())
+    except (OSError, ValueError):
+        return {}
+    return dict(Counter(a.get("state", "?") for a in doc.get("data", {}).get("alerts", [])))
+
+
+def pending_rules(folder: Path) -> list[Path]:
+    """The shipped rules with VLLMRequestsQueued's `for` raised to an hour: with the firing
+    pages, an alert pending on every target through the whole window, never firing."""
+    text = RULE_FILES[0].read_text()
+    head, sep, tail = text.partition("- alert: VLLMRequestsQueued")
+    if not sep or "for: 30s" not in tail.split("- alert:", 1)[0]:
+        raise SystemExit(f"VLLMRequestsQueued with `for: 30s` not found in {RULE_FILES[0]}")
+    path = folder / RULE_FILES[0].name
+    path.write_text(head + sep + tail.replace("for: 30s", "for: 1h", 1))
+    return [path, *RULE_FILES[1:]]
+
+
 def total(m: dict[str, float], name: str) -> float:
     """Sum of every series of a metric name."""
     return sum(v for k, v in m.items() if k == name or k.startswith(name + "{"))
@@ -545,6 +570,11 @@ class Result:
     # mean and largest duration (the histogram's bucket), as the system reports them.
     groups_detail: dict[str, dict[str, float]] = field(default_factory=dict)
     probe_requests: dict[str, int] = field(default_factory=dict)  # in the window, by kind
+    # The machine's load average (1, 5, 15 min) at the window's end: a shared machine's
+    # figures mean little without it.
+    load: tuple[float, ...] = ()
+    # Active alerts at the window's end by state, from /api/v1/alerts (both serve it).
+    alerts: dict[str, int] = field(default_factory=dict)
 
 
 # -- the two systems ------------------------------------------------------------------
@@ -569,13 +599,18 @@ def sentinel_cmd(work: Path, ports: list[int], listen: int, probes: bool = False
 
 
 def prometheus_cmd(work: Path, ports: list[int], listen: int) -> list[str]:
-    """Write a Prometheus config for the fleet; the command that runs it."""
-    targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
+    """Write a Prometheus config for the fleet; the command that runs it.
+
+    Each target carries the `target` label Sentinel gives it (`t<i>`): the shipped
+    rules aggregate `by (target)`, and without it Prometheus evaluated one series where
+    Sentinel evaluated one per target (one pending alert for the fleet, not 5,000)."""
+    targets = "\n".join(f"      - {{targets: ['127.0.0.1:{p}'], labels: {{target: t{i}}}}}"
+                        for i, p in enumerate(ports))
     rules = ", ".join(f"'{p}'" for p in RULE_FILES if p.exists())
     (work / "prometheus.yml").write_text(
         "global: {scrape_interval: 5s, scrape_timeout: 4s, evaluation_interval: 5s}\n"
         f"rule_files: [{rules}]\n"
-        f"scrape_configs:\n  - job_name: vllm\n    static_configs: [{{targets: [{targets}]}}]\n")
+        f"scrape_configs:\n  - job_name: vllm\n    static_configs:\n{targets}\n")
     return ["prometheus", f"--config.file={work / 'prometheus.yml'}",
             f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{listen}",
             "--log.level=warn"]
@@ -631,7 +666,9 @@ def measure(system: str, fleet: FleetProcess, seconds: float, py_spy: float,
         # not lengthen the window (it did, by up to 0.3 s: "99.7 % of expected" scrapes).
         f1, k1, w1 = fleet.counts(), cpu_s(proc.pid), time.monotonic()
         res.main_cpu_per_s = (cpu_s(proc.pid, children=False) - m0_cpu) / (w1 - w0)
+        res.load = tuple(round(x, 1) for x in os.getloadavg())
         m1, c1 = metrics(listen), f1["total"]
+        res.alerts = active_alerts(listen)
         res.probe_requests = {k: v - f0["probes"].get(k, 0) for k, v in f1["probes"].items()}
         res.window_s = w1 - w0
         res.cpu_per_s = (k1 - k0) / res.window_s
@@ -746,7 +783,11 @@ def report(results: list[Result]) -> None:
     for r in results:
         pct = 100 * r.scrapes_done / max(1, r.scrapes_expected)
         per_min = 60 * r.evals_done / max(1, r.groups) / max(1e-9, r.window_s)
-        print(f"\n== {r.system}: {r.targets} targets, {r.window_s:.0f} s window")
+        print(f"\n== {r.system}: {r.targets} targets, {r.window_s:.0f} s window, "
+              f"load average {' '.join(f'{x:g}' for x in r.load)} at its end")
+        if r.alerts:
+            print("active alerts at the window's end: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(r.alerts.items())))
         print(f"start-up: {r.startup_s:.1f} s, {r.startup_cpu_s:.1f} CPU s "
               "(until every target scraped once)")
         print(f"CPU: {r.cpu_per_s:.3f} s/s ({r.main_cpu_per_s:.3f} in the main process), "
@@ -845,6 +886,10 @@ def main() -> None:
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--firing", action="store_true",
                     help="pages with waiting requests: VLLMRequestsQueued fires for every target")
+    ap.add_argument("--pending", action="store_true",
+                    help="an alert pending on every target the whole window: the firing "
+                         "pages, with VLLMRequestsQueued's `for` raised to 1h in a copy of "
+                         "the shipped rules (both systems load it)")
     ap.add_argument("--probes", choices=("off", "on", "both"), default="off",
                     help="Sentinel with probes at the default interval; both: off and on, "
                          "alternating, --repeat pairs (measure with --systems sentinel)")
@@ -881,6 +926,11 @@ def main() -> None:
         return
     if args.rule_files:
         RULE_FILES[:] = [Path(f).resolve() for f in args.rule_files.split(",")]
+    if args.pending:
+        args.firing = True
+        rules_dir = tempfile.mkdtemp(prefix="fleet-rules-")
+        atexit.register(shutil.rmtree, rules_dir, True)
+        RULE_FILES[:] = pending_rules(Path(rules_dir))
     if args.settle is None:
         args.settle = 5.0 if args.probes == "off" else 35.0
     _raise_fd_limit()

@@ -240,6 +240,7 @@ class Storm:
     recovery_gap_s: float = 0.0
     recovery_healthz: dict[str, int] = field(default_factory=dict)
     sigterm_exit_s: float | None = None
+    load: tuple[float, ...] = ()  # load average at the flip
 
 
 def config(work: Path, ports: list[int], listen: int, db_url: str, hook: str) -> Path:
@@ -288,6 +289,7 @@ def run(args: argparse.Namespace, db_url: str, db_name: str, work: Path) -> Stor
         time.sleep(args.settle)
         print(f"{args.targets} targets scraped; flipping every target into "
               f"{RULE} at once", flush=True)
+        out.load = tuple(round(x, 1) for x in os.getloadavg())
         t0 = time.monotonic()
         fleet.flip(True)
         deadline = t0 + args.seconds
@@ -366,6 +368,7 @@ def _fmt(v: float | None) -> str:
 def report(r: Storm) -> None:
     rows = [
         ("targets, database", f"{r.targets}, {r.db}"),
+        ("load average at the flip", " ".join(f"{x:g}" for x in r.load)),
         ("time to first page (for: 30s)", _fmt(r.first_page_s)),
         ("every target's alert recorded", _fmt(r.all_recorded_s)),
         ("pages / messages in the storm", f"{r.pages} / {r.messages} "

@@ -14,6 +14,7 @@ from dataclasses import replace
 from sqlalchemy import event
 
 from sentinel.incidents import Database, IncidentTracker, list_incidents
+from sentinel.incidents.models import IncidentAlert
 from sentinel.model import Alert, AlertState, labels_of
 
 T0 = 1_795_255_205_000
@@ -59,3 +60,33 @@ def test_a_storm_of_firing_alerts_is_a_few_queries_an_evaluation(incident_db: Da
     assert n < 60, n
     open_ = [i for i in list_incidents(incident_db, limit=1000) if i.status == "open"]
     assert len(open_) == 600
+
+
+def test_in_a_steady_storm_only_the_alert_that_changed_is_loaded(incident_db: Database) -> None:
+    """Issue 49: the keys with nothing to record are found with one compact read
+    (incidents/quiet.py); the one whose value moved past the threshold, once the value
+    interval passed, still gets its value event, and nothing pages again."""
+    tracker = IncidentTracker(incident_db)
+    storm = [_down(f"t{i}") for i in range(300)]
+    tracker.process(storm, T0)
+    later = T0 + 61_000  # past VALUE_EVENT_MIN_INTERVAL_MS
+    moved = [replace(a, value=5.0, last_eval_ms=later) if a.labels == storm[7].labels
+             else a for a in storm]
+    loaded: list[str] = []  # the incident rows loaded as objects, by fingerprint
+
+    def count(target: IncidentAlert, context: object) -> None:
+        loaded.append(target.fingerprint)
+
+    event.listen(IncidentAlert, "load", count)
+    try:
+        assert tracker.process(moved, later) == []  # a value event, not a page
+    finally:
+        event.remove(IncidentAlert, "load", count)
+    assert loaded == [storm[7].fingerprint]  # was all 300
+    (incident,) = [i for i in list_incidents(incident_db, limit=1000) if i.target == "t7"]
+    from sentinel.incidents import get_incident
+
+    detail = get_incident(incident_db, incident.id)
+    assert detail is not None
+    assert [e.message for e in detail.timeline if e.kind == "value"] == [
+        "VLLMTargetDown on t7: value 5"]

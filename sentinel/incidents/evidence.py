@@ -40,7 +40,7 @@ def attach_recent(s: Session, incident: Incident, target: str, since: datetime) 
         .limit(MAX_EXCERPTS_ON_OPEN)
     ).all()
     for row in reversed(rows):
-        s.add(_timeline_event(incident.id, row))
+        s.add(excerpt_event(incident.id, row))
     return len(rows)
 
 
@@ -74,12 +74,13 @@ def attach_new(s: Session, rows: Sequence[LogEventRow]) -> int:
     for incident in open_incidents:
         for row in rows:
             if row.target == incident.target:
-                s.add(_timeline_event(incident.id, row))
+                s.add(excerpt_event(incident.id, row))
                 attached += 1
     return attached
 
 
-def _timeline_event(incident_id: int, row: LogEventRow) -> TimelineEvent:
+def excerpt_event(incident_id: int, row: LogEventRow) -> TimelineEvent:
+    """The timeline line that attaches a crash excerpt to an incident."""
     where = f"{row.source} line {row.line_no}" if row.line_no is not None else row.source
     data: dict[str, Any] = {
         "log_event_id": row.id, "signature": row.signature, "category": row.category,

@@ -70,7 +70,7 @@ from sqlalchemy import ColumnClause, String, literal_column, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from sentinel.incidents import alert_states, ending, notice
+from sentinel.incidents import alert_states, ending, notice, opening
 from sentinel.incidents.convert import (
     dt_to_ms,
     format_value,
@@ -90,6 +90,7 @@ from sentinel.incidents.joining import (
     incident_to_join,
     joined_incident,
 )
+from sentinel.incidents.keys import GroupKey, group_key
 from sentinel.incidents.models import (
     Incident,
     IncidentAlert,
@@ -99,11 +100,11 @@ from sentinel.incidents.models import (
     TimelineKind,
 )
 from sentinel.incidents.outboxwriter import OutboxWriter
+from sentinel.incidents.quiet import RowFacts, quiet_keys
 from sentinel.incidents.recovery import RECOVERED, ended_by_recovery, row_alert
 from sentinel.model import (
     Alert,
     AlertState,
-    Labels,
     Notification,
     NotificationKind,
     label_value,
@@ -130,31 +131,6 @@ VALUE_EVENT_MIN_CHANGE = 0.10
 # A literal, not a bound parameter: SQLite only uses the partial unique index
 # when the query's WHERE repeats the index's condition verbatim.
 _OPEN: ColumnClause[str] = literal_column("'open'", String())
-
-
-@dataclass(frozen=True, slots=True)
-class GroupKey:
-    """What alerts are grouped by: one open incident per key."""
-
-    alertname: str
-    target: str
-
-    @property
-    def text(self) -> str:
-        """The stored group key; alert names cannot contain '/', so it is unambiguous."""
-        return f"{self.alertname}/{self.target}"
-
-    @property
-    def labels(self) -> Labels:
-        """The key as the notification's group labels."""
-        return tuple(sorted((k, v) for k, v in (("alertname", self.alertname),
-                                                ("target", self.target)) if v))
-
-
-def group_key(alert: Alert) -> GroupKey:
-    """The incident key of an alert: alertname and target (or instance) label."""
-    target = label_value(alert.labels, "target") or label_value(alert.labels, "instance")
-    return GroupKey(alert.name, target)
 
 
 @dataclass(slots=True)
@@ -240,14 +216,23 @@ class IncidentTracker:
             # Two queries for the whole evaluation, not three per alert group: under
             # an alert storm (a fleet's `up == 0`) per-key lookups of open incidents
             # and their rows were most of the evaluation time.
-            known = _preload(s, [k.text for k in groups])
-            for key in sorted(groups, key=lambda k: (k.alertname, k.target)):
+            # Keys with nothing to record are found with one compact read (quiet.py).
+            quiet = quiet_keys(s, groups, lambda row, alert: self._settled(row, alert, now))
+            busy = {k: alerts for k, alerts in groups.items() if k not in quiet}
+            known = _preload(s, [k.text for k in busy])
+            opened = self._open_together(s, groups, busy, known, now)
+            for key in sorted(busy, key=lambda k: (k.alertname, k.target)):
+                if key in opened:
+                    outcome = self._apply(s, opened[key], {}, key, groups[key], [], now)
+                    outcome.opened = True
+                    _merge_outcome(outcomes, outcome)
+                    continue
                 for outcome in self._process_key(s, key, groups[key], now, known):
                     _merge_outcome(outcomes, outcome)
             for outcome in self._serving_again(s, now):
                 _merge_outcome(outcomes, outcome)
-            quiet = self._correlate(s, alerts, outcomes, now_ms)
-            told = [o for o in outcomes.values() if o.incident_id not in quiet]
+            members = self._correlate(s, alerts, outcomes, now_ms)
+            told = [o for o in outcomes.values() if o.incident_id not in members]
             if self.outbox is not None:
                 self._hold_pages(s, told, now)
                 self._enqueue(s, told, now_ms)
@@ -256,7 +241,7 @@ class IncidentTracker:
         if self.fleet is not None:
             self.fleet.committed()
         return [n for o in outcomes.values()
-                if (n := self._after_commit(o)) is not None and o.incident_id not in quiet]
+                if (n := self._after_commit(o)) is not None and o.incident_id not in members]
 
     def _correlate(self, s: Session, alerts: Sequence[Alert], outcomes: dict[int, _Outcome],
                    now_ms: int) -> frozenset[int]:
@@ -274,6 +259,34 @@ class IncidentTracker:
                                                list(n.fired), list(n.resolved), n.closed,
                                                ms_to_dt(now_ms))
         return found.quiet
+
+    def _open_together(self, s: Session, groups: dict[GroupKey, list[Alert]],
+                       busy: dict[GroupKey, list[Alert]],
+                       known: dict[str, tuple[Incident, dict[str, IncidentAlert]]],
+                       now: datetime) -> dict[GroupKey, Incident]:
+        """Open the evaluation's plain new incidents in one batch (opening.py, issue 49): a
+        fleet that fails together costs a few statements, not ten per target. The keys
+        that may join, were ended by a recovery or lost a race take `_process_key`."""
+        fresh = {k: alerts for k, alerts in busy.items() if k.text not in known}
+        keys = opening.plain_keys(s, fresh, groups, self._joins, self._join_window_ms, now)
+        firsts = [(key, fresh[key][0]) for key in keys]
+        incidents = opening.insert(s, firsts, now) if firsts else None
+        if incidents is None:
+            return {}
+        opening.attach_evidence(s, [(i, a) for i, (_, a) in zip(incidents, firsts, strict=True)])
+        return dict(zip(keys, incidents, strict=True))
+
+    def _settled(self, row: RowFacts, alert: Alert, now: datetime) -> bool:
+        """Whether `_process_key` would leave this firing alert's row as it is: the same
+        occurrence, already announced, no value event due (`_fire`, `_maybe_value_event`)."""
+        if row.state != IncidentAlertState.FIRING or row.fired_at < ms_to_dt(alert.active_at_ms):
+            return False
+        if row.notified_firing_at is None and (
+                (row.incident_id, row.fingerprint, dt_to_ms(row.fired_at)) not in self._announced):
+            return False
+        last_at = row.value_recorded_at or row.fired_at
+        return ((now - last_at).total_seconds() * 1000 < self._value_interval_ms
+                or not _significant(row.value, alert.value, self._value_change))
 
     def reconcile(self, firing: Sequence[Alert], now_ms: int) -> list[Notification]:
         """Resolve the open incidents' firing rows whose alert the rule engine does not fire.
@@ -326,6 +339,7 @@ class IncidentTracker:
     def _enqueue(self, s: Session, outcomes: list[_Outcome], now_ms: int) -> None:
         assert self.outbox is not None
         now = ms_to_dt(now_ms)
+        told: dict[int, set[str]] = {}  # incident id → the fingerprints its message names
         for outcome in outcomes:
             notification = _notification(outcome)
             if notification is None:
@@ -338,13 +352,18 @@ class IncidentTracker:
                     self.outbox.enqueue(s, replace(notification, kind=NotificationKind.FIRING,
                                                    alerts=(fired,)), a.fired_at_ms)
             self.outbox.enqueue(s, notification, now_ms)
-            fps = [a.fingerprint for a in notification.alerts]
-            for row in s.scalars(select(IncidentAlert).where(
-                    IncidentAlert.incident_id == outcome.incident_id,
-                    IncidentAlert.fingerprint.in_(fps))):
-                _mark_notified(row, now)
+            told.setdefault(outcome.incident_id, set()).update(
+                a.fingerprint for a in notification.alerts)
             # After the incident's own: the dispatcher sees where its page goes first.
             self._enqueue_joined(s, outcome, now_ms)
+        # One read for the whole evaluation (not one per incident, each flushing the
+        # session first): a storm's thousand new incidents are marked together.
+        ids = sorted(told)
+        for i in range(0, len(ids), opening.CHUNK):
+            for row in s.scalars(select(IncidentAlert).where(
+                    IncidentAlert.incident_id.in_(ids[i:i + opening.CHUNK]))):
+                if row.fingerprint in told[row.incident_id]:
+                    _mark_notified(row, now)
 
     def _enqueue_joined(self, s: Session, outcome: _Outcome, now_ms: int) -> None:
         """Joined alerts that fired: intents, so their own routes are told (issue 48: a
@@ -437,7 +456,8 @@ class IncidentTracker:
                 outcome.joined = joined
                 out.append(outcome)
                 if outcome.closed:
-                    s.flush()  # the closed incident leaves the partial unique index first
+                    if firing:  # the closed incident leaves the partial unique index first
+                        s.flush()  # (only then: a flush per incident was most of a recovery)
                     incident, joined = None, False
         else:
             for alert in resolved:
@@ -771,16 +791,7 @@ def _open_incident(s: Session, key: GroupKey) -> Incident | None:
 
 def _insert_incident(s: Session, key: GroupKey, alert: Alert, now: datetime) -> Incident:
     """Open an incident; if another writer opened one for the key meanwhile, use that."""
-    annotations = dict(alert.annotations)
-    incident = Incident(
-        group_key=key.text, alertname=key.alertname, target=key.target,
-        status=IncidentStatus.OPEN, severity=label_value(alert.labels, "severity"),
-        summary=annotations.get("summary") or annotations.get("description") or "",
-        labels=labels_to_json(alert.labels), opened_at=_fired_at(alert, now),
-        resolved_at=None, updated_at=now,
-        category=label_value(alert.labels, "category") or None,
-        detect_ms=max(0, dt_to_ms(_fired_at(alert, now)) - alert.active_at_ms),
-    )
+    incident = opening.new_incident(key, alert, now)
     try:
         with s.begin_nested():
             s.add(incident)
@@ -877,7 +888,7 @@ def _row_subject(incident: Incident, row: IncidentAlert) -> str:
 
 
 def _fired_at(alert: Alert, now: datetime) -> datetime:
-    return ms_to_dt(alert.fired_at_ms) if alert.fired_at_ms is not None else now
+    return opening.fired_at(alert, now)
 
 
 def _significant(last: float | None, value: float, change: float) -> bool:
