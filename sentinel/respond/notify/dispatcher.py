@@ -76,8 +76,18 @@ class Dispatcher:
         self.db = db
         self.outbox = outbox
         self.settings = settings
-        self._routes = _by_path(settings.route)
-        self._flusher = GroupFlusher(outbox, settings, self._routes)
+
+    @property
+    def settings(self) -> DispatchSettings:
+        """Routing, timing and muting; the flusher follows a replacement (a test or a
+        caller that swaps the settings must not leave the flush on the old ones)."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: DispatchSettings) -> None:
+        self._settings = value
+        self._routes = _by_path(value.route)
+        self._flusher = GroupFlusher(self.outbox, value, self._routes)
 
     def run(self, now_ms: int) -> DispatchStats:
         """Route new intents, flush due groups; one transaction."""
