@@ -144,10 +144,12 @@ policies:
 @pytest.mark.integration
 def test_a_gpu_target_whose_past_restarts_were_slow_is_refused_by_a_fast_only_policy(
         incident_db: Database, tmp_path: Path, sock_dir: Path) -> None:
-    # A GPU server (no XLA cache anywhere) that takes 2.5 s to serve after a restart.
+    # A GPU server (no XLA cache anywhere) that takes 4 s to serve after a restart. Sentinel
+    # measures from its restart request's answer, a little after the simulator's clock starts
+    # (2.472 s was seen for 2.5 s at load 9): what matters is that it is over the 2 s policy.
     sim = start_sim()
     sock = serve_container(sim, ContainerSpec(accelerator="gpu", release_s=0,
-                                              warm_start_s=2.5), str(sock_dir / "d.sock"))
+                                              warm_start_s=4.0), str(sock_dir / "d.sock"))
     cfg = _gpu_config(str(sock_dir / "d.sock"),
                       "max_time_to_serve: 2s\n    cooldown: 0s\n    max_per_hour: 10")
     clock, pages = Clock(T0), Pages()
@@ -162,7 +164,7 @@ def test_a_gpu_target_whose_past_restarts_were_slow_is_refused_by_a_fast_only_po
         result = engine.execute(prepared)
         assert result.ok, result.detail
         (attempt,) = state.attempts(incident_db, first)
-        assert attempt.data["accelerator"] == "gpu" and attempt.data["served_after_s"] >= 2.5
+        assert attempt.data["accelerator"] == "gpu" and attempt.data["served_after_s"] > 2.0
 
         clock.ms = T0 + 60_000
         second = open_incident(incident_db, "gpu-a", "VLLMHBMOutOfMemory2")
