@@ -71,7 +71,7 @@ remediation:
       steps:
         - docker_restart: {{container: vllm, socket: '{sock}', settle: 200ms}}
           timeout: 20s
-          verify_deadline: 10s
+          verify_deadline: 2m  # ends when served; generous for a starved machine
 """)
     return path
 
