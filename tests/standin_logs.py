@@ -6,6 +6,7 @@ from the JSON file named by $STANDIN_SPEC:
     {"lines": [...],  # docker: {"ts", "stream", "text"}; journal: records or raw strings
      "runs": [{"exit_after": 3, "code": 1, "stderr": "..."}, ...],  # per run; the last repeats
      "ignore_term": false,
+     "start_when": "/tmp/.../go",  # optional: print nothing until this file exists
      "record": "/tmp/.../runs.jsonl"}  # one JSON line per run: argv and pid
 
 It honours the resume flags as the real tools do: docker's `--since TS`
@@ -57,6 +58,8 @@ def main():
     this = runs[min(run, len(runs) - 1)]
     tool = os.path.basename(sys.argv[0])
     lines = (docker_lines if tool == "docker" else journal_lines)(spec, sys.argv[1:])
+    while spec.get("start_when") and not os.path.exists(spec["start_when"]):
+        time.sleep(0.01)  # the test says when: after its first poll has drained the queue
     for i, (stream, text) in enumerate(lines):
         if this.get("exit_after") is not None and i >= this["exit_after"]:
             break

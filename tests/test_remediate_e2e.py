@@ -33,7 +33,7 @@ groups:
     rules:
       - alert: VLLMHBMOutOfMemory
         expr: >-
-          sum by (target) (increase(sentinel_log_signature_matches_total{category="hbm_oom"}[3s]))
+          sum by (target) (increase(sentinel_log_signature_matches_total{category="hbm_oom"}[1m]))
           > 0
         labels: {severity: critical}
         annotations: {summary: "TPU HBM exhausted on {{ $labels.target }}"}
@@ -71,7 +71,7 @@ remediation:
       steps:
         - docker_restart: {{container: vllm, socket: '{sock}', settle: 200ms}}
           timeout: 20s
-          verify_deadline: 10s
+          verify_deadline: 2m  # ends when served; generous for a starved machine
 """)
     return path
 
@@ -107,13 +107,13 @@ def test_hbm_oom_crash_is_restarted_warm_verified_and_resolved(tmp_path, sock_di
     try:
         wait_for(lambda: app.metrics.registry.get_sample_value(
             "sentinel_log_source_up", {"target": "tpu-a", "source": f"file:{log}"}) == 1,
-            5, "the log source to join the file")
+            60, "the log source to join the file")
         httpx.post(f"{sim.url}/sim/crash", json={"mode": "down"}).raise_for_status()
         assert not sim.container.running
 
-        wait_for(lambda: sim.container.times("serving"), 15, "the restarted server to serve")
+        wait_for(lambda: sim.container.times("serving"), 120, "the restarted server to serve")
         detail = wait_for(lambda: (d := _incident(app)) and d.incident.status == "resolved" and d,
-                          15, "the incident to resolve")
+                          120, "the incident to resolve")
         # The incident resolves at verification; the attempt's own row is finished in the
         # engine's next write, which a loaded machine may show a moment later.
         (attempt,) = wait_for(lambda: [a for a in state.attempts(
@@ -159,12 +159,12 @@ def test_empty_cache_refuses_the_warm_restart_and_pages(tmp_path, sock_dir, sink
     try:
         wait_for(lambda: app.metrics.registry.get_sample_value(
             "sentinel_log_source_up", {"target": "tpu-a", "source": f"file:{log}"}) == 1,
-            5, "the log source to join the file")
+            60, "the log source to join the file")
         httpx.post(f"{sim.url}/sim/crash", json={"mode": "down"}).raise_for_status()
 
         # Act first, then tell once: the crash's own page, held while the policy would act,
         # goes at the refusal and says why; no separate SentinelRemediationRefused page.
-        ((_, body),) = wait_for(lambda: bodies_with_status(sink, "firing"), 15, "the page")
+        ((_, body),) = wait_for(lambda: bodies_with_status(sink, "firing"), 120, "the page")
         (page,) = body["alerts"]
         assert page["labels"]["alertname"] == "VLLMHBMOutOfMemory"
         assert page["labels"]["target"] == "tpu-a"

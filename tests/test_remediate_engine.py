@@ -70,7 +70,10 @@ def close_incident(db: Database, incident_id: int) -> None:
 
 
 def remediation(sock: str = "/nonexistent.sock", policy_extra: str = "",
-                **top: object) -> RemediationConfig:
+                verify_deadline: str = "300ms", **top: object) -> RemediationConfig:
+    """One restart policy. The short verify deadline keeps a test of a restart that never
+    serves short; a test that needs the restart to serve passes a generous one (verification
+    ends as soon as the server serves, so it costs nothing unless the machine is starved)."""
     import yaml
     data = yaml.safe_load(f"""
 policies:
@@ -80,7 +83,7 @@ policies:
     steps:
       - docker_restart: {{container: vllm, socket: '{sock}', settle: 100ms}}
         timeout: 10s
-        verify_deadline: 300ms
+        verify_deadline: {verify_deadline}
         attempts: 5
 """)
     return RemediationConfig.model_validate({**data, **top})
