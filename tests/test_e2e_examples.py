@@ -27,9 +27,11 @@ policy step's verify_deadline and timeout, and the failures' durations (7 min is
 point). Scrape, evaluation and probe intervals are 1 s. The daemon's `clock` (App's
 argument) only offsets the time it reads: its scheduler, the simulators, the Docker socket
 and the fake APIs run in real time, so the windows are scaled rather than the clock driven.
-The four cases of a scenario run at once, each with its own daemon; each test waits for
-the messages its cases need (a resolved message after serving again, the notice) with
-generous deadlines, and asserts counts and order, never how long anything took.
+The fixed crashes divide by 2 instead (FIXED_SCALE: the restart that must beat
+VLLMTargetDown's `for` runs in real time). The four cases of a scenario run at once,
+each with its own daemon; each test waits for the messages its cases need (a resolved
+message after serving again, the notice) with generous deadlines, and asserts counts and
+order, never how long anything took.
 """
 
 from __future__ import annotations
@@ -45,16 +47,24 @@ from examples_run import Result, run_case
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SCALE = 10
+# The fixed crashes run at a fifth of that division. What brings a crashed server back is
+# real time, not scaled: the log line read, an evaluation, the remediation's decision, the
+# container's restart. Its deadline is VLLMTargetDown's `for` (30 s in production), 3 s at
+# SCALE; a starved machine (stress-ng beside the suite, load 17) took 8.3 s from the crash
+# to serving again, and paged VLLMTargetDown. At 2 the `for` is 15 s: the real-time path
+# gets the margin against it that production gives, and every window of the case (grace,
+# group_wait, verify deadlines) keeps its ratio to the others.
+FIXED_SCALE = 2
 EVALUATION_S = 1.0
 SLACK_S = 30.0  # past a case's own deadline: a loaded machine's late evaluation
 
 
-def run_scenario(scenario: str, folder: Path) -> list[Result]:
-    """Every example's case of `scenario`, at once."""
+def run_scenario(scenario: str, folder: Path, scale: int = SCALE) -> list[Result]:
+    """Every example's case of `scenario`, at once, its clocks divided by `scale`."""
     examples = [e for e in EXAMPLES if (e, scenario) not in NA]
     with ThreadPoolExecutor(len(examples)) as pool:
         return list(pool.map(lambda e: run_case(
-            e, scenario, folder / e, SCALE, evaluation_s=EVALUATION_S, warm_up_s=2.0,
+            e, scenario, folder / e, scale, evaluation_s=EVALUATION_S, warm_up_s=2.0,
             slack_s=SLACK_S), examples))
 
 
@@ -67,7 +77,7 @@ def told(r: Result) -> str:
 
 
 def test_a_crash_a_policy_fixes_pages_nobody_and_tells_chat_once(tmp_path: Path) -> None:
-    for r in run_scenario("fixed", tmp_path):
+    for r in run_scenario("fixed", tmp_path, FIXED_SCALE):
         assert r.served_again is not None, told(r)  # the policy brought it back
         assert r.told.pages == 0 and r.false_resolves == 0, told(r)
         assert r.told.notices == (1 if r.example == "gpu-fleet" else 0), told(r)

@@ -51,7 +51,7 @@ def _pending_or_firing(app: App) -> list:
 def _more_evaluations(app: App, n: int, what: str) -> None:
     """Wait (generously) until `app` evaluated its group `n` more times: time passes by events."""
     start = _evaluations(app)
-    wait_for(lambda: _evaluations(app) >= start + n, n * EVAL_S + 15, what)
+    wait_for(lambda: _evaluations(app) >= start + n, n * EVAL_S + 120, what)
 
 
 def test_takeover_keeps_for_and_does_not_re_page(tmp_path, fresh_postgres_url, sim, sink):
@@ -74,7 +74,8 @@ def test_takeover_keeps_for_and_does_not_re_page(tmp_path, fresh_postgres_url, s
         assert [x.state.value for x in _pending_or_firing(a)] == ["pending"]
         a.stop(2)  # hands the lease over mid-`for`
         wait_for(b.acting, 120, "b to take over")
-        firing = wait_for(lambda: bodies_with_status(sink, "firing"), FOR_S + EVAL_S + 15,
+        b_epoch = b.lease.epoch or 0  # b's lease; a loaded machine may flap it further below
+        firing = wait_for(lambda: bodies_with_status(sink, "firing"), 120,
                           "the firing page")
         # `for` counted from the first leader's ActiveAt, not restarted at the takeover: the
         # alert b fired is the one a saw go pending (Sentinel's own clock, not the test's).
@@ -89,9 +90,13 @@ def test_takeover_keeps_for_and_does_not_re_page(tmp_path, fresh_postgres_url, s
         _more_evaluations(a2, 3, "three evaluations on the new leader")
         assert len(bodies_with_status(sink, "firing")) == 1, "re-paged after the takeover"
         sim.set_state(kv_cache_usage=0.1)
-        wait_for(lambda: bodies_with_status(sink, "resolved"), EVAL_S + 15, "the resolved page")
+        wait_for(lambda: bodies_with_status(sink, "resolved"), 120, "the resolved page")
         assert b.lease.describe().startswith("ha: standby")
-        assert "ha: leader (epoch 3" in a2.lease.describe()
+        # a2 leads on a lease newer than b's. Not "epoch 3": on a starved machine a renewal
+        # can time out and a lease be lost and retaken once more (epoch 4 beside stress-ng),
+        # which is the lease doing its job, not what this test is about.
+        assert a2.lease.describe().startswith("ha: leader (epoch "), a2.lease.describe()
+        assert (a2.lease.epoch or 0) > b_epoch >= 2, (a2.lease.describe(), b_epoch)
     finally:
         for x in apps:
             x.stop(2)

@@ -7,6 +7,7 @@ import http.server
 import math
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
@@ -458,6 +459,40 @@ def test_forget_marks_everything_stale(target, store, scraper):
     assert is_stale(_values(store, "a")[-1][1])
     assert is_stale(_values(store, "up")[-1][1])
     assert scraper.forget("vllm-0", 3_000) == 0
+
+
+def test_a_scrape_in_flight_when_its_target_is_forgotten_stores_nothing(target, store,
+                                                                         scraper):
+    """A reload that removes a target while its scrape waits on the wire: the series end with
+    the staleness markers `forget` wrote, the late page does not bring them back (on a
+    starved machine the in-process scraper stored it after the markers)."""
+    target.serve(b"a 1\n")
+    scraper.scrape(_target(target, timeout_ms=5_000), 1_000)
+    gate = threading.Event()
+
+    def held(h: http.server.BaseHTTPRequestHandler, stop: threading.Event) -> None:
+        gate.wait(60)
+        h.send_response(200)
+        h.send_header("Content-Length", "4")
+        h.end_headers()
+        h.wfile.write(b"a 2\n")
+
+    target.behave(held)
+    with ThreadPoolExecutor(1) as pool:
+        # `forget` closes the connection under the in-flight read: that read may end only at
+        # its timeout, kept short here; either way nothing of it may be stored.
+        late = pool.submit(scraper.scrape, _target(target, timeout_ms=5_000), 3_000)
+        deadline = time.monotonic() + 60
+        while len(target.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(target.requests) == 2, "the second scrape never reached the target"
+        assert scraper.forget("vllm-0", 2_000) == 4
+        gate.set()
+        result = late.result(60)
+    assert not result.up and result.samples == 0
+    assert [v for _, v in _values(store, "a")][:1] == [1.0]
+    assert is_stale(_values(store, "a")[-1][1]), _values(store, "a")
+    assert is_stale(_values(store, "up")[-1][1]), _values(store, "up")
 
 
 def test_changed_target_definition_ends_old_series(target, store, scraper):

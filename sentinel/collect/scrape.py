@@ -214,6 +214,12 @@ class Scraper:
     def _locked_finish(self, state: _Target, now_ms: int, start: float, text: str,
                        openmetrics: bool, error: str | None) -> ScrapeResult:
         with state.lock:
+            if self._states.get(state.spec.name) is not state:
+                # The target went (or was redefined) while this scrape was in flight: its
+                # series already ended with staleness markers, and a page stored now would
+                # bring them back after the marker (a reload on a starved machine did).
+                return ScrapeResult(state.spec, False, self._clock() - start, 0, 0, None,
+                                    missed=True)
             return self._finish(state, now_ms, start, text, openmetrics, error)
 
     def _finish(

@@ -352,10 +352,13 @@ class ProcessScraper:
         give_up_ms = int(time.time() * 1000) + target.interval_ms
         w.send(("scrape", state.key, seq, now_ms, give_up_ms))
         answer = await fut
-        if answer is None or answer[1].expired or self._states.get(target.name) is not state:
-            # The worker died or was late, or the target went.
+        if answer is None or answer[1].expired:  # the worker died or was late
             return self._missed(target, start, answer is not None and answer[1].late)
         with state.lock:
+            # Checked under the lock `forget` marks the series stale under: a target gone
+            # (or redefined) meanwhile must not get a page stored after its markers.
+            if self._states.get(target.name) is not state:
+                return self._missed(target, start)
             return self._finish(state, w, answer[0], answer[1], now_ms)
 
     def _missed(self, target: ScrapeTarget, start: float, late: bool = False) -> ScrapeResult:
