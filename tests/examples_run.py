@@ -18,6 +18,7 @@ from pathlib import Path
 from examples_cases import BACK_S, NA, REFUSED_DOWN_S, Stage, stage
 from examples_config import group_interval_s
 from examples_count import Span, Told, count, false_resolves, resolved
+from fixtures_e2e import wait_for
 
 from sentinel.config.notify import (
     DEFAULT_ACT_FIRST_GRACE_MS,
@@ -100,7 +101,7 @@ def run_case(example: str, scenario: str, folder: Path, scale: int, *, evaluatio
     result = Result(example, scenario)
     stop = threading.Event()
     try:
-        _wait(lambda: s.ready(app) and _all_up(app), 120, "the daemon to see every target up")
+        wait_for(lambda: s.ready(app) and _all_up(app), 120, "the daemon to see every target up")
         time.sleep(warm_up_s)  # a little healthy history before the failure
         poller = threading.Thread(target=_poll, args=(s, result.spans, stop), daemon=True)
         result.t0 = time.monotonic()
@@ -170,13 +171,6 @@ def _all_up(app: App) -> bool:
     return bool(vec) and all(v.value == 1 for v in vec)
 
 
-def _wait(predicate: object, timeout_s: float, what: str) -> None:
-    until = time.monotonic() + timeout_s
-    while time.monotonic() < until:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 __all__ = ["BACK_S", "REFUSED_DOWN_S", "Result", "limit_s", "run_case"]
