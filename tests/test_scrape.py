@@ -30,10 +30,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self.server.requests.append(dict(self.headers))  # type: ignore[attr-defined]
+        requests = self.server.requests  # type: ignore[attr-defined]
+        requests.append(dict(self.headers))
+        index = len(requests) - 1
         try:
             self.server.behavior(self, self.server.stop)  # type: ignore[attr-defined]
-            self.server.answered += 1  # type: ignore[attr-defined]  # ran to its end
+            self.server.answered.add(index)  # type: ignore[attr-defined]  # ran to its end
         except (BrokenPipeError, ConnectionResetError):
             pass  # the scraper gave up first, as it should
 
@@ -49,7 +51,9 @@ class Target:
         self.server.daemon_threads = True
         self.server.stop = threading.Event()  # type: ignore[attr-defined]
         self.server.requests = []  # type: ignore[attr-defined]
-        self.server.answered = 0  # type: ignore[attr-defined]
+        # Which requests (by arrival) ran to their end: a count would also move when an
+        # earlier, already-read answer's handler finishes late on a loaded machine.
+        self.server.answered = set()  # type: ignore[attr-defined]
         self.serve(b"")
         self.thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -137,11 +141,11 @@ def _cut_at_its_deadline(target: Target, scraper: Scraper | ProcessScraper,
     The only deadline here is for the scrape to come back at all (a wait for an event, as
     generous as a starved machine needs); how fast it came back is not asserted: what shows
     the cut is the causality (the server never finished) and what Sentinel recorded."""
-    answered = target.server.answered  # type: ignore[attr-defined]
+    this_request = len(target.requests)  # earlier requests were all received already
     with ThreadPoolExecutor(max_workers=1) as pool:
         running = pool.submit(scraper.scrape, t, ts_ms)
         done, _ = wait([running], timeout=120)
-        still_holding = target.server.answered == answered  # type: ignore[attr-defined]
+        still_holding = this_request not in target.server.answered  # type: ignore[attr-defined]
         if not done:
             target.server.stop.set()  # type: ignore[attr-defined]  # let the scrape end
         assert done, "the scrape was not cut at its deadline: it waited for the server"
