@@ -15,4 +15,6 @@ from __future__ import annotations
 
 import httpx
 
-http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0), timeout=5.0)
+# 60 s, not httpx's 5: beside stress-ng a daemon's API answer took over 5 s; a request
+# that outlasts a minute is a hang, and the test's own wait still bounds it.
+http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0), timeout=60.0)

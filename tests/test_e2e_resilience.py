@@ -424,9 +424,9 @@ def _set(sim: SimServer, alertname: str, on: bool) -> None:
 
 
 STEP_S = 0.05
-# A state seen by a running daemon for less than this may or may not have been evaluated
-# (scrape every 1.5 s answered 0.4 s late, evaluation 500 ms, the first evaluation after a start).
-SURE_S = 2.8
+# A state fewer running daemons' scrapes read than this may or may not have been evaluated
+# (evaluation every 500 ms runs between the scrapes, every 1.5 s, answered 0.4 s late).
+SURE_SCRAPES = 3
 MIN_UP_S = 3.5  # each daemon runs at least this long before it is killed
 # Every scrape answers late, so each start evaluates before data arrives; the timeout leaves
 # room, as a scrape that times out on a loaded machine is a real (and different) resolve.
@@ -473,15 +473,24 @@ def _chaos(sig: int, tmp_path: Path, sims: dict[str, SimServer], seed: int) -> N
                 daemon.start()
         killer = threading.Thread(target=kills, daemon=True)
         killer.start()
+        # When each state was really set: on a loaded machine the sleeps run late.
+        actual = _Schedule(sched.duration_s, on={k: [] for k in sched.on})
         for at, on, key in events:
             time.sleep(max(0.0, begin + at - time.monotonic()))
             _set(sims[key[1]], key[0], on)
+            now = time.monotonic() - begin
+            if on:
+                actual.on[key].append((now, 1e9))
+            else:
+                actual.on[key][-1] = (actual.on[key][-1][0], now)
         killer.join(900)  # a 60 s schedule; restarts on a loaded machine take long (300 s
         # ran out beside other work: ten restarts of ~30 s each at a load of 40)
         assert not killer.is_alive()
         wait_for(lambda: len(daemon.ready_at) == daemon.starts, 60, "the last restart")
         up.append((daemon.ready_at[-1] - begin, 1e9))
-        expected = _observable(sched, up)
+        scrapes = {n: [(a - begin, b - begin) for a, b in p.scrapes]
+                   for n, p in proxies.items()}
+        expected = _observable(actual, up, scrapes)
         # Wait for the event, not for a count of resolves: every incident resolved and
         # nothing left to deliver. A page a killed daemon was sending stays leased to it
         # (~12 s) before the next daemon sends it again, and the resolve waits behind it;
@@ -502,7 +511,7 @@ def _chaos(sig: int, tmp_path: Path, sims: dict[str, SimServer], seed: int) -> N
         failed = Counter(line.split("scrape of ", 1)[1].split(" ", 1)[0]
                          for line in daemon.text().splitlines()
                          if "sentinel.daemon.pipeline: scrape of " in line)
-        _check_chaos(sched, expected, up, sink, tmp_path, sig, failed)  # says what went wrong
+        _check_chaos(actual, expected, up, sink, tmp_path, sig, failed)  # says what went wrong
     finally:
         stopping.set()
         daemon.stop()
@@ -519,28 +528,38 @@ def _settled(db: Database) -> bool:
     return still_open == 0 and quiet(db) is not None
 
 
-def _observable(sched: _Schedule, up: list[tuple[float, float]]
+def _observable(sched: _Schedule, up: list[tuple[float, float]],
+                scrapes: dict[str, list[tuple[float, float]]]
                 ) -> dict[tuple[str, str], tuple[int, int]]:
     """Per key, the fewest and most occurrences the daemons that ran during `up` can have seen.
 
     While no daemon runs, a restored alert keeps its state (held until its target answers),
-    so the occurrences are the runs of "on" in what the running daemons saw. A state seen
-    for less than SURE_S may or may not have been evaluated: both are allowed.
+    so the occurrences are the runs of "on" in what the running daemons saw. A run is sure
+    to have been evaluated only when running daemons scraped its state at least SURE_SCRAPES
+    times (read from the proxy, not guessed from seconds: a loaded machine scrapes late);
+    a run with fewer may or may not have been evaluated: both are allowed.
     """
     out: dict[tuple[str, str], tuple[int, int]] = {}
     end = sched.duration_s + 2
     for key, spans in sched.on.items():
-        runs: list[list] = []  # [on, seconds seen]
+        runs: list[list] = []  # [on, [(start, end) seen by one daemon, ...]]
         t = 0.0
         while t < end:
-            if any(r <= t < k for r, k in up):
+            life = next((i for i, (r, k) in enumerate(up) if r <= t < k), None)
+            if life is not None:
                 on = any(a <= t < b for a, b in spans)
                 if runs and runs[-1][0] == on:
-                    runs[-1][1] += STEP_S
+                    last = runs[-1][1][-1]
+                    if last[2] == life and abs(last[1] - t) < STEP_S / 2:
+                        runs[-1][1][-1] = (last[0], t + STEP_S, life)
+                    else:
+                        runs[-1][1].append((t, t + STEP_S, life))
                 else:
-                    runs.append([on, STEP_S])
+                    runs.append([on, [(t, t + STEP_S, life)]])
             t += STEP_S
-        unsure = [i for i, (_, seen) in enumerate(runs[:-1]) if seen < SURE_S]
+        answered = scrapes.get(key[1], [])
+        unsure = [i for i, (_, segs) in enumerate(runs[:-1])
+                  if _scraped(answered, segs) < SURE_SCRAPES]
         counts = set()
         for mask in range(1 << min(len(unsure), 12)):
             dropped = {unsure[b] for b in range(len(unsure)) if mask >> b & 1}
@@ -548,6 +567,12 @@ def _observable(sched: _Schedule, up: list[tuple[float, float]]
             counts.add(sum(1 for i, on in enumerate(kept) if on and (i == 0 or not kept[i - 1])))
         out[key] = (min(counts), max(counts))
     return out
+
+
+def _scraped(answered: list[tuple[float, float]],
+             segments: list[tuple[float, float, int]]) -> int:
+    """How many scrapes read the simulator wholly within one of `segments`."""
+    return sum(1 for a, b in answered if any(s <= a and b <= e for s, e, _ in segments))
 
 
 def _check_chaos(sched: _Schedule, expected: dict[tuple[str, str], tuple[int, int]],
@@ -643,7 +668,10 @@ class _SlowProxy:
                 time.sleep(proxy.delay_s)
                 # One shared client: httpx.get builds an SSL context per call (~30 ms of
                 # CPU, ten times the simulator's answer), a third of the chaos tests' CPU.
+                asked = time.monotonic()
                 r = _HTTP.get(upstream + self.path)
+                if self.path.startswith("/metrics"):
+                    proxy.scrapes.append((asked, time.monotonic()))
                 self.send_response(r.status_code)
                 self.send_header("Content-Type", r.headers.get("content-type", "text/plain"))
                 self.send_header("Content-Length", str(len(r.content)))
@@ -654,6 +682,8 @@ class _SlowProxy:
                 pass
 
         self.delay_s = delay_s
+        # When each scrape read the simulator (monotonic, from asking to its answer).
+        self.scrapes: list[tuple[float, float]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
