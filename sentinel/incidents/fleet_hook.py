@@ -180,21 +180,22 @@ class FleetCorrelator:
 
     def offered(self, alerts: Sequence[Alert]) -> list[Alert]:
         """The remediation guard: alerts of a fleet incident's members are not offered."""
+        return self.split(alerts)[0]
+
+    def split(self, alerts: Sequence[Alert]) -> tuple[list[Alert], list[Alert]]:
+        """The remediation guard (fleet.remediation) applied to an evaluation's alerts:
+        (offered, withheld). The withheld are audited as refusals (`fleet_wide`) by the
+        remediator, once per member incident."""
         if not self._groups:
-            return list(alerts)
-        out = []
-        withheld = 0
+            return list(alerts), []
+        out: list[Alert] = []
+        withheld: list[Alert] = []
         for a in alerts:
             target = _target(a)
             g = self._groups.get((a.name, self._group_of(a, target)))
-            if fleet.remediation(g.state if g else None, target) is fleet.Guard.FLEET_WIDE:
-                withheld += 1
-                continue
-            out.append(a)
-        if withheld:
-            log.debug("remediation withheld from %d alert(s): %s", withheld,
-                      fleet.FLEET_WIDE_WHY)
-        return out
+            guard = fleet.remediation(g.state if g else None, target)
+            (withheld if guard is fleet.Guard.FLEET_WIDE else out).append(a)
+        return out, withheld
 
     # -- gathering -------------------------------------------------------------------
 
