@@ -57,6 +57,7 @@ KEY_PREFIX = "fleet/"
 # (grouped by target and fleet) sends each fleet incident as a message of its own.
 FLEET_LABEL = "fleet"
 _Key = tuple[str, Labels]  # (alert name, group labels)
+BREAKDOWN_KEPT = 50  # values per label kept on a timeline line (the most members first)
 
 
 class UpdateWriter(Protocol):
@@ -314,8 +315,12 @@ class FleetCorrelator:
         if incident is not None:
             incident.summary = dict(alert.annotations)["summary"]
             incident.updated_at = now
+        # The numbers as data too: the API shows the size and breakdown from the last line.
+        parts = fleet_page.breakdown_counts({t: self._labels.get(t, {}) for t in g.state.firing},
+                                            self._breakdown_by)
         _line(s, g.incident_id, now, f"{m.kind.value}: {dict(alert.annotations)['summary']}",
-              {"fleet": m.kind.value, "count": m.count, "size": m.size})
+              {"fleet": m.kind.value, "count": m.count, "size": m.size,
+               "breakdown": {k: dict(list(v.items())[:BREAKDOWN_KEPT]) for k, v in parts.items()}})
         if m.kind is fleet.Kind.RESOLVED:
             return FleetNews(g.incident_id, alert.name, resolved=(alert,), closed=True)
         if m.kind is fleet.Kind.UPDATE:
