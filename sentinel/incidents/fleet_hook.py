@@ -79,6 +79,7 @@ class FleetNews:
     fired: tuple[Alert, ...] = ()
     resolved: tuple[Alert, ...] = ()
     closed: bool = False
+    paged: bool = False  # the fleet incident's one page (a later runbook updates it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +340,8 @@ class FleetCorrelator:
             return FleetNews(g.incident_id, alert.name, resolved=(alert,), closed=True)
         if m.kind is fleet.Kind.UPDATE:
             self._update(s, g, alert, now_ms)
-        return FleetNews(g.incident_id, alert.name, fired=(alert,))
+        return FleetNews(g.incident_id, alert.name, fired=(alert,),
+                         paged=m.kind is fleet.Kind.PAGE)
 
     def _alert(self, g: _Group, m: fleet.Message, now_ms: int) -> Alert:
         page = fleet_page.Page(label_value(g.labels, "alertname"), g.labels,
