@@ -224,7 +224,7 @@ class _Remediator:
     def __init__(self) -> None:
         self.offered: list[list[str]] = []
 
-    def offer(self, alerts: list[Alert], now_ms: int) -> None:
+    def offer(self, alerts: list[Alert], now_ms: int, withheld: list[Alert] = ()) -> None:  # type: ignore[assignment]
         self.offered.append(sorted(f"{a.name}/{dict(a.labels)['target']}" for a in alerts))
 
 

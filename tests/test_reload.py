@@ -47,7 +47,6 @@ def test_diff_targets_names_what_went_came_and_changed():
     ({"retention": "1h"}, "retention"),
     ({"external_url": "https://sentinel.example.com"}, "external_url"),
     ({"probe_interval": "1m"}, "probe_interval"),
-    ({"fleet": {"min_targets": 20}}, "fleet"),
 ])
 def test_keys_the_daemon_holds_need_a_restart(update, key):
     lines = restart_needed(_config(), _config(**update))
@@ -60,9 +59,22 @@ def test_keys_the_daemon_holds_need_a_restart(update, key):
     {"receivers": [{"name": "r", "webhook": {"url": "http://127.0.0.1:9/hook"}}]},
     {"scrape_interval": "5s"},
     {"api": {"tokens": [{"name": "w", "role": "write", "token": "0123456789abcdef0123"}]}},
+    # Issue 49: `fleet:` is applied in place (its open incidents kept)...
+    {"fleet": {"min_targets": 20, "min_fraction": 0.5, "breakdown_by": ["pool"]}},
+    {"fleet": {"enabled": False}},
 ])
 def test_targets_receivers_and_rules_reload_in_place(update):
     assert restart_needed(_config(), _config(**update)) == []
+
+
+def test_fleet_group_by_needs_a_restart():
+    """...but not its grouping: the open fleet incidents are keyed by it."""
+    (line,) = restart_needed(_config(), _config(fleet={"group_by": ["pool"]}))
+    assert line.startswith("fleet.group_by: changed; a restart is needed to apply it")
+    assert restart_needed(_config(), _config(fleet={"group_by": ["pool"], "enabled": False}))
+    # Off: turned on with a grouping in place (daemon/fleetwiring.retune).
+    assert restart_needed(_config(fleet={"enabled": False}),
+                          _config(fleet={"group_by": ["pool"]})) == []
 
 
 def test_log_sources_are_rebuilt_only_when_they_change(tmp_path):

@@ -22,7 +22,8 @@ from test_api_security import _config, plant
 
 from sentinel.config import load_config
 from sentinel.daemon.app import App
-from sentinel.incidents.models import Incident
+from sentinel.incidents.models import Incident, TimelineEvent
+from sentinel.incidents.models_fleet import FleetMember
 
 pytestmark = pytest.mark.integration
 
@@ -64,6 +65,7 @@ def test_every_page_has_no_serious_accessibility_violation(
             s.execute(update(Incident).where(Incident.id == resolved).values(
                 status="resolved", opened_at=now - timedelta(days=1),
                 resolved_at=now - timedelta(days=1) + timedelta(minutes=7), resolve_ms=420_000))
+        fleet = _fleet(db, [firing, resolved], now)
         wait_for(lambda: httpx.get(f"{url}/api/v1/alerts").json()["data"]["alerts"], 15,
                  "the rule's alert to go pending")
         r = httpx.post(f"{url}/api/v2/silences",
@@ -82,7 +84,8 @@ def test_every_page_has_no_serious_accessibility_violation(
         click(b, By.CSS_SELECTOR, "form button")
         wait_for(lambda: "Incidents" in b.title, 30, "the list after logging in")
         pages = {"list": "/", "incident-firing": f"/incidents/{firing}",
-                 "incident-resolved": f"/incidents/{resolved}", "alerts": "/alerts",
+                 "incident-resolved": f"/incidents/{resolved}",
+                 "incident-fleet": f"/incidents/{fleet}", "alerts": "/alerts",
                  "rules": "/rules", "targets": "/targets", "stats": "/stats",
                  "silences": "/silences"}
         for name, path in pages.items():
@@ -94,12 +97,32 @@ def test_every_page_has_no_serious_accessibility_violation(
             if name == "incident-firing":
                 assert b.find_elements(By.CSS_SELECTOR, "#plot svg")
                 assert b.find_elements(By.CSS_SELECTOR, "#links a")
+                assert b.find_elements(By.CSS_SELECTOR, "#fleet-link a")  # a member
+            if name == "incident-fleet":
+                assert len(b.find_elements(By.CSS_SELECTOR, "#fleet-members tbody tr")) == 2
             screenshot(b, f"a11y-{name}")
         bad = {k: v for k, v in found.items() if v}
         assert not bad, "\n".join(f"{k}: {line}" for k, v in bad.items() for line in v)
-        assert len(found) == 10
+        assert len(found) == 11
     finally:
         app.stop(2)
+
+
+def _fleet(db, members: list[int], now: datetime) -> int:  # noqa: ANN001
+    """A fleet incident (issue 49) whose members are these incidents; its id."""
+    with db.session() as s:
+        fleet = Incident(group_key="fleet/SlowBurn/all", alertname="SlowBurn", target="",
+                         status="open", severity="warning", labels={},
+                         summary="SlowBurn on 2 of 5 targets: pool=a100: 2", opened_at=now,
+                         resolved_at=None, updated_at=now)
+        s.add(fleet)
+        s.flush()
+        s.add(TimelineEvent(incident_id=fleet.id, at=now, kind="note", message="page", data={
+            "fleet": "page", "count": 2, "size": 5, "breakdown": {"pool": {"a100": 2}}}))
+        for i, member in enumerate(members):
+            s.add(FleetMember(fleet_incident_id=fleet.id, target=f"t{i}", incident_id=member,
+                              quiet=i == 0, joined_at=now, left_at=None if i == 0 else now))
+        return fleet.id
 
 
 def test_axe_finds_what_it_should(tmp_path: Path, browser) -> None:  # noqa: ANN001,F811

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import and_, func, or_, select
 
-from sentinel.api import told
+from sentinel.api import fleet_view, told
 from sentinel.api.errors import ApiError
 from sentinel.api.params import (
     choice_param,
@@ -97,7 +97,11 @@ def list_incidents(db: Database, params: Mapping[str, str], now_ms: int) -> dict
         more = len(rows) > limit
         rows = rows[:limit]
         marks = _told_markers(s, [r.id for r in rows])
-    items = [{**_summary(r, (int(r.n_alerts), int(r.n_firing))), "told": marks.get(r.id)}
+        # A fleet incident has no alerts of its own: its members are its count (issue 49).
+        fleets = fleet_view.list_marks(s, [r.id for r in rows])
+    items = [{**_summary(r, (int(r.n_alerts), int(r.n_firing))), "told": marks.get(r.id),
+              "fleet": fleets.get(r.id, {}).get("fleet"),
+              "fleet_incident_id": fleets.get(r.id, {}).get("fleet_incident_id")}
              for r in rows]
     last = rows[-1] if rows else None
     return {"incidents": items,
@@ -153,9 +157,10 @@ def get_incident(db: Database, incident_id: int) -> dict[str, Any]:
             RemediationAttempt.incident_id == incident_id).order_by(RemediationAttempt.id)).all()
         approvals = s.scalars(select(Approval).where(Approval.incident_id == incident_id)
                               .order_by(Approval.id)).all()
+        timeline = [{"id": e.id, "at": iso(e.at), "kind": e.kind, "message": e.message,
+                     "data": e.data} for e in events]
+        fleet, member_of = fleet_view.detail(s, inc, timeline)
     firing = sum(1 for a in alerts if a.state == "firing")
-    timeline = [{"id": e.id, "at": iso(e.at), "kind": e.kind, "message": e.message,
-                 "data": e.data} for e in events]
     return {
         "incident": {**_summary(inc, (len(alerts), firing)), "labels": dict(inc.labels),
                      "detect_ms": inc.detect_ms, "evidence_at": iso(inc.evidence_at),
@@ -163,7 +168,16 @@ def get_incident(db: Database, incident_id: int) -> dict[str, Any]:
                      "time_to_recovery_ms": inc.recovery_ms,
                      # What people did (issue 37): who took it, who owns it.
                      "acknowledged_at": iso(inc.acknowledged_at),
-                     "diagnosis_requested_at": iso(inc.diagnosis_requested_at)},
+                     "diagnosis_requested_at": iso(inc.diagnosis_requested_at),
+                     # Issue 49: the fleet incident it joined (a member), and on a fleet
+                     # incident its count (as the list shows it).
+                     "fleet_incident_id": member_of["incident_id"] if member_of else None,
+                     "fleet": {"members": fleet["members_now"],
+                               "joined": fleet["members_joined"]} if fleet else None},
+        # A fleet incident: members now, at peak, joined; size, breakdown, the members.
+        "fleet": fleet,
+        # A member: the fleet incident it joined (id, status, summary, quiet).
+        "fleet_incident": member_of,
         "alerts": [{"fingerprint": a.fingerprint, "labels": dict(a.labels),
                     "annotations": dict(a.annotations), "state": a.state,
                     "value": _num(value_from_db(a.value)), "active_at": iso(a.active_at),

@@ -150,7 +150,8 @@ def build_server(backend: Backend) -> Any:
     def params(**kw: Any) -> dict[str, str]:
         return {k: str(v) for k, v in kw.items() if v not in (None, "")}
 
-    @server.tool(description="Incidents newest first; filters as the API's; bounded to 100.")
+    @server.tool(description="Incidents newest first; filters as the API's; bounded to 100. "
+                             "A fleet incident carries `fleet` (members now, joined).")
     async def list_incidents(status: str | None = None, alertname: str | None = None,
                              target: str | None = None, category: str | None = None,
                              since: str | None = None, until: str | None = None,
@@ -160,7 +161,9 @@ def build_server(backend: Backend) -> Any:
         return _bounded(await run(lambda: backend.get("/api/v1/incidents", p)))
 
     @server.tool(description="One incident: alerts, timeline (newest 200), runbook, actions, "
-                             "approvals, notifications.")
+                             "approvals, notifications; a fleet incident's members (count "
+                             "now and at peak, breakdown, up to 200 listed); a member's "
+                             "fleet incident.")
     async def get_incident(incident_id: int) -> dict[str, Any]:
         d = await run(lambda: backend.get(f"/api/v1/incidents/{int(incident_id)}", {}))
         truncated = len(d.get("timeline", [])) > MAX_TIMELINE

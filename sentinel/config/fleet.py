@@ -37,7 +37,8 @@ class FleetConfig(Strict):
     enabled: bool = True
     # Fleet-wide when the alert went active on at least this many targets of a group...
     min_targets: int = Field(DEFAULT_MIN_TARGETS, ge=2)
-    # ...or this fraction of a group_by group's configured targets (never fewer than 3)...
+    # ...or this fraction of a group_by group's targets, configured or discovered (never
+    # fewer than 3)...
     min_fraction: float = Field(DEFAULT_MIN_FRACTION, gt=0, le=1)
     # ...within this window (pending targets count: a fleet fires over a few evaluations).
     window_ms: PositiveDuration = Field(DEFAULT_WINDOW_MS, alias="window")

@@ -25,7 +25,7 @@ from sentinel.collect.ioloop import IOLoop
 from sentinel.collect.scrape import Scraper, ScrapeTarget
 from sentinel.collect.workerpool import ProcessScraper, workers_for
 from sentinel.config import Config
-from sentinel.daemon import coldstartjob, gcpolicy, heartbeat, systemd
+from sentinel.daemon import coldstartjob, fleetwiring, gcpolicy, heartbeat, systemd
 from sentinel.daemon.fleetwiring import fleet_correlator
 from sentinel.daemon.follow import ScrapeFollower, may_follow
 from sentinel.daemon.http import StatusServer
@@ -395,10 +395,15 @@ class App:
 
     def _retune_tracker(self, new: Config) -> None:
         """The incident stage's join window and act-first wait follow the file: which
-        policies hold a page, and how long, come from `notify` and `remediation`."""
-        assert self.pipeline is not None
+        policies hold a page, and how long, come from `notify` and `remediation`; and
+        `fleet:` (its open fleet incidents kept)."""
+        assert self.pipeline is not None and self.notifier is not None
+        discovered = self.discovered.targets() if self.discovered is not None else ()
         with self._lock:
-            self.pipeline.tracker.retune(new.notify.join_window_ms, act_first(new))
+            tracker = self.pipeline.tracker
+            tracker.retune(new.notify.join_window_ms, act_first(new))
+            tracker.fleet = fleetwiring.retune(tracker.fleet, new, self.notifier.outbox,
+                                               discovered)
 
     def _swap_rules(self, groups: list[RuleGroup]) -> None:
         """New rule groups; unchanged rules keep their alert state (RuleManager.reload)."""
@@ -578,6 +583,8 @@ class App:
         from sentinel.respond.remediate.base import TargetInfo
 
         assert self.scrape_jobs is not None and self.pipeline is not None
+        # The fleet's group sizes count it (issue 49: a pool's 20 % is of its targets now).
+        fleetwiring.track(self.pipeline.tracker.fleet, added=target)
         st = self._scrape_target(target)
         if self.query is None or self.query.scrapes:  # a remote backend's Prometheus scrapes
             # On the I/O loop like the static targets (ScrapeJobs.add is thread-safe).
@@ -595,6 +602,7 @@ class App:
     def _remove_target(self, name: str) -> None:
         """Stop scraping a target that went away; its series end with staleness markers."""
         assert self.scrape_jobs is not None and self.pipeline is not None
+        fleetwiring.track(self.pipeline.tracker.fleet, removed=name)
         self.scrape_jobs.remove("scrape", name)
         self.pipeline.scraper.forget(name, self._now_ms())
         if self.probes is not None:

@@ -145,9 +145,13 @@ class Pipeline:
             if self.remediator is not None:
                 # Only matches and queues: actions run off this thread. A target of a
                 # fleet-wide failure is not acted on by itself (incidents/fleet.py).
+                # Those are audited as refusals (reason `fleet_wide`), once per incident.
                 fleet = getattr(self.tracker, "fleet", None)
-                self.remediator.offer(alerts if fleet is None else fleet.offered(alerts),
-                                      now_ms)
+                if fleet is None:
+                    self.remediator.offer(alerts, now_ms)
+                else:
+                    offered, withheld = fleet.split(alerts)
+                    self.remediator.offer(offered, now_ms, withheld=withheld)
         notifications = reconciled + notifications
         self._count_alerts(group, alerts)
         if self.on_queued is not None:

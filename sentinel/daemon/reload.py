@@ -36,7 +36,7 @@ RESTART_KEYS: tuple[str, ...] = (
     "external_url", "evaluation_interval_ms", "promql_semantics", "promql_features",
     "retention_ms", "keep_all_series",
     "max_series", "alert_restore", "probe_interval_ms", "probe_canary_concurrency",
-    "collect_workers", "fleet",
+    "collect_workers",
 )
 # Target keys read by the log, TPU and XLA-cache sources: a change rebuilds those sources.
 SOURCE_KEYS: tuple[str, ...] = ("logs", "tpu", "xla_cache_path")
@@ -106,6 +106,10 @@ def restart_needed(old: Config, new: Config) -> list[str]:
     # Tokens are swapped in place (Auth.replace_tokens); the Host check is built at start.
     if old.api.allowed_hosts != new.api.allowed_hosts:
         out.append("api.allowed_hosts: changed; a restart is needed to apply it")
+    # The rest of `fleet:` is applied in place; its open incidents are keyed by group_by.
+    if old.fleet.enabled and old.fleet.group_by != new.fleet.group_by:
+        out.append("fleet.group_by: changed; a restart is needed to apply it (the open "
+                   "fleet incidents are grouped by it)")
     return out
 
 

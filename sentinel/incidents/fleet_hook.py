@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 from sentinel.config.notify import DEFAULT_GROUP_INTERVAL_MS
 from sentinel.incidents import fleet, fleet_page
 from sentinel.incidents.convert import dt_to_ms, labels_from_json, labels_to_json, ms_to_dt
+from sentinel.incidents.fleet_targets import FleetTargets
 from sentinel.incidents.models import Incident, IncidentStatus, TimelineEvent, TimelineKind
 from sentinel.incidents.models_fleet import FleetMember
 from sentinel.incidents.models_notify import NotifyGroup
@@ -57,6 +58,7 @@ KEY_PREFIX = "fleet/"
 # (grouped by target and fleet) sends each fleet incident as a message of its own.
 FLEET_LABEL = "fleet"
 _Key = tuple[str, Labels]  # (alert name, group labels)
+BREAKDOWN_KEPT = 50  # values per label kept on a timeline line (the most members first)
 
 
 class UpdateWriter(Protocol):
@@ -77,6 +79,7 @@ class FleetNews:
     fired: tuple[Alert, ...] = ()
     resolved: tuple[Alert, ...] = ()
     closed: bool = False
+    paged: bool = False  # the fleet incident's one page (a later runbook updates it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,14 +121,12 @@ class FleetCorrelator:
                  route: Route | None = None, updates: UpdateWriter | None = None,
                  breakdown_by: tuple[str, ...] = ()) -> None:
         self.policy = policy
-        self._labels = dict(target_labels or {})
+        # Every target's labels and each group's size; discovery and reloads keep it
+        # current (daemon/fleetwiring.py).
+        self.targets = FleetTargets(policy.group_by, target_labels)
         self._route = route
         self._updates = updates
         self._breakdown_by = breakdown_by
-        self._sizes: dict[Labels, int] = {}
-        for labels in self._labels.values():
-            g = tuple((k, labels.get(k, "")) for k in policy.group_by)
-            self._sizes[g] = self._sizes.get(g, 0) + 1
         self._groups: dict[_Key, _Group] | None = None  # None: not loaded since start
         self._quiet: set[int] = set()
         self._staged: tuple[dict[_Key, _Group], set[int]] | None = None
@@ -133,8 +134,23 @@ class FleetCorrelator:
     def fresh(self) -> FleetCorrelator:
         """The same configuration with no state: it reads the open fleet incidents back
         (an HA takeover: the last leader wrote them)."""
-        return FleetCorrelator(self.policy, target_labels=self._labels, route=self._route,
-                               updates=self._updates, breakdown_by=self._breakdown_by)
+        return FleetCorrelator(self.policy, target_labels=self.targets.snapshot(),
+                               route=self._route, updates=self._updates,
+                               breakdown_by=self._breakdown_by)
+
+    def reconfigure(self, policy: fleet.FleetPolicy, route: Route | None,
+                    breakdown_by: tuple[str, ...]) -> None:
+        """A reload's `fleet:` and routes, keeping the open fleet incidents. Turned off
+        (`enabled: false`), no new one opens and the open ones run to their end.
+        `group_by` is not changed in place: the open incidents are keyed by it (a
+        reload that changes it is refused: daemon/reload.py)."""
+        if policy.group_by != self.policy.group_by:
+            raise ValueError("fleet.group_by cannot change without a restart")
+        self.policy, self._route, self._breakdown_by = policy, route, breakdown_by
+
+    def any_open(self) -> bool:
+        """Whether a fleet incident may be open (True when not read back yet)."""
+        return self._groups is None or any(g.state.open for g in self._groups.values())
 
     # -- the tracker's hook ---------------------------------------------------------
 
@@ -180,21 +196,22 @@ class FleetCorrelator:
 
     def offered(self, alerts: Sequence[Alert]) -> list[Alert]:
         """The remediation guard: alerts of a fleet incident's members are not offered."""
+        return self.split(alerts)[0]
+
+    def split(self, alerts: Sequence[Alert]) -> tuple[list[Alert], list[Alert]]:
+        """The remediation guard (fleet.remediation) applied to an evaluation's alerts:
+        (offered, withheld). The withheld are audited as refusals (`fleet_wide`) by the
+        remediator, once per member incident."""
         if not self._groups:
-            return list(alerts)
-        out = []
-        withheld = 0
+            return list(alerts), []
+        out: list[Alert] = []
+        withheld: list[Alert] = []
         for a in alerts:
             target = _target(a)
             g = self._groups.get((a.name, self._group_of(a, target)))
-            if fleet.remediation(g.state if g else None, target) is fleet.Guard.FLEET_WIDE:
-                withheld += 1
-                continue
-            out.append(a)
-        if withheld:
-            log.debug("remediation withheld from %d alert(s): %s", withheld,
-                      fleet.FLEET_WIDE_WHY)
-        return out
+            guard = fleet.remediation(g.state if g else None, target)
+            (withheld if guard is fleet.Guard.FLEET_WIDE else out).append(a)
+        return out, withheld
 
     # -- gathering -------------------------------------------------------------------
 
@@ -219,11 +236,11 @@ class FleetCorrelator:
         severity = label_value(seen.first.labels, "severity") if seen.first else ""
         labels = g.labels or _fleet_labels(key, severity)
         return fleet.Observation(now_ms, frozenset(seen.fired), frozenset(seen.resolved),
-                                 seen.active, self._sizes.get(key[1], 0),
+                                 seen.active, self.targets.size(key[1]),
                                  self._interval(labels))
 
     def _group_of(self, a: Alert, target: str) -> Labels:
-        own = self._labels.get(target, {})
+        own = self.targets.labels(target)
         return tuple((k, label_value(a.labels, k) or own.get(k, ""))
                      for k in self.policy.group_by)
 
@@ -313,19 +330,25 @@ class FleetCorrelator:
         if incident is not None:
             incident.summary = dict(alert.annotations)["summary"]
             incident.updated_at = now
+        # The numbers as data too: the API shows the size and breakdown from the last line.
+        parts = fleet_page.breakdown_counts(
+            {t: self.targets.labels(t) for t in g.state.firing}, self._breakdown_by)
         _line(s, g.incident_id, now, f"{m.kind.value}: {dict(alert.annotations)['summary']}",
-              {"fleet": m.kind.value, "count": m.count, "size": m.size})
+              {"fleet": m.kind.value, "count": m.count, "size": m.size,
+               "breakdown": {k: dict(list(v.items())[:BREAKDOWN_KEPT]) for k, v in parts.items()}})
         if m.kind is fleet.Kind.RESOLVED:
             return FleetNews(g.incident_id, alert.name, resolved=(alert,), closed=True)
         if m.kind is fleet.Kind.UPDATE:
             self._update(s, g, alert, now_ms)
-        return FleetNews(g.incident_id, alert.name, fired=(alert,))
+        return FleetNews(g.incident_id, alert.name, fired=(alert,),
+                         paged=m.kind is fleet.Kind.PAGE)
 
     def _alert(self, g: _Group, m: fleet.Message, now_ms: int) -> Alert:
         page = fleet_page.Page(label_value(g.labels, "alertname"), g.labels,
                                fleet_page.where(g.labels, FLEET_LABEL), g.rule_group,
                                g.active_at_ms, g.opened_ms, g.example)
-        return fleet_page.fleet_alert(page, m, g.state.firing, self._labels,
+        labels = {t: self.targets.labels(t) for t in g.state.firing}
+        return fleet_page.fleet_alert(page, m, g.state.firing, labels,
                                       self._breakdown_by, self.policy.list_limit, now_ms)
 
     def _update(self, s: Session, g: _Group, alert: Alert, now_ms: int) -> None:

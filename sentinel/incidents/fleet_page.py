@@ -73,17 +73,26 @@ def breakdown(labels_by_target: Mapping[str, Mapping[str, str]], keys: tuple[str
               limit: int = 10) -> str:
     """`pool=a100: 3,900, pool=h100: 912`: the members counted by each label's value."""
     parts: list[str] = []
+    for key, counts in breakdown_counts(labels_by_target, keys).items():
+        ranked = list(counts.items())
+        parts += [f"{key}={v}: {n:,}" for v, n in ranked[:limit]]
+        if len(ranked) > limit:
+            parts.append(f"{key}: {len(ranked) - limit} more values")
+    return ", ".join(parts)
+
+
+def breakdown_counts(labels_by_target: Mapping[str, Mapping[str, str]],
+                     keys: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """{label: {value: members}}, the most members first (the API's `breakdown`)."""
+    out: dict[str, dict[str, int]] = {}
     for key in keys:
         counts: dict[str, int] = {}
         for labels in labels_by_target.values():
             value = labels.get(key)
             if value:
                 counts[value] = counts.get(value, 0) + 1
-        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        parts += [f"{key}={v}: {n:,}" for v, n in ranked[:limit]]
-        if len(ranked) > limit:
-            parts.append(f"{key}: {len(ranked) - limit} more values")
-    return ", ".join(parts)
+        out[key] = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return out
 
 
 def listing(targets: frozenset[str] | set[str], limit: int) -> str:

@@ -258,6 +258,10 @@ class IncidentTracker:
             outcomes[n.incident_id] = _Outcome(n.incident_id, GroupKey(n.alertname, ""),
                                                list(n.fired), list(n.resolved), n.closed,
                                                ms_to_dt(now_ms))
+            if n.paged and self.outbox is not None:
+                # Never held (remediation does not act on a fleet): it pages at once, and
+                # the model's runbook, asked once for the fleet, comes as its update.
+                actfirst_paged(s, n.incident_id, ms_to_dt(now_ms))
         return found.quiet
 
     def _open_together(self, s: Session, groups: dict[GroupKey, list[Alert]],

@@ -44,3 +44,6 @@ class Evidence:
     target_config: Pairs
     static_runbook: str
     signature: str  # of the excerpt the static runbook belongs to; "" when none
+    # A fleet incident's headline (`VLLMKVCacheHigh on 4,812 of 5,000 targets`): the rest
+    # is one member's evidence, standing for every member. "" for a target's incident.
+    fleet: str = ""

@@ -69,8 +69,12 @@ def build_messages(ev: Evidence, trim: Trim) -> list[Message]:
 def _header(ev: Evidence) -> str:
     labels = ", ".join(f'{k}="{v}"' for k, v in ev.labels)
     values = ", ".join(f"{k}: {v}" for k, v in ev.values)
-    return (f"Incident #{ev.incident_id}: alert {ev.alertname} on target {ev.target or '-'}, "
+    head = (f"Incident #{ev.incident_id}: alert {ev.alertname} on target {ev.target or '-'}, "
             f"opened {ev.opened_at}.\nLabels: {labels}\nAlert values: {values or '-'}")
+    if ev.fleet:  # one request for a fleet-wide failure: say what the member stands for
+        head += (f"\nThis failure is fleet-wide ({ev.fleet}); the evidence below is from one "
+                 f"of those targets, {ev.target or '-'}, and stands for all of them.")
+    return head
 
 
 def _defang(line: str) -> str:

@@ -4,6 +4,12 @@ A RUNBOOK event's data: {source: "model"|"static", endpoint, model, latency_ms,
 prompt_tokens, completion_tokens, validated, runbook: {...} (validated) or
 raw: "..." (not), proposed_action, prompt (the redacted user message)}. A
 diagnosis that gives up leaves a NOTE with data {diagnosis: "gave_up", errors}.
+
+A fleet-wide failure (incidents/fleet.py) is asked about once: the fleet incident is
+pending with one member's evidence (`fleet_evidence`), and the members that opened
+as part of it (quiet ones) are not asked about at all: their runbook is the fleet's
+(`session_runbook_events` shows it, marked with `fleet_incident`). In a storm of
+5,000 targets that is one request to the model, not 5,000.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from sentinel.incidents.db import Database
+from sentinel.incidents.fleet_hook import KEY_PREFIX
 from sentinel.incidents.models import Incident, IncidentStatus, TimelineEvent, TimelineKind
+from sentinel.incidents.models_fleet import FleetMember
 
 GAVE_UP = "gave_up"
 
@@ -32,18 +40,54 @@ class Pending:
 
 
 def pending(db: Database) -> list[Pending]:
-    """Open incidents with a log excerpt, no model runbook and no given-up note."""
+    """Open incidents with a log excerpt, no model runbook and no given-up note; open fleet
+    incidents one of whose members has one; never a quiet member of an open fleet incident."""
     has_excerpt = exists().where(TimelineEvent.incident_id == Incident.id,
                                  TimelineEvent.kind == TimelineKind.LOG_EXCERPT)
+    fleet = Incident.__table__.alias("fleet")
+    in_fleet = exists().where(FleetMember.incident_id == Incident.id, FleetMember.quiet,
+                              FleetMember.fleet_incident_id == fleet.c.id,
+                              fleet.c.status == IncidentStatus.OPEN.value)
     with db.session() as s:
-        incidents = s.scalars(select(Incident).where(
-            Incident.status == IncidentStatus.OPEN, has_excerpt).order_by(Incident.id)).all()
+        incidents = list(s.scalars(select(Incident).where(
+            Incident.status == IncidentStatus.OPEN, has_excerpt, ~in_fleet)).all())
+        incidents += [i for i in s.scalars(select(Incident).where(
+            Incident.status == IncidentStatus.OPEN, Incident.group_key.startswith(KEY_PREFIX),
+            ~has_excerpt)).all() if _member_with_excerpt(s, i.id) is not None]
         out = []
-        for inc in incidents:
+        for inc in sorted(incidents, key=lambda i: i.id):
             sources = diagnosis_marks(s, inc.id)
             if "model" not in sources and GAVE_UP not in sources:
                 out.append(Pending(inc.id, inc.target, inc.opened_at, "static" in sources))
         return out
+
+
+def fleet_evidence(db: Database, incident_id: int) -> tuple[int, str] | None:
+    """For a fleet incident: (the member incident whose evidence stands for the fleet, the
+    fleet incident's summary); None for any other incident or when no member has any."""
+    with db.session() as s:
+        incident = s.get(Incident, incident_id)
+        if incident is None or not incident.group_key.startswith(KEY_PREFIX):
+            return None
+        member = _member_with_excerpt(s, incident_id)
+        return None if member is None else (member, incident.summary)
+
+
+def _member_with_excerpt(s: Session, fleet_incident_id: int) -> int | None:
+    """The first member (by joining, then name) whose own incident has a log excerpt."""
+    return s.scalar(select(FleetMember.incident_id).where(
+        FleetMember.fleet_incident_id == fleet_incident_id,
+        FleetMember.incident_id.is_not(None),
+        exists().where(TimelineEvent.incident_id == FleetMember.incident_id,
+                       TimelineEvent.kind == TimelineKind.LOG_EXCERPT))
+        .order_by(FleetMember.joined_at, FleetMember.target).limit(1))
+
+
+def fleet_of(s: Session, incident_id: int) -> int | None:
+    """The fleet incident a quiet member belongs to (the newest), or None."""
+    return s.scalar(select(FleetMember.fleet_incident_id).where(
+        FleetMember.incident_id == incident_id, FleetMember.quiet)
+        .order_by(FleetMember.fleet_incident_id.desc()).limit(1))
 
 
 def diagnosis_marks(s: Any, incident_id: int) -> set[str]:
@@ -76,7 +120,17 @@ def runbook_events(db: Database, incident_id: int) -> list[dict[str, Any]]:
 
 
 def session_runbook_events(s: Session, incident_id: int) -> list[dict[str, Any]]:
-    """`runbook_events` inside the caller's transaction."""
+    """`runbook_events` inside the caller's transaction; a quiet fleet member's end with its
+    fleet incident's (each marked `fleet_incident`): it is not asked about on its own."""
+    out = _own_runbook_events(s, incident_id)
+    fleet_id = fleet_of(s, incident_id)
+    if fleet_id is not None:
+        out += [{**d, "fleet_incident": fleet_id} for d in _own_runbook_events(s, fleet_id)
+                if d.get("source") == "model"]
+    return out
+
+
+def _own_runbook_events(s: Session, incident_id: int) -> list[dict[str, Any]]:
     rows = s.execute(select(TimelineEvent.kind, TimelineEvent.data).where(
         TimelineEvent.incident_id == incident_id,
         TimelineEvent.kind.in_([TimelineKind.RUNBOOK, TimelineKind.LOG_EXCERPT]),

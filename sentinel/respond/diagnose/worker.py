@@ -7,6 +7,10 @@ until the incident resolves or `deadline` after it opened, when a NOTE says
 the diagnosis gave up. A model runbook that arrives later is added to the
 timeline as its own event.
 
+A fleet-wide failure is one request: the fleet incident is asked about with one
+member's evidence, and the runbook is stored on it; its quiet members are not asked
+about (records.pending) and show the fleet's runbook.
+
 Nothing here acts on a reply: a proposed remediation is recorded as data.
 """
 
@@ -92,9 +96,15 @@ class DiagnosisWorker:
     def diagnose(self, incident_id: int, now_ms: int, *, has_static: bool = False,
                  retry: bool = True) -> bool:
         """Diagnose one incident now; True when a model runbook was stored."""
-        ev = gather(self.db, incident_id, self.redactor, self.series)
+        # A fleet incident is asked about once, with one member's evidence (records.py).
+        fleet = records.fleet_evidence(self.db, incident_id)
+        ev = gather(self.db, incident_id if fleet is None else fleet[0], self.redactor,
+                    self.series)
         if ev is None:
             raise ValueError(f"no incident {incident_id}")
+        if fleet is not None:
+            ev = dataclasses.replace(ev, incident_id=incident_id,
+                                     fleet=self.redactor.redact(fleet[1]))
         target = next((t for t in self.config.targets if t.name == ev.target), None)
         if target is not None:
             ev = dataclasses.replace(ev, target_config=target_pairs(target, self.redactor))

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy import select
 
 from sentinel.config.remediation import RemediationConfig
+from sentinel.incidents.fleet import FLEET_WIDE_WHY
 from sentinel.incidents.joining import joined_incident
 from sentinel.incidents.models import Incident, IncidentStatus
 from sentinel.incidents.tracker import group_key
@@ -30,6 +31,7 @@ from sentinel.model import Alert, AlertState
 from sentinel.quietlog import QuietFailure
 from sentinel.respond.remediate import adopt, lease, state
 from sentinel.respond.remediate.engine import Candidate, Engine, Prepared
+from sentinel.respond.remediate.guards import Reason
 from sentinel.respond.remediate.verdict_job import Recorded, VerdictJob
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,8 @@ class Remediator:
         self.engine = engine
         self._queue: queue.Queue[object] = queue.Queue()
         self._pending: set[tuple[str, int]] = set()
+        # group key → {policy: active_at_ms} of the fleet-wide refusals audited (offer).
+        self._audited: dict[str, dict[int, int]] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=engine.config.max_concurrent,
                                         thread_name_prefix="sentinel-remediate")
@@ -154,18 +158,39 @@ class Remediator:
         self._reaper.join(timeout_s)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def offer(self, alerts: Sequence[Alert], now_ms: int) -> int:
-        """Queue the firing alerts a policy covers; returns how many were queued."""
+    def offer(self, alerts: Sequence[Alert], now_ms: int,
+              withheld: Sequence[Alert] = ()) -> int:
+        """Queue the firing alerts a policy covers; returns how many were queued.
+
+        `withheld`: alerts the fleet guard keeps from remediation (members of an open
+        fleet incident, incidents/fleet.py). Each one a policy covers is audited as a
+        refusal (`fleet_wide`) once per alert episode, not once per evaluation: a storm
+        of 5,000 members is 5,000 timeline lines, written once, off this thread.
+        """
         queued = 0
-        for alert, policy in match(self.engine.config, alerts):
-            key = (group_key(alert).text, policy)
+        if self._audited:  # offered again, or recovered: a later refusal is news again
             with self._lock:
-                if key in self._pending:
-                    continue
-                self._pending.add(key)
-            self._queue.put((alert, policy, key))
-            queued += 1
+                for alert in alerts:
+                    self._audited.pop(group_key(alert).text, None)
+                for alert in withheld:
+                    if alert.state is not AlertState.FIRING:
+                        self._audited.pop(group_key(alert).text, None)
+        for alert, policy in match(self.engine.config, alerts):
+            queued += self._queue_one(alert, policy, refuse=False)
+        for alert, policy in match(self.engine.config, withheld):
+            audited = self._audited.get(group_key(alert).text, {})
+            if audited.get(policy) != alert.active_at_ms:
+                queued += self._queue_one(alert, policy, refuse=True)
         return queued
+
+    def _queue_one(self, alert: Alert, policy: int, *, refuse: bool) -> int:
+        key = (group_key(alert).text, policy)
+        with self._lock:
+            if key in self._pending:
+                return 0
+            self._pending.add(key)
+        self._queue.put((alert, policy, key, refuse))
+        return 1
 
     def _dispatch(self) -> None:
         while True:
@@ -176,8 +201,9 @@ class Remediator:
             alert: Alert = item[0]
             policy: int = item[1]
             key: tuple[str, int] = item[2]
+            refuse: bool = item[3]
             try:
-                self._one(alert, policy)
+                self._one(alert, policy, refuse)
             except Exception:  # database away or lease lost: every queued alert fails alike
                 self._dispatch_failure.failed(detail=f"remediation of {key[0]}")
             else:
@@ -186,7 +212,7 @@ class Remediator:
                 with self._lock:
                     self._pending.discard(key)
 
-    def _one(self, alert: Alert, policy_index: int) -> None:
+    def _one(self, alert: Alert, policy_index: int, refuse: bool = False) -> None:
         key = group_key(alert)
         with self.engine.db.session() as s:
             incident_id = s.scalar(select(Incident.id).where(
@@ -198,6 +224,11 @@ class Remediator:
             return  # resolved meanwhile
         candidate = Candidate(incident_id, alert.name, key.target, dict(alert.labels),
                               self.engine.config.policies[policy_index], alert.active_at_ms)
+        if refuse:
+            self.engine.refuse(candidate, Reason.FLEET_WIDE, FLEET_WIDE_WHY)
+            with self._lock:  # audited: not again in this episode
+                self._audited.setdefault(key.text, {})[policy_index] = alert.active_at_ms
+            return
         prepared = self.engine.prepare(candidate)
         if isinstance(prepared, Prepared):
             try:

@@ -152,6 +152,19 @@ class Engine:
             self._not_fixed(c, result)
         return result
 
+    def refuse(self, c: Candidate, reason: Reason, detail: str) -> Result:
+        """Audit a refusal decided outside the guards (a fleet-wide failure's member).
+
+        The same record as every refusal: an ACTION line on the incident's timeline
+        (`phase: decision`), written when the reason changes, so once per incident, and
+        counted in `sentinel_remediation_decisions_total{reason}`; a page held while
+        Sentinel meant to act goes out at once (`not_fixed`).
+        """
+        result = Result(Decision(False, reason, 0, detail))
+        self._refused(c, result.decision, manual=False)
+        self._not_fixed(c, result)
+        return result
+
     def _prepare(self, c: Candidate, req: Request, claim: state.Claim,
                  guards: Callable[[state.TargetState, state.FleetState, state.Episode],
                                   Decision],
@@ -358,14 +371,17 @@ class Engine:
     # -- audit ---------------------------------------------------------------------
 
     def _refused(self, c: Candidate, d: Decision, manual: bool, action: str | None = None,
-                 data: Mapping[str, object] | None = None) -> None:
+                 data: Mapping[str, object] | None = None) -> bool:
+        """Write the refusal if its reason changed (and page if it must); whether written."""
         if d.reason in (Reason.DONE, Reason.IN_PROGRESS) and not manual:
-            return  # the attempt that runs or ran is on the timeline already
+            return False  # the attempt that runs or ran is on the timeline already
         kind = action or c.policy.steps[min(d.step, len(c.policy.steps) - 1)].kind
-        if self._note(c, d, f"refused {kind} on {c.target}: {d.reason}: {d.detail}", manual,
-                      {"action": kind, **(data or {})}) and d.pages:
+        written = self._note(c, d, f"refused {kind} on {c.target}: {d.reason}: {d.detail}",
+                             manual, {"action": kind, **(data or {})})
+        if written and d.pages:
             title = GAVE_UP if d.reason in (Reason.GAVE_UP, Reason.BREAKER_OPEN) else REFUSED
             self._page(c, title, d.reason, f"{kind} on {c.target} refused: {d.detail}")
+        return written
 
     def _note(self, c: Candidate, d: Decision, message: str, manual: bool,
               data: dict[str, object]) -> bool:

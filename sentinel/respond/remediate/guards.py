@@ -61,6 +61,10 @@ class Reason(enum.StrEnum):
     # person, Docker's restart policy): restarting over that start would kill it. Pages
     # nothing itself; the incident's hold or its page tells the rest.
     STARTED_ELSEWHERE = "started_elsewhere"
+    # Decided before any guard here (incidents/fleet.py): the target is a member of an open
+    # fleet incident, and a fleet-wide failure is not acted on target by target. Pages
+    # nothing: the fleet incident's one page says so.
+    FLEET_WIDE = "fleet_wide"
 
 
 # Refusals a human must hear about; the others resolve themselves with time.
