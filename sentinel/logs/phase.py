@@ -15,6 +15,19 @@ the last phase marker wins.
   "Application startup complete", Ollama's "llama runner started in",
   SGLang's "fired up and ready to roll", TGI's router "Connected", an access
   log line, a batch or throughput record).
+
+Issue 51's fourth round: "before the first request was served" holds for
+what comes before the model is loaded too.
+
+- A model being fetched is loading: a hub download, Ollama's pull (`pulling
+  manifest`, `writing manifest`: `ollama run` loads the model right after
+  it, and its CLI prints the runner's death then), and a warm-up run.
+- An answer to a request that does not touch the model (Ollama's pull, show,
+  tags, version) says nothing about the model being served.
+- Some markers are *weak*: uvicorn's start-up lines and SGLang's batch
+  records are printed before the server's own warm-up request too, so they
+  mean serving only when no loading marker is the last word before them
+  (SGLang's "fired up and ready to roll" comes after its warm-up's batches).
 """
 
 from __future__ import annotations
@@ -27,24 +40,35 @@ _LOADING = re.compile(
     r"llm server loading model|llama_model_load|llm_load_tensors|load_tensors:|"
     r"Loading model weights|Starting to load model|Loading safetensors|"
     r"Load weight begin|Init torch distributed|Memory profiling|"
-    r"Capturing (?:CUDA graph|cudagraph)|(?i:capture (?:cuda |hip )?graph)|"
+    r"Capturing (?:CUDA graph|cudagraph)|(?i:captur(?:e|ing) (?:cuda |hip )?graphs?)|"
     r"Starting shard|Waiting for shard to be ready|"
-    r"(?i:loading (?:the )?model)"
+    r"(?i:loading (?:the )?model)|"
+    # the model fetched, then loaded: a hub download, Ollama's pull; a warm-up run
+    r"pulling manifest|writing manifest|verifying sha256 digest|"
+    r"(?i:\bdownloading\b|warm(?:ing)?[ _-]?up)"
 )
 _SERVING = re.compile(
-    r"Application startup complete|Uvicorn running on|llama runner started in|"
+    r"llama runner started in|"
     r"fired up and ready to roll|Serving revision|router/src/server\.rs:\d+: Connected|"
-    r"\" 200\b|\| 200 \||Avg prompt throughput|Decode batch|Prefill batch|"
+    r"\" 200\b|\| 200 \||Avg prompt throughput|"
     r"Starting vLLM API server|server is listening"
 )
+# Printed before a server's own warm-up request as well as after it (see the module doc).
+_WEAK_SERVING = re.compile(
+    r"Application startup complete|Uvicorn running on|Decode batch|Prefill batch")
+# Requests that do not touch the model (Ollama's pull, show, tags, version; a HEAD of /).
+_NOT_THE_MODEL = re.compile(r'"/api/(?:pull|show|tags|version|ps|copy|delete|create|push|blobs)\b'
+                            r'|HEAD +"/"')
 
 
 def loading(lines: Iterable[str]) -> bool:
     """Whether the last phase marker among `lines` (oldest first) says "still loading"."""
     last: bool | None = None
     for line in lines:
-        if _SERVING.search(line):
+        if _SERVING.search(line) and not _NOT_THE_MODEL.search(line):
             last = False
         elif _LOADING.search(line):
             last = True
+        elif last is not True and _WEAK_SERVING.search(line):
+            last = False
     return bool(last)
