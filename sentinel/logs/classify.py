@@ -81,6 +81,8 @@ FRAMES = "python_frames_cut"
 # The family layer reads this many lines before a group for a cause printed ahead of
 # it (c10d's socket timing out, then the scheduler dying); see groups.SYMPTOM_WAIT.
 FAMILY_LOOKBACK = 30
+# Reports of a death that follow its crash's own lines (see `_same_death`).
+REPORTS = SHAPES | {"python_fault_dump"}
 # Used when a signature file defines no `unclassified_crash` of its own.
 DEFAULT_CATCH_ALL = Signature(
     name=CATCH_ALL, category="other", severity="critical",
@@ -366,7 +368,7 @@ class Classifier:
         return self._event_at is not None \
             and self._lines - self._event_at <= deaths.DEDUPE_LINES \
             and t_ms - self._event_ms <= deaths.DEDUPE_MS \
-            and (deaths.is_record(line) or signature.name in SHAPES) \
+            and (deaths.is_record(line) or signature.name in REPORTS) \
             and (signature.category != deaths.OOM_KILLED
                  or self._event_category == deaths.OOM_KILLED)
 
