@@ -169,3 +169,20 @@ def test_each_report_is_at_most_one_event_whatever_the_batching(
     reports = sum(p not in ("serving", "fit") for p in parts)
     assert len(events) <= reports
     assert (reports == 0) <= (events == [])
+
+
+@pytest.mark.parametrize("line", [
+    "/app/llama.cpp/ggml/src/ggml-sycl/common.hpp:115: SYCL error",
+    "C:\\llama.cpp\\ggml\\src\\ggml-vulkan\\ggml-vulkan.cpp:5120: Vulkan error",
+    "Exception caught at file:/app/llama.cpp/ggml/src/ggml-sycl/ggml-sycl.cpp, line:3164, "
+    "func:operator()",
+])
+def test_ggmls_abort_in_any_backends_words_is_a_native_crash(sigs: SignatureSet,
+                                                             line: str) -> None:
+    events = run(sigs, SERVING + [line] + SERVING)
+    assert [(e.signature, e.category) for e in events] == [("native_crash", "other")]
+
+
+def test_a_compiler_warning_in_ggmls_tree_is_no_abort(sigs: SignatureSet) -> None:
+    line = "/app/llama.cpp/ggml/src/ggml.c:1554:5: warning: unused variable 'n' [-Wunused]"
+    assert run(sigs, SERVING + [line] + SERVING) == []
