@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sentinel.logs import Classifier, SignatureSet, load_signature_file, phase
 from sentinel.model import LogEntry, LogEvent
@@ -192,3 +194,28 @@ def test_a_traceback_inside_one_log_record_is_followed() -> None:
     v = TracebackTracker.start("(EngineCore pid=1) ERROR 01-10 10:00:00 [core.py:1] "
                                "Traceback (most recent call last):")
     assert not v.accepts('  File "/s/core.py", line 1, in run')
+
+
+_MARKERS = {
+    "loading": "llm_load_tensors: offloaded 33/33 layers to GPU",
+    "warmup": "common_init_from_params: warming up the model with an empty run",
+    "pull": "pulling manifest",
+    "ready": "The server is fired up and ready to roll!",
+    "answered": CHAT_GIN,
+    "uvicorn": "INFO:     Application startup complete.",
+    "batch": "[2026-01-10 10:00:06] Prefill batch. #new-seq: 1, #new-token: 6",
+    "pulled": PULL_GIN,
+    "noise": "INFO 01-10 10:00:00 [metrics.py:1] GPU KV cache usage: 3.1%",
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_MARKERS)), max_size=12))
+def test_the_last_strong_marker_decides_the_phase(parts: list[str]) -> None:
+    """Loading after the last strong marker: weak markers (uvicorn's start-up, batch
+    records) and answers that do not touch the model never end a loading phase."""
+    got = phase.loading([_MARKERS[p] for p in parts])
+    strong = {"loading": True, "warmup": True, "pull": True, "ready": False,
+              "answered": False}
+    said = [strong[p] for p in parts if p in strong]
+    assert got == (said[-1] if said else False)
