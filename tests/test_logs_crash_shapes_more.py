@@ -186,3 +186,14 @@ def test_ggmls_abort_in_any_backends_words_is_a_native_crash(sigs: SignatureSet,
 def test_a_compiler_warning_in_ggmls_tree_is_no_abort(sigs: SignatureSet) -> None:
     line = "/app/llama.cpp/ggml/src/ggml.c:1554:5: warning: unused variable 'n' [-Wunused]"
     assert run(sigs, SERVING + [line] + SERVING) == []
+
+
+@pytest.mark.parametrize("line", [
+    'INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 200 OK',
+    "llama_model_loader: - kv  10: ggml.file_type u32 = 15",
+])
+def test_frequent_healthy_lines_stay_outside_the_prefilter(sigs: SignatureSet,
+                                                           line: str) -> None:
+    """The new shapes' anchors are not words every health probe or loader line carries
+    ("health", "ggml"): such lines must not reach the full match (a cost on every line)."""
+    assert not sigs.has_anchor(line)
