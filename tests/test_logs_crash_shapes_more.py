@@ -173,7 +173,7 @@ def test_each_report_is_at_most_one_event_whatever_the_batching(
 
 @pytest.mark.parametrize("line", [
     "/app/llama.cpp/ggml/src/ggml-sycl/common.hpp:115: SYCL error",
-    "C:\\llama.cpp\\ggml\\src\\ggml-vulkan\\ggml-vulkan.cpp:5120: Vulkan error",
+    "/home/u/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp:5120: Vulkan error",
     "Exception caught at file:/app/llama.cpp/ggml/src/ggml-sycl/ggml-sycl.cpp, line:3164, "
     "func:operator()",
 ])
