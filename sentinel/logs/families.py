@@ -252,6 +252,23 @@ def family_of(statement: str, where: str) -> Family | None:
     return None
 
 
+_MEMORY_RX = re.compile(_MEMORY)
+
+
+@functools.lru_cache(maxsize=4096)
+def device_memory(statement: str) -> Family | None:
+    """The device-memory family (`MEMORY_FAMILIES`) when this statement speaks it, else None.
+
+    One regex first (the allocator's words), the families in order only for the
+    few statements that have them; cached, as `opening` is: a crash storm repeats
+    its lines.
+    """
+    if _MEMORY_RX.search(statement) is None:
+        return None
+    fam = family_of(statement, "")
+    return fam if fam is not None and fam.name in MEMORY_FAMILIES else None
+
+
 def opening(statements: Iterable[str]) -> Family | None:
     """The first of `OPENERS` that these lines speak (a fatal marker's window), or None.
 

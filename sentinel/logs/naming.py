@@ -50,15 +50,20 @@ class Namer:
     def name(self, group: Group) -> tuple[Signature, Hit, LogEntry, int | None, int]:
         """(signature, naming hit, entry, line number, lines before the group to show)."""
         best = self.naming_hit(group)
-        sig, entry, line_no, back = self.by_family(group, best)
+        # the lines both steps read, only when one of them needs them (every event
+        # closes here: a crash storm's hundreds per second)
+        texts = self._texts(group) if self._generic(best) \
+            or best.signature.category in MEMORY_OUTRANKS else None
+        sig, entry, line_no, back = self.by_family(group, best, texts)
         if sig.category in MEMORY_OUTRANKS:
-            found = self.memory_cause(group, best)
+            found = self.memory_cause(group, best, texts)
             if found is not None:
                 return (found[0], best, *found[1:])
         return sig, best, entry, line_no, back
 
-    def memory_cause(self, group: Group,
-                     best: Hit) -> tuple[Signature, LogEntry, int | None, int] | None:
+    def memory_cause(self, group: Group, best: Hit,
+                     texts: tuple[list[int], list[str]] | None = None,
+                     ) -> tuple[Signature, LogEntry, int | None, int] | None:
         """Device memory refused before what names the event: the cause of it.
 
         A kernel compiler that fails for lack of device memory, a runtime that
@@ -70,11 +75,10 @@ class Namer:
         compile failure's fallout), and not on-chip scratch memory (a TPU
         kernel's vmem or smem that does not fit is the compiler's limit).
         """
-        ahead, texts = self._texts(group)
-        for i, text in enumerate(texts):
-            fam = families.family_of(text, "")
-            if fam is None or fam.name not in families.MEMORY_FAMILIES \
-                    or _SCRATCH.search(text):
+        ahead, lines = texts if texts is not None else self._texts(group)
+        for i, text in enumerate(lines):
+            fam = families.device_memory(text)
+            if fam is None or _SCRATCH.search(text):
                 continue
             if i >= len(ahead) and not _not_after(group.statements[i - len(ahead)], best):
                 return None
@@ -118,7 +122,9 @@ class Namer:
             found = Hit(self.catch_all, *group.cause, cause=True)
         return found or best
 
-    def by_family(self, group: Group, best: Hit) -> tuple[Signature, LogEntry, int | None, int]:
+    def by_family(self, group: Group, best: Hit,
+                  texts: tuple[list[int], list[str]] | None = None,
+                  ) -> tuple[Signature, LogEntry, int | None, int]:
         """Rename a generically named event after the family of its first cause.
 
         Only the catch-all, the generic symptoms (engine dead, engine or shard
@@ -132,8 +138,8 @@ class Namer:
         sig = best.signature
         if not self._generic(best):
             return sig, best.entry, best.line_no, 0
-        ahead, texts = self._texts(group)
-        found = families.find(texts, " ".join(group.where))
+        ahead, lines = texts if texts is not None else self._texts(group)
+        found = families.find(lines, " ".join(group.where))
         if found is None or (found.family.symptom and sig is not self.catch_all
                              and not uncaught(best)):
             return self.by_phase(group, best), best.entry, best.line_no, 0
