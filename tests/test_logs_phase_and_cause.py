@@ -212,8 +212,8 @@ _MARKERS = {
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(sorted(_MARKERS)), max_size=12))
 def test_the_last_strong_marker_decides_the_phase(parts: list[str]) -> None:
-    """Loading after the last strong marker: weak markers (uvicorn's start-up, batch
-    records) and answers that do not touch the model never end a loading phase."""
+    """The last marker decides: uvicorn's start-up lines, batch records and answers that
+    do not touch the model are no markers, so they never end a loading phase."""
     got = phase.loading([_MARKERS[p] for p in parts])
     strong = {"loading": True, "warmup": True, "pull": True, "ready": False,
               "answered": False}

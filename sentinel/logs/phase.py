@@ -11,10 +11,10 @@ the last phase marker wins.
   for llama runner to start responding" and its `llm server loading model`
   status, llama.cpp's loader, vLLM's weight loading and memory profiling,
   SGLang's "Load weight begin", TGI's "Starting shard" / "Waiting for shard");
-- *serving*: the server says it is ready or answers requests (uvicorn's
-  "Application startup complete", Ollama's "llama runner started in",
-  SGLang's "fired up and ready to roll", TGI's router "Connected", an access
-  log line, a batch or throughput record).
+- *serving*: the server says it is ready or answers requests (vLLM's
+  "Starting vLLM API server", Ollama's "llama runner started in", SGLang's
+  "fired up and ready to roll", TGI's router "Connected", an access log line
+  answered 200, vLLM's throughput record).
 
 Issue 51's fourth round: "before the first request was served" holds for
 what comes before the model is loaded too.
@@ -24,16 +24,17 @@ what comes before the model is loaded too.
   it, and its CLI prints the runner's death then), and a warm-up run.
 - An answer to a request that does not touch the model (Ollama's pull, show,
   tags, version) says nothing about the model being served.
-- Some markers are *weak*: uvicorn's start-up lines and SGLang's batch
-  records are printed before the server's own warm-up request too, so they
-  mean serving only when no loading marker is the last word before them
-  (SGLang's "fired up and ready to roll" comes after its warm-up's batches).
+- uvicorn's start-up lines and SGLang's batch records are no markers: they
+  are printed before the server's own warm-up request too (SGLang's "fired
+  up and ready to roll" comes after its warm-up's batches). vLLM's own ready
+  line ("Starting vLLM API server") and the requests it answers still say
+  "serving".
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 _LOADING = re.compile(
     r"waiting for (?:llama runner|server) to (?:start|become available)|"
@@ -53,22 +54,19 @@ _SERVING = re.compile(
     r"\" 200\b|\| 200 \||Avg prompt throughput|"
     r"Starting vLLM API server|server is listening"
 )
-# Printed before a server's own warm-up request as well as after it (see the module doc).
-_WEAK_SERVING = re.compile(
-    r"Application startup complete|Uvicorn running on|Decode batch|Prefill batch")
 # Requests that do not touch the model (Ollama's pull, show, tags, version; a HEAD of /).
 _NOT_THE_MODEL = re.compile(r'"/api/(?:pull|show|tags|version|ps|copy|delete|create|push|blobs)\b'
                             r'|HEAD +"/"')
 
 
-def loading(lines: Iterable[str]) -> bool:
-    """Whether the last phase marker among `lines` (oldest first) says "still loading"."""
-    last: bool | None = None
-    for line in lines:
+def loading(lines: Sequence[str]) -> bool:
+    """Whether the last phase marker among `lines` (oldest first) says "still loading".
+
+    Read from the newest line back: the first marker found decides.
+    """
+    for line in reversed(lines):
         if _SERVING.search(line) and not _NOT_THE_MODEL.search(line):
-            last = False
-        elif _LOADING.search(line):
-            last = True
-        elif last is not True and _WEAK_SERVING.search(line):
-            last = False
-    return bool(last)
+            return False
+        if _LOADING.search(line):
+            return True
+    return False
