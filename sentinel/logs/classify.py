@@ -51,42 +51,38 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from sentinel.logs import deaths, families, fatal, phase
+from sentinel.logs import deaths, families, fatal
 from sentinel.logs.bytelines import ByteLines, may_hold_long_line
+from sentinel.logs.groups import (
+    MAX_EXCERPT_LINES,
+    SYMPTOM_PRIORITY,
+    TRACEBACK_AFTER,
+    Group,
+    Hit,
+)
+from sentinel.logs.naming import SHAPES, Namer
 from sentinel.logs.signatures import TRACEBACK, Signature, SignatureSet
 from sentinel.logs.tracebacks import TracebackTracker
 from sentinel.model import LogEntry, LogEvent
 
 MAX_LINE_CHARS = 65_536
-MAX_EXCERPT_LINES = 200
 MAX_EXCERPT_CHARS = 65_536
 MAX_GROUP_LINES = 5_000  # a group this long is closed regardless (a runaway traceback)
-_TRACEBACK_AFTER = 3  # context after a traceback that matched nothing yet
 CATCH_ALL = "unclassified_crash"
 # A fatal marker (error level, abort, exit): an event only with a family's words in its
 # window, named after that family (families.opening); never a name of its own.
 MARKER = "family_fatal_marker"
-START_FAILED = "engine_start_failed"  # what a death while loading is named (phase.py)
-HANG = "engine_hang_watchdog"  # a hang keeps its name in either phase
 NATIVE = "native_crash"  # a process's native death: a cause printed after it joins it
 # A frame line outside any traceback with no header in the ring: a traceback whose
 # header was cut; it starts a traceback there and is never a hit of its own.
 FRAMES = "python_frames_cut"
-# Crash reports by their shape (an oops, a debugger's backtrace, a runtime's error
-# status): symptom-level, so a cause names them, and a start-up failure while loading.
-SHAPES = frozenset({"native_crash_report", "accelerator_status_error"})
-SYMPTOM_PRIORITY = 25  # hits at or below this (engine dead, catch-all) are symptoms of a cause
-GENERIC_PRIORITY = 30  # hits at or below this (and the catch-all) may be renamed by family
-MAX_STATEMENTS = 400  # statements and frames kept per group for the family layer
-# Root cause over symptom, both ways round. A group holding only symptoms (an
-# engine's or scheduler's death) waits this many lines for its cause to join
-# (servers print a child's death before, after or between its traceback's
-# lines), and the family layer reads this many lines before the group for a
-# cause printed ahead of it (c10d's socket timing out, then the scheduler dying).
-SYMPTOM_WAIT = 30
+# The family layer reads this many lines before a group for a cause printed ahead of
+# it (c10d's socket timing out, then the scheduler dying); see groups.SYMPTOM_WAIT.
 FAMILY_LOOKBACK = 30
+# Reports of a death that follow its crash's own lines (see `_same_death`).
+REPORTS = SHAPES | {"python_fault_dump"}
 # Used when a signature file defines no `unclassified_crash` of its own.
 DEFAULT_CATCH_ALL = Signature(
     name=CATCH_ALL, category="other", severity="critical",
@@ -106,89 +102,6 @@ class ClassifierStats:
     events: int
 
 
-@dataclass(slots=True)
-class _Hit:
-    signature: Signature
-    entry: LogEntry
-    line_no: int | None
-    cause: bool = False  # the catch-all on a traceback that ended its process: a root cause
-
-
-@dataclass(slots=True)
-class _Group:
-    """The lines of one event being assembled."""
-
-    before: list[str]
-    head: list[str] = field(default_factory=list)
-    tail: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_EXCERPT_LINES // 2))
-    omitted: int = 0
-    size: int = 0
-    hits: list[_Hit] = field(default_factory=list)
-    traceback: TracebackTracker | None = None
-    after_left: int = 0
-    # A traceback no signature claimed yet: header, line before it, last exception line.
-    tb_header: str | None = None
-    tb_before: str = ""
-    tb_process: str | None = None
-    exception: tuple[LogEntry, str, int | None] | None = None
-    tb_start: tuple[LogEntry, int | None] | None = None  # the first header's entry and line
-    waited: int = 0  # neutral lines seen while deciding
-    # The first exception line in the group that no signature names: when only
-    # symptoms (engine dead) follow, it is the root cause that names the event.
-    cause: tuple[LogEntry, int | None] | None = None
-    # For the family layer (families.py): exception and error lines, frames and processes.
-    statements: list[tuple[str, LogEntry, int | None]] = field(default_factory=list)
-    where: list[str] = field(default_factory=list)
-    first: tuple[LogEntry, int | None] | None = None  # the group's first line
-    death: bool = False  # opened by a structural record of a death (deaths.py)
-    tb_cut: bool = False  # the traceback's header was cut: it started at a frame line
-
-    def note(self, line: str, entry: LogEntry, line_no: int | None, statement: bool,
-             in_traceback: bool = False) -> None:
-        """Keep what the family layer reads: a statement, or where an exception was raised.
-
-        Inside a traceback only the exception line and what continues it are
-        statements (`statement`); frames say where; source lines are neither.
-        Outside one, a line is a statement when it reports an error.
-        """
-        if len(self.statements) >= MAX_STATEMENTS or len(self.where) >= MAX_STATEMENTS:
-            return
-        frame = families.frames_of(line)
-        if frame is not None:
-            self.where.append(frame)
-        elif statement if in_traceback else families.is_error_line(line):
-            self.statements.append((line, entry, line_no))
-        process = fatal.process_of(line)
-        if process is not None and (not self.where or self.where[-1] != process):
-            self.where.append(process)
-
-    def add(self, line: str) -> None:
-        self.size += 1
-        if len(self.head) < MAX_EXCERPT_LINES // 2:
-            self.head.append(line)
-            return
-        if len(self.tail) == self.tail.maxlen:
-            self.omitted += 1
-        self.tail.append(line)
-
-    def hit(self, signature: Signature, entry: LogEntry, line_no: int | None) -> None:
-        if all(h.signature is not signature for h in self.hits):  # each signature once
-            self.hits.append(_Hit(signature, entry, line_no))
-        self.after_left = max(self.after_left, self.window())
-
-    def symptoms_only(self) -> bool:
-        """Every hit is a symptom (engine dead) and no cause has been seen yet."""
-        return bool(self.hits) and self.cause is None and all(
-            h.signature.priority <= SYMPTOM_PRIORITY and not h.cause for h in self.hits)
-
-    def window(self) -> int:
-        """Context-after lines owed once the matched lines end."""
-        if not self.hits:
-            return _TRACEBACK_AFTER
-        after = max(h.signature.context_after for h in self.hits)
-        return max(after, SYMPTOM_WAIT) if self.symptoms_only() else after
-
-
 class Classifier:
     """Matches log entries against signatures and assembles `LogEvent`s with excerpts."""
 
@@ -200,7 +113,7 @@ class Classifier:
         self.max_excerpt_lines = max_excerpt_lines
         self.max_excerpt_chars = max_excerpt_chars
         self._ring: deque[str] = deque(maxlen=max(signatures.max_before, FAMILY_LOOKBACK, 1))
-        self._group: _Group | None = None
+        self._group: Group | None = None
         self._lines = 0
         self._truncated = 0
         self._events = 0
@@ -210,6 +123,7 @@ class Classifier:
         self._event_category = ""  # and its category
         found = signatures.by_name(CATCH_ALL)
         self._catch_all = found if found is not None else DEFAULT_CATCH_ALL
+        self._namer = Namer(signatures, self._catch_all)
 
     @property
     def pending(self) -> LogEntry | None:
@@ -371,7 +285,7 @@ class Classifier:
         self._ring.append(line)
         return events
 
-    def _continue(self, group: _Group, entry: LogEntry, line: str, line_no: int | None,
+    def _continue(self, group: Group, entry: LogEntry, line: str, line_no: int | None,
                   signature: Signature | None, starts_tb: bool) -> bool:
         """Add `line` to the open group if it belongs there; False means close the group."""
         if group.traceback is not None:
@@ -454,17 +368,17 @@ class Classifier:
         return self._event_at is not None \
             and self._lines - self._event_at <= deaths.DEDUPE_LINES \
             and t_ms - self._event_ms <= deaths.DEDUPE_MS \
-            and (deaths.is_record(line) or signature.name in SHAPES) \
+            and (deaths.is_record(line) or signature.name in REPORTS) \
             and (signature.category != deaths.OOM_KILLED
                  or self._event_category == deaths.OOM_KILLED)
 
     @staticmethod
-    def _deciding(group: _Group) -> bool:
+    def _deciding(group: Group) -> bool:
         """The group is an unclaimed traceback whose process's fate is still open."""
         return not group.hits and group.tb_header is not None and group.traceback is None
 
     @staticmethod
-    def _joins(group: _Group, signature: Signature, deciding: bool) -> bool:
+    def _joins(group: Group, signature: Signature, deciding: bool) -> bool:
         """Whether a new signature's hit belongs to the open group rather than its own event.
 
         An unclaimed traceback is the context of what follows it; within the
@@ -484,7 +398,7 @@ class Classifier:
                 or (signature.priority < best and crash)
                 or (top.name == NATIVE and signature.priority > best and crash))
 
-    def _decide(self, group: _Group, entry: LogEntry, line: str, line_no: int | None) -> bool:
+    def _decide(self, group: Group, entry: LogEntry, line: str, line_no: int | None) -> bool:
         """One line after an unclaimed traceback: keep waiting, or decide its fate."""
         verdict = fatal.after_traceback(line, group.tb_process)
         if verdict is fatal.Verdict.FATAL and group.exception is not None \
@@ -507,7 +421,7 @@ class Classifier:
                 return False
         return True
 
-    def _decide_by_shape(self, group: _Group, ended: bool = False) -> None:
+    def _decide_by_shape(self, group: Group, ended: bool = False) -> None:
         """No line told: how the traceback was printed decides (see `fatal.by_shape`).
 
         `ended`: the stream stopped (end of input, or quiet past the settle time).
@@ -525,19 +439,19 @@ class Classifier:
         else:
             group.tb_header = None
 
-    def _crash(self, group: _Group) -> None:
+    def _crash(self, group: Group) -> None:
         """The unclaimed traceback ended its process: it is an `unclassified_crash`."""
         sig = self._catch_all
         if group.exception is not None:
             entry, _, line_no = group.exception
-            group.hits.append(_Hit(sig, entry, line_no, cause=True))
+            group.hits.append(Hit(sig, entry, line_no, cause=True))
         elif group.tb_start is not None:
-            group.hits.append(_Hit(sig, *group.tb_start, cause=True))
+            group.hits.append(Hit(sig, *group.tb_start, cause=True))
         group.after_left = sig.context_after
 
     def _open(self, entry: LogEntry, line: str, line_no: int | None,
               signature: Signature | None, starts_tb: bool) -> None:
-        group = _Group(before=list(self._ring), first=(entry, line_no))
+        group = Group(before=list(self._ring), first=(entry, line_no))
         group.add(line)
         group.note(line, entry, line_no, not starts_tb, starts_tb)
         if starts_tb:
@@ -551,16 +465,14 @@ class Classifier:
             group.hit(signature, entry, line_no)
             group.death = deaths.is_record(line)
         else:
-            group.after_left = _TRACEBACK_AFTER
+            group.after_left = TRACEBACK_AFTER
         self._group = group
 
     def _close(self) -> list[LogEvent]:
         group, self._group = self._group, None
         if group is None or not group.hits:
             return []
-        best = self._naming_hit(group)
-        sig = best.signature
-        sig, entry, line_no, back = self._by_family(group, best)
+        sig, best, entry, line_no, back = self._namer.name(group)
         keep = max(best.signature.context_before, back)  # a cause further back is shown too
         if group.death:  # a bare record of a death: the last lines before it say why
             keep = max(keep, deaths.CONTEXT_BEFORE)
@@ -576,71 +488,6 @@ class Classifier:
             category=sig.category, severity=sig.severity, t_ms=entry.t_ms,
             line_no=line_no, excerpt=self._cap(before + body), runbook=sig.runbook,
         )]
-
-    def _by_family(self, group: _Group,
-                   best: _Hit) -> tuple[Signature, LogEntry, int | None, int]:
-        """Rename a generically named event after the family of its first cause.
-
-        Only the catch-all and the generic symptoms (engine dead, engine or
-        shard failed to start: priority at most GENERIC_PRIORITY) are renamed;
-        the engine-hang family renames only the catch-all (a timeout while
-        starting is a start-up failure). See `families.py`. The lines before
-        the group are read as far back as the ring holds (FAMILY_LOOKBACK):
-        the last value says how many of them the excerpt must show (0: only
-        the signature's own context).
-        """
-        sig = best.signature
-        if sig.priority > GENERIC_PRIORITY and sig is not self._catch_all:
-            return sig, best.entry, best.line_no, 0
-        before = group.before
-        ahead = [i for i, b in enumerate(before) if families.is_error_line(b)]
-        texts = [before[i] for i in ahead] + [text for text, _, _ in group.statements]
-        found = families.find(texts, " ".join(group.where))
-        if found is None or (found.family.symptom and sig is not self._catch_all):
-            return self._by_phase(group, best), best.entry, best.line_no, 0
-        named = self.signatures.by_name(found.family.signature)
-        if named is None or named is sig:
-            return sig, best.entry, best.line_no, 0
-        if found.index >= len(ahead):
-            _, entry, line_no = group.statements[found.index - len(ahead)]
-            return named, entry, line_no, 0
-        # a line before the group: counted back from the group's first line
-        entry, first = group.first if group.first is not None else (best.entry, None)
-        back = len(before) - ahead[found.index]
-        return named, entry, None if first is None else first - back, back
-
-    def _by_phase(self, group: _Group, best: _Hit) -> Signature:
-        """An engine's death while the server was still loading is a start-up failure.
-
-        Only a death (category engine_dead, a symptom, or a crash report known by
-        its shape: `SHAPES`) with no cause is asked;
-        the lines before the group and its own first lines say the phase
-        (`phase.py`). The engine-hang watchdog keeps its name.
-        """
-        sig = best.signature
-        death = sig.category == "engine_dead" or sig.name in SHAPES
-        if not death or sig.priority > SYMPTOM_PRIORITY \
-                or sig.name == HANG or not phase.loading([*group.before, *group.head]):
-            return sig
-        start = self.signatures.by_name(START_FAILED)
-        return start if start is not None else sig
-
-    def _naming_hit(self, group: _Group) -> _Hit:
-        """The hit that names the event: the root cause, not its symptoms.
-
-        Root causes outrank symptoms by priority; among equals the first hit
-        names the event. When only symptoms (engine dead, priority at most
-        SYMPTOM_PRIORITY) matched, an exception in the excerpt that no
-        signature knows (an assertion in the scheduler, an error in a kernel
-        library) is their cause: the catch-all names the event there.
-        """
-        best = max(group.hits, key=lambda h: h.signature.priority)
-        if best.signature.priority > SYMPTOM_PRIORITY or best.cause:
-            return best
-        found = next((h for h in group.hits if h.cause), None)
-        if found is None and group.cause is not None:
-            found = _Hit(self._catch_all, *group.cause, cause=True)
-        return found or best
 
     def _cap(self, lines: list[str]) -> tuple[str, ...]:
         """Keep the excerpt within max lines and chars, keeping head and tail."""

@@ -56,7 +56,12 @@ class Family:
 _MEMORY = (r"(?i:out of memory|OutOfMemory|\bOOM\b|failed to allocate|allocation failed|"
            r"could not allocate|cannot allocate|unable to allocate|not enough memory|"
            r"insufficient memory|memory exhausted|exceeds? (?:the )?(?:available )?memory|"
-           r"ALLOC_FAILED|MemoryAllocation|RESOURCE_EXHAUSTED)")
+           r"ALLOC_FAILED|MemoryAllocation|RESOURCE_EXHAUSTED|"
+           # a memory named by where it is: "lack of device memory", "insufficient GPU
+           # memory", "out of device memory", Vulkan's and Level Zero's OUT_OF_DEVICE_MEMORY
+           r"(?:lack of|insufficient|not enough|out of|no more) (?:free )?"
+           r"(?:device|gpu|video|npu|hbm|vram|accelerator) memory|"
+           r"OutOfDeviceMemory|OUT_OF_DEVICE_MEMORY)")
 _DEVICE_WORDS = (r"(?:CUDA|cuda|GPU|gpu|HIP|hip[A-Z]|ROCm|rocm|NPU|npu|HPU|hpu|VRAM|vram|"
                  r"PT_DEVMEM|[Hh]abana|Gaudi|synDevice|"
                  # the other backends' names: Apple Metal, Vulkan, Intel SYCL/Level Zero/XPU,
@@ -103,6 +108,16 @@ FAMILIES: tuple[Family, ...] = (
                       r"ProcessGroup|DistBackendError|DistNetworkError|"
                       r"DistStoreError|TCPStore|c10d|(?i:rendezvous)|ibv_|InfiniBand|NVLink|"
                       r"NET/IB|IBV_WC_|\bUCX\b|UCS_ERR_|\bRDMA\b|RoCE")),
+    # An accelerator runtime's failed call on a stream or the device (ACL's stream
+    # synchronisation, torch_npu's failed ACL call, a HIP/SYCL stream sync): the device
+    # context is lost, the root cause of the engine death printed after it (issue 51,
+    # fourth round). After the collectives: an HCCL failure under it names the event.
+    Family("device_runtime", "accelerator_status_error",
+           re.compile(r"(?i:synchroni[sz]e ?stream\w* (?:failed|error)|"
+                      r"stream ?synchroni[sz]\w* (?:failed|error)|stream sync\w* failed|"
+                      r"call acl api failed|acl\w* (?:api )?(?:call )?failed|"
+                      r"NPU function error)|AclrtSynchronize\w*|aclrtSynchronize\w*|"
+                      r"\bERR\d{5} (?:PTA|OPS|DIST|GRAPH|PROF)\b")),
     # Kernel and graph compilation (Triton, Inductor, Dynamo, XLA, MLIR)
     Family("compilation", "xla_compile_failed",
            re.compile(r"(?i:compil(?:e|ation|er)\b.{0,60}(?:error|fail)|"
@@ -173,6 +188,9 @@ FAMILIES: tuple[Family, ...] = (
            symptom=True),
 )
 
+# Device memory in any runtime's words: the cause of a compile failure or a fault it
+# comes with (sentinel/logs/naming.py). A TPU's memory is the XLA signatures' own.
+MEMORY_FAMILIES = frozenset({"device_memory"})
 # Families whose words next to a fatal marker say a process cannot go on (`opening`).
 OPENERS = frozenset({"tpu_hbm_memory", "device_memory", "host_memory", "collective",
                      "compilation", "graph_capture", "model_cache", "model_missing",
@@ -232,6 +250,23 @@ def family_of(statement: str, where: str) -> Family | None:
             continue
         return fam
     return None
+
+
+_MEMORY_RX = re.compile(_MEMORY)
+
+
+@functools.lru_cache(maxsize=4096)
+def device_memory(statement: str) -> Family | None:
+    """The device-memory family (`MEMORY_FAMILIES`) when this statement speaks it, else None.
+
+    One regex first (the allocator's words), the families in order only for the
+    few statements that have them; cached, as `opening` is: a crash storm repeats
+    its lines.
+    """
+    if _MEMORY_RX.search(statement) is None:
+        return None
+    fam = family_of(statement, "")
+    return fam if fam is not None and fam.name in MEMORY_FAMILIES else None
 
 
 def opening(statements: Iterable[str]) -> Family | None:

@@ -15,6 +15,10 @@ up to digits when the prefix starts with a timestamp) and its body is:
   new log record: XLA's multi-line messages ("Total hbm usage >= 65.05G:",
   "Program hbm requirement ...") continue without indentation.
 
+A log record may hold a message and then the traceback (SGLang's `[time TP0]
+Scheduler hit an exception: Traceback ...`): when the first line after such a
+header is a bare frame line, the traceback has no prefix.
+
 A traceback whose header line was cut (a collector's line limit, a quoted
 excerpt) starts at its first frame line: the prefix is what precedes
 `File "..."` without the frame's indentation.
@@ -40,6 +44,8 @@ _LOG_START = re.compile(
 _DIGITS = re.compile(r"\d")
 # A traceback's frame line, where the header was cut: `  File "x.py", line 3, in f`.
 _FRAME = re.compile(r'File "[^"]+", line \d+, in ')
+# A frame line with nothing before it: a traceback printed inside one log record.
+_OWN_FRAME = re.compile(r' {2}File "[^"]+", line \d+, in ')
 # The exception line that ends a traceback: `ValueError: x`, `torch._dynamo.exc.Foo: y`.
 _EXCEPTION = re.compile(r"\s*[A-Za-z_][\w.]*(?:Error|Exception|Failure|Fault|Exit)\b")
 
@@ -52,6 +58,7 @@ class TracebackTracker:
     fuzzy: bool  # prefix starts with a timestamp: compare it up to digits
     after_exception: bool = False
     cut: bool = False  # started at a frame line: the header was cut
+    seen: bool = False  # a line after the header was accepted
 
     @classmethod
     def start(cls, line: str) -> TracebackTracker:
@@ -83,8 +90,14 @@ class TracebackTracker:
     def accepts(self, line: str) -> bool:
         """Whether `line` continues the traceback (updates the tracker's phase)."""
         body = self._body(line)
+        if body is None and not self.seen and self.prefix.rstrip().endswith(":") \
+                and _OWN_FRAME.match(line):
+            # one log record holding a message and its traceback (SGLang's "[time TP0]
+            # Scheduler hit an exception: Traceback ..."): the frames carry no prefix
+            self.prefix, self.fuzzy, body = "", False, line
         if body is None:
             return False
+        self.seen = True
         if body.startswith(TRACEBACK):
             self.after_exception = False
             return True
