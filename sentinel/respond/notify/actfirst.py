@@ -34,10 +34,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from sentinel.incidents import notice
+from sentinel.incidents import prefetch as prefetched
 from sentinel.incidents.convert import dt_to_ms, ms_to_dt
 from sentinel.incidents.models import (
     Incident,
@@ -83,8 +84,12 @@ def paged(s: Session, incident_id: int, now: datetime) -> None:
 
 def held_incidents(s: Session) -> list[int]:
     """The incidents whose first page waits now (their intents are not dispatched yet)."""
-    return list(s.scalars(select(NotifyHold.incident_id).where(
-        NotifyHold.status == HoldStatus.WAITING.value)))
+    return list(s.scalars(held_query()))
+
+
+def held_query() -> Select[int]:
+    """`held_incidents` as a subquery (a storm's thousands of holds stay in the database)."""
+    return select(NotifyHold.incident_id).where(NotifyHold.status == HoldStatus.WAITING.value)
 
 
 def waiting(s: Session, incident_id: int) -> NotifyHold | None:
@@ -192,7 +197,7 @@ def fix(s: Session, incident_id: int, now: datetime, why: str) -> bool:
 
 def hold_annotations(s: Session, incident_id: int) -> dict[str, str]:
     """What a released page adds: what Sentinel tried and why it did not hold."""
-    row = s.get(NotifyHold, incident_id)
+    row = prefetched.hold(s, incident_id)
     if row is None or row.status != HoldStatus.PAGED or not row.reason:
         return {}
     return {REMEDIATION: row.reason}
@@ -215,7 +220,7 @@ def with_act_first(runbook: Annotations | None) -> Annotations:
 def _carried(s: Session, incident_id: int) -> None:
     """A message about the incident is being built now: if the model's runbook is on
     record, it carries it, and no update is owed for it."""
-    row = s.get(NotifyHold, incident_id)
+    row = prefetched.hold(s, incident_id)
     if row is not None and not row.model_runbook and _has_model_runbook(s, incident_id):
         row.model_runbook = True
 
@@ -297,11 +302,12 @@ def updates(s: Session, runbook: Annotations, now: datetime
 
 def _has_model_runbook(s: Session, incident_id: int) -> bool:
     """Whether a validated model runbook is on record for the incident."""
-    for data in s.scalars(select(TimelineEvent.data).where(
-            TimelineEvent.incident_id == incident_id, TimelineEvent.kind == TimelineKind.RUNBOOK)):
-        if data and data.get("source") == "model" and data.get("validated"):
-            return True
-    return False
+    rows = prefetched.timeline(s, incident_id)
+    found = (data for kind, data in rows if kind == TimelineKind.RUNBOOK) if rows is not None \
+        else s.scalars(select(TimelineEvent.data).where(
+            TimelineEvent.incident_id == incident_id, TimelineEvent.kind == TimelineKind.RUNBOOK))
+    return any(data and data.get("source") == "model" and data.get("validated")
+               for data in found)
 
 
 def _groups_of(s: Session, incident_id: int) -> list[NotifyGroup]:
@@ -323,6 +329,9 @@ def _excerpt(s: Session, incident_id: int) -> str:
 
 def _excerpt_data(s: Session, incident_id: int) -> dict[str, Any] | None:
     """The data of the incident's first log excerpt (its first evidence), if any."""
+    rows = prefetched.timeline(s, incident_id)
+    if rows is not None:
+        return next((data for kind, data in rows if kind == TimelineKind.LOG_EXCERPT), None)
     return s.scalar(select(TimelineEvent.data).where(
         TimelineEvent.incident_id == incident_id,
         TimelineEvent.kind == TimelineKind.LOG_EXCERPT).order_by(TimelineEvent.at).limit(1))
