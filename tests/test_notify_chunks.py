@@ -160,12 +160,11 @@ def _storm(db: Database, n: int, at: int = T0) -> Outbox:
 
 @pytest.mark.parametrize("n", [10, 120])
 def test_a_run_reads_a_constant_number_of_times_whatever_its_intents(
-        tmp_path: Path, n: int) -> None:
+        incident_db: Database, n: int) -> None:
     # Each of n intents makes its own group and message (the implicit route: one group
     # per target, sent at once), with the act-first annotations; the reads are the same
     # handful at 10 and at 120 intents (one intent at a time it was ~6 per intent).
-    db = Database(f"sqlite:///{tmp_path / 's.db'}")
-    db.upgrade()
+    db = incident_db
     outbox = _storm(db, n)
     dispatcher = Dispatcher(db, outbox, DispatchSettings(
         build_route(None, ["oncall"]), annotations=actfirst.with_act_first(None)))
@@ -177,7 +176,6 @@ def test_a_run_reads_a_constant_number_of_times_whatever_its_intents(
     assert len(selects) <= 8, selects
     with db.session() as s:
         bodies = [m.notification for m in s.scalars(select(OutboxMessage))]
-    db.dispose()
     assert len(bodies) == n and all(b["alerts"] for b in bodies)
 
 
