@@ -120,7 +120,7 @@ class Dispatcher:
             rows = self._pending(s)
             more = len(rows) > self.chunk
             rows = rows[:self.chunk]
-            messages = self._take_in(s, rows, now_ms, muting)
+            messages = self._take_in(s, rows, now_ms, muting, last=not more)
             if not more:
                 s.flush()
                 due = s.scalars(_locked(select(NotifyGroup).where(
@@ -142,8 +142,11 @@ class Dispatcher:
         return list(s.execute(_locked(query.order_by(NotifyIntent.id).limit(self.chunk + 1),
                                       self.db)).all())
 
-    def _take_in(self, s: Session, rows: Sequence[Any], now_ms: int, muting: Muting) -> int:
+    def _take_in(self, s: Session, rows: Sequence[Any], now_ms: int, muting: Muting,
+                 last: bool) -> int:
         """Route the intents into their groups, in order; how many messages that sent.
+        The last chunk of a backlog also puts the Watchdog alert in (after the intents,
+        as one unbounded run did: its group is created, and flushed, after theirs).
 
         The groups they touch are read in one query and the joined-alert facts once
         per run (not a SELECT per intent); the intents are marked in one UPDATE.
@@ -154,7 +157,7 @@ class Dispatcher:
         intents = [(alert_from_json(alert), int(incident_id),
                     min(now_ms, dt_to_ms(created_at)))
                    for _, incident_id, alert, created_at in rows]
-        watchdog = watchdog_alert(now_ms) if self.settings.watchdog else None
+        watchdog = watchdog_alert(now_ms) if self.settings.watchdog and last else None
         alerts = [a for a, _, _ in intents] + ([watchdog] if watchdog else [])
         groups = self._groups_for(s, alerts)
         joins = JoinedRoutes(s)
