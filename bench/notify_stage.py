@@ -6,13 +6,14 @@ In process, no network: an `IncidentTracker` with the outbox (as the daemon runs
 it, no fleet correlation: one incident and one intent per target, the worst case)
 opens `--intents` incidents in one evaluation on a fresh SQLite file (or
 `--db-url`, e.g. a PostgreSQL you run). Then the notify worker's dispatch runs as
-the daemon wires it (the implicit route, one group per target, `group_wait` 0, the
-act-first annotations), until every intent is dispatched. It prints the CPU
-seconds (this process) and the wall of that work, the transactions it took (issue
-49: a run commits every `CHUNK` intents), the longest of them (what an evaluation's
-write waits for at most on SQLite), the messages made and the statements it ran by
-kind (SELECT counts: the intake must not read once per intent). `--profile N`
-adds cProfile's top N functions by cumulative time.
+the daemon wires it (the implicit route, one group per target, `group_wait` 0,
+the shipped inhibition rules, the act-first annotations) until every intent is
+dispatched. It prints the CPU seconds (this process) and the wall of that work,
+the transactions it took (issue 49: a run commits every `CHUNK` intents), the
+longest of them (what an evaluation's write waits for at most on SQLite), the
+messages made and the statements it ran by kind (SELECT counts: the intake must
+not read once per intent). `--profile N` adds cProfile's top N functions by
+cumulative time.
 
 The database's own CPU (PostgreSQL's backend) is not counted. Compare runs of one
 machine; another checkout runs with `PYTHONPATH=DIR python bench/notify_stage.py`.
@@ -31,10 +32,12 @@ from typing import Any
 
 from sqlalchemy import event
 
+from sentinel.config.notify import default_inhibit_rules
 from sentinel.incidents import Database, IncidentTracker
 from sentinel.model import Alert, AlertState, labels_of
 from sentinel.respond.notify import actfirst
 from sentinel.respond.notify.dispatcher import Dispatcher, DispatchSettings
+from sentinel.respond.notify.mute import InhibitRule
 from sentinel.respond.notify.outbox import Outbox
 from sentinel.respond.notify.routing import build_route
 
@@ -65,6 +68,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--intents", type=int, default=1000)
     ap.add_argument("--db-url", help="default: a fresh SQLite file")
+    ap.add_argument("--no-inhibit", action="store_true",
+                    help="without the shipped inhibition rules (the daemon's default)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="print cProfile's top N functions (cumulative)")
     args = ap.parse_args()
@@ -77,7 +82,9 @@ def main() -> None:
         tracker.process([replace(a, state=AlertState.PENDING, fired_at_ms=None)
                          for a in firing], T0 - 5_000)
         tracker.process(firing, T0)
-        settings = DispatchSettings(build_route(None, ["hook"]),
+        inhibits = () if args.no_inhibit else tuple(
+            InhibitRule.from_config(r) for r in default_inhibit_rules())
+        settings = DispatchSettings(build_route(None, ["hook"]), inhibits,
                                     annotations=actfirst.with_act_first(None))
         dispatcher = Dispatcher(db, outbox, settings)
         kinds = _count_statements(db)

@@ -26,16 +26,16 @@ from sqlalchemy import event, func, select
 from test_notify_delivery import T0, alert
 
 from sentinel.config import load_config
-from sentinel.config.notify import InhibitRuleConfig, RouteConfig
+from sentinel.config.notify import InhibitRuleConfig, RouteConfig, default_inhibit_rules
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.incidents import Database, IncidentTracker
 from sentinel.incidents.models import Incident, TimelineEvent, TimelineKind
 from sentinel.incidents.models_notify import NotifyGroup, NotifyIntent, OutboxMessage
-from sentinel.model import AlertState, Notification, NotificationKind
+from sentinel.model import AlertState, Labels, Notification, NotificationKind, labels_of
 from sentinel.respond.notify import actfirst
 from sentinel.respond.notify.dispatcher import Dispatcher, DispatchSettings
-from sentinel.respond.notify.mute import InhibitRule
+from sentinel.respond.notify.mute import InhibitionSources, InhibitRule, inhibited_by
 from sentinel.respond.notify.outbox import Outbox
 from sentinel.respond.notify.routing import build_route
 
@@ -234,3 +234,31 @@ def test_an_evaluation_commits_between_two_chunks_of_a_big_dispatch(
     # ...then the worker went on, chunk by chunk, and told every incident once.
     assert runs[:8] == [40] * 7 + [21] and sum(runs) == 301
     assert len(loopback.accepted()) == 301
+
+
+label_sets = st.fixed_dictionaries({
+    "alertname": st.sampled_from(["VLLMTargetDown", "VLLMRequestsQueued", "KVCacheHigh"]),
+    "target": st.sampled_from(["a", "b", "c"]),
+    "severity": st.sampled_from(["warning", "critical"])}).map(labels_of)
+RULES = (*(InhibitRule.from_config(r) for r in default_inhibit_rules()), INHIBIT,
+         InhibitRule.from_config(InhibitRuleConfig.model_validate({  # no equal labels
+             "source_matchers": ["severity=critical"], "target_matchers": ["severity=warning"]})),
+         InhibitRule.from_config(InhibitRuleConfig.model_validate({  # an alert is both: never
+             "source_matchers": ["alertname=VLLMRequestsQueued"],  # inhibits itself
+             "target_matchers": ["target=~a|b"], "equal": ["target"]})))
+
+
+@settings(max_examples=300, deadline=None)
+@given(sources=st.lists(st.tuples(label_sets, st.integers(1, 4)), max_size=12),
+       labels=label_sets, incident=st.integers(1, 4), rules=st.sets(st.sampled_from(RULES)))
+def test_the_indexed_sources_inhibit_as_the_whole_list_did(
+        sources: list[tuple[Labels, int]], labels: Labels, incident: int,
+        rules: set[InhibitRule]) -> None:
+    # A storm's flush looks each alert up among the sources sharing its `equal` values
+    # (InhibitionSources) instead of scanning every firing alert: the same first source,
+    # for the other incidents' sources and for the alert's own incident's.
+    ordered = sorted(rules, key=RULES.index)
+    index = InhibitionSources(ordered, sources)
+    for keep in (lambda i: i != incident, lambda i: i == incident):
+        assert index.inhibited_by(labels, keep) == inhibited_by(
+            labels, ordered, [lb for lb, i in sources if keep(i)])

@@ -116,7 +116,7 @@ class Dispatcher:
         # No autoflush: the intake reads its groups up front, and a statement per intent
         # that first writes the session's changes costs a storm seconds (issue 49).
         with self.db.session() as s, s.no_autoflush:
-            muting = Muting(s, now_ms, bool(self.settings.inhibit_rules))
+            muting = Muting(s, now_ms, self.settings.inhibit_rules)
             rows = self._pending(s)
             more = len(rows) > self.chunk
             rows = rows[:self.chunk]

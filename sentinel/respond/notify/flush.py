@@ -43,7 +43,13 @@ from sentinel.respond.notify.cause import lead_with_cause
 from sentinel.respond.notify.codec import alert_from_json, notification_to_json
 from sentinel.respond.notify.grouping import idempotency_key, needs_update
 from sentinel.respond.notify.joined import UPDATE
-from sentinel.respond.notify.mute import InhibitRule, MuteReason, Silence, inhibited_by, silenced_by
+from sentinel.respond.notify.mute import (
+    InhibitionSources,
+    InhibitRule,
+    MuteReason,
+    Silence,
+    silenced_by,
+)
 from sentinel.respond.notify.notes import note, note_mute, note_route_muted
 from sentinel.respond.notify.outbox import Outbox
 from sentinel.respond.notify.routing import Route, time_muted
@@ -90,7 +96,7 @@ class GroupFlusher:
         self._unannotated: list[tuple[OutboxMessage, Notification]] = []
 
     def flush(self, s: Session, g: NotifyGroup, silences: Sequence[Silence],
-              firing_now: Sequence[tuple[Labels, int]], now_ms: int) -> int:
+              firing_now: InhibitionSources, now_ms: int) -> int:
         """Decide and record one due group's flush; how many messages it made (0 or 1)."""
         route = self._routes.get(g.route) or self.settings.route
         assert route is not None
@@ -165,19 +171,16 @@ class GroupFlusher:
         return 0
 
     def _mute_reason(self, alert: Alert, incident_id: int, silences: Sequence[Silence],
-                     sources: Sequence[tuple[Labels, int]], now_ms: int,
+                     sources: InhibitionSources, now_ms: int,
                      ) -> tuple[MuteReason | None, str | None]:
         """What mutes the alert; and, when an inhibition matched but mutes nothing (its
         source is of the same incident, or the alert's incident is critical: the notice
         core's rule), the line that says so."""
         silenced = silenced_by(alert.labels, silences, now_ms)
-        rules = self.settings.inhibit_rules
         outside = found = None
-        if silenced is None and rules:
-            outside = inhibited_by(alert.labels, rules,
-                                   [lb for lb, i in sources if i != incident_id])
-            found = outside or inhibited_by(alert.labels, rules,
-                                            [lb for lb, i in sources if i == incident_id])
+        if silenced is None and self.settings.inhibit_rules:
+            outside = sources.inhibited_by(alert.labels, lambda i: i != incident_id)
+            found = outside or sources.inhibited_by(alert.labels, lambda i: i == incident_id)
         why = notice.mute(silenced is not None, found is not None, by_own=outside is None,
                           critical=label_value(alert.labels, "severity") == "critical")
         if why is None:
@@ -267,15 +270,15 @@ class Muting:
     """The silences and inhibition sources of one run, read from the database when first
     needed (most runs flush nothing)."""
 
-    def __init__(self, s: Session, now_ms: int, inhibits: bool) -> None:
-        self._s, self._now_ms, self._inhibits = s, now_ms, inhibits
-        self._got: tuple[Sequence[Silence], Sequence[tuple[Labels, int]]] | None = None
+    def __init__(self, s: Session, now_ms: int, rules: Sequence[InhibitRule]) -> None:
+        self._s, self._now_ms, self._rules = s, now_ms, rules
+        self._got: tuple[Sequence[Silence], InhibitionSources] | None = None
 
-    def get(self) -> tuple[Sequence[Silence], Sequence[tuple[Labels, int]]]:
+    def get(self) -> tuple[Sequence[Silence], InhibitionSources]:
         """(silences, inhibition sources), read once."""
         if self._got is None:
-            self._got = (active_silences(self._s, self._now_ms),
-                         firing_labels(self._s) if self._inhibits else [])
+            self._got = (active_silences(self._s, self._now_ms), InhibitionSources(
+                self._rules, firing_labels(self._s) if self._rules else []))
         return self._got
 
 
