@@ -30,6 +30,7 @@ from sentinel.config.notify import InhibitRuleConfig, RouteConfig, default_inhib
 from sentinel.daemon.notifier import Notifier
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.incidents import Database, IncidentTracker
+from sentinel.incidents.convert import ms_to_dt
 from sentinel.incidents.models import Incident, TimelineEvent, TimelineKind
 from sentinel.incidents.models_notify import NotifyGroup, NotifyIntent, OutboxMessage
 from sentinel.model import AlertState, Labels, Notification, NotificationKind, labels_of
@@ -185,6 +186,12 @@ def test_a_run_reads_a_constant_number_of_times_whatever_its_intents(
     with db.session() as s:
         bodies = [m.notification for m in s.scalars(select(OutboxMessage))]
     assert len(bodies) == n and all(b["alerts"] for b in bodies)
+    # The worker's act-first round after it (every round): n pages out, none owes a
+    # runbook update; read in a few queries, not a scan of every group per incident.
+    selects.clear()
+    with db.session() as s:
+        assert actfirst.updates(s, lambda s, i: {}, ms_to_dt(T0 + 2 * S)) == []
+    assert len(selects) <= 3, selects
 
 
 def test_an_evaluation_commits_between_two_chunks_of_a_big_dispatch(

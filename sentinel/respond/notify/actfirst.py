@@ -275,11 +275,16 @@ def updates(s: Session, runbook: Annotations, now: datetime
         Incident.status == IncidentStatus.OPEN.value,
         NotifyHold.status == HoldStatus.PAGED.value, NotifyHold.model_runbook.is_(False),
         NotifyHold.update_sent_at.is_(None))).all()
+    # Which of them have the model's runbook: one read for all (a storm leaves thousands of
+    # paged incidents, and this runs every notify round: issue 49). Only those can owe an
+    # update; the groups are scanned once for them, not once per incident.
+    prefetched.prefetch(s, [row.incident_id for row in rows])
+    rows = [row for row in rows if _has_model_runbook(s, row.incident_id)]
+    holding = _groups_by_incident(s) if rows else {}
     for row in rows:
-        groups = _groups_of(s, row.incident_id)
+        groups = holding.get(row.incident_id, [])
         # No page out yet (it will carry the runbook), or no runbook yet: nothing owed.
-        if notice.runbook_update(bool(groups), bool(groups) and _has_model_runbook(
-                s, row.incident_id), told=False) is None:
+        if notice.runbook_update(bool(groups), bool(groups), told=False) is None:
             continue
         row.model_runbook, row.update_sent_at = True, now
         extra = {**runbook(s, row.incident_id), **hold_annotations(s, row.incident_id)}
@@ -310,12 +315,15 @@ def _has_model_runbook(s: Session, incident_id: int) -> bool:
                for data in found)
 
 
-def _groups_of(s: Session, incident_id: int) -> list[NotifyGroup]:
-    """The groups that sent the incident's firing alerts: where its page went."""
-    # Groups are few (one per route and label set); their alerts name their incident.
-    return [g for g in s.scalars(select(NotifyGroup).order_by(NotifyGroup.id))
-            if any(int(e.get("incident_id", 0)) == incident_id and fp in g.sent_firing
-                   for fp, e in g.alerts.items())]
+def _groups_by_incident(s: Session) -> dict[int, list[NotifyGroup]]:
+    """Per incident, the groups that sent its firing alerts (where its page went), in
+    one scan of the groups (their alerts name their incident)."""
+    out: dict[int, list[NotifyGroup]] = {}
+    for g in s.scalars(select(NotifyGroup).order_by(NotifyGroup.id)):
+        for i in dict.fromkeys(int(e.get("incident_id", 0)) for fp, e in g.alerts.items()
+                               if fp in g.sent_firing):
+            out.setdefault(i, []).append(g)
+    return out
 
 
 def _group_alerts(group: NotifyGroup, incident_id: int) -> list[Alert]:
