@@ -63,6 +63,7 @@ REMEDIATION = "sentinel_remediation"
 EXCERPT = "sentinel_excerpt"
 PAGE_EXCERPT_MAX = 2000
 Annotations = Callable[[Session, int], dict[str, str]]
+IN_CHUNK = 500  # ids per IN (...) list
 
 
 def hold(s: Session, incident_id: int, now: datetime, grace_ms: int, why: str) -> None:
@@ -154,14 +155,21 @@ def outcomes(s: Session, busy: Callable[[int], bool] = lambda _: False) -> list[
     deciding (its write refused by the fence, the daemon killed): its outcome decides.
     """
     out = []
-    for incident_id in held_incidents(s):
-        a = s.scalars(select(RemediationAttempt).where(
-            RemediationAttempt.incident_id == incident_id)
-            .order_by(RemediationAttempt.id.desc()).limit(1)).one_or_none()
-        if a is None or a.status == AttemptStatus.RUNNING or a.finished_at is None \
-                or busy(a.id):
+    held = held_incidents(s)
+    last: dict[int, RemediationAttempt] = {}
+    # Their attempts in one query per IN_CHUNK incidents (a storm's policies hold
+    # thousands of pages, and this runs every notify round: issue 49); the last wins.
+    for n in range(0, len(held), IN_CHUNK):
+        for a in s.scalars(select(RemediationAttempt).where(
+                RemediationAttempt.incident_id.in_(held[n:n + IN_CHUNK]))
+                .order_by(RemediationAttempt.id)):
+            last[a.incident_id] = a
+    for incident_id in held:
+        got = last.get(incident_id)
+        if got is None or got.status == AttemptStatus.RUNNING or got.finished_at is None \
+                or busy(got.id):
             continue
-        out.append(_outcome(a))
+        out.append(_outcome(got))
     return out
 
 
