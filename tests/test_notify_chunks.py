@@ -27,7 +27,8 @@ from test_notify_delivery import T0, alert
 
 from sentinel.config import load_config
 from sentinel.config.notify import InhibitRuleConfig, RouteConfig, default_inhibit_rules
-from sentinel.daemon.notifier import Notifier
+from sentinel.daemon.heartbeat import Heartbeats
+from sentinel.daemon.notifier import WORKER, Notifier
 from sentinel.daemon.selfmetrics import SelfMetrics
 from sentinel.incidents import Database, IncidentTracker
 from sentinel.incidents.convert import ms_to_dt
@@ -207,13 +208,16 @@ def test_an_evaluation_commits_between_two_chunks_of_a_big_dispatch(
     config = load_config(tmp_path / "sentinel.yaml")
     db = Database(config.database)
     db.upgrade()
-    notifier = Notifier(config, db, SelfMetrics(), lambda: T0 + S)
+    beats = Heartbeats()
+    beats.expect(WORKER, 60, 0.0)
+    notifier = Notifier(config, db, SelfMetrics(), lambda: T0 + S, heartbeats=beats)
     notifier.dispatcher.chunk = 40
     tracker = IncidentTracker(db, outbox=notifier.outbox)
     tracker.process([alert(f"t{i}") for i in range(300)], T0)
     committed = threading.Event()
     left_when_committed: list[int] = []
     runs: list[int] = []
+    beaten: list[int] = []  # the worker's heartbeat count before each chunk
     real_run = notifier.dispatcher.run
 
     def evaluation() -> None:
@@ -224,6 +228,7 @@ def test_an_evaluation_commits_between_two_chunks_of_a_big_dispatch(
         committed.set()
 
     def run(now_ms: int) -> Any:
+        beaten.append(next(b.runs for b in beats.beats() if b.worker == WORKER))
         stats = real_run(now_ms)
         runs.append(stats.intents)
         if len(runs) == 1:
@@ -241,6 +246,8 @@ def test_an_evaluation_commits_between_two_chunks_of_a_big_dispatch(
     # ...then the worker went on, chunk by chunk, and told every incident once.
     assert runs[:8] == [40] * 7 + [21] and sum(runs) == 301
     assert len(loopback.accepted()) == 301
+    # It beat between every two chunks: the watchdog sees a long dispatch progress.
+    assert beaten == list(range(beaten[0], beaten[0] + len(runs)))
 
 
 label_sets = st.fixed_dictionaries({
