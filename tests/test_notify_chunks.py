@@ -114,8 +114,9 @@ def test_the_batched_intake_tells_exactly_what_one_intent_at_a_time_told(
     # transaction (each intent's groups read for it alone: the old intake's reads), and in
     # chunks of `chunk` or all at once. Groups, messages (their order, bodies, annotations
     # and idempotency keys), intent marks and timeline notes are the same. (Checked once
-    # against the dispatcher before chunking, one intent at a time, in two processes:
-    # 140 random sequences, the same state.)
+    # against the dispatcher before chunking, in two processes: 200 random sequences,
+    # with an inhibition rule, and with excerpts, model runbooks and act-first reasons
+    # on the pages: the same state.)
     tmp = tmp_path_factory.mktemp("eq")
     outcomes = []
     for size in (1, chunk, 10_000):
