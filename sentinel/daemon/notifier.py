@@ -3,7 +3,9 @@
 It runs every `notify.interval` and at once when an evaluation queued
 something (`kick()`), so a page leaves within milliseconds of the commit
 that asked for it. A failing run is counted and logged; the next run tries
-again (everything it needs is in the database).
+again (everything it needs is in the database). A storm's backlog is dispatched
+in bounded chunks, one transaction each, with a heartbeat between them
+(`_dispatch`, respond/notify/dispatcher.py).
 """
 
 from __future__ import annotations
@@ -239,9 +241,7 @@ class Notifier:
 
     def _dispatch_and_send(self) -> None:
         try:
-            stats = self.dispatcher.run(self._clock_ms())
-            # New alert states: Alertmanager receivers hear them this round (amresend.py).
-            self._ingested = self._ingested or stats.intents > 0 or stats.pushed > 0
+            self._dispatch()
         except Exception:
             self._metrics.notify_failures.labels("dispatch").inc()
             self._dispatch_failure.failed()  # logged once, then summarised (database down)
@@ -254,6 +254,21 @@ class Notifier:
             self._send_failure.failed()
         else:
             self._send_failure.ok()
+
+    def _dispatch(self) -> None:
+        """Dispatch until nothing is left: one bounded transaction per chunk of intents or
+        due groups (dispatcher.py), with a beat between them. On SQLite an evaluation's
+        write waits for one chunk, not for a storm's thousands of intents, and the
+        watchdog sees a long dispatch as the progress it is (issue 49)."""
+        while True:
+            stats = self.dispatcher.run(self._clock_ms())
+            # New alert states: Alertmanager receivers hear them this round (amresend.py).
+            self._ingested = self._ingested or stats.intents > 0 or stats.pushed > 0
+            # Stopping: this chunk is the last; the rest waits in the database for the
+            # next start (a drain stays within stop's bound, whatever the backlog).
+            if not stats.more or self._stop.is_set():
+                return
+            self._beat()
 
     def _act_first_round(self, now_ms: int) -> bool:
         """Held pages whose action's outcome is on record, or whose grace ran out, go now

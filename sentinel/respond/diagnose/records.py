@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
+from sentinel.incidents import prefetch
 from sentinel.incidents.db import Database
 from sentinel.incidents.fleet_hook import KEY_PREFIX
 from sentinel.incidents.models import Incident, IncidentStatus, TimelineEvent, TimelineKind
@@ -131,10 +132,13 @@ def session_runbook_events(s: Session, incident_id: int) -> list[dict[str, Any]]
 
 
 def _own_runbook_events(s: Session, incident_id: int) -> list[dict[str, Any]]:
-    rows = s.execute(select(TimelineEvent.kind, TimelineEvent.data).where(
-        TimelineEvent.incident_id == incident_id,
-        TimelineEvent.kind.in_([TimelineKind.RUNBOOK, TimelineKind.LOG_EXCERPT]),
-    ).order_by(TimelineEvent.at, TimelineEvent.id)).all()
+    # From what the dispatcher prefetched for its messages, when it did (incidents/prefetch.py).
+    rows = prefetch.timeline(s, incident_id)
+    if rows is None:
+        rows = [(kind, data) for kind, data in s.execute(
+            select(TimelineEvent.kind, TimelineEvent.data).where(
+                TimelineEvent.incident_id == incident_id, TimelineEvent.kind.in_(prefetch.KINDS),
+            ).order_by(TimelineEvent.at, TimelineEvent.id))]
     out = []
     for kind, data in rows:
         data = data or {}

@@ -34,10 +34,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from sentinel.incidents import notice
+from sentinel.incidents import prefetch as prefetched
 from sentinel.incidents.convert import dt_to_ms, ms_to_dt
 from sentinel.incidents.models import (
     Incident,
@@ -62,6 +63,7 @@ REMEDIATION = "sentinel_remediation"
 EXCERPT = "sentinel_excerpt"
 PAGE_EXCERPT_MAX = 2000
 Annotations = Callable[[Session, int], dict[str, str]]
+IN_CHUNK = 500  # ids per IN (...) list
 
 
 def hold(s: Session, incident_id: int, now: datetime, grace_ms: int, why: str) -> None:
@@ -83,8 +85,12 @@ def paged(s: Session, incident_id: int, now: datetime) -> None:
 
 def held_incidents(s: Session) -> list[int]:
     """The incidents whose first page waits now (their intents are not dispatched yet)."""
-    return list(s.scalars(select(NotifyHold.incident_id).where(
-        NotifyHold.status == HoldStatus.WAITING.value)))
+    return list(s.scalars(held_query()))
+
+
+def held_query() -> Select[int]:
+    """`held_incidents` as a subquery (a storm's thousands of holds stay in the database)."""
+    return select(NotifyHold.incident_id).where(NotifyHold.status == HoldStatus.WAITING.value)
 
 
 def waiting(s: Session, incident_id: int) -> NotifyHold | None:
@@ -149,14 +155,21 @@ def outcomes(s: Session, busy: Callable[[int], bool] = lambda _: False) -> list[
     deciding (its write refused by the fence, the daemon killed): its outcome decides.
     """
     out = []
-    for incident_id in held_incidents(s):
-        a = s.scalars(select(RemediationAttempt).where(
-            RemediationAttempt.incident_id == incident_id)
-            .order_by(RemediationAttempt.id.desc()).limit(1)).one_or_none()
-        if a is None or a.status == AttemptStatus.RUNNING or a.finished_at is None \
-                or busy(a.id):
+    held = held_incidents(s)
+    last: dict[int, RemediationAttempt] = {}
+    # Their attempts in one query per IN_CHUNK incidents (a storm's policies hold
+    # thousands of pages, and this runs every notify round: issue 49); the last wins.
+    for n in range(0, len(held), IN_CHUNK):
+        for a in s.scalars(select(RemediationAttempt).where(
+                RemediationAttempt.incident_id.in_(held[n:n + IN_CHUNK]))
+                .order_by(RemediationAttempt.id)):
+            last[a.incident_id] = a
+    for incident_id in held:
+        got = last.get(incident_id)
+        if got is None or got.status == AttemptStatus.RUNNING or got.finished_at is None \
+                or busy(got.id):
             continue
-        out.append(_outcome(a))
+        out.append(_outcome(got))
     return out
 
 
@@ -192,7 +205,7 @@ def fix(s: Session, incident_id: int, now: datetime, why: str) -> bool:
 
 def hold_annotations(s: Session, incident_id: int) -> dict[str, str]:
     """What a released page adds: what Sentinel tried and why it did not hold."""
-    row = s.get(NotifyHold, incident_id)
+    row = prefetched.hold(s, incident_id)
     if row is None or row.status != HoldStatus.PAGED or not row.reason:
         return {}
     return {REMEDIATION: row.reason}
@@ -215,7 +228,7 @@ def with_act_first(runbook: Annotations | None) -> Annotations:
 def _carried(s: Session, incident_id: int) -> None:
     """A message about the incident is being built now: if the model's runbook is on
     record, it carries it, and no update is owed for it."""
-    row = s.get(NotifyHold, incident_id)
+    row = prefetched.hold(s, incident_id)
     if row is not None and not row.model_runbook and _has_model_runbook(s, incident_id):
         row.model_runbook = True
 
@@ -270,11 +283,16 @@ def updates(s: Session, runbook: Annotations, now: datetime
         Incident.status == IncidentStatus.OPEN.value,
         NotifyHold.status == HoldStatus.PAGED.value, NotifyHold.model_runbook.is_(False),
         NotifyHold.update_sent_at.is_(None))).all()
+    # Which of them have the model's runbook: one read for all (a storm leaves thousands of
+    # paged incidents, and this runs every notify round: issue 49). Only those can owe an
+    # update; the groups are scanned once for them, not once per incident.
+    prefetched.prefetch(s, [row.incident_id for row in rows])
+    rows = [row for row in rows if _has_model_runbook(s, row.incident_id)]
+    holding = _groups_by_incident(s) if rows else {}
     for row in rows:
-        groups = _groups_of(s, row.incident_id)
+        groups = holding.get(row.incident_id, [])
         # No page out yet (it will carry the runbook), or no runbook yet: nothing owed.
-        if notice.runbook_update(bool(groups), bool(groups) and _has_model_runbook(
-                s, row.incident_id), told=False) is None:
+        if notice.runbook_update(bool(groups), bool(groups), told=False) is None:
             continue
         row.model_runbook, row.update_sent_at = True, now
         extra = {**runbook(s, row.incident_id), **hold_annotations(s, row.incident_id)}
@@ -297,19 +315,23 @@ def updates(s: Session, runbook: Annotations, now: datetime
 
 def _has_model_runbook(s: Session, incident_id: int) -> bool:
     """Whether a validated model runbook is on record for the incident."""
-    for data in s.scalars(select(TimelineEvent.data).where(
-            TimelineEvent.incident_id == incident_id, TimelineEvent.kind == TimelineKind.RUNBOOK)):
-        if data and data.get("source") == "model" and data.get("validated"):
-            return True
-    return False
+    rows = prefetched.timeline(s, incident_id)
+    found = (data for kind, data in rows if kind == TimelineKind.RUNBOOK) if rows is not None \
+        else s.scalars(select(TimelineEvent.data).where(
+            TimelineEvent.incident_id == incident_id, TimelineEvent.kind == TimelineKind.RUNBOOK))
+    return any(data and data.get("source") == "model" and data.get("validated")
+               for data in found)
 
 
-def _groups_of(s: Session, incident_id: int) -> list[NotifyGroup]:
-    """The groups that sent the incident's firing alerts: where its page went."""
-    # Groups are few (one per route and label set); their alerts name their incident.
-    return [g for g in s.scalars(select(NotifyGroup).order_by(NotifyGroup.id))
-            if any(int(e.get("incident_id", 0)) == incident_id and fp in g.sent_firing
-                   for fp, e in g.alerts.items())]
+def _groups_by_incident(s: Session) -> dict[int, list[NotifyGroup]]:
+    """Per incident, the groups that sent its firing alerts (where its page went), in
+    one scan of the groups (their alerts name their incident)."""
+    out: dict[int, list[NotifyGroup]] = {}
+    for g in s.scalars(select(NotifyGroup).order_by(NotifyGroup.id)):
+        for i in dict.fromkeys(int(e.get("incident_id", 0)) for fp, e in g.alerts.items()
+                               if fp in g.sent_firing):
+            out.setdefault(i, []).append(g)
+    return out
 
 
 def _group_alerts(group: NotifyGroup, incident_id: int) -> list[Alert]:
@@ -323,6 +345,9 @@ def _excerpt(s: Session, incident_id: int) -> str:
 
 def _excerpt_data(s: Session, incident_id: int) -> dict[str, Any] | None:
     """The data of the incident's first log excerpt (its first evidence), if any."""
+    rows = prefetched.timeline(s, incident_id)
+    if rows is not None:
+        return next((data for kind, data in rows if kind == TimelineKind.LOG_EXCERPT), None)
     return s.scalar(select(TimelineEvent.data).where(
         TimelineEvent.incident_id == incident_id,
         TimelineEvent.kind == TimelineKind.LOG_EXCERPT).order_by(TimelineEvent.at).limit(1))

@@ -1,6 +1,7 @@
 """The dispatcher: intents → routes → aggregation groups; due groups flush (flush.py).
 
-One `run(now_ms)` is one transaction:
+One `run(now_ms)` is one transaction, bounded (issue 49: a storm's 5,000 intents in
+one transaction held SQLite's one writer for minutes, and every evaluation behind it):
 
 1. Unprocessed intents (written by the tracker with the incident change) are
    routed, except those of an incident whose first page waits while Sentinel
@@ -10,6 +11,12 @@ One `run(now_ms)` is one transaction:
    incident's page did not (joined.py).
 2. Groups due to flush decide and record what they say (flush.py): one outbox
    message per flush at most, and the timeline lines of who was not told.
+
+A run takes in at most CHUNK intents, and flushes (at most CHUNK) due groups only
+when no intent is left waiting; `DispatchStats.more` says there is more, and the
+notify worker runs again at once, beating its heartbeat between runs. Each chunk
+reads the groups its intents touch in one query and marks its intents in one
+UPDATE, so its cost is proportional to its intents, not to the groups on record.
 
 Group state lives in the database, so a restart neither loses a waiting
 group nor re-sends what a group already sent. Intents are timed as they were
@@ -23,11 +30,12 @@ the same intent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from sentinel.incidents import notice
@@ -46,7 +54,10 @@ __all__ = ["DispatchSettings", "DispatchStats", "Dispatcher", "watchdog_alert"]
 
 log = logging.getLogger(__name__)
 
-BATCH = 5_000
+# Intents taken in (and due groups flushed) per transaction: on SQLite an evaluation's
+# write waits for at most one chunk, and the worker beats between chunks (issue 49).
+CHUNK = 500
+IN_CHUNK = 500  # keys or ids per IN (...) list
 WATCHDOG = "Watchdog"
 
 
@@ -57,6 +68,7 @@ class DispatchStats:
     intents: int
     messages: int
     pushed: int = 0  # changes of what Alertmanager receivers hold (the resender posts them)
+    more: bool = False  # the run stopped at a chunk: intents or due groups are left for the next
 
 
 def watchdog_alert(now_ms: int) -> Alert:
@@ -71,6 +83,8 @@ def watchdog_alert(now_ms: int) -> Alert:
 
 class Dispatcher:
     """Routes intents into groups and turns group flushes into outbox messages."""
+
+    chunk = CHUNK  # intents (and due groups) per run; a test may set its own
 
     def __init__(self, db: Database, outbox: Outbox, settings: DispatchSettings) -> None:
         self.db = db
@@ -90,39 +104,93 @@ class Dispatcher:
         self._flusher = GroupFlusher(self.outbox, value, self._routes)
 
     def run(self, now_ms: int) -> DispatchStats:
-        """Route new intents, flush due groups; one transaction."""
+        """Route new intents, flush due groups: one bounded transaction (`more`: call again).
+
+        At most CHUNK intents are taken in, and due groups are flushed (CHUNK at most)
+        only once no intent waits: a group then says what the whole backlog put in it,
+        as one unbounded run would have, and an evaluation's write waits one chunk.
+        """
         now = ms_to_dt(now_ms)
         self._flusher.pushed = 0
-        with self.db.session() as s:
-            groups: dict[str, NotifyGroup] = {}
-            muting = Muting(s, now_ms, bool(self.settings.inhibit_rules))
-            query = select(NotifyIntent).where(NotifyIntent.dispatched_at.is_(None))
-            held = actfirst.held_incidents(s)
-            if held:  # their first page waits while Sentinel acts (actfirst.py)
-                query = query.where(NotifyIntent.incident_id.not_in(held))
-            intents = s.scalars(_locked(query.order_by(NotifyIntent.id).limit(BATCH),
-                                        self.db)).all()
-            messages = 0
-            joins = JoinedRoutes(s)
-            for it in intents:
-                it.dispatched_at = now
-                # Timed as when it was written: a run late by a restart acts as the runs
-                # it stands in for would have.
-                at_ms = min(now_ms, dt_to_ms(it.created_at))
-                messages += self._ingest(s, groups, alert_from_json(it.alert), it.incident_id,
-                                         at_ms, now_ms, muting, joins)
-            if self.settings.watchdog:
-                self._ingest(s, groups, watchdog_alert(now_ms), 0, now_ms, now_ms, muting,
-                             only_if_absent=True)
-            s.flush()
-            due = s.scalars(_locked(select(NotifyGroup).where(
-                NotifyGroup.next_flush_at <= now).order_by(NotifyGroup.id), self.db)).all()
-            messages += sum(self._flusher.flush(s, g, *muting.get(), now_ms) for g in due)
-        return DispatchStats(len(intents), messages, self._flusher.pushed)
+        more = False
+        # No autoflush: the intake reads its groups up front, and a statement per intent
+        # that first writes the session's changes costs a storm seconds (issue 49).
+        with self.db.session() as s, s.no_autoflush:
+            muting = Muting(s, now_ms, self.settings.inhibit_rules)
+            rows = self._pending(s)
+            more = len(rows) > self.chunk
+            rows = rows[:self.chunk]
+            messages = self._take_in(s, rows, now_ms, muting, last=not more)
+            if not more:
+                s.flush()
+                due = s.scalars(_locked(select(NotifyGroup).where(
+                    NotifyGroup.next_flush_at <= now).order_by(NotifyGroup.id)
+                    .limit(self.chunk + 1), self.db)).all()
+                more = len(due) > self.chunk
+                messages += sum(self._flusher.flush(s, g, *muting.get(), now_ms)
+                                for g in due[:self.chunk])
+            self._flusher.annotate(s)
+        return DispatchStats(len(rows), messages, self._flusher.pushed, more)
+
+    def _pending(self, s: Session) -> list[Any]:
+        """Up to chunk + 1 undispatched intents, oldest first (the extra one says `more`);
+        those of an incident whose first page waits while Sentinel acts stay (actfirst.py)."""
+        query = select(NotifyIntent.id, NotifyIntent.incident_id, NotifyIntent.alert,
+                       NotifyIntent.created_at).where(
+            NotifyIntent.dispatched_at.is_(None),
+            NotifyIntent.incident_id.not_in(actfirst.held_query()))
+        return list(s.execute(_locked(query.order_by(NotifyIntent.id).limit(self.chunk + 1),
+                                      self.db)).all())
+
+    def _take_in(self, s: Session, rows: Sequence[Any], now_ms: int, muting: Muting,
+                 last: bool) -> int:
+        """Route the intents into their groups, in order; how many messages that sent.
+        The last chunk of a backlog also puts the Watchdog alert in (after the intents,
+        as one unbounded run did: its group is created, and flushed, after theirs).
+
+        The groups they touch are read in one query and the joined-alert facts once
+        per run (not a SELECT per intent); the intents are marked in one UPDATE.
+        """
+        now = ms_to_dt(now_ms)
+        # Timed as when it was written: a run late by a restart acts as the runs it stands
+        # in for would have.
+        intents = [(alert_from_json(alert), int(incident_id),
+                    min(now_ms, dt_to_ms(created_at)))
+                   for _, incident_id, alert, created_at in rows]
+        watchdog = watchdog_alert(now_ms) if self.settings.watchdog and last else None
+        alerts = [a for a, _, _ in intents] + ([watchdog] if watchdog else [])
+        groups = self._groups_for(s, alerts)
+        joins = JoinedRoutes(s)
+        joins.preload({i for _, i, _ in intents})
+        messages = 0
+        for alert, incident_id, at_ms in intents:
+            messages += self._ingest(s, groups, alert, incident_id, at_ms, now_ms, muting,
+                                     joins)
+        if watchdog is not None:
+            self._ingest(s, groups, watchdog, 0, now_ms, now_ms, muting, only_if_absent=True)
+        ids = [r[0] for r in rows]
+        for i in range(0, len(ids), IN_CHUNK):
+            s.execute(update(NotifyIntent).where(NotifyIntent.id.in_(ids[i:i + IN_CHUNK]))
+                      .values(dispatched_at=now))
+        return messages
+
+    def _groups_for(self, s: Session, alerts: Sequence[Alert]) -> dict[str, NotifyGroup | None]:
+        """The groups these alerts' routes put them in, read in one query per IN_CHUNK keys
+        (None: no such group yet)."""
+        if self.settings.route is None:
+            return {}
+        keys = sorted({route.group_key(a.labels) for a in alerts
+                       for route in match_routes(self.settings.route, a.labels)})
+        groups: dict[str, NotifyGroup | None] = dict.fromkeys(keys)
+        for i in range(0, len(keys), IN_CHUNK):
+            for g in s.scalars(select(NotifyGroup).where(
+                    NotifyGroup.key.in_(keys[i:i + IN_CHUNK]))):
+                groups[g.key] = g
+        return groups
 
     # -- ingest ------------------------------------------------------------
 
-    def _ingest(self, s: Session, groups: dict[str, NotifyGroup], alert: Alert,
+    def _ingest(self, s: Session, groups: dict[str, NotifyGroup | None], alert: Alert,
                 incident_id: int, at_ms: int, now_ms: int, muting: Muting,
                 joins: JoinedRoutes | None = None, only_if_absent: bool = False) -> int:
         """Put the alert into its routes' groups; returns how many messages that sent."""
@@ -138,7 +206,9 @@ class Dispatcher:
             if why is notice.Reason.JOINED:
                 continue
             key = route.group_key(alert.labels)
-            group = groups.get(key) or s.scalars(
+            # Read up front (_groups_for); a key not read there (a caller of its own) is
+            # looked up here.
+            group = groups[key] if key in groups else s.scalars(
                 select(NotifyGroup).where(NotifyGroup.key == key)).one_or_none()
             fp = alert.fingerprint
             if why is None and joins is not None and not direct \

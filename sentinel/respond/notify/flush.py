@@ -26,8 +26,9 @@ from sqlalchemy.orm import Session
 from sentinel.incidents import notice
 from sentinel.incidents.convert import dt_to_ms, labels_from_json, ms_to_dt
 from sentinel.incidents.models import Incident, IncidentAlert, IncidentAlertState, IncidentStatus
-from sentinel.incidents.models_notify import NotifyGroup
+from sentinel.incidents.models_notify import NotifyGroup, OutboxMessage
 from sentinel.incidents.operator import acknowledged
+from sentinel.incidents.prefetch import prefetch
 from sentinel.model import (
     Alert,
     AlertState,
@@ -39,10 +40,16 @@ from sentinel.model import (
 )
 from sentinel.respond.notify import amfeed
 from sentinel.respond.notify.cause import lead_with_cause
-from sentinel.respond.notify.codec import alert_from_json
+from sentinel.respond.notify.codec import alert_from_json, notification_to_json
 from sentinel.respond.notify.grouping import idempotency_key, needs_update
 from sentinel.respond.notify.joined import UPDATE
-from sentinel.respond.notify.mute import InhibitRule, MuteReason, Silence, inhibited_by, silenced_by
+from sentinel.respond.notify.mute import (
+    InhibitionSources,
+    InhibitRule,
+    MuteReason,
+    Silence,
+    silenced_by,
+)
 from sentinel.respond.notify.notes import note, note_mute, note_route_muted
 from sentinel.respond.notify.outbox import Outbox
 from sentinel.respond.notify.routing import Route, time_muted
@@ -84,9 +91,12 @@ class GroupFlusher:
         self.settings = settings
         self._routes = routes
         self.pushed = 0  # changes of what Alertmanager receivers hold, since the caller reset it
+        # Messages made since the last `annotate`: their incidents' annotations are read
+        # together, once per incident (issue 49: a storm's read, and savepoint, per alert).
+        self._unannotated: list[tuple[OutboxMessage, Notification]] = []
 
     def flush(self, s: Session, g: NotifyGroup, silences: Sequence[Silence],
-              firing_now: Sequence[tuple[Labels, int]], now_ms: int) -> int:
+              firing_now: InhibitionSources, now_ms: int) -> int:
         """Decide and record one due group's flush; how many messages it made (0 or 1)."""
         route = self._routes.get(g.route) or self.settings.route
         assert route is not None
@@ -130,8 +140,10 @@ class GroupFlusher:
             shown = firing + (resolved if send_resolved else [])
             if shown:
                 g.seq += 1
-                self.outbox.add_message(s, g.receiver,
-                                        self._message(s, g, alerts, shown, firing), now_ms)
+                message = self._message(g, alerts, shown, firing)
+                row = self.outbox.add_message(s, g.receiver, message, now_ms)
+                if self.settings.annotations is not None:
+                    self._unannotated.append((row, message))
                 sent = 1
             g.sent_firing, g.sent_resolved = firing, resolved if send_resolved else []
             g.last_sent_at = ms_to_dt(now_ms)
@@ -159,19 +171,16 @@ class GroupFlusher:
         return 0
 
     def _mute_reason(self, alert: Alert, incident_id: int, silences: Sequence[Silence],
-                     sources: Sequence[tuple[Labels, int]], now_ms: int,
+                     sources: InhibitionSources, now_ms: int,
                      ) -> tuple[MuteReason | None, str | None]:
         """What mutes the alert; and, when an inhibition matched but mutes nothing (its
         source is of the same incident, or the alert's incident is critical: the notice
         core's rule), the line that says so."""
         silenced = silenced_by(alert.labels, silences, now_ms)
-        rules = self.settings.inhibit_rules
         outside = found = None
-        if silenced is None and rules:
-            outside = inhibited_by(alert.labels, rules,
-                                   [lb for lb, i in sources if i != incident_id])
-            found = outside or inhibited_by(alert.labels, rules,
-                                            [lb for lb, i in sources if i == incident_id])
+        if silenced is None and self.settings.inhibit_rules:
+            outside = sources.inhibited_by(alert.labels, lambda i: i != incident_id)
+            found = outside or sources.inhibited_by(alert.labels, lambda i: i == incident_id)
         why = notice.mute(silenced is not None, found is not None, by_own=outside is None,
                           critical=label_value(alert.labels, "severity") == "critical")
         if why is None:
@@ -200,7 +209,7 @@ class GroupFlusher:
         ack = repeat_due and acknowledged(s, [int(alerts[fp]["incident_id"]) for fp in firing])
         return notice.group_flush(False, changed, repeat_due, ack)
 
-    def _message(self, s: Session, g: NotifyGroup, alerts: Mapping[str, dict[str, Any]],
+    def _message(self, g: NotifyGroup, alerts: Mapping[str, dict[str, Any]],
                  shown: list[str], firing: list[str]) -> Notification:
         resolved = [fp for fp in shown if fp not in firing]
         ordered = [fp for fp in shown if fp in firing] + resolved
@@ -211,42 +220,65 @@ class GroupFlusher:
         return Notification(
             incident_id=next((i for i in ids if i), 0),
             kind=kind,
-            alerts=tuple(self._annotated(s, alert_from_json(alerts[fp]["alert"]), incident)
-                         for fp, incident in zip(ordered, ids, strict=True)),
+            alerts=tuple(alert_from_json(alerts[fp]["alert"]) for fp in ordered),
             group_labels=labels_from_json(g.group_labels), group_key=g.key,
             idempotency_key=idempotency_key(g.key, dt_to_ms(g.created_at), g.seq, firing,
                                             resolved),
             incident_ids=ids)
 
+    def annotate(self, s: Session) -> None:
+        """Add the incidents' extra annotations (the runbook, the excerpt, what Sentinel
+        tried) to the messages made since the last call, in the same transaction.
 
-    def _annotated(self, s: Session, alert: Alert, incident_id: int) -> Alert:
-        if self.settings.annotations is None or not incident_id:
-            return alert
+        Each incident's are read once, for all its alerts, after one `prefetch` of the
+        timeline rows they come from; in one savepoint, so a failed lookup does not undo
+        the dispatch. When that fails, each incident is tried in its own savepoint and an
+        alert whose lookup failed goes without (as a lookup per alert did).
+        """
+        pending, self._unannotated = self._unannotated, []
+        lookup = self.settings.annotations
+        if lookup is None or not pending:
+            return
+        ids = sorted({i for _, m in pending for i in m.incident_ids if i})
         try:
-            with s.begin_nested():  # a failed lookup must not undo the dispatch
-                extra = self.settings.annotations(s, incident_id)
+            with s.begin_nested():
+                prefetch(s, ids)
+                extra = {i: lookup(s, i) for i in ids}
         except Exception:
-            log.exception("annotations for incident %s failed", incident_id)
-            return alert
-        if not extra:
-            return alert
-        merged = lead_with_cause({**dict(alert.annotations), **extra}, dict(alert.labels))
-        return dataclasses.replace(alert, annotations=labels_of(merged))
+            log.exception("annotations for %d incident(s) failed; trying each", len(ids))
+            extra = {}
+            for i in ids:
+                try:
+                    with s.begin_nested():
+                        extra[i] = lookup(s, i)
+                except Exception:
+                    log.exception("annotations for incident %s failed", i)
+        for row, message in pending:
+            alerts = tuple(_annotated(a, extra.get(i)) for a, i in
+                           zip(message.alerts, message.incident_ids, strict=True))
+            row.notification = notification_to_json(dataclasses.replace(message, alerts=alerts))
+
+
+def _annotated(alert: Alert, extra: Mapping[str, str] | None) -> Alert:
+    if not extra:
+        return alert
+    merged = lead_with_cause({**dict(alert.annotations), **extra}, dict(alert.labels))
+    return dataclasses.replace(alert, annotations=labels_of(merged))
 
 
 class Muting:
     """The silences and inhibition sources of one run, read from the database when first
     needed (most runs flush nothing)."""
 
-    def __init__(self, s: Session, now_ms: int, inhibits: bool) -> None:
-        self._s, self._now_ms, self._inhibits = s, now_ms, inhibits
-        self._got: tuple[Sequence[Silence], Sequence[tuple[Labels, int]]] | None = None
+    def __init__(self, s: Session, now_ms: int, rules: Sequence[InhibitRule]) -> None:
+        self._s, self._now_ms, self._rules = s, now_ms, rules
+        self._got: tuple[Sequence[Silence], InhibitionSources] | None = None
 
-    def get(self) -> tuple[Sequence[Silence], Sequence[tuple[Labels, int]]]:
+    def get(self) -> tuple[Sequence[Silence], InhibitionSources]:
         """(silences, inhibition sources), read once."""
         if self._got is None:
-            self._got = (active_silences(self._s, self._now_ms),
-                         firing_labels(self._s) if self._inhibits else [])
+            self._got = (active_silences(self._s, self._now_ms), InhibitionSources(
+                self._rules, firing_labels(self._s) if self._rules else []))
         return self._got
 
 

@@ -9,7 +9,7 @@ The reason is a sentence for the incident timeline.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -86,6 +86,44 @@ def inhibited_by(labels: Labels, rules: Sequence[InhibitRule],
                 return MuteReason(f"inhibited by {name} {format_labels(source)}",
                                   inhibited_by=fingerprint(source))
     return None
+
+
+class InhibitionSources:
+    """One run's inhibition sources (labels and incident of every firing alert), indexed
+    per rule by the values of its `equal` labels.
+
+    `inhibited_by` over the whole list, once per alert, made a storm's flush quadratic
+    (5,000 alerts, each checked against 5,000 sources: issue 49); here an alert looks at
+    the sources that share its `equal` values only. The answer is `inhibited_by`'s: the
+    first source in the given order, rule by rule.
+    """
+
+    def __init__(self, rules: Sequence[InhibitRule],
+                 sources: Sequence[tuple[Labels, int]]) -> None:
+        self._rules: list[tuple[InhibitRule, dict[tuple[str, ...],
+                                                  list[tuple[Labels, str, int]]]]] = []
+        for rule in rules:
+            index: dict[tuple[str, ...], list[tuple[Labels, str, int]]] = {}
+            for labels, incident_id in sources:
+                if matches_all(rule.source, labels):
+                    key = tuple(label_value(labels, n) for n in rule.equal)
+                    index.setdefault(key, []).append((labels, fingerprint(labels), incident_id))
+            self._rules.append((rule, index))
+
+    def inhibited_by(self, labels: Labels, of: Callable[[int], bool] = lambda _: True
+                     ) -> MuteReason | None:
+        """`inhibited_by(labels, rules, [sources whose incident `of` accepts])`."""
+        own = fingerprint(labels)
+        for rule, index in self._rules:
+            if not matches_all(rule.target, labels):
+                continue
+            for source, fp, incident_id in index.get(
+                    tuple(label_value(labels, n) for n in rule.equal), ()):
+                if fp != own and of(incident_id):
+                    name = label_value(source, "alertname")
+                    return MuteReason(f"inhibited by {name} {format_labels(source)}",
+                                      inhibited_by=fp)
+        return None
 
 
 def mute_reason(labels: Labels, silences: Sequence[Silence], rules: Sequence[InhibitRule],
