@@ -21,15 +21,11 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from sentinel.api.timefmt import iso
 from sentinel.incidents.models import Incident, TimelineKind
 from sentinel.incidents.models_fleet import FleetMember
 
 MEMBERS_SHOWN = 200  # members listed in a fleet incident's detail (the rest are counted)
-
-
-def _iso(dt: datetime | None) -> str | None:
-    from sentinel.api.history import iso  # history imports this module
-    return iso(dt)
 
 
 def list_marks(s: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
@@ -77,7 +73,7 @@ def detail(s: Session, inc: Incident, timeline: Iterable[dict[str, Any]]
         "size": int(last.get("size") or 0), "breakdown": last.get("breakdown") or {},
         "members": [{"target": r.target, "incident_id": r.incident_id, "quiet": r.quiet,
                      "status": statuses.get(r.incident_id) if r.incident_id else None,
-                     "joined_at": _iso(r.joined_at), "left_at": _iso(r.left_at)}
+                     "joined_at": iso(r.joined_at), "left_at": iso(r.left_at)}
                     for r in shown],
         "members_more": max(0, len(rows) - len(shown)),
     }, member_of

@@ -27,6 +27,7 @@ from sentinel.api.params import (
     str_param,
     time_param,
 )
+from sentinel.api.timefmt import iso
 from sentinel.incidents.convert import dt_to_ms, ms_to_dt, value_from_db
 from sentinel.incidents.db import Database
 from sentinel.incidents.models import Incident, IncidentAlert, TimelineEvent, TimelineKind
@@ -37,13 +38,6 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 MAX_TIMELINE = 2000  # events of one incident returned at most (newest kept)
 FILTERS = ("status", "alertname", "target", "category", "since", "until", "limit", "cursor")
-
-
-def iso(dt: datetime | None) -> str | None:
-    """RFC 3339 in UTC with milliseconds, or None."""
-    if dt is None:
-        return None
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
 def list_incidents(db: Database, params: Mapping[str, str], now_ms: int) -> dict[str, Any]:
