@@ -76,9 +76,16 @@ def test_a_discovered_pool_opens_by_its_fraction(incident_db: Database) -> None:
 
 def _config(tmp_path: Path, api_url: str, fleet: str) -> Path:
     cfg = tmp_path / "sentinel.yaml"
+    # A rule that only ever pends: the pods do not answer, and the shipped target-down
+    # rules would open a fleet incident once min_targets drops to 3 (a grouping change
+    # then waits for it to end), while evaluations still read the fleet state back.
+    (tmp_path / "rules.yaml").write_text(
+        "groups:\n  - name: g\n    rules:\n"
+        "      - {alert: Waiting, expr: 'up >= 0', for: 1h}\n")
     cfg.write_text(f"""\
 database: sqlite:///{tmp_path}/s.db
 listen: 127.0.0.1:0
+rule_files: [rules.yaml]
 scrape_interval: 1s
 scrape_timeout: 500ms
 kubernetes_sd:
@@ -122,6 +129,8 @@ def test_the_daemon_counts_discovered_pods_and_reloads_fleet_in_place(tmp_path: 
         # Its grouping is a restart key while on.
         cfg.write_text(cfg.read_text().replace("enabled: false, ", "")
                        .replace("group_by: [namespace]", "group_by: [pod]"))
+        # Nothing is open, as read back from the database by an evaluation.
+        wait_for(lambda: not fleet.any_open(), 60, "the fleet state read back")
         assert app.reload(), "off before: a new grouping applies (nothing was open)"
         assert app.pipeline.tracker.fleet is not fleet
         new = app.pipeline.tracker.fleet
