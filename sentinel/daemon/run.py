@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import sys
-import threading
+import time
 from collections.abc import Callable, Sequence
 
 from sentinel import exitcodes
@@ -17,7 +17,7 @@ from sentinel.daemon import gcpolicy
 from sentinel.daemon.app import App
 from sentinel.daemon.malloc import limit_arenas
 from sentinel.daemon.nofile import check_descriptors
-from sentinel.daemon.startsignals import take_pending
+from sentinel.daemon.startsignals import Flag, take_pending
 from sentinel.logformat import JsonFormatter, TextFormatter
 from sentinel.preflight import listen_error_text
 from sentinel.secretpatterns import PromptRedactor
@@ -26,6 +26,8 @@ from sentinel.secrets import RedactingFilter, hide_http_client_urls, install_red
 log = logging.getLogger("sentinel")
 
 STOP_TIMEOUT_S = 5.0
+# How often the main thread looks at the signal flags: the latency of a SIGTERM or SIGHUP.
+SIGNAL_POLL_S = 0.2
 
 
 def setup_logging(level: str, config: Config, fmt: str = "text") -> RedactingFilter:
@@ -84,13 +86,13 @@ def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text"
     check_descriptors(len(config.targets))
     app = App(config, loader=loader, source=source, on_reload=learn_secrets)
     # Handlers first: a SIGTERM while starting (migrations, imports) drains like any other.
-    stop = threading.Event()
-    reload = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: reload.set())
-    if take_pending():
-        reload.set()
+    # Flags, not Events: a handler that takes a lock can nest under a burst of signals.
+    stop, reload = Flag(), Flag()
+    signal.signal(signal.SIGTERM, stop.raise_)
+    signal.signal(signal.SIGINT, stop.raise_)
+    signal.signal(signal.SIGHUP, reload.raise_)
+    queued = take_pending()
+    if queued:
         log.info("SIGHUP received while starting: the configuration is reloaded once "
                  "started")
     try:
@@ -98,12 +100,13 @@ def run_daemon(config: Config, log_level: str = "INFO", log_format: str = "text"
     except Exception as exc:
         app.stop(0)
         return _start_failed(exc, config.listen, listen_key)
-    while not stop.is_set():
-        stop.wait(0.5)
-        if reload.is_set():
-            reload.clear()
+    while not stop.is_up():
+        if reload.take() or queued:
+            queued = False
             log.info("SIGHUP: reloading the configuration")
             app.reload()
+            continue
+        time.sleep(SIGNAL_POLL_S)
     log.info("stopping")
     app.stop(STOP_TIMEOUT_S)
     if app.jobs_running():
