@@ -36,6 +36,10 @@ SCRIPT = """#!/bin/sh
 echo "$1 $(date +%s.%N)" >> "OUT"
 """
 
+# How long a request to a daemon may take before it counts as no answer (a stopped or
+# dead daemon refuses at once or is caught by the caller's own wait).
+ANSWER_S = 10.0
+
 
 def write_setup(folder: Path, db_url: str, targets: dict[str, str], hook_url: str) -> Path:
     """Rules and the allow-listed remediation script; returns the script's output file."""
@@ -132,9 +136,11 @@ class Daemon:
         return self
 
     def readyz(self) -> str:
+        # ANSWER_S, not a fraction of a second: beside stress-ng a leader's /readyz took
+        # longer than 0.5 s, so the test never saw it lead in 120 s of polling.
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz",
-                                        timeout=0.5) as r:
+                                        timeout=ANSWER_S) as r:
                 return r.read().decode()
         except Exception:
             return ""
@@ -142,7 +148,7 @@ class Daemon:
     def metric(self, name: str, labels: str = "") -> float | None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics",
-                                        timeout=1) as r:
+                                        timeout=ANSWER_S) as r:
                 body = r.read().decode()
         except Exception:
             return None
@@ -153,7 +159,7 @@ class Daemon:
         """The fewest successful scrapes of any of `targets` targets (0 until all answered)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics",
-                                        timeout=1) as r:
+                                        timeout=ANSWER_S) as r:
                 body = r.read().decode()
         except Exception:
             return 0.0
